@@ -1,0 +1,80 @@
+/*
+** Code generation: lowering the IR to a Program, a flat list of steps over
+** buffers, and emitting the kernels' source text.
+**
+** A step is either a generated kernel (source text, compiled at run time) or
+** a GEMM (BLAS on the CPU, cuBLAS on CUDA). Kernel bodies are written once,
+** against a small set of macros (KERNEL, FOR_EACH, KArgs); a per-target
+** prelude defines them: a parallel loop in C, a grid-stride loop in CUDA.
+** So the CPU backend runs the very kernel text that NVRTC compiles.
+**
+** Sizes that depend on the batch are Dims: c, or c * N when batch is set.
+*/
+#ifndef MGC_CODEGEN_H
+#define MGC_CODEGEN_H
+#include "ir.h"
+
+typedef enum Target { TARGET_C, TARGET_CUDA } Target;
+
+typedef struct Dim { long c; bool batch; } Dim;     /* value = batch ? c * N : c */
+static inline long cg_dim(Dim d, long n) { return d.batch ? d.c * n : d.c; }
+
+typedef enum BufKind {
+    BUF_PERSISTENT,   /* parameter or state: lives across steps, named, shared between programs */
+    BUF_INPUT,        /* filled by the host before a step: the images or the labels */
+    BUF_ACT,          /* activation or gradient: written each step */
+    BUF_WORK,         /* scratch of one op (im2col columns, transposed gradients) */
+    BUF_VIEW,         /* aliases another buffer at an offset */
+} BufKind;
+
+typedef struct Buf {
+    BufKind kind;
+    Dim size;                 /* floats */
+    const char *name;         /* BUF_PERSISTENT: parameter name; else a description */
+    int node;                 /* IR node it holds, or -1 */
+    int alias, offset;        /* BUF_VIEW: base buffer id and offset in floats */
+} Buf;
+
+typedef enum StepKind { STEP_KERNEL, STEP_GEMM } StepKind;
+
+#define CG_MAXARGS 8
+typedef struct Step {
+    StepKind kind;
+    int node;                 /* IR node this step implements (part of) */
+    /* STEP_KERNEL */
+    const char *fn;           /* kernel function name */
+    int nargs;
+    int args[CG_MAXARGS];     /* buffer ids, in the kernel's a.t[] order */
+    int nf;
+    float f[4];               /* run-time scalars (a.f[]): learning rate etc. */
+    bool seeded;              /* needs a fresh random seed each run (dropout) */
+    Dim work;                 /* iterations of the kernel's FOR_EACH (threads / grid size) */
+    bool heavy;               /* each iteration loops over the batch: worth threads even when few */
+    /* STEP_GEMM, row-major: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C */
+    bool ta, tb;
+    Dim m, n, k, lda, ldb, ldc;
+    int a, b, c;              /* buffer ids */
+    float alpha, beta;
+} Step;
+
+typedef struct Program {
+    Arena *arena;
+    const Graph *graph;
+    Buf *bufs;
+    int nbufs, capbufs;
+    Step *steps;
+    int nsteps, capsteps;
+    int *node_buf;            /* node id -> buffer id holding its output (-1: none) */
+    char *source;             /* all kernels' bodies, without prelude */
+    int input, labels, loss, correct, logits;   /* buffer ids (-1 if absent) */
+} Program;
+
+/* Lowers nodes [0, g->n) of g to steps and buffers; emits the kernel bodies.
+   Returns 0, or -1 with a message through g->diag. */
+int  cg_lower(const Graph *g, Arena *a, Program *p);
+/* The whole source for a target: prelude + bodies. */
+char *cg_source(const Program *p, Target t);
+/* Prints the program's steps (for --emit=kernels). */
+void cg_print_steps(const Program *p, FILE *out);
+
+#endif

@@ -1,0 +1,683 @@
+/*
+** Lowering: IR nodes -> buffers and steps, and the kernel bodies as text.
+**
+** Requires: a verified graph (shapes set, inputs earlier than users).
+** Produces: a Program. Every node that has an output gets a buffer sized for
+** N examples (views alias their input's buffer); GEMM-shaped ops become
+** generated pack/unpack kernels around one BLAS call:
+**
+**   conv2d  x[N,C,H,W] -> im2col -> col[CKK, N*P]         (P = OH*OW, CKK = C*K*K)
+**           t[O, N*P] = W[O, CKK] . col                    (GEMM)
+**           y[N,O,P] = t[o, n*P + p] + b[o]                (unpack kernel)
+**   grad    dyt[O, N*P] = dy permuted                      (pack kernel, once per dy)
+**           dW[O, CKK] = dyt . col^T                       (GEMM; col kept from forward)
+**           dcol[CKK, N*P] = W^T . dyt ; dx = col2im(dcol) (GEMM + gather kernel)
+**
+** Kernel bodies use only the macros of the prelude (codegen/prelude.c):
+** KERNEL(name), FOR_EACH(i, n), DEVICE, RESTRICT, MGC_INF, mgc_uniform().
+** Each kernel has exactly one FOR_EACH, whose iterations are independent: the
+** CPU splits them over threads, CUDA over a grid, with no barrier inside.
+*/
+#include "codegen.h"
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct Lower {
+    const Graph *g;
+    Program *p;
+    FILE *src;        /* kernel bodies (open_memstream) */
+    int *col;         /* conv node -> its im2col buffer (kept for the weight gradient) */
+    int *dyt;         /* gradient node -> its [O, N*P] transposed copy, made once */
+} Lower;
+
+static Dim dim_of(const Shape *s)
+{
+    Dim d = { 1, false };
+    for (int k = 0; k < s->nd; k++) {
+        if (s->d[k] == IR_BATCH) d.batch = true;
+        else d.c *= s->d[k];
+    }
+    return d;
+}
+
+static Dim dimc(long c) { return (Dim){ c, false }; }
+static Dim dimn(long c) { return (Dim){ c, true }; }
+
+static int new_buf(Lower *L, BufKind kind, Dim size, const char *name, int node)
+{
+    Program *p = L->p;
+    if (p->nbufs == p->capbufs) {
+        int cap = p->capbufs ? 2 * p->capbufs : 64;
+        p->bufs = arena_grow(p->arena, p->bufs, sizeof(Buf) * (size_t)p->capbufs, sizeof(Buf) * (size_t)cap);
+        p->capbufs = cap;
+    }
+    Buf *b = &p->bufs[p->nbufs];
+    b->kind = kind;
+    b->size = size;
+    b->name = name;
+    b->node = node;
+    b->alias = -1;
+    return p->nbufs++;
+}
+
+static Step *new_step(Lower *L, StepKind kind, int node)
+{
+    Program *p = L->p;
+    if (p->nsteps == p->capsteps) {
+        int cap = p->capsteps ? 2 * p->capsteps : 64;
+        p->steps = arena_grow(p->arena, p->steps, sizeof(Step) * (size_t)p->capsteps, sizeof(Step) * (size_t)cap);
+        p->capsteps = cap;
+    }
+    Step *s = &p->steps[p->nsteps++];
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->node = node;
+    return s;
+}
+
+/* Starts a kernel: the step, and the function header with its buffer
+   arguments named as given ("y", "x", ...; a leading '=' marks an output). */
+static Step *kernel(Lower *L, int node, const char *what, Dim work, int nargs, const int *bufs, const char *const *names)
+{
+    Step *s = new_step(L, STEP_KERNEL, node);
+    s->fn = arena_printf(L->p->arena, "k%d_%s", L->p->nsteps - 1, what);
+    s->work = work;
+    s->nargs = nargs;
+    memcpy(s->args, bufs, sizeof(int) * (size_t)nargs);
+    const Node *n = &L->g->nodes[node];
+    fprintf(L->src, "\n/* %%%d %s %s", node, ir_op_name(n->op), ir_shape_str(L->p->arena, &n->shape));
+    if (n->loc.file) fprintf(L->src, "  (%s:%d)", n->loc.file->name, n->loc.line);
+    fprintf(L->src, " */\nKERNEL(%s)(KArgs a)\n{\n    const long N = a.batch;\n    (void)N;\n", s->fn);
+    for (int k = 0; k < nargs; k++) {
+        bool out = names[k][0] == '=';
+        fprintf(L->src, "    %sfloat *RESTRICT %s = a.t[%d];\n", out ? "" : "const ", names[k] + out, k);
+    }
+    return s;
+}
+
+static void body(Lower *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void body(Lower *L, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(L->src, fmt, ap);
+    va_end(ap);
+}
+
+static void end_kernel(Lower *L) { fputs("}\n", L->src); }
+
+/* The work count as C text: "150 * N" or "150". */
+static const char *work_str(Lower *L, Dim d)
+{
+    return d.batch ? arena_printf(L->p->arena, "%ldL * N", d.c) : arena_printf(L->p->arena, "%ldL", d.c);
+}
+
+static Step *gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, Dim lda, int b, Dim ldb,
+                  float beta, int c, Dim ldc)
+{
+    Step *s = new_step(L, STEP_GEMM, node);
+    s->ta = ta; s->tb = tb;
+    s->m = m; s->n = n; s->k = k;
+    s->a = a; s->b = b; s->c = c;
+    s->lda = lda; s->ldb = ldb; s->ldc = ldc;
+    s->alpha = 1.0f;
+    s->beta = beta;
+    return s;
+}
+
+static int buf_of(Lower *L, int node) { return L->p->node_buf[node]; }
+
+static int out_buf(Lower *L, int node)
+{
+    const Node *n = &L->g->nodes[node];
+    int b = new_buf(L, BUF_ACT, dim_of(&n->shape), ir_op_name(n->op), node);
+    L->p->node_buf[node] = b;
+    return b;
+}
+
+/* ---------------------------------------------------------------- element-wise */
+
+static void lower_elementwise(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Graph *g = L->g;
+    Dim work = dim_of(&n->shape);
+    const char *W = work_str(L, work);
+    int y = out_buf(L, id);
+    int in0 = n->nin > 0 ? buf_of(L, n->in[0]) : -1;
+    int in1 = n->nin > 1 ? buf_of(L, n->in[1]) : -1;
+    switch (n->op) {
+    case OP_RELU: case OP_SIGMOID: case OP_TANH: {
+        int b[2] = { y, in0 };
+        kernel(L, id, ir_op_name(n->op), work, 2, b, (const char *const[]){ "=y", "x" });
+        const char *e = n->op == OP_RELU ? "x[i] > 0.0f ? x[i] : 0.0f"
+                      : n->op == OP_SIGMOID ? "1.0f / (1.0f + expf(-x[i]))" : "tanhf(x[i])";
+        body(L, "    FOR_EACH(i, %s) {\n        y[i] = %s;\n    }\n", W, e);
+        break;
+    }
+    case OP_RELU_BWD: case OP_SIGMOID_BWD: case OP_TANH_BWD: {
+        int b[3] = { y, in0, in1 };
+        kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=dx", "y", "dy" });
+        const char *e = n->op == OP_RELU_BWD ? "y[i] > 0.0f ? dy[i] : 0.0f"
+                      : n->op == OP_SIGMOID_BWD ? "dy[i] * y[i] * (1.0f - y[i])" : "dy[i] * (1.0f - y[i] * y[i])";
+        body(L, "    FOR_EACH(i, %s) {\n        dx[i] = %s;\n    }\n", W, e);
+        break;
+    }
+    case OP_ADD: case OP_MUL: {
+        int b[3] = { y, in0, in1 };
+        kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=y", "lhs", "rhs" });
+        body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, n->op == OP_ADD ? '+' : '*');
+        break;
+    }
+    case OP_CONST: {
+        kernel(L, id, "const", work, 1, &y, (const char *const[]){ "=y" });
+        body(L, "    FOR_EACH(i, %s) {\n        y[i] = %#.9gf;\n    }\n", W, n->f[0]);
+        break;
+    }
+    case OP_DROPOUT_MASK: {
+        Step *s = kernel(L, id, "dropout_mask", work, 1, &y, (const char *const[]){ "=mask" });
+        s->seeded = true;
+        body(L, "    FOR_EACH(i, %s) {\n        mask[i] = mgc_uniform(a.seed, (unsigned long long)i) >= %#.9gf ? %#.9gf : 0.0f;\n    }\n",
+             W, n->f[0], 1.0 / (1.0 - n->f[0]));
+        break;
+    }
+    case OP_BN_EVAL_STATS: {
+        int c = n->shape.d[1];
+        int b[3] = { y, in0, in1 };
+        kernel(L, id, "bn_eval_stats", dimc(c), 3, b, (const char *const[]){ "=stats", "running_mean", "running_var" });
+        body(L, "    FOR_EACH(c, %dL) {\n"
+                "        stats[c] = running_mean[c];\n"
+                "        stats[%d + c] = 1.0f / sqrtf(running_var[c] + %#.9gf);\n"
+                "        stats[%d + c] = running_var[c];\n    }\n", c, c, n->f[0], 2 * c);
+        break;
+    }
+    case OP_BN_APPLY: {
+        const Shape *xs = &n->shape;
+        int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+        int b[5] = { y, in0, in1, buf_of(L, n->in[2]), buf_of(L, n->in[3]) };
+        kernel(L, id, "bn_apply", work, 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta" });
+        body(L, "    FOR_EACH(i, %s) {\n"
+                "        long c = (i / %d) %% %d;\n"
+                "        y[i] = (x[i] - stats[c]) * stats[%d + c] * gamma[c] + beta[c];\n    }\n", W, HW, C, C);
+        break;
+    }
+    case OP_BN_BWD_X: {
+        const Shape *xs = &n->shape;
+        int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+        int b[6] = { y, in0, in1, buf_of(L, n->in[2]), buf_of(L, n->in[3]), buf_of(L, n->in[4]) };
+        kernel(L, id, "bn_grad_x", work, 6, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy", "dparams" });
+        body(L, "    const float inv_m = 1.0f / (float)(N * %dL);\n"
+                "    FOR_EACH(i, %s) {\n"
+                "        long c = (i / %d) %% %d;\n"
+                "        float invstd = stats[%d + c];\n"
+                "        float xhat = (x[i] - stats[c]) * invstd;\n"
+                "        dx[i] = gamma[c] * invstd * (dy[i] - dparams[%d + c] * inv_m - xhat * dparams[c] * inv_m);\n    }\n",
+             HW, W, HW, C, C, C);
+        break;
+    }
+    case OP_GAP_BWD: {
+        const Shape *xs = &n->shape;
+        int HW = xs->d[2] * xs->d[3];
+        int b[2] = { y, in0 };
+        kernel(L, id, "global_avgpool_grad", work, 2, b, (const char *const[]){ "=dx", "dy" });
+        body(L, "    FOR_EACH(i, %s) {\n        dx[i] = dy[i / %d] * %#.9gf;\n    }\n", W, HW, 1.0 / HW);
+        break;
+    }
+    default:
+        break;
+    }
+    (void)g;
+    end_kernel(L);
+}
+
+/* ------------------------------------------------------------------ reductions */
+
+static void lower_window(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Graph *g = L->g;
+    int K = n->i[0], S = n->i[1], P = n->i[2];
+    int y = out_buf(L, id);
+    /* x: the forward input's shape; o: the forward output's shape */
+    const Shape *xs = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL ? &g->nodes[n->in[0]].shape : &n->shape;
+    const Shape *os = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL ? &n->shape
+                    : &g->nodes[n->op == OP_MAXPOOL_BWD ? n->in[1] : n->in[0]].shape;
+    int H = xs->d[2], Wd = xs->d[3], OH = os->d[2], OW = os->d[3];
+    Dim work = dim_of(&n->shape);
+    const char *W = work_str(L, work);
+    if (n->op == OP_MAXPOOL || n->op == OP_AVGPOOL) {
+        int b[2] = { y, buf_of(L, n->in[0]) };
+        kernel(L, id, ir_op_name(n->op), work, 2, b, (const char *const[]){ "=y", "x" });
+        body(L, "    /* x is [N*C, %d, %d], y is [N*C, %d, %d]; window %d, stride %d, padding %d */\n", H, Wd, OH, OW, K, S, P);
+        body(L, "    FOR_EACH(i, %s) {\n"
+                "        long nc = i / %d, oy = (i / %d) %% %d, ox = i %% %d;\n"
+                "        const float *xp = x + nc * %d;\n"
+                "        float acc = %s;\n"
+                "        for (int ky = 0; ky < %d; ky++) {\n"
+                "            long iy = oy * %d - %d + ky;\n"
+                "            if (iy < 0 || iy >= %d) continue;\n"
+                "            for (int kx = 0; kx < %d; kx++) {\n"
+                "                long ix = ox * %d - %d + kx;\n"
+                "                if (ix < 0 || ix >= %d) continue;\n"
+                "                float v = xp[iy * %d + ix];\n"
+                "                %s\n"
+                "            }\n"
+                "        }\n"
+                "        y[i] = %s;\n    }\n",
+             W, OH * OW, OW, OH, OW, H * Wd, n->op == OP_MAXPOOL ? "-MGC_INF" : "0.0f",
+             K, S, P, H, K, S, P, Wd, Wd,
+             n->op == OP_MAXPOOL ? "if (v > acc || v != v) acc = v;" : "acc += v;",
+             n->op == OP_MAXPOOL ? "acc" : arena_printf(L->p->arena, "acc * %#.9gf", 1.0 / (K * K)));
+    } else {
+        /* Gather form: each input element sums the windows that cover it, so no two threads write one place. */
+        bool mx = n->op == OP_MAXPOOL_BWD;
+        int b[3] = { y, buf_of(L, n->in[0]), mx ? buf_of(L, n->in[1]) : -1 };
+        if (mx) kernel(L, id, "maxpool2d_grad", work, 3, b, (const char *const[]){ "=dx", "x", "dy" });
+        else kernel(L, id, "avgpool2d_grad", work, 2, b, (const char *const[]){ "=dx", "dy" });
+        body(L, "    /* dx, x are [N*C, %d, %d], dy is [N*C, %d, %d]; window %d, stride %d, padding %d */\n", H, Wd, OH, OW, K, S, P);
+        body(L, "    FOR_EACH(i, %s) {\n"
+                "        long nc = i / %d, iy = (i / %d) %% %d, ix = i %% %d;\n"
+                "        const float *dyp = dy + nc * %d;\n"
+                "        float acc = 0.0f;\n"
+                "        long oy0 = iy + %d - %d + 1, ox0 = ix + %d - %d + 1;\n"
+                "        oy0 = oy0 > 0 ? (oy0 + %d - 1) / %d : 0;\n"
+                "        ox0 = ox0 > 0 ? (ox0 + %d - 1) / %d : 0;\n"
+                "        for (long oy = oy0; oy < %d && oy * %d - %d <= iy; oy++)\n"
+                "            for (long ox = ox0; ox < %d && ox * %d - %d <= ix; ox++) {\n",
+             W, H * Wd, Wd, H, Wd, OH * OW, P, K, P, K, S, S, S, S, OH, S, P, OW, S, P);
+        if (mx)
+            body(L, "                /* recompute the window's arg-max: the first maximum, as PyTorch */\n"
+                    "                const float *xp = x + nc * %d;\n"
+                    "                float best = -MGC_INF; long at = -1;\n"
+                    "                for (int ky = 0; ky < %d; ky++) {\n"
+                    "                    long yy = oy * %d - %d + ky;\n"
+                    "                    if (yy < 0 || yy >= %d) continue;\n"
+                    "                    for (int kx = 0; kx < %d; kx++) {\n"
+                    "                        long xx = ox * %d - %d + kx;\n"
+                    "                        if (xx < 0 || xx >= %d) continue;\n"
+                    "                        float v = xp[yy * %d + xx];\n"
+                    "                        if (v > best || (v != v && best == best) || at < 0) { best = v; at = yy * %d + xx; }\n"
+                    "                    }\n"
+                    "                }\n"
+                    "                if (at == iy * %d + ix) acc += dyp[oy * %d + ox];\n",
+                 H * Wd, K, S, P, H, K, S, P, Wd, Wd, Wd, Wd, OW);
+        else
+            body(L, "                acc += dyp[oy * %d + ox];\n", OW);
+        body(L, "            }\n        dx[i] = %s;\n    }\n", mx ? "acc" : arena_printf(L->p->arena, "acc * %#.9gf", 1.0 / (K * K)));
+    }
+    end_kernel(L);
+}
+
+static void lower_reduction(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Graph *g = L->g;
+    switch (n->op) {
+    case OP_GAP: {
+        const Shape *xs = &g->nodes[n->in[0]].shape;
+        int HW = xs->d[2] * xs->d[3];
+        int b[2] = { out_buf(L, id), buf_of(L, n->in[0]) };
+        Dim work = dim_of(&n->shape);
+        kernel(L, id, "global_avgpool", work, 2, b, (const char *const[]){ "=y", "x" });
+        body(L, "    FOR_EACH(i, %s) {\n        const float *xp = x + i * %d;\n        float acc = 0.0f;\n"
+                "        for (int k = 0; k < %d; k++) acc += xp[k];\n        y[i] = acc * %#.9gf;\n    }\n",
+             work_str(L, work), HW, HW, 1.0 / HW);
+        break;
+    }
+    case OP_BN_STATS: {
+        const Shape *xs = &g->nodes[n->in[0]].shape;
+        int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+        int b[2] = { out_buf(L, id), buf_of(L, n->in[0]) };
+        kernel(L, id, "bn_stats", dimc(C), 2, b, (const char *const[]){ "=stats", "x" })->heavy = true;
+        body(L, "    /* x is [N, %d, %d]: per channel mean, 1/sqrt(biased var + eps), biased var; two passes in double */\n", C, HW);
+        body(L, "    FOR_EACH(c, %dL) {\n"
+                "        double sum = 0.0, sq = 0.0, m = (double)N * %d;\n"
+                "        for (long k = 0; k < N; k++) {\n"
+                "            const float *xp = x + (k * %d + c) * %d;\n"
+                "            for (int j = 0; j < %d; j++) sum += xp[j];\n"
+                "        }\n"
+                "        double mean = sum / m;\n"
+                "        for (long k = 0; k < N; k++) {\n"
+                "            const float *xp = x + (k * %d + c) * %d;\n"
+                "            for (int j = 0; j < %d; j++) { double d = xp[j] - mean; sq += d * d; }\n"
+                "        }\n"
+                "        double var = sq / m;\n"
+                "        stats[c] = (float)mean;\n"
+                "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
+                "        stats[%d + c] = (float)var;\n    }\n",
+             C, HW, C, HW, HW, C, HW, HW, C, n->f[0], 2 * C);
+        break;
+    }
+    case OP_BN_BWD_PARAMS: {
+        const Shape *xs = &g->nodes[n->in[0]].shape;
+        int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+        int b[4] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]) };
+        kernel(L, id, "bn_grad_params", dimc(C), 4, b, (const char *const[]){ "=dparams", "x", "stats", "dy" })->heavy = true;
+        body(L, "    /* dparams[0] = d gamma = sum(dy * xhat), dparams[1] = d beta = sum(dy), over N, H, W */\n");
+        body(L, "    FOR_EACH(c, %dL) {\n"
+                "        double dg = 0.0, db = 0.0;\n"
+                "        float mean = stats[c], invstd = stats[%d + c];\n"
+                "        for (long k = 0; k < N; k++) {\n"
+                "            const float *xp = x + (k * %d + c) * %d, *dyp = dy + (k * %d + c) * %d;\n"
+                "            for (int j = 0; j < %d; j++) { dg += dyp[j] * (xp[j] - mean) * invstd; db += dyp[j]; }\n"
+                "        }\n"
+                "        dparams[c] = (float)dg;\n        dparams[%d + c] = (float)db;\n    }\n",
+             C, C, C, HW, C, HW, HW, C);
+        break;
+    }
+    case OP_BIAS_BWD: {
+        const Shape *ds = &g->nodes[n->in[0]].shape;
+        int O = ds->d[1];
+        int inner = 1;
+        for (int k = 2; k < ds->nd; k++) inner *= ds->d[k];
+        int b[2] = { out_buf(L, id), buf_of(L, n->in[0]) };
+        kernel(L, id, "bias_grad", dimc(O), 2, b, (const char *const[]){ "=db", "dy" })->heavy = true;
+        body(L, "    /* dy is [N, %d, %d]; db[o] = sum over n and the inner positions */\n", O, inner);
+        body(L, "    FOR_EACH(o, %dL) {\n        float acc = 0.0f;\n"
+                "        for (long k = 0; k < N; k++) {\n"
+                "            const float *dyp = dy + (k * %d + o) * %d;\n"
+                "            for (int j = 0; j < %d; j++) acc += dyp[j];\n"
+                "        }\n        db[o] = acc;\n    }\n", O, O, inner, inner);
+        break;
+    }
+    case OP_XENT: case OP_ACCURACY: {
+        int K = g->nodes[n->in[0]].shape.d[1];
+        int b[3] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+        bool acc = n->op == OP_ACCURACY;
+        kernel(L, id, acc ? "correct" : "softmax_cross_entropy", dimc(1), 3, b,
+               (const char *const[]){ acc ? "=correct" : "=loss", "logits", "labels" });
+        body(L, "    /* logits [N, %d], labels [N] (class index as float) */\n", K);
+        if (acc)
+            body(L, "    FOR_EACH(unused, 1L) {\n        float hits = 0.0f;\n"
+                    "        for (long r = 0; r < N; r++) {\n"
+                    "            const float *l = logits + r * %d;\n            int best = 0;\n"
+                    "            for (int k = 1; k < %d; k++) if (l[k] > l[best]) best = k;\n"
+                    "            hits += best == (int)labels[r];\n        }\n        correct[0] = hits;\n    }\n", K, K);
+        else
+            body(L, "    FOR_EACH(unused, 1L) {\n        double total = 0.0;\n"
+                    "        for (long r = 0; r < N; r++) {\n"
+                    "            const float *l = logits + r * %d;\n            float mx = l[0];\n"
+                    "            for (int k = 1; k < %d; k++) mx = l[k] > mx ? l[k] : mx;\n"
+                    "            float s = 0.0f;\n"
+                    "            for (int k = 0; k < %d; k++) s += expf(l[k] - mx);\n"
+                    "            total += (double)(logf(s) + mx - l[(int)labels[r]]);\n"
+                    "        }\n        loss[0] = (float)(total / (double)N);\n    }\n", K, K, K);
+        break;
+    }
+    case OP_XENT_BWD: {
+        int K = n->shape.d[1];
+        int b[4] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]) };
+        kernel(L, id, "softmax_cross_entropy_grad", dimn(1), 4, b,
+               (const char *const[]){ "=dlogits", "logits", "labels", "dloss" });
+        body(L, "    /* dlogits = (softmax(logits) - onehot(labels)) * dloss / N, one row per iteration */\n");
+        body(L, "    FOR_EACH(r, N) {\n"
+                "        const float *l = logits + r * %d;\n        float *d = dlogits + r * %d;\n"
+                "        float mx = l[0];\n"
+                "        for (int k = 1; k < %d; k++) mx = l[k] > mx ? l[k] : mx;\n"
+                "        float s = 0.0f;\n"
+                "        for (int k = 0; k < %d; k++) s += expf(l[k] - mx);\n"
+                "        float scale = dloss[0] / (float)N, inv = 1.0f / s;\n"
+                "        for (int k = 0; k < %d; k++) d[k] = (expf(l[k] - mx) * inv - (k == (int)labels[r])) * scale;\n"
+                "    }\n", K, K, K, K, K);
+        break;
+    }
+    default:
+        break;
+    }
+    end_kernel(L);
+}
+
+/* ------------------------------------------------------------------------ GEMMs */
+
+/* [N, O, P] -> [O, N*P], once per gradient buffer. */
+static int transposed_grad(Lower *L, int id, int dy_node)
+{
+    if (L->dyt[dy_node] >= 0) return L->dyt[dy_node];
+    const Shape *ds = &L->g->nodes[dy_node].shape;
+    int O = ds->d[1], P = ds->d[2] * ds->d[3];
+    int t = new_buf(L, BUF_WORK, dimn((long)O * P), "dy transposed", dy_node);
+    int b[2] = { t, buf_of(L, dy_node) };
+    Dim work = dimn((long)O * P);
+    kernel(L, id, "pack_grad", work, 2, b, (const char *const[]){ "=t", "dy" });
+    body(L, "    /* dy is [N, %d, %d]; t is [%d, N*%d] */\n", O, P, O, P);
+    body(L, "    FOR_EACH(i, %s) {\n        long o = i / (N * %d), j = i %% (N * %d);\n"
+            "        t[i] = dy[((j / %d) * %d + o) * %d + j %% %d];\n    }\n", work_str(L, work), P, P, P, O, P, P);
+    end_kernel(L);
+    L->dyt[dy_node] = t;
+    return t;
+}
+
+static int im2col(Lower *L, int id, int x_node, int K, int S, int Pd, int OH, int OW)
+{
+    const Shape *xs = &L->g->nodes[x_node].shape;
+    int C = xs->d[1], H = xs->d[2], W = xs->d[3];
+    long P = (long)OH * OW, CKK = (long)C * K * K;
+    int col = new_buf(L, BUF_WORK, dimn(CKK * P), "im2col", id);
+    int b[2] = { col, buf_of(L, x_node) };
+    Dim work = dimn(CKK * P);
+    kernel(L, id, "im2col", work, 2, b, (const char *const[]){ "=col", "x" });
+    body(L, "    /* x is [N, %d, %d, %d]; col is [%d*%d*%d, N*%d*%d], row (c, ky, kx), column (n, oy, ox) */\n",
+         C, H, W, C, K, K, OH, OW);
+    body(L, "    FOR_EACH(i, %s) {\n"
+            "        long r = i / (N * %ld), j = i %% (N * %ld);\n"
+            "        long c = r / %d, ky = (r / %d) %% %d, kx = r %% %d;\n"
+            "        long n = j / %ld, oy = (j / %d) %% %d, ox = j %% %d;\n"
+            "        long iy = oy * %d - %d + ky, ix = ox * %d - %d + kx;\n"
+            "        col[i] = (iy >= 0 && iy < %d && ix >= 0 && ix < %d) ? x[((n * %d + c) * %d + iy) * %d + ix] : 0.0f;\n"
+            "    }\n",
+         work_str(L, work), P, P, K * K, K, K, K, P, OW, OH, OW, S, Pd, S, Pd, H, W, C, H, W);
+    end_kernel(L);
+    return col;
+}
+
+static void lower_gemm(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Graph *g = L->g;
+    switch (n->op) {
+    case OP_CONV2D: {
+        const Shape *ws = &g->nodes[n->in[1]].shape, *ys = &n->shape;
+        int O = ws->d[0], K = ws->d[2], OH = ys->d[2], OW = ys->d[3];
+        long P = (long)OH * OW, CKK = (long)ws->d[1] * K * K;
+        int col = im2col(L, id, n->in[0], K, n->i[0], n->i[1], OH, OW);
+        L->col[id] = col;
+        int t = new_buf(L, BUF_WORK, dimn(O * P), "conv out transposed", id);
+        gemm(L, id, false, false, dimc(O), dimn(P), dimc(CKK), buf_of(L, n->in[1]), dimc(CKK), col, dimn(P), 0.0f, t, dimn(P));
+        int y = out_buf(L, id);
+        bool bias = n->nin == 3;
+        int b[3] = { y, t, bias ? buf_of(L, n->in[2]) : -1 };
+        Dim work = dim_of(ys);
+        kernel(L, id, "conv2d_unpack", work, bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" });
+        body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld] */\n", O, P, O, P);
+        body(L, "    FOR_EACH(i, %s) {\n        long n = i / %ld, o = (i / %ld) %% %d, p = i %% %ld;\n"
+                "        y[i] = t[o * (N * %ld) + n * %ld + p]%s;\n    }\n",
+             work_str(L, work), O * P, P, O, P, P, P, bias ? " + bias[o]" : "");
+        end_kernel(L);
+        break;
+    }
+    case OP_CONV2D_BWD_W: {
+        int fwd = n->grad_of;
+        const Shape *ws = &n->shape, *ds = &g->nodes[n->in[0]].shape;
+        int O = ws->d[0];
+        long CKK = (long)ws->d[1] * ws->d[2] * ws->d[3], P = (long)ds->d[2] * ds->d[3];
+        int t = transposed_grad(L, id, n->in[0]);
+        int col = L->col[fwd];
+        int dw = out_buf(L, id);
+        gemm(L, id, false, true, dimc(O), dimc(CKK), dimn(P), t, dimn(P), col, dimn(P), 0.0f, dw, dimc(CKK));
+        break;
+    }
+    case OP_CONV2D_BWD_X: {
+        const Shape *ws = &g->nodes[n->in[1]].shape, *ds = &g->nodes[n->in[0]].shape, *xs = &n->shape;
+        int O = ws->d[0], K = ws->d[2], S = n->i[0], Pd = n->i[1];
+        int C = xs->d[1], H = xs->d[2], W = xs->d[3], OH = ds->d[2], OW = ds->d[3];
+        long P = (long)OH * OW, CKK = (long)C * K * K;
+        int t = transposed_grad(L, id, n->in[0]);
+        int dcol = new_buf(L, BUF_WORK, dimn(CKK * P), "im2col gradient", id);
+        gemm(L, id, true, false, dimc(CKK), dimn(P), dimc(O), buf_of(L, n->in[1]), dimc(CKK), t, dimn(P), 0.0f, dcol, dimn(P));
+        int dx = out_buf(L, id);
+        int b[2] = { dx, dcol };
+        Dim work = dim_of(xs);
+        kernel(L, id, "col2im", work, 2, b, (const char *const[]){ "=dx", "dcol" });
+        body(L, "    /* dcol is [%d*%d*%d, N*%d*%d]; dx is [N, %d, %d, %d]: each x gathers the columns that read it */\n",
+             C, K, K, OH, OW, C, H, W);
+        body(L, "    FOR_EACH(i, %s) {\n"
+                "        long n = i / %ld, c = (i / %d) %% %d, iy = (i / %d) %% %d, ix = i %% %d;\n"
+                "        float acc = 0.0f;\n"
+                "        for (int ky = 0; ky < %d; ky++) {\n"
+                "            long ty = iy + %d - ky;\n"
+                "            if (ty < 0 || ty %% %d != 0 || ty / %d >= %d) continue;\n"
+                "            for (int kx = 0; kx < %d; kx++) {\n"
+                "                long tx = ix + %d - kx;\n"
+                "                if (tx < 0 || tx %% %d != 0 || tx / %d >= %d) continue;\n"
+                "                acc += dcol[((c * %d + ky) * %d + kx) * (N * %ld) + n * %ld + (ty / %d) * %d + tx / %d];\n"
+                "            }\n"
+                "        }\n"
+                "        dx[i] = acc;\n    }\n",
+             work_str(L, work), (long)C * H * W, H * W, C, W, H, W,
+             K, Pd, S, S, OH, K, Pd, S, S, OW, K, K, P, P, S, OW, S);
+        end_kernel(L);
+        break;
+    }
+    case OP_LINEAR: {
+        const Shape *ws = &g->nodes[n->in[1]].shape;
+        int O = ws->d[0], F = ws->d[1];
+        int y = out_buf(L, id);
+        bool bias = n->nin == 3;
+        int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
+        Dim work = dim_of(&n->shape);
+        kernel(L, id, "linear_bias", work, bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" });
+        body(L, "    FOR_EACH(i, %s) {\n        y[i] = %s;\n    }\n", work_str(L, work), bias ? arena_printf(L->p->arena, "bias[i %% %d]", O) : "0.0f");
+        end_kernel(L);
+        gemm(L, id, false, true, dimn(1), dimc(O), dimc(F), buf_of(L, n->in[0]), dimc(F), buf_of(L, n->in[1]), dimc(F), 1.0f, y, dimc(O));
+        break;
+    }
+    case OP_LINEAR_BWD_X: {
+        const Shape *ws = &g->nodes[n->in[1]].shape;
+        int O = ws->d[0], F = ws->d[1];
+        int dx = out_buf(L, id);
+        gemm(L, id, false, false, dimn(1), dimc(F), dimc(O), buf_of(L, n->in[0]), dimc(O), buf_of(L, n->in[1]), dimc(F), 0.0f, dx, dimc(F));
+        break;
+    }
+    case OP_LINEAR_BWD_W: {
+        int O = n->shape.d[0], F = n->shape.d[1];
+        int dw = out_buf(L, id);
+        gemm(L, id, true, false, dimc(O), dimc(F), dimn(1), buf_of(L, n->in[0]), dimc(O), buf_of(L, n->in[1]), dimc(F), 0.0f, dw, dimc(F));
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------------- effects */
+
+static void lower_effect(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Graph *g = L->g;
+    if (n->op == OP_SGD) {
+        Dim work = dim_of(&n->shape);
+        bool mom = n->nin == 3;
+        int b[3] = { buf_of(L, n->in[0]), buf_of(L, n->in[1]), mom ? buf_of(L, n->in[2]) : -1 };
+        Step *s = kernel(L, id, "sgd", work, mom ? 3 : 2, b, (const char *const[]){ "=param", "grad", "=velocity" });
+        s->nf = 3;
+        memcpy(s->f, n->f, sizeof(float) * 3);
+        body(L, "    /* PyTorch's SGD: g += wd * p; v = momentum * v + g; p -= lr * v.  a.f = lr, momentum, weight decay */\n");
+        body(L, "    const float lr = a.f[0], momentum = a.f[1], wd = a.f[2];\n    (void)momentum;\n");
+        body(L, "    FOR_EACH(i, %s) {\n        float gi = grad[i] + wd * param[i];\n", work_str(L, work));
+        if (mom) body(L, "        gi = velocity[i] = momentum * velocity[i] + gi;\n");
+        body(L, "        param[i] -= lr * gi;\n    }\n");
+        end_kernel(L);
+        L->p->node_buf[id] = buf_of(L, n->in[0]);
+    } else if (n->op == OP_BN_RUNNING) {
+        const Node *st = &g->nodes[n->in[0]];
+        int C = st->shape.d[1];
+        const Shape *xs = &g->nodes[st->in[0]].shape;
+        int HW = xs->d[2] * xs->d[3];
+        int b[3] = { buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[0]) };
+        kernel(L, id, "bn_running_update", dimc(C), 3, b, (const char *const[]){ "=running_mean", "=running_var", "stats" });
+        body(L, "    /* running = (1 - momentum) * running + momentum * batch; the variance unbiased, as PyTorch */\n");
+        body(L, "    const float m = %#.9gf, count = (float)(N * %dL);\n", n->f[0], HW);
+        body(L, "    FOR_EACH(c, %dL) {\n"
+                "        running_mean[c] = (1.0f - m) * running_mean[c] + m * stats[c];\n"
+                "        float unbiased = count > 1.0f ? stats[%d + c] * count / (count - 1.0f) : stats[%d + c];\n"
+                "        running_var[c] = (1.0f - m) * running_var[c] + m * unbiased;\n    }\n", C, 2 * C, 2 * C);
+        end_kernel(L);
+        L->p->node_buf[id] = buf_of(L, n->in[1]);
+    }
+}
+
+/* ----------------------------------------------------------------------- driver */
+
+static void lower_view(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    int base = buf_of(L, n->in[0]);
+    int off = n->op == OP_SLICE ? n->i[0] : 0;
+    while (L->p->bufs[base].kind == BUF_VIEW) {
+        off += L->p->bufs[base].offset;
+        base = L->p->bufs[base].alias;
+    }
+    int b = new_buf(L, BUF_VIEW, dim_of(&n->shape), ir_op_name(n->op), id);
+    L->p->bufs[b].alias = base;
+    L->p->bufs[b].offset = off;
+    L->p->node_buf[id] = b;
+}
+
+int cg_lower(const Graph *g, Arena *a, Program *p)
+{
+    memset(p, 0, sizeof *p);
+    p->arena = a;
+    p->graph = g;
+    p->node_buf = arena_alloc(a, sizeof(int) * (size_t)g->n);
+    Lower L = { .g = g, .p = p };
+    L.col = arena_alloc(a, sizeof(int) * (size_t)g->n);
+    L.dyt = arena_alloc(a, sizeof(int) * (size_t)g->n);
+    for (int id = 0; id < g->n; id++) p->node_buf[id] = L.col[id] = L.dyt[id] = -1;
+    char *text = NULL;
+    size_t len = 0;
+    L.src = open_memstream(&text, &len);
+    if (!L.src) return -1;
+
+    for (int id = 0; id < g->n; id++) {
+        const Node *n = &g->nodes[id];
+        switch (ir_op_kind(n->op)) {
+        case KIND_SRC:
+            if (n->op == OP_CONST) {
+                lower_elementwise(&L, id);
+            } else {
+                BufKind k = n->op == OP_PARAM || n->op == OP_STATE ? BUF_PERSISTENT : BUF_INPUT;
+                p->node_buf[id] = new_buf(&L, k, dim_of(&n->shape), n->name, id);
+            }
+            break;
+        case KIND_EW:
+            lower_elementwise(&L, id);
+            break;
+        case KIND_KERN:
+            if (n->op == OP_MAXPOOL || n->op == OP_AVGPOOL || n->op == OP_MAXPOOL_BWD || n->op == OP_AVGPOOL_BWD)
+                lower_window(&L, id);
+            else
+                lower_reduction(&L, id);
+            break;
+        case KIND_GEMM:
+            lower_gemm(&L, id);
+            break;
+        case KIND_VIEW:
+            lower_view(&L, id);
+            break;
+        case KIND_EFFECT:
+            lower_effect(&L, id);
+            break;
+        }
+    }
+    fclose(L.src);
+    p->source = arena_strndup(a, text, len);
+    free(text);
+    p->input = g->input >= 0 ? p->node_buf[g->input] : -1;
+    p->labels = g->labels >= 0 ? p->node_buf[g->labels] : -1;
+    p->loss = g->loss >= 0 ? p->node_buf[g->loss] : -1;
+    p->correct = g->correct >= 0 ? p->node_buf[g->correct] : -1;
+    p->logits = g->logits >= 0 ? p->node_buf[g->logits] : -1;
+    return 0;
+}

@@ -1,0 +1,303 @@
+/*
+** Layer builders: the front end's way into the IR. Each builder checks its
+** input shapes, reports a mismatch at the layer's .net location, creates the
+** layer's parameters (named "<prefix>.weight" / "<prefix>.bias", initialised
+** as PyTorch initialises them) and returns the id of the layer's output.
+*/
+#include "ir.h"
+#include <string.h>
+
+static const char *shape_str(Graph *g, int id) { return ir_shape_str(g->arena, &g->nodes[id].shape); }
+
+static int unary(Graph *g, Op op, Loc loc, int x, Shape s)
+{
+    int id = ir_node(g, op, loc, 1, &x);
+    g->nodes[id].shape = s;
+    return id;
+}
+
+static int binary(Graph *g, Op op, Loc loc, int a, int b, Shape s)
+{
+    int in[2] = { a, b };
+    int id = ir_node(g, op, loc, 2, in);
+    g->nodes[id].shape = s;
+    return id;
+}
+
+/* A persistent tensor: a trainable PARAM or a STATE buffer. */
+static int persistent(Graph *g, Op op, Loc loc, const char *name, Shape s, InitKind init, int fan_in)
+{
+    if (ir_find_param(g, name) >= 0) {
+        diag_at(g->diag, loc, "duplicate parameter name '%s'; give this layer a different label", name);
+        return -1;
+    }
+    int id = ir_node(g, op, loc, 0, NULL);
+    Node *n = &g->nodes[id];
+    n->shape = s;
+    n->name = arena_strdup(g->arena, name);
+    n->init = init;
+    n->fan_in = fan_in;
+    return id;
+}
+
+static const char *pname(Graph *g, const char *prefix, const char *leaf)
+{
+    return prefix && *prefix ? arena_printf(g->arena, "%s.%s", prefix, leaf) : arena_strdup(g->arena, leaf);
+}
+
+static bool need_rank(Graph *g, Loc loc, int x, int nd, const char *layer, const char *expected)
+{
+    if (x < 0) return false;
+    if (g->nodes[x].shape.nd == nd) return true;
+    diag_at(g->diag, loc, "%s expects a %dD input %s, got %s%s", layer, nd, expected, shape_str(g, x),
+            nd == 2 && g->nodes[x].shape.nd == 4 ? "; insert 'flatten' before it" : "");
+    return false;
+}
+
+static bool positive(Graph *g, Loc loc, const char *layer, const char *what, int v, int min)
+{
+    if (v >= min) return true;
+    diag_at(g->diag, loc, "%s: %s must be at least %d, got %d", layer, what, min, v);
+    return false;
+}
+
+int ir_input(Graph *g, Loc loc, Shape s)
+{
+    if (g->input >= 0) {
+        diag_at(g->diag, loc, "the net already has an input (at line %d); only one is allowed",
+                g->nodes[g->input].loc.line);
+        return -1;
+    }
+    for (int k = 0; k < s.nd; k++)
+        if (s.d[k] <= 0 && !(k == 0 && s.d[k] == IR_BATCH)) {
+            diag_at(g->diag, loc, "input dimension %d must be positive, got %d", k, s.d[k]);
+            return -1;
+        }
+    int id = ir_node(g, OP_INPUT, loc, 0, NULL);
+    g->nodes[id].shape = s;
+    g->nodes[id].name = "x";
+    g->input = id;
+    return id;
+}
+
+/* Output size of a sliding window, or reports and returns 0. */
+static int window_out(Graph *g, Loc loc, const char *layer, int in, int k, int s, int p, const char *dim)
+{
+    if (2 * p > k) {
+        diag_at(g->diag, loc, "%s: padding %d is more than half the kernel %d", layer, p, k);
+        return 0;
+    }
+    int span = in + 2 * p;
+    if (k > span) {
+        diag_at(g->diag, loc, "%s: kernel %d is larger than the padded input %s %d (input %d + 2x padding %d)",
+                layer, k, dim, span, in, p);
+        return 0;
+    }
+    return (span - k) / s + 1;
+}
+
+int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
+              int kernel, int stride, int padding, bool bias)
+{
+    if (!need_rank(g, loc, x, 4, "conv2d", "[N, C, H, W]")) return -1;
+    if (!positive(g, loc, "conv2d", "out_channels", out_channels, 1) || !positive(g, loc, "conv2d", "kernel", kernel, 1) ||
+        !positive(g, loc, "conv2d", "stride", stride, 1) || !positive(g, loc, "conv2d", "padding", padding, 0))
+        return -1;
+    const Shape *xs = &g->nodes[x].shape;
+    int c = xs->d[1];
+    int oh = window_out(g, loc, "conv2d", xs->d[2], kernel, stride, padding, "height");
+    if (!oh) return -1;
+    int ow = window_out(g, loc, "conv2d", xs->d[3], kernel, stride, padding, "width");
+    if (!ow) return -1;
+    int fan_in = c * kernel * kernel;
+    int wd[4] = { out_channels, c, kernel, kernel };
+    int w = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), ir_shape_make(4, wd), INIT_UNIFORM_FAN_IN, fan_in);
+    if (w < 0) return -1;
+    int in[3] = { x, w, -1 };
+    if (bias) {
+        in[2] = persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), ir_shape_make(1, &out_channels), INIT_UNIFORM_FAN_IN, fan_in);
+        if (in[2] < 0) return -1;
+    }
+    int id = ir_node(g, OP_CONV2D, loc, bias ? 3 : 2, in);
+    Node *n = &g->nodes[id];
+    int od[4] = { xs->d[0], out_channels, oh, ow };
+    n->shape = ir_shape_make(4, od);
+    n->i[0] = stride;
+    n->i[1] = padding;
+    return id;
+}
+
+int ir_linear(Graph *g, Loc loc, const char *prefix, int x, int out_features, bool bias)
+{
+    return ir_linear_in(g, loc, prefix, x, -1, out_features, bias);
+}
+
+int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias)
+{
+    if (!need_rank(g, loc, x, 2, "linear", "[N, features]")) return -1;
+    if (!positive(g, loc, "linear", "out_features", out_features, 1)) return -1;
+    const Shape *xs = &g->nodes[x].shape;
+    int f = xs->d[1];
+    if (in_features >= 0 && in_features != f) {
+        diag_at(g->diag, loc, "linear: input has %d features (shape %s) but the layer expects in_features = %d",
+                f, shape_str(g, x), in_features);
+        return -1;
+    }
+    int wd[2] = { out_features, f };
+    int w = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), ir_shape_make(2, wd), INIT_UNIFORM_FAN_IN, f);
+    if (w < 0) return -1;
+    int in[3] = { x, w, -1 };
+    if (bias) {
+        in[2] = persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), ir_shape_make(1, &out_features), INIT_UNIFORM_FAN_IN, f);
+        if (in[2] < 0) return -1;
+    }
+    int id = ir_node(g, OP_LINEAR, loc, bias ? 3 : 2, in);
+    int od[2] = { xs->d[0], out_features };
+    g->nodes[id].shape = ir_shape_make(2, od);
+    return id;
+}
+
+int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum)
+{
+    if (!need_rank(g, loc, x, 4, "batchnorm2d", "[N, C, H, W]")) return -1;
+    if (!(eps > 0)) {
+        diag_at(g->diag, loc, "batchnorm2d: eps must be positive, got %g", eps);
+        return -1;
+    }
+    if (!(momentum >= 0 && momentum <= 1)) {
+        diag_at(g->diag, loc, "batchnorm2d: momentum must be in [0, 1], got %g", momentum);
+        return -1;
+    }
+    int c = g->nodes[x].shape.d[1];
+    Shape cs = ir_shape_make(1, &c);
+    int gamma = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), cs, INIT_ONES, 0);
+    if (gamma < 0) return -1;
+    int beta = persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), cs, INIT_ZEROS, 0);
+    if (beta < 0) return -1;
+    int rmean = persistent(g, OP_STATE, loc, pname(g, prefix, "running_mean"), cs, INIT_ZEROS, 0);
+    if (rmean < 0) return -1;
+    int rvar = persistent(g, OP_STATE, loc, pname(g, prefix, "running_var"), cs, INIT_ONES, 0);
+    if (rvar < 0) return -1;
+    int sd[2] = { 3, c };
+    int stats;
+    if (g->training) {
+        stats = unary(g, OP_BN_STATS, loc, x, ir_shape_make(2, sd));
+        g->nodes[stats].f[0] = eps;
+        int rin[3] = { stats, rmean, rvar };
+        int upd = ir_node(g, OP_BN_RUNNING, loc, 3, rin);
+        g->nodes[upd].shape = cs;
+        g->nodes[upd].f[0] = momentum;
+        g->nodes[upd].f[1] = eps;
+    } else {
+        stats = binary(g, OP_BN_EVAL_STATS, loc, rmean, rvar, ir_shape_make(2, sd));
+        g->nodes[stats].f[0] = eps;
+    }
+    int in[4] = { x, stats, gamma, beta };
+    int id = ir_node(g, OP_BN_APPLY, loc, 4, in);
+    g->nodes[id].shape = g->nodes[x].shape;
+    return id;
+}
+
+static int activation(Graph *g, Loc loc, Op op, int x)
+{
+    if (x < 0) return -1;
+    return unary(g, op, loc, x, g->nodes[x].shape);
+}
+int ir_relu(Graph *g, Loc loc, int x) { return activation(g, loc, OP_RELU, x); }
+int ir_sigmoid(Graph *g, Loc loc, int x) { return activation(g, loc, OP_SIGMOID, x); }
+int ir_tanh(Graph *g, Loc loc, int x) { return activation(g, loc, OP_TANH, x); }
+
+static int pool(Graph *g, Loc loc, Op op, int x, int kernel, int stride, int padding)
+{
+    const char *layer = ir_op_name(op);
+    if (!need_rank(g, loc, x, 4, layer, "[N, C, H, W]")) return -1;
+    if (!positive(g, loc, layer, "kernel", kernel, 1) || !positive(g, loc, layer, "stride", stride, 1) ||
+        !positive(g, loc, layer, "padding", padding, 0))
+        return -1;
+    const Shape *xs = &g->nodes[x].shape;
+    int oh = window_out(g, loc, layer, xs->d[2], kernel, stride, padding, "height");
+    if (!oh) return -1;
+    int ow = window_out(g, loc, layer, xs->d[3], kernel, stride, padding, "width");
+    if (!ow) return -1;
+    int od[4] = { xs->d[0], xs->d[1], oh, ow };
+    int id = unary(g, op, loc, x, ir_shape_make(4, od));
+    g->nodes[id].i[0] = kernel;
+    g->nodes[id].i[1] = stride;
+    g->nodes[id].i[2] = padding;
+    return id;
+}
+int ir_maxpool2d(Graph *g, Loc loc, int x, int k, int s, int p) { return pool(g, loc, OP_MAXPOOL, x, k, s, p); }
+int ir_avgpool2d(Graph *g, Loc loc, int x, int k, int s, int p) { return pool(g, loc, OP_AVGPOOL, x, k, s, p); }
+
+int ir_global_avgpool(Graph *g, Loc loc, int x)
+{
+    if (!need_rank(g, loc, x, 4, "global_avgpool", "[N, C, H, W]")) return -1;
+    const Shape *xs = &g->nodes[x].shape;
+    int od[4] = { xs->d[0], xs->d[1], 1, 1 };
+    return unary(g, OP_GAP, loc, x, ir_shape_make(4, od));
+}
+
+int ir_flatten(Graph *g, Loc loc, int x)
+{
+    if (x < 0) return -1;
+    const Shape *xs = &g->nodes[x].shape;
+    if (xs->nd < 2 || xs->d[0] != IR_BATCH) {
+        diag_at(g->diag, loc, "flatten expects a batched input [N, ...], got %s", shape_str(g, x));
+        return -1;
+    }
+    if (xs->nd == 2) return x;
+    long f = 1;
+    for (int k = 1; k < xs->nd; k++) f *= xs->d[k];
+    int od[2] = { IR_BATCH, (int)f };
+    return unary(g, OP_RESHAPE, loc, x, ir_shape_make(2, od));
+}
+
+int ir_dropout(Graph *g, Loc loc, int x, float p)
+{
+    if (x < 0) return -1;
+    if (!(p >= 0 && p < 1)) {
+        diag_at(g->diag, loc, "dropout: p must be in [0, 1), got %g", p);
+        return -1;
+    }
+    if (!g->training || p == 0) return x;   /* identity in evaluation, or when nothing is dropped */
+    int mask = unary(g, OP_DROPOUT_MASK, loc, x, g->nodes[x].shape);
+    g->nodes[mask].f[0] = p;
+    return binary(g, OP_MUL, loc, x, mask, g->nodes[x].shape);
+}
+
+int ir_add(Graph *g, Loc loc, int a, int b)
+{
+    if (a < 0 || b < 0) return -1;
+    if (!ir_shape_eq(&g->nodes[a].shape, &g->nodes[b].shape)) {
+        diag_at(g->diag, loc, "add: the two inputs have different shapes, %s and %s", shape_str(g, a), shape_str(g, b));
+        diag_note(g->diag, g->nodes[a].loc, "the first input, of shape %s, is made here", shape_str(g, a));
+        diag_note(g->diag, g->nodes[b].loc, "the second input, of shape %s, is made here", shape_str(g, b));
+        return -1;
+    }
+    return binary(g, OP_ADD, loc, a, b, g->nodes[a].shape);
+}
+
+int ir_softmax_xent(Graph *g, Loc loc, int logits)
+{
+    if (logits < 0) return -1;
+    const Shape *ls = &g->nodes[logits].shape;
+    if (ls->nd != 2 || ls->d[0] != IR_BATCH) {
+        diag_at(g->diag, loc, "softmax_cross_entropy expects logits [N, classes], got %s%s", shape_str(g, logits),
+                ls->nd == 4 ? "; flatten and add a linear layer before it" : "");
+        return -1;
+    }
+    if (g->loss >= 0) {
+        diag_at(g->diag, loc, "the net already has a loss; only one softmax_cross_entropy is allowed");
+        return -1;
+    }
+    int nd = IR_BATCH;
+    int lab = ir_node(g, OP_LABELS, loc, 0, NULL);
+    g->nodes[lab].shape = ir_shape_make(1, &nd);
+    g->nodes[lab].name = "labels";
+    g->labels = lab;
+    int one = 1;
+    g->loss = binary(g, OP_XENT, loc, logits, lab, ir_shape_make(1, &one));
+    g->correct = binary(g, OP_ACCURACY, loc, logits, lab, ir_shape_make(1, &one));
+    g->logits = logits;
+    return g->loss;
+}

@@ -1,0 +1,35 @@
+/*
+** Diagnostics about the user's input. Every message about a .net file goes
+** through diag_at(), which prints
+**     file.net:12:7: error: message
+**        12 |     x -> conv2: conv2d(16, kernel = 5)
+**           |          ^
+** and counts the error. Library code never exits: it reports and returns.
+*/
+#ifndef MGC_DIAG_H
+#define MGC_DIAG_H
+#include <stdio.h>
+
+typedef struct SourceFile {
+    const char *name;   /* path as given by the user */
+    const char *text;   /* whole file, NUL-terminated */
+} SourceFile;
+
+typedef struct Loc {
+    const SourceFile *file;   /* NULL for nodes made by passes (no .net origin) */
+    int line, col;            /* 1-based; 0 = unknown */
+} Loc;
+
+typedef struct Diag {
+    FILE *out;      /* where messages go (stderr by default) */
+    int errors;     /* number of errors reported */
+} Diag;
+
+void diag_init(Diag *d, FILE *out);
+void diag_at(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A follow-up "note:" line attached to the previous error (no count). */
+void diag_note(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Levenshtein distance, for "did you mean" suggestions. */
+int  diag_edit_distance(const char *a, const char *b);
+
+#endif

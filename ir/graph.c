@@ -1,0 +1,105 @@
+/*
+** Graph basics: the op table, node creation, shapes, parameter lookup.
+*/
+#include "ir.h"
+#include <string.h>
+#include <stdlib.h>
+
+static const struct { const char *name; OpKind kind; int min_in, max_in; } op_table[OP_COUNT] = {
+#define X(e, name, kind, mn, mx) [OP_##e] = { name, KIND_##kind, mn, mx },
+#include "ops.def"
+#undef X
+};
+
+const char *ir_op_name(Op op) { return op < OP_COUNT ? op_table[op].name : "?"; }
+OpKind ir_op_kind(Op op) { return op_table[op].kind; }
+
+void ir_graph_init(Graph *g, Arena *a, Diag *d, const char *net_name, bool training)
+{
+    memset(g, 0, sizeof *g);
+    g->arena = a;
+    g->diag = d;
+    g->net_name = net_name ? arena_strdup(a, net_name) : "net";
+    g->training = training;
+    g->input = g->labels = g->logits = g->loss = g->correct = -1;
+    g->n_forward = -1;
+}
+
+int ir_node(Graph *g, Op op, Loc loc, int nin, const int *in)
+{
+    if (g->n == g->cap) {
+        int cap = g->cap ? g->cap * 2 : 64;
+        g->nodes = arena_grow(g->arena, g->nodes, sizeof(Node) * (size_t)g->cap, sizeof(Node) * (size_t)cap);
+        g->cap = cap;
+    }
+    int id = g->n++;
+    Node *n = &g->nodes[id];
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    n->loc = loc;
+    n->nin = nin;
+    n->grad_of = -1;
+    for (int k = 0; k < nin; k++) n->in[k] = in[k];
+    return id;
+}
+
+const Shape *ir_shape(const Graph *g, int id) { return &g->nodes[id].shape; }
+
+Shape ir_shape_make(int nd, const int *d)
+{
+    Shape s = { .nd = nd };
+    for (int k = 0; k < nd && k < IR_MAXDIM; k++) s.d[k] = d[k];
+    return s;
+}
+
+long ir_numel(const Shape *s, long batch)
+{
+    long n = 1;
+    for (int k = 0; k < s->nd; k++) n *= s->d[k] == IR_BATCH ? batch : s->d[k];
+    return n;
+}
+
+bool ir_shape_eq(const Shape *a, const Shape *b)
+{
+    if (a->nd != b->nd) return false;
+    for (int k = 0; k < a->nd; k++)
+        if (a->d[k] != b->d[k]) return false;
+    return true;
+}
+
+char *ir_shape_str(Arena *a, const Shape *s)
+{
+    char buf[128];
+    int p = 0;
+    buf[p++] = '[';
+    for (int k = 0; k < s->nd; k++) {
+        if (k) buf[p++] = ',';
+        if (s->d[k] == IR_BATCH) buf[p++] = 'N';
+        else p += snprintf(buf + p, sizeof buf - (size_t)p, "%d", s->d[k]);
+    }
+    buf[p++] = ']';
+    buf[p] = 0;
+    return arena_strdup(a, buf);
+}
+
+int ir_find_param(const Graph *g, const char *name)
+{
+    for (int id = 0; id < g->n; id++) {
+        const Node *n = &g->nodes[id];
+        if ((n->op == OP_PARAM || n->op == OP_STATE) && n->name && strcmp(n->name, name) == 0) return id;
+    }
+    return -1;
+}
+
+long ir_param_count(const Graph *g, int *tensors)
+{
+    long total = 0;
+    int t = 0;
+    for (int id = 0; id < g->n; id++)
+        if (g->nodes[id].op == OP_PARAM) {
+            total += ir_numel(&g->nodes[id].shape, 1);
+            t++;
+        }
+    if (tensors) *tensors = t;
+    return total;
+}

@@ -1,0 +1,124 @@
+/*
+** The IR: a typed tensor graph (float32). Nodes are kept in topological
+** order in one array (an input always has a smaller id than its user); a
+** node's id is its index. Every node carries its output shape, checked when
+** the node is made, and the .net location it came from.
+**
+** The batch dimension is symbolic: a shape whose dim 0 is IR_BATCH holds N
+** examples, N known only at run time. Kernels take N as an argument.
+**
+** Layer builders (ir_conv2d, ir_linear, ...) are what the front end calls:
+** they create the parameters (named "<prefix>.weight", "<prefix>.bias",
+** initialised as PyTorch does), check shapes and report mismatches through
+** diag_at() at the layer's location. They return the new node's id, or -1
+** after an error.
+*/
+#ifndef MGC_IR_H
+#define MGC_IR_H
+#include <stdbool.h>
+#include <stdio.h>
+#include "arena.h"
+#include "diag.h"
+
+#define IR_MAXDIM 4
+#define IR_MAXIN  5
+#define IR_BATCH  (-1)        /* the symbolic batch size N, only ever as dim 0 */
+
+typedef enum Op {
+#define X(e, name, kind, mn, mx) OP_##e,
+#include "ops.def"
+#undef X
+    OP_COUNT
+} Op;
+
+typedef enum OpKind { KIND_SRC, KIND_EW, KIND_GEMM, KIND_KERN, KIND_VIEW, KIND_EFFECT } OpKind;
+
+typedef struct Shape {
+    int nd;                   /* number of dims, 0 for a scalar */
+    int d[IR_MAXDIM];         /* d[0] may be IR_BATCH */
+} Shape;
+
+typedef enum InitKind {
+    INIT_NONE,                /* filled from outside (input, labels) or computed */
+    INIT_UNIFORM_FAN_IN,      /* U(-1/sqrt(fan_in), +1/sqrt(fan_in)): PyTorch's Conv/Linear default */
+    INIT_ZEROS,
+    INIT_ONES,
+} InitKind;
+
+typedef struct Node {
+    Op op;
+    int nin;
+    int in[IR_MAXIN];         /* input node ids, all < this node's id */
+    Shape shape;              /* output shape (EFFECT nodes: the updated tensor's) */
+    int i[4];                 /* integer attributes, per op (see ops.def) */
+    float f[4];               /* float attributes, per op */
+    const char *name;         /* PARAM/STATE: full parameter name ("stage2.0.conv1.weight") */
+    InitKind init;            /* PARAM/STATE */
+    int fan_in;               /* PARAM with INIT_UNIFORM_FAN_IN */
+    Loc loc;                  /* where in the .net file it came from */
+    int grad_of;              /* backward nodes: id of the forward node whose gradient (part) this is, else -1 */
+} Node;
+
+typedef struct Graph {
+    Arena *arena;             /* owns nodes and names */
+    Diag *diag;
+    const char *net_name;
+    bool training;            /* BatchNorm uses batch stats and dropout is active only when set */
+    Node *nodes;
+    int n, cap;
+    int input, labels;        /* ids, -1 until made */
+    int logits, loss, correct;/* set by ir_softmax_xent */
+    int n_forward;            /* nodes [0, n_forward) are the forward graph (set by autodiff) */
+    /* set by ir_autodiff: */
+    int *grad;                /* grad[id] = node holding d loss / d node id, or -1 */
+    int n_params;
+} Graph;
+
+/* ---- the table ---- */
+const char *ir_op_name(Op op);
+OpKind      ir_op_kind(Op op);
+
+/* ---- graphs ---- */
+void  ir_graph_init(Graph *g, Arena *a, Diag *d, const char *net_name, bool training);
+int   ir_node(Graph *g, Op op, Loc loc, int nin, const int *in);  /* raw; shape not set */
+const Shape *ir_shape(const Graph *g, int id);
+long  ir_numel(const Shape *s, long batch);      /* elements, with N = batch */
+bool  ir_shape_eq(const Shape *a, const Shape *b);
+char *ir_shape_str(Arena *a, const Shape *s);     /* "[N,6,24,24]" */
+Shape ir_shape_make(int nd, const int *d);
+/* Find a parameter or state tensor by name, or -1. */
+int   ir_find_param(const Graph *g, const char *name);
+long  ir_param_count(const Graph *g, int *tensors); /* trainable scalars; *tensors = PARAM nodes */
+
+/* ---- layer builders (front end API) ---- */
+int ir_input(Graph *g, Loc loc, Shape s);
+int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
+              int kernel, int stride, int padding, bool bias);
+int ir_linear(Graph *g, Loc loc, const char *prefix, int x, int out_features, bool bias);
+/* The same with an explicit in_features (-1: inferred), checked against the input. */
+int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias);
+int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
+int ir_relu(Graph *g, Loc loc, int x);
+int ir_sigmoid(Graph *g, Loc loc, int x);
+int ir_tanh(Graph *g, Loc loc, int x);
+int ir_maxpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
+int ir_avgpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
+int ir_global_avgpool(Graph *g, Loc loc, int x);
+int ir_flatten(Graph *g, Loc loc, int x);
+int ir_dropout(Graph *g, Loc loc, int x, float p);
+int ir_add(Graph *g, Loc loc, int a, int b);
+int ir_softmax_xent(Graph *g, Loc loc, int logits);  /* the loss; labels are implicit */
+
+/* ---- passes ---- */
+/* Checks every node's inputs and shape; returns number of problems (printed to d). */
+int  ir_verify(const Graph *g, Diag *d);
+/* SGD hyper-parameters, with PyTorch's semantics (dampening 0, no Nesterov). */
+typedef struct IrSgd { float lr, momentum, weight_decay; } IrSgd;
+/* Appends the backward graph and the SGD updates as ordinary nodes.
+   Requires: a loss. Produces: g->grad[], g->n_forward. With input_grad the
+   gradient of the input is computed too (for checks). Returns 0 or -1. */
+int  ir_autodiff(Graph *g, const IrSgd *sgd, bool input_grad);
+/* Prints nodes [from, to) one a line, with shapes and source locations. */
+void ir_print(const Graph *g, FILE *out, int from, int to);
+
+#endif

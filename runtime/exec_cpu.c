@@ -1,0 +1,419 @@
+/*
+** The CPU backend: kernels compiled by the system C compiler into a shared
+** object (cached on disk by a hash of source, flags and compiler), loaded with
+** dlopen, run on a small thread pool; GEMMs through CBLAS (OpenBLAS).
+**
+** The pool runs one kernel at a time: every thread calls the kernel with its
+** own a.thread, and FOR_EACH gives each its contiguous share of the work.
+** Small kernels run on the calling thread alone.
+*/
+#include "runtime.h"
+#include "rng.h"
+#include <cblas.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* What a kernel sees; must match the prelude's KArgs. */
+typedef struct KArgs {
+    float *t[8];
+    long batch;
+    float f[4];
+    unsigned long long seed;
+    int thread, nthreads;
+} KArgs;
+typedef void (*KernelCall)(KArgs);
+
+/* ------------------------------------------------------------------ thread pool */
+
+struct Pool {
+    int nthreads;
+    pthread_t *tid;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    KernelCall fn;            /* the job: fn(args) with thread = 1..nthreads-1 */
+    KArgs args;
+    atomic_ulong generation;  /* bumped per job */
+    atomic_int pending;       /* workers still running the job */
+    bool quit;
+};
+
+typedef struct Worker { Pool *pool; int index; } Worker;
+
+static void *worker_main(void *arg)
+{
+    Worker *w = arg;
+    Pool *p = w->pool;
+    unsigned long seen = 0;
+    for (;;) {
+        /* Spin briefly for the next job (kernels come back to back), then sleep. */
+        unsigned long gen = atomic_load_explicit(&p->generation, memory_order_acquire);
+        for (int spin = 0; gen == seen && spin < 20000; spin++) {
+#if defined(__x86_64__)
+            __builtin_ia32_pause();
+#endif
+            gen = atomic_load_explicit(&p->generation, memory_order_acquire);
+        }
+        if (gen == seen) {
+            pthread_mutex_lock(&p->mu);
+            while ((gen = atomic_load(&p->generation)) == seen && !p->quit) pthread_cond_wait(&p->cv, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (p->quit) break;
+        seen = gen;
+        KArgs a = p->args;
+        a.thread = w->index;
+        p->fn(a);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    }
+    free(w);
+    return NULL;
+}
+
+Pool *rt_pool_new(int threads)
+{
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    Pool *p = calloc(1, sizeof *p);
+    p->nthreads = threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->tid = calloc((size_t)threads, sizeof(pthread_t));
+    for (int k = 1; k < threads; k++) {
+        Worker *w = malloc(sizeof *w);
+        w->pool = p;
+        w->index = k;
+        pthread_create(&p->tid[k], NULL, worker_main, w);
+    }
+    return p;
+}
+
+void rt_pool_free(Pool *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = true;
+    atomic_fetch_add(&p->generation, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int k = 1; k < p->nthreads; k++) pthread_join(p->tid[k], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->tid);
+    free(p);
+}
+
+int rt_pool_threads(const Pool *p) { return p->nthreads; }
+
+static void pool_run(Pool *p, KernelCall fn, KArgs a, long work, bool heavy)
+{
+    int nt = p->nthreads;
+    if (nt == 1 || (heavy ? work < nt : work < 8192)) {
+        a.thread = 0;
+        a.nthreads = 1;
+        fn(a);
+        return;
+    }
+    a.nthreads = nt;
+    p->fn = fn;
+    p->args = a;
+    atomic_store(&p->pending, nt - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    a.thread = 0;
+    fn(a);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+    }
+}
+
+/* ----------------------------------------------------------------- compilation */
+
+const char *rt_cache_dir(char *buf, size_t size)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    if (xdg && *xdg) snprintf(buf, size, "%s/mgc", xdg);
+    else snprintf(buf, size, "%s/.cache/mgc", getenv("HOME") ? getenv("HOME") : "/tmp");
+    return buf;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static int mkdirs(const char *path)
+{
+    char tmp[4608];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
+    return 0;
+}
+
+/* The first line of `cc --version`, part of the cache key. */
+static void compiler_id(const char *cc, char *buf, size_t size)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --version 2>/dev/null", cc);
+    buf[0] = 0;
+    FILE *f = popen(cmd, "r");
+    if (!f) return;
+    if (!fgets(buf, (int)size, f)) buf[0] = 0;
+    pclose(f);
+}
+
+static const char kernel_flags[] = "-O3 -march=native -std=gnu11 -fPIC -shared -fno-math-errno -Wno-unused";
+
+static int compile_kernels(const char *source, const RtOptions *opt, char *so_path, size_t so_size, char *err, size_t err_size)
+{
+    const char *cc = getenv("MGC_CC");
+    if (!cc || !*cc) cc = "cc";
+    char id[256];
+    compiler_id(cc, id, sizeof id);
+    if (!id[0]) {
+        snprintf(err, err_size, "cannot run the C compiler '%s' to build the kernels (set MGC_CC to a working compiler)", cc);
+        return -1;
+    }
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = fnv1a(h, source);
+    h = fnv1a(h, "\n--flags ");
+    h = fnv1a(h, kernel_flags);
+    h = fnv1a(h, "\n--cc ");
+    h = fnv1a(h, cc);
+    h = fnv1a(h, id);
+    char dir[4096], kdir[4200];
+    rt_cache_dir(dir, sizeof dir);
+    snprintf(kdir, sizeof kdir, "%s/kernels", dir);
+    if (mkdirs(kdir)) {
+        snprintf(err, err_size, "cannot create the kernel cache directory '%s': %s (set XDG_CACHE_HOME to a writable place)",
+                 kdir, strerror(errno));
+        return -1;
+    }
+    snprintf(so_path, so_size, "%s/%016llx.so", kdir, (unsigned long long)h);
+    if (access(so_path, R_OK) == 0) {
+        if (opt && opt->verbose) fprintf(stderr, "mgc: kernels found in cache %s\n", so_path);
+        return 0;
+    }
+    char c_path[4800], tmp_so[4800], log_path[4800];
+    snprintf(c_path, sizeof c_path, "%s/%016llx.c", kdir, (unsigned long long)h);
+    snprintf(tmp_so, sizeof tmp_so, "%s.%d.tmp", so_path, (int)getpid());
+    snprintf(log_path, sizeof log_path, "%s/%016llx.log", kdir, (unsigned long long)h);
+    FILE *f = fopen(c_path, "w");
+    if (!f || fputs(source, f) < 0 || fclose(f)) {
+        snprintf(err, err_size, "cannot write kernel source '%s': %s", c_path, strerror(errno));
+        return -1;
+    }
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s %s -o '%s' '%s' > '%s' 2>&1", cc, kernel_flags, tmp_so, c_path, log_path);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = system(cmd);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc != 0) {
+        snprintf(err, err_size, "the C compiler failed on the generated kernels (exit %d); source %s, messages %s",
+                 WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, c_path, log_path);
+        unlink(tmp_so);
+        return -1;
+    }
+    if (rename(tmp_so, so_path)) {
+        snprintf(err, err_size, "cannot move compiled kernels into the cache '%s': %s", so_path, strerror(errno));
+        return -1;
+    }
+    unlink(log_path);
+    if (opt && opt->verbose)
+        fprintf(stderr, "mgc: compiled kernels in %.2f s -> %s\n",
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), so_path);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- store */
+
+StoreEntry *rt_store_find(Store *s, const char *name)
+{
+    for (int k = 0; k < s->n; k++)
+        if (strcmp(s->e[k].name, name) == 0) return &s->e[k];
+    return NULL;
+}
+
+int rt_store_add(Store *s, const Node *n)
+{
+    StoreEntry *e = rt_store_find(s, n->name);
+    if (e) return ir_shape_eq(&e->shape, &n->shape) ? (int)(e - s->e) : -1;
+    if (s->n == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 64;
+        s->e = realloc(s->e, sizeof(StoreEntry) * (size_t)s->cap);
+    }
+    e = &s->e[s->n];
+    e->name = strdup(n->name);
+    e->shape = n->shape;
+    e->numel = ir_numel(&n->shape, 1);
+    e->data = calloc((size_t)e->numel, sizeof(float));
+    e->node = n;
+    e->trainable = n->op == OP_PARAM;
+    return s->n++;
+}
+
+void rt_store_free(Store *s)
+{
+    for (int k = 0; k < s->n; k++) {
+        free((char *)s->e[k].name);
+        free(s->e[k].data);
+    }
+    free(s->e);
+    memset(s, 0, sizeof *s);
+}
+
+void rt_store_init(Store *s, unsigned long long seed)
+{
+    Rng r;
+    rng_seed(&r, seed);
+    for (int k = 0; k < s->n; k++) {
+        StoreEntry *e = &s->e[k];
+        switch (e->node->init) {
+        case INIT_UNIFORM_FAN_IN: {
+            float bound = 1.0f / sqrtf((float)e->node->fan_in);
+            for (long i = 0; i < e->numel; i++) e->data[i] = rng_uniform(&r, -bound, bound);
+            break;
+        }
+        case INIT_ONES:
+            for (long i = 0; i < e->numel; i++) e->data[i] = 1.0f;
+            break;
+        case INIT_ZEROS: case INIT_NONE:
+            memset(e->data, 0, sizeof(float) * (size_t)e->numel);
+            break;
+        }
+    }
+}
+
+/* ----------------------------------------------------------------------- exec */
+
+int rt_exec_init(Exec *x, const Program *p, Store *store, long max_batch, Pool *pool,
+                 const RtOptions *opt, char *err, size_t err_size)
+{
+    memset(x, 0, sizeof *x);
+    x->prog = p;
+    x->max_batch = max_batch;
+    x->pool = pool;
+    x->ptr = calloc((size_t)p->nbufs, sizeof(float *));
+    x->owned = calloc((size_t)p->nbufs, sizeof(void *));
+    x->fn = calloc((size_t)p->nsteps, sizeof(KernelFn));
+    for (int b = 0; b < p->nbufs; b++) {
+        const Buf *buf = &p->bufs[b];
+        if (buf->kind == BUF_PERSISTENT) {
+            const Node *n = &p->graph->nodes[buf->node];
+            int k = rt_store_add(store, n);
+            if (k < 0) {
+                snprintf(err, err_size, "internal: '%s' has two shapes", n->name);
+                return -1;
+            }
+            x->ptr[b] = store->e[k].data;
+        } else if (buf->kind != BUF_VIEW) {
+            size_t bytes = sizeof(float) * (size_t)cg_dim(buf->size, max_batch) + 64;
+            void *mem = NULL;
+            if (posix_memalign(&mem, 64, bytes)) {
+                snprintf(err, err_size, "out of memory: %zu bytes for %s (try a smaller --batch-size)", bytes, buf->name);
+                return -1;
+            }
+            memset(mem, 0, bytes);
+            x->owned[x->nowned++] = mem;
+            x->ptr[b] = mem;
+        }
+    }
+    for (int b = 0; b < p->nbufs; b++)
+        if (p->bufs[b].kind == BUF_VIEW) x->ptr[b] = x->ptr[p->bufs[b].alias] + p->bufs[b].offset;
+
+    char so_path[4608];
+    char *src = cg_source(p, TARGET_C);
+    if (compile_kernels(src, opt, so_path, sizeof so_path, err, err_size)) return -1;
+    x->so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!x->so) {
+        snprintf(err, err_size, "cannot load compiled kernels %s: %s (delete it to rebuild)", so_path, dlerror());
+        return -1;
+    }
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        if (s->kind != STEP_KERNEL) continue;
+        void *sym = dlsym(x->so, s->fn);
+        if (!sym) {
+            snprintf(err, err_size, "kernel %s missing from %s (delete it to rebuild)", s->fn, so_path);
+            return -1;
+        }
+        memcpy(&x->fn[k], &sym, sizeof sym);
+    }
+    x->seed = 0x5eed;
+    return 0;
+}
+
+void rt_exec_free(Exec *x)
+{
+    for (int k = 0; k < x->nowned; k++) free(x->owned[k]);
+    free(x->owned);
+    free(x->ptr);
+    free(x->fn);
+    if (x->so) dlclose(x->so);
+    memset(x, 0, sizeof *x);
+}
+
+void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay)
+{
+    const Program *p = x->prog;
+    for (int k = 0; k < p->nsteps; k++) {
+        Step *s = &p->steps[k];
+        if (s->kind == STEP_KERNEL && p->graph->nodes[s->node].op == OP_SGD) {
+            s->f[0] = lr;
+            s->f[1] = momentum;
+            s->f[2] = weight_decay;
+        }
+    }
+}
+
+void rt_exec_run(Exec *x, long n)
+{
+    const Program *p = x->prog;
+    x->runs++;
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        if (s->kind == STEP_KERNEL) {
+            KArgs a;
+            memset(&a, 0, sizeof a);
+            for (int j = 0; j < s->nargs; j++) a.t[j] = s->args[j] >= 0 ? x->ptr[s->args[j]] : NULL;
+            a.batch = n;
+            memcpy(a.f, s->f, sizeof a.f);
+            a.seed = s->seeded ? x->seed * 0x9E3779B97F4A7C15ULL + x->runs * 0xD1B54A32D192ED03ULL + (unsigned long long)k : 0;
+            KernelCall fn;
+            memcpy(&fn, &x->fn[k], sizeof fn);
+            pool_run(x->pool, fn, a, cg_dim(s->work, n), s->heavy);
+        } else {
+            cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans,
+                        (int)cg_dim(s->m, n), (int)cg_dim(s->n, n), (int)cg_dim(s->k, n), s->alpha,
+                        x->ptr[s->a], (int)cg_dim(s->lda, n), x->ptr[s->b], (int)cg_dim(s->ldb, n),
+                        s->beta, x->ptr[s->c], (int)cg_dim(s->ldc, n));
+        }
+    }
+}

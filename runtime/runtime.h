@@ -1,0 +1,73 @@
+/*
+** The runtime: compiled programs bound to memory, run step by step.
+**
+** A Backend turns a Program's kernel source into callable kernels (the CPU
+** backend: the system C compiler, a disk cache, dlopen) and runs its steps
+** (kernels on a thread pool, GEMMs through CBLAS). An Exec is one Program
+** bound to buffers; persistent buffers (parameters, running statistics,
+** momentum) live in a Store shared by the training and evaluation programs.
+*/
+#ifndef MGC_RUNTIME_H
+#define MGC_RUNTIME_H
+#include "codegen.h"
+
+typedef struct Pool Pool;
+
+/* Persistent tensors by name, shared between programs. */
+typedef struct StoreEntry {
+    const char *name;
+    Shape shape;
+    long numel;
+    float *data;
+    const Node *node;        /* the PARAM/STATE node that first declared it (init, fan_in) */
+    bool trainable;
+} StoreEntry;
+
+typedef struct Store {
+    StoreEntry *e;
+    int n, cap;
+} Store;
+
+typedef void (*KernelFn)(void);   /* stored type; called as void fn(KArgs) */
+
+typedef struct Exec {
+    const Program *prog;
+    long max_batch;
+    float **ptr;             /* per buffer: its memory (views resolved) */
+    void **owned;            /* allocations to free */
+    int nowned;
+    KernelFn *fn;            /* per step: the kernel, or NULL for GEMMs */
+    void *so;                /* dlopen handle */
+    Pool *pool;
+    unsigned long long seed, runs;
+} Exec;
+
+typedef struct RtOptions {
+    int threads;             /* 0: all cores */
+    bool verbose;            /* say when kernels are compiled or found in the cache */
+} RtOptions;
+
+Pool *rt_pool_new(int threads);
+void  rt_pool_free(Pool *p);
+int   rt_pool_threads(const Pool *p);
+
+/* Compiles (or finds in the cache) the program's kernels and binds buffers
+   for up to max_batch examples. Returns 0, or -1 with a message in err. */
+int  rt_exec_init(Exec *x, const Program *p, Store *store, long max_batch, Pool *pool,
+                  const RtOptions *opt, char *err, size_t err_size);
+void rt_exec_free(Exec *x);
+/* Runs every step for a batch of n examples (n <= max_batch). */
+void rt_exec_run(Exec *x, long n);
+/* Sets the run-time scalars of every SGD step (learning rate schedules, ...). */
+void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay);
+
+int   rt_store_add(Store *s, const Node *n);      /* finds or creates; returns index or -1 on shape clash */
+StoreEntry *rt_store_find(Store *s, const char *name);
+void  rt_store_free(Store *s);
+/* Initialises every entry as PyTorch does (uniform fan-in bounds, ones, zeros) from the seed. */
+void  rt_store_init(Store *s, unsigned long long seed);
+
+/* Cache directory for compiled kernels: $XDG_CACHE_HOME/mgc, else ~/.cache/mgc. */
+const char *rt_cache_dir(char *buf, size_t size);
+
+#endif
