@@ -196,32 +196,39 @@ static void lower_elementwise(Lower *L, int id)
         const Shape *xs = &n->shape;
         int C = xs->d[1], HW = xs->d[2] * xs->d[3];
         int b[5] = { y, in0, in1, buf_of(L, n->in[2]), buf_of(L, n->in[3]) };
-        kernel(L, id, "bn_apply", work, 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta" });
-        body(L, "    FOR_EACH(i, %s) {\n"
-                "        long c = (i / %d) %% %d;\n"
-                "        y[i] = (x[i] - stats[c]) * stats[%d + c] * gamma[c] + beta[c];\n    }\n", W, HW, C, C);
+        kernel(L, id, "bn_apply", dimn(C), 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta" });
+        body(L, "    /* x, y are [N*%d planes, %d]; y = (x - mean) * invstd * gamma + beta */\n", C, HW);
+        body(L, "    FOR_EACH(plane, %s) {\n"
+                "        long c = plane %% %d;\n"
+                "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n"
+                "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
+                "        for (int k = 0; k < %d; k++) yp[k] = xp[k] * scale + shift;\n    }\n",
+             work_str(L, dimn(C)), C, C, HW, HW, HW);
         break;
     }
     case OP_BN_BWD_X: {
         const Shape *xs = &n->shape;
         int C = xs->d[1], HW = xs->d[2] * xs->d[3];
         int b[6] = { y, in0, in1, buf_of(L, n->in[2]), buf_of(L, n->in[3]), buf_of(L, n->in[4]) };
-        kernel(L, id, "bn_grad_x", work, 6, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy", "dparams" });
+        kernel(L, id, "bn_grad_x", dimn(C), 6, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy", "dparams" });
+        body(L, "    /* dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M), M = N*H*W; planes [N*%d, %d] */\n", C, HW);
         body(L, "    const float inv_m = 1.0f / (float)(N * %dL);\n"
-                "    FOR_EACH(i, %s) {\n"
-                "        long c = (i / %d) %% %d;\n"
-                "        float invstd = stats[%d + c];\n"
-                "        float xhat = (x[i] - stats[c]) * invstd;\n"
-                "        dx[i] = gamma[c] * invstd * (dy[i] - dparams[%d + c] * inv_m - xhat * dparams[c] * inv_m);\n    }\n",
-             HW, W, HW, C, C, C);
+                "    FOR_EACH(plane, %s) {\n"
+                "        long c = plane %% %d;\n"
+                "        float invstd = stats[%d + c], mean = stats[c], k1 = gamma[c] * invstd;\n"
+                "        float mdb = dparams[%d + c] * inv_m, mdg = dparams[c] * inv_m;\n"
+                "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n        float *dxp = dx + plane * %d;\n"
+                "        for (int k = 0; k < %d; k++) dxp[k] = k1 * (dyp[k] - mdb - (xp[k] - mean) * invstd * mdg);\n    }\n",
+             HW, work_str(L, dimn(C)), C, C, C, HW, HW, HW, HW);
         break;
     }
     case OP_GAP_BWD: {
         const Shape *xs = &n->shape;
-        int HW = xs->d[2] * xs->d[3];
+        int C = xs->d[1], HW = xs->d[2] * xs->d[3];
         int b[2] = { y, in0 };
-        kernel(L, id, "global_avgpool_grad", work, 2, b, (const char *const[]){ "=dx", "dy" });
-        body(L, "    FOR_EACH(i, %s) {\n        dx[i] = dy[i / %d] * %#.9gf;\n    }\n", W, HW, 1.0 / HW);
+        kernel(L, id, "global_avgpool_grad", dimn(C), 2, b, (const char *const[]){ "=dx", "dy" });
+        body(L, "    FOR_EACH(plane, %s) {\n        float g = dy[plane] * %#.9gf;\n"
+                "        for (int k = 0; k < %d; k++) dx[plane * %d + k] = g;\n    }\n", work_str(L, dimn(C)), 1.0 / HW, HW, HW);
         break;
     }
     default:
@@ -239,72 +246,83 @@ static void lower_window(Lower *L, int id)
     const Graph *g = L->g;
     int K = n->i[0], S = n->i[1], P = n->i[2];
     int y = out_buf(L, id);
-    /* x: the forward input's shape; o: the forward output's shape */
-    const Shape *xs = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL ? &g->nodes[n->in[0]].shape : &n->shape;
-    const Shape *os = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL ? &n->shape
-                    : &g->nodes[n->op == OP_MAXPOOL_BWD ? n->in[1] : n->in[0]].shape;
-    int H = xs->d[2], Wd = xs->d[3], OH = os->d[2], OW = os->d[3];
-    Dim work = dim_of(&n->shape);
-    const char *W = work_str(L, work);
-    if (n->op == OP_MAXPOOL || n->op == OP_AVGPOOL) {
+    bool fwd = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL;
+    bool mx = n->op == OP_MAXPOOL || n->op == OP_MAXPOOL_BWD;
+    /* xs: the forward input's shape; os: the forward output's shape */
+    const Shape *xs = fwd ? &g->nodes[n->in[0]].shape : &n->shape;
+    const Shape *os = fwd ? &n->shape : &g->nodes[n->op == OP_MAXPOOL_BWD ? n->in[1] : n->in[0]].shape;
+    int C = xs->d[1], H = xs->d[2], Wd = xs->d[3], OH = os->d[2], OW = os->d[3];
+    Dim planes = dimn(C);
+    const char *W = work_str(L, planes);
+    const char *scale = arena_printf(L->p->arena, "%#.9gf", 1.0 / (K * K));
+    if (fwd) {
         int b[2] = { y, buf_of(L, n->in[0]) };
-        kernel(L, id, ir_op_name(n->op), work, 2, b, (const char *const[]){ "=y", "x" });
-        body(L, "    /* x is [N*C, %d, %d], y is [N*C, %d, %d]; window %d, stride %d, padding %d */\n", H, Wd, OH, OW, K, S, P);
-        body(L, "    FOR_EACH(i, %s) {\n"
-                "        long nc = i / %d, oy = (i / %d) %% %d, ox = i %% %d;\n"
-                "        const float *xp = x + nc * %d;\n"
-                "        float acc = %s;\n"
-                "        for (int ky = 0; ky < %d; ky++) {\n"
-                "            long iy = oy * %d - %d + ky;\n"
-                "            if (iy < 0 || iy >= %d) continue;\n"
-                "            for (int kx = 0; kx < %d; kx++) {\n"
-                "                long ix = ox * %d - %d + kx;\n"
-                "                if (ix < 0 || ix >= %d) continue;\n"
-                "                float v = xp[iy * %d + ix];\n"
-                "                %s\n"
-                "            }\n"
-                "        }\n"
-                "        y[i] = %s;\n    }\n",
-             W, OH * OW, OW, OH, OW, H * Wd, n->op == OP_MAXPOOL ? "-MGC_INF" : "0.0f",
-             K, S, P, H, K, S, P, Wd, Wd,
-             n->op == OP_MAXPOOL ? "if (v > acc || v != v) acc = v;" : "acc += v;",
-             n->op == OP_MAXPOOL ? "acc" : arena_printf(L->p->arena, "acc * %#.9gf", 1.0 / (K * K)));
+        kernel(L, id, ir_op_name(n->op), planes, 2, b, (const char *const[]){ "=y", "x" });
+        body(L, "    /* x is [N*%d planes, %d, %d], y is [N*%d, %d, %d]; window %d, stride %d, padding %d; one plane per iteration */\n",
+             C, H, Wd, C, OH, OW, K, S, P);
+        body(L, "    FOR_EACH(plane, %s) {\n"
+                "        const float *xp = x + plane * %d;\n"
+                "        float *yp = y + plane * %d;\n"
+                "        for (int oy = 0; oy < %d; oy++)\n"
+                "            for (int ox = 0; ox < %d; ox++) {\n"
+                "                float acc = %s;\n"
+                "                for (int ky = 0; ky < %d; ky++) {\n"
+                "                    int iy = oy * %d - %d + ky;\n"
+                "                    if (iy < 0 || iy >= %d) continue;\n"
+                "                    for (int kx = 0; kx < %d; kx++) {\n"
+                "                        int ix = ox * %d - %d + kx;\n"
+                "                        if (ix < 0 || ix >= %d) continue;\n"
+                "                        float v = xp[iy * %d + ix];\n"
+                "                        %s\n"
+                "                    }\n"
+                "                }\n"
+                "                yp[oy * %d + ox] = %s;\n"
+                "            }\n    }\n",
+             W, H * Wd, OH * OW, OH, OW, mx ? "-MGC_INF" : "0.0f", K, S, P, H, K, S, P, Wd, Wd,
+             mx ? "if (v > acc || v != v) acc = v;" : "acc += v;", OW,
+             mx ? "acc" : arena_printf(L->p->arena, "acc * %s", scale));
     } else {
-        /* Gather form: each input element sums the windows that cover it, so no two threads write one place. */
-        bool mx = n->op == OP_MAXPOOL_BWD;
+        /* Scatter within a plane: each iteration owns one plane of dx, so no two threads write one place. */
         int b[3] = { y, buf_of(L, n->in[0]), mx ? buf_of(L, n->in[1]) : -1 };
-        if (mx) kernel(L, id, "maxpool2d_grad", work, 3, b, (const char *const[]){ "=dx", "x", "dy" });
-        else kernel(L, id, "avgpool2d_grad", work, 2, b, (const char *const[]){ "=dx", "dy" });
-        body(L, "    /* dx, x are [N*C, %d, %d], dy is [N*C, %d, %d]; window %d, stride %d, padding %d */\n", H, Wd, OH, OW, K, S, P);
-        body(L, "    FOR_EACH(i, %s) {\n"
-                "        long nc = i / %d, iy = (i / %d) %% %d, ix = i %% %d;\n"
-                "        const float *dyp = dy + nc * %d;\n"
-                "        float acc = 0.0f;\n"
-                "        long oy0 = iy + %d - %d + 1, ox0 = ix + %d - %d + 1;\n"
-                "        oy0 = oy0 > 0 ? (oy0 + %d - 1) / %d : 0;\n"
-                "        ox0 = ox0 > 0 ? (ox0 + %d - 1) / %d : 0;\n"
-                "        for (long oy = oy0; oy < %d && oy * %d - %d <= iy; oy++)\n"
-                "            for (long ox = ox0; ox < %d && ox * %d - %d <= ix; ox++) {\n",
-             W, H * Wd, Wd, H, Wd, OH * OW, P, K, P, K, S, S, S, S, OH, S, P, OW, S, P);
+        if (mx) kernel(L, id, "maxpool2d_grad", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" });
+        else kernel(L, id, "avgpool2d_grad", planes, 2, b, (const char *const[]){ "=dx", "dy" });
+        body(L, "    /* dx%s are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; window %d, stride %d, padding %d */\n",
+             mx ? ", x" : "", C, H, Wd, C, OH, OW, K, S, P);
+        body(L, "    FOR_EACH(plane, %s) {\n"
+                "        float *dxp = dx + plane * %d;\n"
+                "        const float *dyp = dy + plane * %d;\n"
+                "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
+                "        for (int oy = 0; oy < %d; oy++)\n"
+                "            for (int ox = 0; ox < %d; ox++) {\n",
+             W, H * Wd, OH * OW, H * Wd, OH, OW);
         if (mx)
-            body(L, "                /* recompute the window's arg-max: the first maximum, as PyTorch */\n"
-                    "                const float *xp = x + nc * %d;\n"
-                    "                float best = -MGC_INF; long at = -1;\n"
+            body(L, "                /* the window's first maximum, as the forward pass (and PyTorch) chose it */\n"
+                    "                const float *xp = x + plane * %d;\n"
+                    "                float best = -MGC_INF; int at = -1;\n"
                     "                for (int ky = 0; ky < %d; ky++) {\n"
-                    "                    long yy = oy * %d - %d + ky;\n"
-                    "                    if (yy < 0 || yy >= %d) continue;\n"
+                    "                    int iy = oy * %d - %d + ky;\n"
+                    "                    if (iy < 0 || iy >= %d) continue;\n"
                     "                    for (int kx = 0; kx < %d; kx++) {\n"
-                    "                        long xx = ox * %d - %d + kx;\n"
-                    "                        if (xx < 0 || xx >= %d) continue;\n"
-                    "                        float v = xp[yy * %d + xx];\n"
-                    "                        if (v > best || (v != v && best == best) || at < 0) { best = v; at = yy * %d + xx; }\n"
+                    "                        int ix = ox * %d - %d + kx;\n"
+                    "                        if (ix < 0 || ix >= %d) continue;\n"
+                    "                        float v = xp[iy * %d + ix];\n"
+                    "                        if (at < 0 || v > best || (v != v && best == best)) { best = v; at = iy * %d + ix; }\n"
                     "                    }\n"
                     "                }\n"
-                    "                if (at == iy * %d + ix) acc += dyp[oy * %d + ox];\n",
-                 H * Wd, K, S, P, H, K, S, P, Wd, Wd, Wd, Wd, OW);
+                    "                if (at >= 0) dxp[at] += dyp[oy * %d + ox];\n",
+                 H * Wd, K, S, P, H, K, S, P, Wd, Wd, Wd, OW);
         else
-            body(L, "                acc += dyp[oy * %d + ox];\n", OW);
-        body(L, "            }\n        dx[i] = %s;\n    }\n", mx ? "acc" : arena_printf(L->p->arena, "acc * %#.9gf", 1.0 / (K * K)));
+            body(L, "                float g = dyp[oy * %d + ox] * %s;\n"
+                    "                for (int ky = 0; ky < %d; ky++) {\n"
+                    "                    int iy = oy * %d - %d + ky;\n"
+                    "                    if (iy < 0 || iy >= %d) continue;\n"
+                    "                    for (int kx = 0; kx < %d; kx++) {\n"
+                    "                        int ix = ox * %d - %d + kx;\n"
+                    "                        if (ix >= 0 && ix < %d) dxp[iy * %d + ix] += g;\n"
+                    "                    }\n"
+                    "                }\n",
+                 OW, scale, K, S, P, H, K, S, P, Wd, Wd);
+        body(L, "            }\n    }\n");
     }
     end_kernel(L);
 }
@@ -438,11 +456,11 @@ static int transposed_grad(Lower *L, int id, int dy_node)
     int O = ds->d[1], P = ds->d[2] * ds->d[3];
     int t = new_buf(L, BUF_WORK, dimn((long)O * P), "dy transposed", dy_node);
     int b[2] = { t, buf_of(L, dy_node) };
-    Dim work = dimn((long)O * P);
-    kernel(L, id, "pack_grad", work, 2, b, (const char *const[]){ "=t", "dy" });
-    body(L, "    /* dy is [N, %d, %d]; t is [%d, N*%d] */\n", O, P, O, P);
-    body(L, "    FOR_EACH(i, %s) {\n        long o = i / (N * %d), j = i %% (N * %d);\n"
-            "        t[i] = dy[((j / %d) * %d + o) * %d + j %% %d];\n    }\n", work_str(L, work), P, P, P, O, P, P);
+    kernel(L, id, "pack_grad", dimn(O), 2, b, (const char *const[]){ "=t", "dy" });
+    body(L, "    /* dy is [N, %d, %d]; t is [%d, N*%d]; one (o, n) row per iteration */\n", O, P, O, P);
+    body(L, "    FOR_EACH(i, %s) {\n        long o = i / N, n = i %% N;\n"
+            "        const float *src = dy + (n * %d + o) * %d;\n        float *dst = t + i * %d;\n"
+            "        for (int p = 0; p < %d; p++) dst[p] = src[p];\n    }\n", work_str(L, dimn(O)), O, P, P, P);
     end_kernel(L);
     L->dyt[dy_node] = t;
     return t;
@@ -455,18 +473,24 @@ static int im2col(Lower *L, int id, int x_node, int K, int S, int Pd, int OH, in
     long P = (long)OH * OW, CKK = (long)C * K * K;
     int col = new_buf(L, BUF_WORK, dimn(CKK * P), "im2col", id);
     int b[2] = { col, buf_of(L, x_node) };
-    Dim work = dimn(CKK * P);
-    kernel(L, id, "im2col", work, 2, b, (const char *const[]){ "=col", "x" });
-    body(L, "    /* x is [N, %d, %d, %d]; col is [%d*%d*%d, N*%d*%d], row (c, ky, kx), column (n, oy, ox) */\n",
-         C, H, W, C, K, K, OH, OW);
+    kernel(L, id, "im2col", dimn(CKK), 2, b, (const char *const[]){ "=col", "x" });
+    body(L, "    /* x is [N, %d, %d, %d]; col is [%d*%d*%d, N*%d*%d], row (c, ky, kx), column (n, oy, ox);\n"
+            "       one (row, n) stretch of %ld columns per iteration */\n", C, H, W, C, K, K, OH, OW, P);
     body(L, "    FOR_EACH(i, %s) {\n"
-            "        long r = i / (N * %ld), j = i %% (N * %ld);\n"
-            "        long c = r / %d, ky = (r / %d) %% %d, kx = r %% %d;\n"
-            "        long n = j / %ld, oy = (j / %d) %% %d, ox = j %% %d;\n"
-            "        long iy = oy * %d - %d + ky, ix = ox * %d - %d + kx;\n"
-            "        col[i] = (iy >= 0 && iy < %d && ix >= 0 && ix < %d) ? x[((n * %d + c) * %d + iy) * %d + ix] : 0.0f;\n"
-            "    }\n",
-         work_str(L, work), P, P, K * K, K, K, K, P, OW, OH, OW, S, Pd, S, Pd, H, W, C, H, W);
+            "        long r = i / N, n = i %% N;\n"
+            "        int c = (int)(r / %d), ky = (int)(r / %d) %% %d, kx = (int)(r %% %d);\n"
+            "        const float *xp = x + (n * %d + c) * %d;\n"
+            "        float *cp = col + i * %ld;\n"
+            "        for (int oy = 0; oy < %d; oy++) {\n"
+            "            int iy = oy * %d - %d + ky;\n"
+            "            float *row = cp + oy * %d;\n"
+            "            if (iy < 0 || iy >= %d) { for (int ox = 0; ox < %d; ox++) row[ox] = 0.0f; continue; }\n"
+            "            for (int ox = 0; ox < %d; ox++) {\n"
+            "                int ix = ox * %d - %d + kx;\n"
+            "                row[ox] = ix >= 0 && ix < %d ? xp[iy * %d + ix] : 0.0f;\n"
+            "            }\n"
+            "        }\n    }\n",
+         work_str(L, dimn(CKK)), K * K, K, K, K, C, H * W, P, OH, S, Pd, OW, H, OW, OW, S, Pd, W, W);
     end_kernel(L);
     return col;
 }
@@ -487,12 +511,13 @@ static void lower_gemm(Lower *L, int id)
         int y = out_buf(L, id);
         bool bias = n->nin == 3;
         int b[3] = { y, t, bias ? buf_of(L, n->in[2]) : -1 };
-        Dim work = dim_of(ys);
-        kernel(L, id, "conv2d_unpack", work, bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" });
-        body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld] */\n", O, P, O, P);
-        body(L, "    FOR_EACH(i, %s) {\n        long n = i / %ld, o = (i / %ld) %% %d, p = i %% %ld;\n"
-                "        y[i] = t[o * (N * %ld) + n * %ld + p]%s;\n    }\n",
-             work_str(L, work), O * P, P, O, P, P, P, bias ? " + bias[o]" : "");
+        kernel(L, id, "conv2d_unpack", dimn(O), bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" });
+        body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld]; one (n, o) plane per iteration */\n", O, P, O, P);
+        body(L, "    FOR_EACH(i, %s) {\n        long n = i / %d, o = i %% %d;\n"
+                "        const float *src = t + (o * N + n) * %ld;\n        float *dst = y + i * %ld;\n"
+                "        const float b = %s;\n"
+                "        for (int p = 0; p < %ld; p++) dst[p] = src[p] + b;\n    }\n",
+             work_str(L, dimn(O)), O, O, P, P, bias ? "bias[o]" : "0.0f", P);
         end_kernel(L);
         break;
     }
@@ -517,25 +542,26 @@ static void lower_gemm(Lower *L, int id)
         gemm(L, id, true, false, dimc(CKK), dimn(P), dimc(O), buf_of(L, n->in[1]), dimc(CKK), t, dimn(P), 0.0f, dcol, dimn(P));
         int dx = out_buf(L, id);
         int b[2] = { dx, dcol };
-        Dim work = dim_of(xs);
-        kernel(L, id, "col2im", work, 2, b, (const char *const[]){ "=dx", "dcol" });
-        body(L, "    /* dcol is [%d*%d*%d, N*%d*%d]; dx is [N, %d, %d, %d]: each x gathers the columns that read it */\n",
+        kernel(L, id, "col2im", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" });
+        body(L, "    /* dcol is [%d*%d*%d, N*%d*%d]; dx is [N, %d, %d, %d]; each iteration owns one (n, c) plane of dx */\n",
              C, K, K, OH, OW, C, H, W);
-        body(L, "    FOR_EACH(i, %s) {\n"
-                "        long n = i / %ld, c = (i / %d) %% %d, iy = (i / %d) %% %d, ix = i %% %d;\n"
-                "        float acc = 0.0f;\n"
-                "        for (int ky = 0; ky < %d; ky++) {\n"
-                "            long ty = iy + %d - ky;\n"
-                "            if (ty < 0 || ty %% %d != 0 || ty / %d >= %d) continue;\n"
+        body(L, "    FOR_EACH(plane, %s) {\n"
+                "        long n = plane / %d, c = plane %% %d;\n"
+                "        float *dxp = dx + plane * %d;\n"
+                "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
+                "        for (int ky = 0; ky < %d; ky++)\n"
                 "            for (int kx = 0; kx < %d; kx++) {\n"
-                "                long tx = ix + %d - kx;\n"
-                "                if (tx < 0 || tx %% %d != 0 || tx / %d >= %d) continue;\n"
-                "                acc += dcol[((c * %d + ky) * %d + kx) * (N * %ld) + n * %ld + (ty / %d) * %d + tx / %d];\n"
-                "            }\n"
-                "        }\n"
-                "        dx[i] = acc;\n    }\n",
-             work_str(L, work), (long)C * H * W, H * W, C, W, H, W,
-             K, Pd, S, S, OH, K, Pd, S, S, OW, K, K, P, P, S, OW, S);
+                "                const float *cp = dcol + ((c * %d + ky) * %d + kx) * (N * %ld) + n * %ld;\n"
+                "                for (int oy = 0; oy < %d; oy++) {\n"
+                "                    int iy = oy * %d - %d + ky;\n"
+                "                    if (iy < 0 || iy >= %d) continue;\n"
+                "                    for (int ox = 0; ox < %d; ox++) {\n"
+                "                        int ix = ox * %d - %d + kx;\n"
+                "                        if (ix >= 0 && ix < %d) dxp[iy * %d + ix] += cp[oy * %d + ox];\n"
+                "                    }\n"
+                "                }\n"
+                "            }\n    }\n",
+             work_str(L, dimn(C)), C, C, H * W, H * W, K, K, K, K, P, P, OH, S, Pd, H, OW, S, Pd, W, W, OW);
         end_kernel(L);
         break;
     }

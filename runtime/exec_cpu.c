@@ -3,9 +3,11 @@
 ** object (cached on disk by a hash of source, flags and compiler), loaded with
 ** dlopen, run on a small thread pool; GEMMs through CBLAS (OpenBLAS).
 **
-** The pool runs one kernel at a time: every thread calls the kernel with its
-** own a.thread, and FOR_EACH gives each its contiguous share of the work.
-** Small kernels run on the calling thread alone.
+** The pool runs one job at a time on all its threads: a kernel (every thread
+** calls it with its own a.thread, and FOR_EACH gives each its contiguous
+** share) or a GEMM (each thread multiplies its block of rows or columns with
+** single-threaded BLAS). One pool owns all the cores: BLAS's own threads would
+** fight it for them. Small jobs run on the calling thread alone.
 */
 #include "runtime.h"
 #include "rng.h"
@@ -41,8 +43,8 @@ struct Pool {
     pthread_t *tid;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    KernelCall fn;            /* the job: fn(args) with thread = 1..nthreads-1 */
-    KArgs args;
+    void (*job)(void *ctx, int thread, int nthreads);   /* run by threads 1..nthreads-1 too */
+    void *ctx;
     atomic_ulong generation;  /* bumped per job */
     atomic_int pending;       /* workers still running the job */
     bool quit;
@@ -71,9 +73,7 @@ static void *worker_main(void *arg)
         }
         if (p->quit) break;
         seen = gen;
-        KArgs a = p->args;
-        a.thread = w->index;
-        p->fn(a);
+        p->job(p->ctx, w->index, p->nthreads);
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
     free(w);
@@ -88,6 +88,7 @@ Pool *rt_pool_new(int threads)
     }
     Pool *p = calloc(1, sizeof *p);
     p->nthreads = threads;
+    openblas_set_num_threads(1);   /* the pool parallelises GEMMs itself */
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->tid = calloc((size_t)threads, sizeof(pthread_t));
@@ -117,30 +118,70 @@ void rt_pool_free(Pool *p)
 
 int rt_pool_threads(const Pool *p) { return p->nthreads; }
 
-static void pool_run(Pool *p, KernelCall fn, KArgs a, long work, bool heavy)
+/* Runs job(ctx, t, nthreads) for t = 0..nthreads-1, t = 0 on this thread; returns when all are done. */
+static void pool_run(Pool *p, void (*job)(void *, int, int), void *ctx, bool parallel)
 {
     int nt = p->nthreads;
-    if (nt == 1 || (heavy ? work < nt : work < 8192)) {
-        a.thread = 0;
-        a.nthreads = 1;
-        fn(a);
+    if (nt == 1 || !parallel) {
+        job(ctx, 0, 1);
         return;
     }
-    a.nthreads = nt;
-    p->fn = fn;
-    p->args = a;
+    p->job = job;
+    p->ctx = ctx;
     atomic_store(&p->pending, nt - 1);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    a.thread = 0;
-    fn(a);
+    job(ctx, 0, nt);
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
     }
+}
+
+typedef struct KernelJob { KernelCall fn; KArgs a; } KernelJob;
+
+static void kernel_job(void *ctx, int thread, int nthreads)
+{
+    KernelJob *k = ctx;
+    KArgs a = k->a;
+    a.thread = thread;
+    a.nthreads = nthreads;
+    k->fn(a);
+}
+
+/* Row-major C[M,N] = alpha op(A) op(B) + beta C, split over threads by
+   rows of C (when M is the larger) or by columns. */
+typedef struct GemmJob {
+    bool ta, tb;
+    int m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+} GemmJob;
+
+static void gemm_job(void *ctx, int thread, int nthreads)
+{
+    GemmJob *g = ctx;
+    const float *a = g->a, *b = g->b;
+    float *c = g->c;
+    int m = g->m, n = g->n;
+    if (g->m >= g->n) {
+        int m0 = (int)((long)g->m * thread / nthreads), m1 = (int)((long)g->m * (thread + 1) / nthreads);
+        m = m1 - m0;
+        a += g->ta ? m0 : (long)m0 * g->lda;
+        c += (long)m0 * g->ldc;
+    } else {
+        int n0 = (int)((long)g->n * thread / nthreads), n1 = (int)((long)g->n * (thread + 1) / nthreads);
+        n = n1 - n0;
+        b += g->tb ? (long)n0 * g->ldb : n0;
+        c += n0;
+    }
+    if (m <= 0 || n <= 0) return;
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+                m, n, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
 }
 
 /* ----------------------------------------------------------------- compilation */
@@ -376,6 +417,7 @@ void rt_exec_free(Exec *x)
     free(x->owned);
     free(x->ptr);
     free(x->fn);
+    free(x->step_seconds);
     if (x->so) dlclose(x->so);
     memset(x, 0, sizeof *x);
 }
@@ -393,12 +435,39 @@ void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay)
     }
 }
 
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void rt_exec_profile(Exec *x)
+{
+    if (!x->step_seconds) x->step_seconds = calloc((size_t)x->prog->nsteps, sizeof(double));
+}
+
+void rt_exec_profile_report(const Exec *x, FILE *out)
+{
+    const Program *p = x->prog;
+    if (!x->step_seconds) return;
+    double total = 0;
+    for (int k = 0; k < p->nsteps; k++) total += x->step_seconds[k];
+    fprintf(out, "profile: %llu runs, %.3f s in steps\n  step  node   share     ms/run  what\n", x->runs, total);
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        fprintf(out, "  %-5d %%%-5d %5.1f%%  %9.4f  %s\n", k, s->node, 100 * x->step_seconds[k] / (total > 0 ? total : 1),
+                1e3 * x->step_seconds[k] / (double)(x->runs ? x->runs : 1), s->kind == STEP_KERNEL ? s->fn : "gemm");
+    }
+}
+
 void rt_exec_run(Exec *x, long n)
 {
     const Program *p = x->prog;
     x->runs++;
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
+        double t0 = x->step_seconds ? seconds() : 0;
         if (s->kind == STEP_KERNEL) {
             KArgs a;
             memset(&a, 0, sizeof a);
@@ -406,14 +475,17 @@ void rt_exec_run(Exec *x, long n)
             a.batch = n;
             memcpy(a.f, s->f, sizeof a.f);
             a.seed = s->seeded ? x->seed * 0x9E3779B97F4A7C15ULL + x->runs * 0xD1B54A32D192ED03ULL + (unsigned long long)k : 0;
-            KernelCall fn;
-            memcpy(&fn, &x->fn[k], sizeof fn);
-            pool_run(x->pool, fn, a, cg_dim(s->work, n), s->heavy);
+            KernelJob job = { .a = a };
+            memcpy(&job.fn, &x->fn[k], sizeof job.fn);
+            long work = cg_dim(s->work, n);
+            pool_run(x->pool, kernel_job, &job, s->heavy ? work >= 2 : work >= 8192);
         } else {
-            cblas_sgemm(CblasRowMajor, s->ta ? CblasTrans : CblasNoTrans, s->tb ? CblasTrans : CblasNoTrans,
-                        (int)cg_dim(s->m, n), (int)cg_dim(s->n, n), (int)cg_dim(s->k, n), s->alpha,
-                        x->ptr[s->a], (int)cg_dim(s->lda, n), x->ptr[s->b], (int)cg_dim(s->ldb, n),
-                        s->beta, x->ptr[s->c], (int)cg_dim(s->ldc, n));
+            GemmJob g = { s->ta, s->tb, (int)cg_dim(s->m, n), (int)cg_dim(s->n, n), (int)cg_dim(s->k, n),
+                          (int)cg_dim(s->lda, n), (int)cg_dim(s->ldb, n), (int)cg_dim(s->ldc, n), s->alpha, s->beta,
+                          x->ptr[s->a], x->ptr[s->b], x->ptr[s->c] };
+            double flops = 2.0 * g.m * g.n * g.k;
+            pool_run(x->pool, gemm_job, &g, flops > 2e5 && (g.m >= 16 || g.n >= 16));
         }
+        if (x->step_seconds) x->step_seconds[k] += seconds() - t0;
     }
 }

@@ -40,6 +40,7 @@ typedef struct Exec {
     void *so;                /* dlopen handle */
     Pool *pool;
     unsigned long long seed, runs;
+    double *step_seconds;    /* per step, accumulated when profiling (else NULL) */
 } Exec;
 
 typedef struct RtOptions {
@@ -60,6 +61,9 @@ void rt_exec_free(Exec *x);
 void rt_exec_run(Exec *x, long n);
 /* Sets the run-time scalars of every SGD step (learning rate schedules, ...). */
 void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay);
+/* Times every step from now on; rt_exec_profile_report prints the table. */
+void rt_exec_profile(Exec *x);
+void rt_exec_profile_report(const Exec *x, FILE *out);
 
 int   rt_store_add(Store *s, const Node *n);      /* finds or creates; returns index or -1 on shape clash */
 StoreEntry *rt_store_find(Store *s, const char *name);

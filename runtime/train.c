@@ -260,6 +260,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     }
     have_ev = true;
     rt_exec_set_sgd(&tr, cfg->lr, cfg->momentum, cfg->weight_decay);
+    if (getenv("MGC_PROFILE")) rt_exec_profile(&tr);
     tr.seed = ev.seed = cfg->seed;
     rt_store_init(&store, cfg->seed);
     if (cfg->load && load_checkpoint(&store, cfg->load)) goto out;
@@ -348,6 +349,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
         status = 130;
     }
 out:
+    if (have_tr && tr.step_seconds) rt_exec_profile_report(&tr, stderr);
     if (log) fclose(log);
     free(order);
     data_free(&train);

@@ -1,0 +1,940 @@
+/*
+** Unit tests for runtime/data, runtime/safetensors and runtime/rng.
+**
+** Build and run from the repository root:
+**   mkdir -p build && cc -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes \
+**     -Wmissing-prototypes -D_GNU_SOURCE -O2 -g -I. -Iruntime -Iir tests/unit_runtime.c \
+**     runtime/data.c runtime/safetensors.c runtime/rng.c -lz -lm -o build/unit_runtime
+**   MGC_DATA=/path/to/fashion-mnist build/unit_runtime
+**
+** Without MGC_DATA the checks on the real Fashion-MNIST files are skipped
+** (with a message); everything else runs on files crafted in a temp dir.
+** The Python cross-check of safetensors runs with $MGC_PYTHON (default
+** /usr/bin/python3) when it can import torch, through tests/st.py and, if
+** installed, the `safetensors` package; otherwise it is skipped.
+** Prints "N passed, M failed"; exit status 1 if anything failed.
+*/
+#include "data.h"
+#include "rng.h"
+#include "safetensors.h"
+
+#include <dirent.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+static int passed, failed;
+
+#define CHECK(cond, what) check((cond) != 0, __LINE__, #cond, what)
+static void check(int ok, int line, const char *cond, const char *what)
+{
+    if (ok) {
+        passed++;
+        return;
+    }
+    failed++;
+    printf("FAIL line %d: %s (%s)\n", line, what, cond);
+}
+
+/* Expects -1 with msg containing every substring given (NULL-terminated list). */
+static void expect_err(int rc, const char *err, int line, const char *what, ...)
+{
+    va_list ap;
+    int ok = rc == -1;
+    va_start(ap, what);
+    const char *s;
+    while ((s = va_arg(ap, const char *)) != NULL)
+        if (!strstr(err, s)) {
+            ok = 0;
+            printf("  missing \"%s\"\n", s);
+        }
+    va_end(ap);
+    check(ok, line, "rc == -1 && message matches", what);
+    if (!ok)
+        printf("  rc=%d message: %s\n", rc, err);
+}
+#define EXPECT_ERR(rc, err, what, ...) expect_err(rc, err, __LINE__, what, __VA_ARGS__, (const char *)NULL)
+
+static char tmpdir[256];
+
+static void remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char sub[1024];
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        remove_tree(sub);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+static int write_bytes(const char *path, const void *data, size_t n, int gz)
+{
+    if (gz) {
+        gzFile f = gzopen(path, "wb");
+        if (!f)
+            return -1;
+        int ok = n == 0 || gzwrite(f, data, (unsigned)n) == (int)n;
+        return gzclose(f) == Z_OK && ok ? 0 : -1;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(data, 1, n, f);
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+static unsigned char *read_whole(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len + 1);
+    *n = fread(b, 1, (size_t)len, f);
+    fclose(f);
+    return b;
+}
+
+static void put_be32(unsigned char *p, unsigned v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+/* ---- rng ----------------------------------------------------------------- */
+
+static void test_rng(void)
+{
+    Rng a, b;
+    rng_seed(&a, 12345);
+    /* Pinned against an independent Python implementation of splitmix64 +
+       xoshiro256**: a change here changes every --seed run. */
+    CHECK(rng_next(&a) == 0xbe6a36374160d49bULL, "xoshiro256** known answer 1");
+    CHECK(rng_next(&a) == 0x214aaa0637a688c6ULL, "xoshiro256** known answer 2");
+    CHECK(rng_next(&a) == 0xf69d16de9954d388ULL, "xoshiro256** known answer 3");
+    CHECK(rng_hash(7, 0) == 0xb8b4c297u && rng_hash(7, 1) == 0xa65305fdu &&
+          rng_hash(7, 2) == 0x8ca3cbb6u, "rng_hash known answers");
+    CHECK(rng_hash(7, 5) != rng_hash(8, 5), "rng_hash depends on the seed");
+    CHECK(strstr(RNG_HASH_SOURCE, "unsigned int rng_hash(unsigned long long seed") != NULL &&
+          strstr(RNG_HASH_SOURCE, "0x94D049BB133111EBULL") != NULL, "RNG_HASH_SOURCE text");
+
+    rng_seed(&a, 99);
+    rng_seed(&b, 99);
+    int same = 1;
+    for (int i = 0; i < 100; i++)
+        same &= rng_next(&a) == rng_next(&b);
+    CHECK(same, "same seed, same stream");
+    rng_seed(&b, 100);
+    CHECK(rng_next(&a) != rng_next(&b), "different seeds differ");
+    rng_seed2(&a, 99, 1);
+    rng_seed2(&b, 99, 2);
+    CHECK(rng_next(&a) != rng_next(&b), "different streams differ");
+
+    double sum = 0, sq = 0;
+    int in_range = 1;
+    rng_seed(&a, 1);
+    for (int i = 0; i < 100000; i++) {
+        float u = rng_uniform(&a, -2.0f, 3.0f);
+        in_range &= u >= -2.0f && u < 3.0f;
+        sum += u;
+    }
+    CHECK(in_range, "uniform in [lo,hi)");
+    CHECK(fabs(sum / 100000 - 0.5) < 0.03, "uniform mean");
+
+    int hist[7] = {0}, below_ok = 1;
+    for (int i = 0; i < 70000; i++) {
+        int k = rng_below(&a, 7);
+        below_ok &= k >= 0 && k < 7;
+        if (k >= 0 && k < 7)
+            hist[k]++;
+    }
+    int flat = 1;
+    for (int k = 0; k < 7; k++)
+        flat &= abs(hist[k] - 10000) < 500;
+    CHECK(below_ok && flat, "rng_below(7) in range and flat");
+    CHECK(rng_below(&a, 1) == 0, "rng_below(1) == 0");
+    int big_ok = 1;
+    for (int i = 0; i < 1000; i++) {
+        int k = rng_below(&a, 2147483647);
+        big_ok &= k >= 0;
+    }
+    CHECK(big_ok, "rng_below(INT_MAX) in range");
+
+    sum = sq = 0;
+    for (int i = 0; i < 100000; i++) {
+        float z = rng_normal(&a, 1.0f, 2.0f);
+        sum += z;
+        sq += (double)z * z;
+    }
+    double mean = sum / 100000, var = sq / 100000 - mean * mean;
+    CHECK(fabs(mean - 1.0) < 0.03 && fabs(sqrt(var) - 2.0) < 0.03, "normal mean/std");
+
+    /* Hash-based dropout mask: keep fraction close to 1 - p. */
+    int kept = 0;
+    for (unsigned i = 0; i < 100000; i++)
+        kept += (rng_hash(42, i) >> 8) * (1.0f / 16777216.0f) >= 0.25f;
+    CHECK(abs(kept - 75000) < 800, "rng_hash keep rate");
+}
+
+/* ---- shuffling and batching -------------------------------------------------------- */
+
+static int is_permutation(const int *order, int n)
+{
+    char *seen = calloc((size_t)n + 1, 1);
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        if (order[i] < 0 || order[i] >= n || seen[order[i]])
+            ok = 0;
+        else
+            seen[order[i]] = 1;
+    }
+    free(seen);
+    return ok;
+}
+
+static void test_shuffle(void)
+{
+    enum { N = 1000 };
+    static int o0[N], o1[N], o0b[N], s2[N];
+    data_epoch_order(N, 7, 0, o0);
+    data_epoch_order(N, 7, 1, o1);
+    data_epoch_order(N, 7, 0, o0b);
+    data_epoch_order(N, 8, 0, s2);
+    CHECK(is_permutation(o0, N) && is_permutation(o1, N), "epoch order is a permutation");
+    CHECK(memcmp(o0, o0b, sizeof o0) == 0, "same seed+epoch, same order");
+    CHECK(memcmp(o0, o1, sizeof o0) != 0, "epochs differ");
+    CHECK(memcmp(o0, s2, sizeof o0) != 0, "seeds differ");
+    int fixed = 0;
+    for (int i = 0; i < N; i++)
+        fixed += o0[i] == i;
+    CHECK(fixed < 10, "shuffle moves nearly everything");
+    int one[1] = {5};
+    data_epoch_order(1, 7, 0, one);
+    CHECK(one[0] == 0, "n = 1");
+    data_epoch_order(0, 7, 0, one);   /* must not touch anything */
+
+    /* Uniformity: where element 0 lands over many epochs, n = 10. */
+    int pos[10] = {0}, o[10];
+    for (int e = 0; e < 20000; e++) {
+        data_epoch_order(10, 3, e, o);
+        for (int i = 0; i < 10; i++)
+            if (o[i] == 0)
+                pos[i]++;
+    }
+    int flat = 1;
+    for (int i = 0; i < 10; i++)
+        flat &= abs(pos[i] - 2000) < 200;
+    CHECK(flat, "element 0 lands uniformly");
+}
+
+/* ---- Fashion-MNIST on crafted files --------------------------------------- */
+
+enum { SYN_TRAIN = 100, SYN_TEST = 20, PIX = 28 * 28 };
+static const char *const names[4] = {
+    "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+};
+
+/* The four files of a small valid dataset, in memory. */
+static unsigned char *syn[4];
+static size_t syn_len[4];
+
+static void make_synthetic(void)
+{
+    int counts[2] = {SYN_TRAIN, SYN_TEST};
+    Rng r;
+    rng_seed(&r, 5);
+    for (int s = 0; s < 2; s++) {
+        int n = counts[s];
+        syn_len[2 * s] = 16 + (size_t)n * PIX;
+        unsigned char *im = syn[2 * s] = malloc(syn_len[2 * s]);
+        put_be32(im, 0x803);
+        put_be32(im + 4, (unsigned)n);
+        put_be32(im + 8, 28);
+        put_be32(im + 12, 28);
+        for (size_t i = 0; i < (size_t)n * PIX; i++)
+            im[16 + i] = (unsigned char)rng_below(&r, 256);
+        syn_len[2 * s + 1] = 8 + (size_t)n;
+        unsigned char *lb = syn[2 * s + 1] = malloc(syn_len[2 * s + 1]);
+        put_be32(lb, 0x801);
+        put_be32(lb + 4, (unsigned)n);
+        for (int i = 0; i < n; i++)
+            lb[8 + i] = (unsigned char)(i % 10);
+    }
+}
+
+/* A fresh dir named `sub` with the four files (gz selects gzip). */
+static void make_dir(char *dir, size_t size, const char *sub, int gz)
+{
+    snprintf(dir, size, "%s/%s", tmpdir, sub);
+    mkdir(dir, 0755);
+    for (int i = 0; i < 4; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s%s", dir, names[i], gz ? ".gz" : "");
+        write_bytes(path, syn[i], syn_len[i], gz);
+    }
+}
+
+/* Writes a modified copy of synthetic file `which` into dir (plain or gz). */
+static void put_variant(const char *dir, int which, const unsigned char *data, size_t n, int gz)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.gz", dir, names[which]);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/%s", dir, names[which]);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/%s%s", dir, names[which], gz ? ".gz" : "");
+    write_bytes(path, data, n, gz);
+}
+
+static int synthetic_ok(const Dataset *tr, const Dataset *te)
+{
+    if (tr->n != SYN_TRAIN || te->n != SYN_TEST || tr->rows != 28 || tr->cols != 28)
+        return 0;
+    const Dataset *ds[2] = {tr, te};
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < ds[s]->n; i++) {
+            if (ds[s]->labels[i] != syn[2 * s + 1][8 + i])
+                return 0;
+            for (int p = 0; p < PIX; p++)
+                if (ds[s]->images[(size_t)i * PIX + p] != syn[2 * s][16 + (size_t)i * PIX + p] / 255.0f)
+                    return 0;
+        }
+    return 1;
+}
+
+static void test_data_crafted(void)
+{
+    char dir[512], err[1024], path[600];
+    Dataset tr, te;
+    make_synthetic();
+
+    make_dir(dir, sizeof dir, "gz", 1);
+    int rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    CHECK(rc == 0, "synthetic gz loads");
+    if (rc)
+        printf("  %s\n", err);
+    CHECK(rc == 0 && synthetic_ok(&tr, &te), "synthetic gz contents exact (byte/255)");
+
+    /* gather and limit on it */
+    if (rc == 0) {
+        int order[3] = {5, 0, 99};
+        float x[3 * PIX], y[3];
+        data_gather(&tr, order, 3, x, y);
+        CHECK(y[0] == 5 && y[1] == 0 && y[2] == 9 &&
+              memcmp(x + PIX, tr.images, PIX * sizeof(float)) == 0 &&
+              memcmp(x + 2 * PIX, tr.images + 99 * PIX, PIX * sizeof(float)) == 0, "data_gather");
+        data_limit(&tr, 10);
+        CHECK(tr.n == 10, "data_limit(10)");
+        data_limit(&tr, 50);
+        CHECK(tr.n == 10, "data_limit does not grow");
+    }
+    data_free(&tr);
+    data_free(&te);
+    data_free(&tr);   /* twice is fine */
+
+    make_dir(dir, sizeof dir, "plain", 0);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    CHECK(rc == 0 && synthetic_ok(&tr, &te), "plain uncompressed copy loads");
+    if (rc)
+        printf("  %s\n", err);
+    data_free(&tr);
+    data_free(&te);
+
+    /* plain bytes under the .gz name: detected by magic */
+    snprintf(dir, sizeof dir, "%s/plain_as_gz", tmpdir);
+    mkdir(dir, 0755);
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s.gz", dir, names[i]);
+        write_bytes(path, syn[i], syn_len[i], 0);
+    }
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    CHECK(rc == 0 && synthetic_ok(&tr, &te), "plain bytes named .gz load");
+    data_free(&tr);
+    data_free(&te);
+
+    /* missing file */
+    make_dir(dir, sizeof dir, "missing", 1);
+    snprintf(path, sizeof path, "%s/%s.gz", dir, names[3]);
+    unlink(path);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "missing file", "missing t10k-labels-idx1-ubyte", "train-images-idx3-ubyte",
+               "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", dir, "--data", "MGC_DATA",
+               "https://github.com/zalandoresearch/fashion-mnist");
+    CHECK(tr.images == NULL && te.images == NULL && tr.n == 0, "datasets empty after an error");
+    rc = data_load_fashion_mnist("/nonexistent/mgc-data", &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "missing dir", "/nonexistent/mgc-data", "no such directory", "--data");
+
+    /* truncated gzip */
+    make_dir(dir, sizeof dir, "truncgz", 1);
+    snprintf(path, sizeof path, "%s/%s.gz", dir, names[0]);
+    size_t n;
+    unsigned char *whole = read_whole(path, &n);
+    write_bytes(path, whole, n / 2, 0);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "truncated gzip", "train-images-idx3-ubyte.gz", "bad gzip data", "truncated");
+    /* truncated inside the 8-byte gzip trailer (all data there, CRC cut) */
+    write_bytes(path, whole, n - 3, 0);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "gzip trailer cut", "train-images-idx3-ubyte.gz", "bad gzip data");
+    /* corrupt deflate data */
+    for (size_t i = n / 3; i < n / 3 + 64; i++)
+        whole[i] ^= 0x5a;
+    write_bytes(path, whole, n, 0);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "corrupt gzip", "train-images-idx3-ubyte.gz", "bad gzip data", "zlib");
+    free(whole);
+
+    unsigned char *v = malloc(syn_len[0] + 100);
+
+    /* bad magic: labels where images belong, and random */
+    make_dir(dir, sizeof dir, "magic", 1);
+    memcpy(v, syn[0], syn_len[0]);
+    put_be32(v, 0x801);
+    put_variant(dir, 0, v, syn_len[0], 1);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "bad image magic", "train-images-idx3-ubyte.gz", "bad magic 0x00000801",
+               "expected 0x00000803");
+    memcpy(v, syn[3], syn_len[3]);
+    put_be32(v, 0xdeadbeef);
+    put_variant(dir, 0, syn[0], syn_len[0], 1);
+    put_variant(dir, 3, v, syn_len[3], 0);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "bad label magic", "t10k-labels-idx1-ubyte", "bad magic 0xdeadbeef",
+               "expected 0x00000801");
+
+    /* wrong dimensions */
+    make_dir(dir, sizeof dir, "dims", 1);
+    memcpy(v, syn[2], syn_len[2]);
+    put_be32(v + 12, 27);
+    put_variant(dir, 2, v, syn_len[2], 1);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "wrong dims", "t10k-images-idx3-ubyte.gz", "wrong dimensions 28x27");
+
+    /* size vs header: short and long plain file */
+    make_dir(dir, sizeof dir, "size", 1);
+    put_variant(dir, 0, syn[0], syn_len[0] - 10, 0);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    char want[64], got[64];
+    snprintf(want, sizeof want, "expected %zu bytes", syn_len[0]);
+    snprintf(got, sizeof got, "got %zu", syn_len[0] - 10);
+    EXPECT_ERR(rc, err, "short image file", "train-images-idx3-ubyte", want, got, "truncated");
+    memcpy(v, syn[0], syn_len[0]);
+    memset(v + syn_len[0], 0, 100);
+    put_variant(dir, 0, v, syn_len[0] + 100, 1);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    snprintf(got, sizeof got, "got %zu", syn_len[0] + 100);
+    EXPECT_ERR(rc, err, "long image file", "train-images-idx3-ubyte.gz", want, got, "trailing");
+    put_variant(dir, 0, v, 10, 0);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "header cut", "train-images-idx3-ubyte", "too short");
+
+    /* image count != label count */
+    make_dir(dir, sizeof dir, "count", 1);
+    memcpy(v, syn[1], syn_len[1]);
+    put_be32(v + 4, SYN_TRAIN - 1);
+    put_variant(dir, 1, v, syn_len[1] - 1, 1);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "count mismatch", "image count != label count", "100 images", "99 labels");
+
+    /* label out of range */
+    make_dir(dir, sizeof dir, "label", 1);
+    memcpy(v, syn[3], syn_len[3]);
+    v[8 + 7] = 10;
+    put_variant(dir, 3, v, syn_len[3], 1);
+    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    EXPECT_ERR(rc, err, "label range", "t10k-labels-idx1-ubyte.gz", "label 10 of example 7",
+               "out of range");
+    CHECK(tr.images == NULL && tr.n == 0, "train freed when test fails");
+    free(v);
+
+    /* default dir */
+    setenv("MGC_DATA", "/x/y", 1);
+    char buf[256];
+    CHECK(strcmp(data_default_dir(buf, sizeof buf), "/x/y") == 0, "default dir from MGC_DATA");
+    unsetenv("MGC_DATA");
+    const char *home = getenv("HOME");
+    char expect[300];
+    snprintf(expect, sizeof expect, "%s/.cache/mgc/fashion-mnist", home ? home : "");
+    CHECK(!home || strcmp(data_default_dir(buf, sizeof buf), expect) == 0, "default dir from HOME");
+    for (int i = 0; i < 4; i++)
+        free(syn[i]);
+}
+
+/* ---- the real Fashion-MNIST ------------------------------------------------------ */
+
+static void test_data_real(const char *dir)
+{
+    if (!dir || !*dir) {
+        printf("SKIP real Fashion-MNIST checks: MGC_DATA not set\n");
+        return;
+    }
+    Dataset tr, te;
+    char err[1024];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    CHECK(rc == 0, "real dataset loads");
+    if (rc) {
+        printf("  %s\n", err);
+        return;
+    }
+    printf("loaded Fashion-MNIST (70000 examples) in %.3f s\n", secs);
+    /* ~0.5 s here (zlib inflate dominates); the bound leaves room for a busy
+       2-core machine and sanitizer builds, and still catches byte-wise reading. */
+    CHECK(secs < 3.0, "loads in a fraction of a second");
+    CHECK(tr.n == 60000 && te.n == 10000 && tr.rows == 28 && tr.cols == 28, "counts and dims");
+    /* Reference values from Python (gzip + struct on the official files). */
+    static const unsigned char first_train[8] = {9, 0, 0, 3, 0, 2, 7, 2};
+    static const unsigned char first_test[8] = {9, 2, 1, 1, 6, 1, 4, 6};
+    CHECK(memcmp(tr.labels, first_train, 8) == 0, "first train labels 9 0 0 3 0 2 7 2");
+    CHECK(memcmp(te.labels, first_test, 8) == 0, "first test labels 9 2 1 1 6 1 4 6");
+    const Dataset *ds[2] = {&tr, &te};
+    const unsigned long long want_sum[2] = {3431114169ULL, 573469082ULL};
+    const unsigned long want_adler[2] = {3280708108UL, 2314039915UL};
+    const long want_labels[2] = {270000, 45000};
+    for (int s = 0; s < 2; s++) {
+        const Dataset *d = ds[s];
+        size_t total = (size_t)d->n * PIX;
+        unsigned char *bytes = malloc(total);
+        int range_ok = 1, exact = 1;
+        unsigned long long sum = 0;
+        for (size_t i = 0; i < total; i++) {
+            float x = d->images[i];
+            range_ok &= x >= 0.0f && x <= 1.0f;
+            long b = lrintf(x * 255.0f);
+            exact &= x == (float)b / 255.0f;
+            bytes[i] = (unsigned char)b;
+            sum += (unsigned long long)b;
+        }
+        unsigned long adler = adler32(adler32(0L, Z_NULL, 0), bytes, (uInt)total);
+        long lsum = 0;
+        int counts[10] = {0};
+        for (int i = 0; i < d->n; i++) {
+            lsum += d->labels[i];
+            counts[d->labels[i]]++;
+        }
+        CHECK(range_ok && exact, "pixels in [0,1], exactly byte/255");
+        CHECK(sum == want_sum[s], "pixel byte sum matches Python");
+        CHECK(adler == want_adler[s], "adler32 of pixel bytes (order) matches Python");
+        CHECK(lsum == want_labels[s], "label sum matches Python");
+        int balanced = 1;
+        for (int k = 0; k < 10; k++)
+            balanced &= counts[k] == d->n / 10;
+        CHECK(balanced, "classes balanced (n/10 each)");
+        double mean = (double)sum / 255.0 / (double)total;
+        CHECK(fabs(mean - (s ? 0.2868 : 0.2860)) < 0.0005, "pixel mean as published");
+        free(bytes);
+    }
+    data_limit(&tr, 1000);
+    CHECK(tr.n == 1000, "data_limit on the real set");
+    data_free(&tr);
+    data_free(&te);
+}
+
+/* ---- safetensors ----------------------------------------------------------------- */
+
+static char st_path[512];
+
+/* A file with a raw header text and `data_len` zero data bytes. */
+static void write_raw_st(const char *path, const char *header, size_t data_len)
+{
+    size_t hl = strlen(header);
+    unsigned char *b = calloc(8 + hl + data_len + 1, 1);
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)((unsigned long long)hl >> (8 * i));
+    memcpy(b + 8, header, hl);
+    write_bytes(path, b, 8 + hl + data_len, 0);
+    free(b);
+}
+
+static int raw_load(const char *header, size_t data_len, char *err, size_t err_size)
+{
+    write_raw_st(st_path, header, data_len);
+    StFile f;
+    int rc = st_load(st_path, &f, err, err_size);
+    st_free(&f);
+    return rc;
+}
+
+static const char *const rt_names[] = {
+    "conv1.weight", "fc.bias", "scalar", "empty", "we\"ird\\na\nme/\xc3\xbc", "i64", "f16",
+    "bf16", "u8", "bool", "f64", "i32", "i16", "i8", "check",
+};
+
+/* Writes the round-trip file; returns 0 on success. */
+static int write_roundtrip(const char *path, float *conv, char *err, size_t err_size)
+{
+    StWriter *w = st_writer_new();
+    Rng r;
+    rng_seed(&r, 3);
+    for (int i = 0; i < 150; i++)
+        conv[i] = rng_normal(&r, 0, 1);
+    long long s_conv[4] = {6, 1, 5, 5}, s10[1] = {10}, s_empty[2] = {0, 3}, s3[1] = {3},
+              s_check[3] = {2, 3, 4};
+    float bias[10], scal = 3.5f, check_v[24];
+    for (int i = 0; i < 10; i++)
+        bias[i] = (float)i - 4.5f;
+    for (int i = 0; i < 24; i++)
+        check_v[i] = (float)i;
+    long long i64[3] = {-5, 0, 1LL << 40};
+    unsigned short f16[3] = {0x3C00, 0xC000, 0x0001};   /* 1, -2, smallest subnormal */
+    unsigned short bf16[3] = {0x3F80, 0xC040, 0x0000};  /* 1, -3, 0 */
+    unsigned char u8[3] = {0, 128, 255}, bl[3] = {0, 1, 1};
+    double f64[3] = {0.25, -1e10, 3.0};
+    int i32[3] = {-7, 8, 9};
+    short i16[3] = {-300, 0, 300};
+    signed char i8[3] = {-128, 0, 127};
+    int rc = 0;
+    rc |= st_writer_add_f32(w, rt_names[0], 4, s_conv, conv);
+    rc |= st_writer_add_f32(w, rt_names[1], 1, s10, bias);
+    rc |= st_writer_add_f32(w, rt_names[2], 0, NULL, &scal);
+    rc |= st_writer_add_f32(w, rt_names[3], 2, s_empty, NULL);
+    rc |= st_writer_add_f32(w, rt_names[4], 1, s3, bias);
+    rc |= st_writer_add(w, rt_names[5], "I64", 1, s3, i64);
+    rc |= st_writer_add(w, rt_names[6], "F16", 1, s3, f16);
+    rc |= st_writer_add(w, rt_names[7], "BF16", 1, s3, bf16);
+    rc |= st_writer_add(w, rt_names[8], "U8", 1, s3, u8);
+    rc |= st_writer_add(w, rt_names[9], "BOOL", 1, s3, bl);
+    rc |= st_writer_add(w, rt_names[10], "F64", 1, s3, f64);
+    rc |= st_writer_add(w, rt_names[11], "I32", 1, s3, i32);
+    rc |= st_writer_add(w, rt_names[12], "I16", 1, s3, i16);
+    rc |= st_writer_add(w, rt_names[13], "I8", 1, s3, i8);
+    rc |= st_writer_add_f32(w, rt_names[14], 3, s_check, check_v);
+    rc |= st_writer_set_meta(w, "format", "pt");
+    rc |= st_writer_set_meta(w, "net", "lenet \"5\"\n\\ \xc3\xa9");
+    rc |= st_writer_set_meta(w, "step", "1");
+    rc |= st_writer_set_meta(w, "step", "100");   /* replaces */
+    memset(conv + 150, 0, 0);
+    if (rc == 0)
+        rc = st_writer_save(w, path, err, err_size);
+    st_writer_free(w);
+    return rc;
+}
+
+/* Checks the round-trip file's contents; returns 1 if all is as written. */
+static int check_roundtrip(const char *path, const float *conv, int check_order, int check_meta)
+{
+    StFile f;
+    char err[512];
+    if (st_load(path, &f, err, sizeof err) < 0) {
+        printf("  %s\n", err);
+        return 0;
+    }
+    int ok = f.n == (int)(sizeof rt_names / sizeof rt_names[0]);
+    for (int i = 0; ok && check_order && i < f.n; i++)
+        ok &= strcmp(f.t[i].name, rt_names[i]) == 0;
+    const StTensor *t = st_find(&f, "conv1.weight");
+    ok &= t && t->nd == 4 && t->shape[0] == 6 && t->shape[3] == 5 && !strcmp(t->dtype, "F32") &&
+          t->nbytes == 600 && memcmp(t->data, conv, 600) == 0;
+    t = st_find(&f, "scalar");
+    ok &= t && t->nd == 0 && t->nbytes == 4 && *(float *)t->data == 3.5f;
+    t = st_find(&f, "empty");
+    ok &= t && t->nd == 2 && t->shape[0] == 0 && t->nbytes == 0 && st_numel(t) == 0;
+    ok &= st_find(&f, "we\"ird\\na\nme/\xc3\xbc") != NULL;
+    ok &= st_find(&f, "nope") == NULL;
+    struct { const char *name; float v[3]; } conv_expect[] = {
+        {"i64", {-5, 0, 1099511627776.0f}}, {"f16", {1, -2, 5.9604645e-8f}}, {"bf16", {1, -3, 0}},
+        {"u8", {0, 128, 255}}, {"bool", {0, 1, 1}}, {"f64", {0.25f, -1e10f, 3}},
+        {"i32", {-7, 8, 9}}, {"i16", {-300, 0, 300}}, {"i8", {-128, 0, 127}},
+    };
+    for (size_t k = 0; k < sizeof conv_expect / sizeof conv_expect[0]; k++) {
+        float out[3] = {99, 99, 99};
+        t = st_find(&f, conv_expect[k].name);
+        int this_ok = t && st_to_f32(t, out) == 0 && memcmp(out, conv_expect[k].v, sizeof out) == 0;
+        if (!this_ok)
+            printf("  st_to_f32 %s: %g %g %g\n", conv_expect[k].name, out[0], out[1], out[2]);
+        ok &= this_ok;
+    }
+    t = st_find(&f, "check");
+    float out24[24];
+    ok &= t && st_to_f32(t, out24) == 0 && out24[23] == 23.0f && out24[5] == 5.0f;
+    if (check_meta) {
+        char buf[64];
+        ok &= st_meta_get(&f, "step", buf, sizeof buf) == 3 && strcmp(buf, "100") == 0;
+        ok &= st_meta_get(&f, "net", buf, sizeof buf) > 0 &&
+              strcmp(buf, "lenet \"5\"\n\\ \xc3\xa9") == 0;
+        ok &= st_meta_get(&f, "absent", buf, sizeof buf) == -1;
+    }
+    st_free(&f);
+    return ok;
+}
+
+static const char *python;
+static char tests_dir[512];
+
+/* Runs a shell command; 1 if it exits 0. */
+static int run_ok(const char *cmd)
+{
+    int st = system(cmd);
+    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static void test_safetensors(void)
+{
+    char err[1024], path[600], path2[700];
+    float conv[150];
+    snprintf(st_path, sizeof st_path, "%s/x.safetensors", tmpdir);
+    snprintf(path, sizeof path, "%s/rt.safetensors", tmpdir);
+
+    int rc = write_roundtrip(path, conv, err, sizeof err);
+    CHECK(rc == 0, "writer saves");
+    if (rc)
+        printf("  %s\n", err);
+    CHECK(check_roundtrip(path, conv, 1, 1), "round trip: order, shapes, bytes, dtypes, metadata");
+    snprintf(path2, sizeof path2, "%s.tmp", path);
+    CHECK(access(path2, F_OK) != 0, "no .tmp left behind");
+    size_t n;
+    unsigned char *file = read_whole(path, &n);
+    unsigned long long hl = 0;
+    for (int i = 7; i >= 0; i--)
+        hl = hl << 8 | file[i];
+    CHECK(hl % 8 == 0 && hl + 8 < n && memcmp(file + 8, "{\"__metadata__\":{", 17) == 0 &&
+          file[8 + hl - 1] == ' ', "header padded to 8 with spaces, metadata first");
+    /* Overwrite in place: still one valid file. */
+    rc = write_roundtrip(path, conv, err, sizeof err);
+    CHECK(rc == 0 && check_roundtrip(path, conv, 1, 1), "overwrite");
+
+    /* Every truncation fails cleanly. */
+    int all_fail = 1;
+    for (size_t len = 0; len < n; len++) {
+        write_bytes(st_path, file, len, 0);
+        StFile f;
+        if (st_load(st_path, &f, err, sizeof err) == 0) {
+            all_fail = 0;
+            printf("  truncation to %zu bytes loaded\n", len);
+            st_free(&f);
+        }
+    }
+    CHECK(all_fail, "every truncated file is rejected");
+    write_bytes(st_path, file, n - 1, 0);
+    StFile f;
+    rc = st_load(st_path, &f, err, sizeof err);
+    EXPECT_ERR(rc, err, "truncated data", "check", "run past", "truncated");
+
+    /* Random mutations: never crash; whatever loads is self-consistent. */
+    Rng r;
+    rng_seed(&r, 11);
+    unsigned char *mut = malloc(n);
+    int consistent = 1, loaded = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        memcpy(mut, file, n);
+        int flips = 1 + rng_below(&r, 4);
+        for (int k = 0; k < flips; k++) {
+            size_t at = iter % 2 ? (size_t)rng_below(&r, (int)(hl + 8)) : (size_t)rng_below(&r, (int)n);
+            mut[at] = (unsigned char)(iter % 3 ? rng_below(&r, 256) :
+                                      "{}[]\",:0123456789 \\u"[rng_below(&r, 20)]);
+        }
+        write_bytes(st_path, mut, n, 0);
+        if (st_load(st_path, &f, err, sizeof err) == 0) {
+            loaded++;
+            size_t total = 0;
+            for (int i = 0; i < f.n; i++) {
+                total += f.t[i].nbytes;
+                consistent &= f.t[i].nbytes == (size_t)st_numel(&f.t[i]) * st_dtype_size(f.t[i].dtype);
+            }
+            consistent &= total <= n;
+            st_free(&f);
+        }
+    }
+    CHECK(consistent, "mutated files: whatever loads is consistent");
+    printf("mutation fuzz: 3000 files, %d still loaded (value-only changes), none crashed\n", loaded);
+    /* Random garbage behind a plausible header length. */
+    for (int iter = 0; iter < 2000; iter++) {
+        size_t len = 8 + (size_t)rng_below(&r, 300);
+        for (size_t i = 0; i < len; i++)
+            mut[i] = (unsigned char)(iter % 2 ? rng_below(&r, 256) :
+                                     "{}[]\",:0123456789 \\ueE-.FIU8"[rng_below(&r, 28)]);
+        unsigned long long h = (unsigned long long)rng_below(&r, (int)len - 7);
+        for (int i = 0; i < 8; i++)
+            mut[i] = (unsigned char)(h >> (8 * i));
+        if (iter % 2 == 0 && len > 9)
+            mut[8] = '{';
+        write_bytes(st_path, mut, len, 0);
+        if (st_load(st_path, &f, err, sizeof err) == 0)
+            st_free(&f);
+    }
+    CHECK(1, "random garbage files did not crash");
+    free(mut);
+    free(file);
+
+    /* Handcrafted bad headers. */
+    const char *A = "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}";
+    char h[512];
+    snprintf(h, sizeof h, "{%s,\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", A);
+    EXPECT_ERR(raw_load(h, 12, err, sizeof err), err, "overlap", "overlap", "\"a\"", "\"b\"");
+    snprintf(h, sizeof h, "{%s}", A);
+    EXPECT_ERR(raw_load(h, 7, err, sizeof err), err, "past end", "data_offsets [0,8]", "run past");
+    CHECK(raw_load(h, 8, err, sizeof err) == 0, "minimal valid file loads");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, err,
+                        sizeof err), err, "nbytes", "needs 12");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, err,
+                        sizeof err), err, "reversed", "reversed");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, err,
+                        sizeof err), err, "dtype", "unknown dtype \"F33\"");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F32\",}", 8, err, sizeof err), err, "bad JSON",
+               "bad header JSON at byte");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,8]}}", 8, err,
+                        sizeof err), err, "negative dim", "non-negative");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8, err,
+                        sizeof err), err, "fractional dim", "fraction");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],"
+                        "\"data_offsets\":[0,8]}}", 8, err, sizeof err), err, "huge dim", "too large");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],"
+                        "\"data_offsets\":[0,8]}}", 8, err, sizeof err), err, "numel overflow",
+               "too large");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
+                        8, err, sizeof err), err, "too many dims", "more than 8");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, err, sizeof err), err,
+               "missing offsets", "lacks data_offsets");
+    EXPECT_ERR(raw_load("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4,8]}}", 8, err,
+                        sizeof err), err, "3 offsets", "2 integers");
+    snprintf(h, sizeof h, "{%s,%s}", A, A);
+    EXPECT_ERR(raw_load(h, 8, err, sizeof err), err, "duplicate", "duplicate tensor name \"a\"");
+    snprintf(h, sizeof h, "{\"__metadata__\":{\"k\":1},%s}", A);
+    EXPECT_ERR(raw_load(h, 8, err, sizeof err), err, "meta value", "must be strings");
+    snprintf(h, sizeof h, "{%s} x", A);
+    EXPECT_ERR(raw_load(h, 8, err, sizeof err), err, "trailing", "trailing bytes");
+    snprintf(h, sizeof h, "{\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0],"
+             "\"extra\":[[[{\"q\":[true,false,null,-1.5e3]}]]]},%s}   ", A);
+    CHECK(raw_load(h, 8, err, sizeof err) == 0, "unknown keys skipped, trailing spaces ok");
+    char deep[400];
+    memset(deep, 0, sizeof deep);
+    strcpy(deep, "{\"a\":{\"x\":");
+    for (int i = 0; i < 100; i++)
+        strcat(deep, "[");
+    EXPECT_ERR(raw_load(deep, 8, err, sizeof err), err, "deep nesting", "nesting deeper");
+    EXPECT_ERR(raw_load("{\"a\\q\":1}", 8, err, sizeof err), err, "bad escape", "bad escape");
+    EXPECT_ERR(raw_load("{\"a\\ud800\":1}", 8, err, sizeof err), err, "lone surrogate", "surrogate");
+    EXPECT_ERR(raw_load("{\"a\\u0000\":1}", 8, err, sizeof err), err, "escaped NUL", "\\u0000");
+    snprintf(h, sizeof h, "{\"\\u00fc\\ud83d\\ude00\\/\\t\":{\"dtype\":\"U8\",\"shape\":[],"
+             "\"data_offsets\":[0,1]}}");
+    write_raw_st(st_path, h, 1);
+    rc = st_load(st_path, &f, err, sizeof err);
+    CHECK(rc == 0 && f.n == 1 && strcmp(f.t[0].name, "\xc3\xbc\xf0\x9f\x98\x80/\t") == 0,
+          "\\u escapes decode to UTF-8");
+    st_free(&f);
+    CHECK(raw_load("{}      ", 0, err, sizeof err) == 0, "empty file {} loads");
+
+    /* Header length field lies. */
+    unsigned char bad[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, '{', '}'};
+    write_bytes(st_path, bad, 16, 0);
+    rc = st_load(st_path, &f, err, sizeof err);
+    EXPECT_ERR(rc, err, "huge header length", "header length");
+    write_bytes(st_path, bad, 5, 0);
+    rc = st_load(st_path, &f, err, sizeof err);
+    EXPECT_ERR(rc, err, "5-byte file", "shorter than the 8-byte");
+    rc = st_load("/nonexistent/x.safetensors", &f, err, sizeof err);
+    EXPECT_ERR(rc, err, "missing file", "/nonexistent/x.safetensors", "cannot open");
+
+    /* Writer errors. */
+    StWriter *w = st_writer_new();
+    long long s2[1] = {2};
+    float two[2] = {1, 2};
+    CHECK(st_writer_add_f32(w, "a", 1, s2, two) == 0, "add");
+    CHECK(st_writer_add_f32(w, "a", 1, s2, two) == -1, "duplicate add fails");
+    snprintf(path2, sizeof path2, "%s/dup.safetensors", tmpdir);
+    rc = st_writer_save(w, path2, err, sizeof err);
+    EXPECT_ERR(rc, err, "save after bad add", "duplicate tensor name \"a\"", "not written");
+    CHECK(access(path2, F_OK) != 0, "nothing written after a bad add");
+    st_writer_free(w);
+    w = st_writer_new();
+    CHECK(st_writer_add_f32(w, "__metadata__", 1, s2, two) == -1, "reserved name rejected");
+    CHECK(st_writer_add(w, "x", "F99", 1, s2, two) == -1, "unknown dtype rejected");
+    st_writer_free(w);
+    w = st_writer_new();
+    st_writer_add_f32(w, "a", 1, s2, two);
+    rc = st_writer_save(w, "/nonexistent/dir/c.safetensors", err, sizeof err);
+    EXPECT_ERR(rc, err, "unwritable path", "/nonexistent/dir/c.safetensors.tmp", "cannot create");
+    st_writer_free(w);
+
+    /* Cross-check with PyTorch: our file -> Python -> our reader. */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s -c 'import torch' >/dev/null 2>&1", python);
+    if (!run_ok(cmd)) {
+        printf("SKIP Python cross-check: %s cannot import torch (set MGC_PYTHON)\n", python);
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "%s/st.py", tests_dir);
+    if (access(cmd, R_OK) != 0) {
+        printf("SKIP Python cross-check: %s not found (run from the repository root)\n", cmd);
+        return;
+    }
+    snprintf(path2, sizeof path2, "%s/py.safetensors", tmpdir);
+    snprintf(cmd, sizeof cmd, "%s %s/st.py roundtrip '%s' '%s'", python, tests_dir, path, path2);
+    CHECK(run_ok(cmd), "tests/st.py reads our file and writes it back");
+    CHECK(check_roundtrip(path2, conv, 1, 1), "our reader on tests/st.py's file (order kept)");
+    snprintf(cmd, sizeof cmd,
+             "%s -c 'import sys, torch; sys.path.insert(0, \"%s\"); import st; "
+             "t = st.load(sys.argv[1]); "
+             "assert torch.equal(t[\"check\"], torch.arange(24.).reshape(2, 3, 4)); "
+             "assert t[\"scalar\"].shape == () and float(t[\"scalar\"]) == 3.5; "
+             "assert t[\"empty\"].shape == (0, 3); "
+             "assert t[\"f16\"].tolist()[:2] == [1.0, -2.0] and t[\"i64\"].tolist() == [-5, 0, 1 << 40]; "
+             "assert st.load_metadata(sys.argv[1])[\"step\"] == \"100\"' '%s'",
+             python, tests_dir, path);
+    CHECK(run_ok(cmd), "PyTorch sees the values, shapes and metadata we wrote");
+    snprintf(cmd, sizeof cmd, "%s -c 'import safetensors' >/dev/null 2>&1", python);
+    if (!run_ok(cmd)) {
+        printf("SKIP cross-check with the safetensors package: not installed for %s\n", python);
+        return;
+    }
+    snprintf(path2, sizeof path2, "%s/hf.safetensors", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "%s -c 'import sys, torch; sys.path.insert(0, \"%s\"); import st; "
+             "from safetensors.torch import load_file, save_file; from safetensors import safe_open; "
+             "a = load_file(sys.argv[1]); b = st.load(sys.argv[1]); "
+             "assert sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a); "
+             "m = safe_open(sys.argv[1], \"pt\").metadata(); assert m[\"step\"] == \"100\", m; "
+             "save_file(a, sys.argv[2], metadata=m)' '%s' '%s'",
+             python, tests_dir, path, path2);
+    CHECK(run_ok(cmd), "safetensors package loads our file, equal to tests/st.py");
+    CHECK(check_roundtrip(path2, conv, 0, 1), "our reader on the safetensors package's file");
+}
+
+int main(void)
+{
+    snprintf(tmpdir, sizeof tmpdir, "%s/mgc_unit_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    python = getenv("MGC_PYTHON") ? getenv("MGC_PYTHON") : "/usr/bin/python3";
+    char file[512];
+    snprintf(file, sizeof file, "%s", __FILE__);
+    snprintf(tests_dir, sizeof tests_dir, "%s", dirname(file));
+    char *data_dir = getenv("MGC_DATA") ? strdup(getenv("MGC_DATA")) : NULL;
+
+    test_rng();
+    test_shuffle();
+    test_data_crafted();
+    test_data_real(data_dir);
+    test_safetensors();
+
+    remove_tree(tmpdir);
+    free(data_dir);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
