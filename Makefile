@@ -24,7 +24,7 @@ all: mgc
 mgc: $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $(OBJ) $(LDLIBS)
 
-build/parser.tab.c build/parser.tab.h: frontend/parser.y
+build/parser.tab.c build/parser.tab.h &: frontend/parser.y
 	@mkdir -p build
 	bison -Wall -d -o build/parser.tab.c $<
 

@@ -495,10 +495,144 @@ static int im2col(Lower *L, int id, int x_node, int K, int S, int Pd, int OH, in
     return col;
 }
 
+/* ------------------------------------------------------------ direct convolution */
+
+/* Small convolutions (few input channels or outputs, as LeNet's) run faster as
+   direct loops over whole planes than as im2col + GEMM: nothing is
+   materialised, each plane stays in L1, and the inner loop over a row of
+   output pixels vectorises. cg_conv_direct() is the choice; MGC_CONV=gemm or
+   MGC_CONV=direct forces one (tests run both). */
+bool cg_conv_direct(int c, int k, int o, int out_width)
+{
+    const char *force = getenv("MGC_CONV");
+    if (force && !strcmp(force, "gemm")) return false;
+    if (force && !strcmp(force, "direct")) return true;
+    /* Measured on LeNet: direct wins for conv1 (1x5x5 -> 6, 24 wide), loses for
+       conv2 (6x5x5 -> 16, 8 wide: rows too short to vectorise). */
+    return (long)c * k * k * o <= 4096 && out_width >= 16;
+}
+
+/* Emits the loop header for output rows/columns whose input index
+   o * S - P + k lies in [0, size): "int name0 = ..., name1 = ...;". */
+static void valid_range(Lower *L, const char *name, const char *kvar, int S, int P, int size, int osize)
+{
+    body(L, "%*sint %s0 = %s < %d ? (%d - %s + %d) / %d : 0, %s1 = (%d + %d - %s) / %d + 1;\n"
+            "%*sif (%s1 > %d) %s1 = %d;\n",
+         12, "", name, kvar, P, P, kvar, S - 1, S, name, size - 1, P, kvar, S, 12, "", name, osize, name, osize);
+}
+
+static void lower_conv_direct(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Graph *g = L->g;
+    int S = n->i[0], P = n->i[1];
+    switch (n->op) {
+    case OP_CONV2D: {
+        const Shape *xs = &g->nodes[n->in[0]].shape, *ws = &g->nodes[n->in[1]].shape, *ys = &n->shape;
+        int C = xs->d[1], H = xs->d[2], W = xs->d[3], O = ws->d[0], K = ws->d[2], OH = ys->d[2], OW = ys->d[3];
+        bool bias = n->nin == 3;
+        int b[4] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
+        kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
+        body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d;\n"
+                "       one (n, o) output plane per iteration, accumulated in place */\n",
+             C, H, W, O, C, K, K, O, OH, OW, S, P);
+        body(L, "    FOR_EACH(i, %s) {\n"
+                "        long n = i / %d, o = i %% %d;\n"
+                "        float *yp = y + i * %d;\n"
+                "        const float b0 = %s;\n"
+                "        for (int k = 0; k < %d; k++) yp[k] = b0;\n"
+                "        for (int c = 0; c < %d; c++) {\n"
+                "            const float *xp = x + (n * %d + c) * %d, *wp = w + (o * %d + c) * %d;\n"
+                "            for (int ky = 0; ky < %d; ky++)\n"
+                "            for (int kx = 0; kx < %d; kx++) {\n"
+                "            const float wv = wp[ky * %d + kx];\n",
+             work_str(L, dimn(O)), O, O, OH * OW, bias ? "bias[o]" : "0.0f", OH * OW, C, C, H * W, C, K * K, K, K, K);
+        valid_range(L, "oy", "ky", S, P, H, OH);
+        valid_range(L, "ox", "kx", S, P, W, OW);
+        body(L, "            for (int oy = oy0; oy < oy1; oy++) {\n"
+                "                const float *xr = xp + (oy * %d - %d + ky) * %d - %d + kx;\n"
+                "                float *yr = yp + oy * %d;\n"
+                "                for (int ox = ox0; ox < ox1; ox++) yr[ox] += wv * xr[ox * %d];\n"
+                "            }\n            }\n        }\n    }\n", S, P, W, P, OW, S);
+        break;
+    }
+    case OP_CONV2D_BWD_X: {
+        const Shape *ws = &g->nodes[n->in[1]].shape, *ds = &g->nodes[n->in[0]].shape, *xs = &n->shape;
+        int C = xs->d[1], H = xs->d[2], W = xs->d[3], O = ws->d[0], K = ws->d[2], OH = ds->d[2], OW = ds->d[3];
+        int b[3] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+        kernel(L, id, "conv2d_grad_x_direct", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" });
+        body(L, "    /* dy [N, %d, %d, %d], w [%d, %d, %d, %d], dx [N, %d, %d, %d]; stride %d, padding %d;\n"
+                "       one (n, c) plane of dx per iteration: it scatters from every output it fed */\n",
+             O, OH, OW, O, C, K, K, C, H, W, S, P);
+        body(L, "    FOR_EACH(i, %s) {\n"
+                "        long n = i / %d, c = i %% %d;\n"
+                "        float *dxp = dx + i * %d;\n"
+                "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
+                "        for (int o = 0; o < %d; o++) {\n"
+                "            const float *dyp = dy + (n * %d + o) * %d, *wp = w + (o * %d + c) * %d;\n"
+                "            for (int ky = 0; ky < %d; ky++)\n"
+                "            for (int kx = 0; kx < %d; kx++) {\n"
+                "            const float wv = wp[ky * %d + kx];\n",
+             work_str(L, dimn(C)), C, C, H * W, H * W, O, O, OH * OW, C, K * K, K, K, K);
+        valid_range(L, "oy", "ky", S, P, H, OH);
+        valid_range(L, "ox", "kx", S, P, W, OW);
+        body(L, "            for (int oy = oy0; oy < oy1; oy++) {\n"
+                "                float *xr = dxp + (oy * %d - %d + ky) * %d - %d + kx;\n"
+                "                const float *yr = dyp + oy * %d;\n"
+                "                for (int ox = ox0; ox < ox1; ox++) xr[ox * %d] += wv * yr[ox];\n"
+                "            }\n            }\n        }\n    }\n", S, P, W, P, OW, S);
+        break;
+    }
+    case OP_CONV2D_BWD_W: {
+        const Shape *ws = &n->shape, *ds = &g->nodes[n->in[0]].shape, *xs = &g->nodes[n->in[1]].shape;
+        int C = xs->d[1], H = xs->d[2], W = xs->d[3], O = ws->d[0], K = ws->d[2], OH = ds->d[2], OW = ds->d[3];
+        int b[3] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+        kernel(L, id, "conv2d_grad_w_direct", dimc((long)O * C), 3, b, (const char *const[]){ "=dw", "dy", "x" })->heavy = true;
+        body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %d, %d, %d]; stride %d, padding %d;\n"
+                "       one (o, c) pair per iteration; partial sums per (ky, kx, output column) over the batch */\n",
+             O, OH, OW, C, H, W, O, C, K, K, S, P);
+        body(L, "    FOR_EACH(i, %dL) {\n"
+                "        long o = i / %d, c = i %% %d;\n"
+                "        float part[%d][%d];\n"
+                "        for (int k = 0; k < %d; k++) for (int j = 0; j < %d; j++) part[k][j] = 0.0f;\n"
+                "        for (long n = 0; n < N; n++) {\n"
+                "            const float *dyp = dy + (n * %d + o) * %d, *xp = x + (n * %d + c) * %d;\n"
+                "            for (int ky = 0; ky < %d; ky++)\n"
+                "            for (int kx = 0; kx < %d; kx++) {\n"
+                "            float *pp = part[ky * %d + kx];\n",
+             O * C, C, C, K * K, OW, K * K, OW, O, OH * OW, C, H * W, K, K, K);
+        valid_range(L, "oy", "ky", S, P, H, OH);
+        valid_range(L, "ox", "kx", S, P, W, OW);
+        body(L, "            for (int oy = oy0; oy < oy1; oy++) {\n"
+                "                const float *xr = xp + (oy * %d - %d + ky) * %d - %d + kx;\n"
+                "                const float *yr = dyp + oy * %d;\n"
+                "                for (int ox = ox0; ox < ox1; ox++) pp[ox] += yr[ox] * xr[ox * %d];\n"
+                "            }\n            }\n        }\n"
+                "        for (int k = 0; k < %d; k++) {\n"
+                "            float acc = 0.0f;\n"
+                "            for (int j = 0; j < %d; j++) acc += part[k][j];\n"
+                "            dw[i * %d + k] = acc;\n"
+                "        }\n    }\n", S, P, W, P, OW, S, K * K, OW, K * K);
+        break;
+    }
+    default:
+        break;
+    }
+    end_kernel(L);
+}
+
 static void lower_gemm(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Graph *g = L->g;
+    if (n->op == OP_CONV2D || n->op == OP_CONV2D_BWD_X || n->op == OP_CONV2D_BWD_W) {
+        const Shape *ws = &g->nodes[n->op == OP_CONV2D_BWD_W ? id : n->in[1]].shape;
+        const Shape *ys = n->op == OP_CONV2D ? &n->shape : &g->nodes[n->in[0]].shape;
+        if (cg_conv_direct(ws->d[1], ws->d[2], ws->d[0], ys->d[3])) {
+            lower_conv_direct(L, id);
+            return;
+        }
+    }
     switch (n->op) {
     case OP_CONV2D: {
         const Shape *ws = &g->nodes[n->in[1]].shape, *ys = &n->shape;

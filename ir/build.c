@@ -83,7 +83,8 @@ int ir_input(Graph *g, Loc loc, Shape s)
 /* Output size of a sliding window, or reports and returns 0. */
 static int window_out(Graph *g, Loc loc, const char *layer, int in, int k, int s, int p, const char *dim)
 {
-    if (2 * p > k) {
+    /* PyTorch's pools allow at most half the window as padding; its convolutions allow any. */
+    if (strstr(layer, "pool") && 2 * p > k) {
         diag_at(g->diag, loc, "%s: padding %d is more than half the kernel %d", layer, p, k);
         return 0;
     }

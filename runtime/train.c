@@ -349,7 +349,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
         status = 130;
     }
 out:
-    if (have_tr && tr.step_seconds) rt_exec_profile_report(&tr, stderr);
+    if (have_tr && tr.step_seconds && tr.runs) rt_exec_profile_report(&tr, stderr);
     if (log) fclose(log);
     free(order);
     data_free(&train);

@@ -1,0 +1,1585 @@
+/*
+** Elaboration: from the syntax tree of a .net file to layer-builder calls
+** on an IR graph.
+**
+** Two steps. check_file() looks at the whole tree once, without running
+** anything: one net, no duplicate definitions, every layer/block name
+** known, no recursion between blocks, 'input' only in the net, nothing
+** after a 'return'. Then the net is run like a small interpreter: values
+** are integers, floats, booleans and tensors (IR node ids); blocks are
+** instantiated with fresh scopes; 'if' and 'for' are unrolled; every stage
+** becomes one ir_* builder call (or a block instance). The amount of work
+** is bounded (loop iterations, steps, block nesting), so no input runs
+** away. The first error stops the run; errors are reported with diag_at()
+** at the construct they are about, and the builders report shape errors
+** at the Loc we pass them (the layer's name in the stage).
+**
+** Parameter names: a stage "conv1: conv2d(...)" inside an instance named
+** "stage2.0" creates "stage2.0.conv1.weight"; an unlabelled stage that has
+** parameters is named "<layer>_<k>" (k counts from 0 in its scope, skipping
+** names already taken). See docs/language.md.
+*/
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include "frontend.h"
+#include "ast.h"
+#include "parser.tab.h"
+
+#define FE_MAX_ITERS   10000    /* loop iterations, all loops of one compilation together */
+#define FE_MAX_STEPS   200000   /* statements run plus stages applied, per compilation */
+#define FE_MAX_DEPTH   64       /* blocks instantiated inside one another */
+#define FE_MAX_SIZE    (1 << 20)/* largest channel count, feature count, kernel, input dim */
+#define FE_MAX_FILE    (64L << 20) /* largest .net file read, bytes */
+
+/* ---- values ---- */
+
+typedef enum VKind { V_INT, V_FLOAT, V_BOOL, V_TENSOR } VKind;
+
+typedef struct Value {
+    VKind k;
+    long long i;      /* V_INT, V_BOOL (0/1) */
+    double f;         /* V_FLOAT */
+    int node;         /* V_TENSOR: IR node id */
+} Value;
+
+typedef enum BindKind { B_PARAM, B_LOOP, B_VAR } BindKind;
+
+typedef struct Binding {
+    const char *name;
+    BindKind kind;
+    Value v;
+    Loc loc;                 /* where it was first bound */
+    struct Binding *next;
+} Binding;
+
+/* Variables of one { } body; parent is NULL at the top of a net/block instance. */
+typedef struct Env {
+    struct Env *parent;
+    Binding *vars;
+} Env;
+
+/* Counter for automatic names, per scope and base name. */
+typedef struct AutoCount {
+    const char *base;
+    int next;
+    struct AutoCount *link;
+} AutoCount;
+
+/* One instance of the net or of a block. */
+typedef struct Scope {
+    const FeDef *def;
+    const char *prefix;      /* "" for the net, else "stage2.0" */
+    AutoCount *autos;
+    bool returned;
+    Value ret;
+    Loc ret_loc;
+} Scope;
+
+typedef struct NameSlot { const char *name; Loc loc; } NameSlot;
+
+typedef struct Elab {
+    Graph *g;
+    Arena *a;
+    Diag *d;
+    FeDef *defs;
+    FeDef *net;
+    long iters, steps;
+    int depth;
+    NameSlot *names;         /* open-addressing set of used parameter prefixes */
+    int names_n, names_cap;
+    Loc loss_loc;
+    int loss_node;
+    int notes;               /* "in block instance" notes printed for the current error */
+} Elab;
+
+/* ---- built-in layers ---- */
+
+typedef enum ArgType { A_INT, A_FLOAT, A_BOOL, A_TENSOR } ArgType;
+
+typedef struct LayerArg {
+    const char *name;
+    ArgType type;
+    bool required;
+    double def;              /* default (ints, floats, bools as 0/1); stride of pools: see DEF_KERNEL */
+} LayerArg;
+
+#define DEF_KERNEL (-12345.0)   /* default "= kernel" */
+
+typedef enum LayerId {
+    L_CONV2D, L_LINEAR, L_BATCHNORM2D, L_RELU, L_SIGMOID, L_TANH, L_MAXPOOL2D, L_AVGPOOL2D,
+    L_GLOBAL_AVGPOOL, L_FLATTEN, L_DROPOUT, L_ADD, L_SOFTMAX_XENT, L_COUNT
+} LayerId;
+
+typedef struct Layer {
+    const char *name;
+    bool has_params;         /* creates parameters: gets a name */
+    int nargs;
+    LayerArg args[5];
+} Layer;
+
+static const Layer layers[L_COUNT] = {
+    [L_CONV2D] = { "conv2d", true, 5, {
+        { "out_channels", A_INT, true, 0 }, { "kernel", A_INT, true, 0 },
+        { "stride", A_INT, false, 1 }, { "padding", A_INT, false, 0 }, { "bias", A_BOOL, false, 1 } } },
+    [L_LINEAR] = { "linear", true, 2, {
+        { "out_features", A_INT, true, 0 }, { "bias", A_BOOL, false, 1 } } },
+    [L_BATCHNORM2D] = { "batchnorm2d", true, 2, {
+        { "eps", A_FLOAT, false, 1e-5 }, { "momentum", A_FLOAT, false, 0.1 } } },
+    [L_RELU] = { "relu", false, 0, { { 0 } } },
+    [L_SIGMOID] = { "sigmoid", false, 0, { { 0 } } },
+    [L_TANH] = { "tanh", false, 0, { { 0 } } },
+    [L_MAXPOOL2D] = { "maxpool2d", false, 3, {
+        { "kernel", A_INT, true, 0 }, { "stride", A_INT, false, DEF_KERNEL }, { "padding", A_INT, false, 0 } } },
+    [L_AVGPOOL2D] = { "avgpool2d", false, 3, {
+        { "kernel", A_INT, true, 0 }, { "stride", A_INT, false, DEF_KERNEL }, { "padding", A_INT, false, 0 } } },
+    [L_GLOBAL_AVGPOOL] = { "global_avgpool", false, 0, { { 0 } } },
+    [L_FLATTEN] = { "flatten", false, 0, { { 0 } } },
+    [L_DROPOUT] = { "dropout", false, 1, { { "p", A_FLOAT, false, 0.5 } } },
+    [L_ADD] = { "add", false, 1, { { "other", A_TENSOR, true, 0 } } },
+    [L_SOFTMAX_XENT] = { "softmax_cross_entropy", false, 0, { { 0 } } },
+};
+
+static int find_layer(const char *name)
+{
+    for (int i = 0; i < L_COUNT; i++)
+        if (!strcmp(layers[i].name, name)) return i;
+    return -1;
+}
+
+static FeDef *find_block(FeDef *defs, const char *name)
+{
+    for (FeDef *d = defs; d; d = d->next)
+        if (!d->is_net && !strcmp(d->name, name)) return d;
+    return NULL;
+}
+
+/* ---- small helpers ---- */
+
+static const Loc no_loc = { 0 };
+
+/* The closest of cands[0..n) to name, if close enough to be a likely typo. */
+static const char *suggest(const char *name, const char *const *cands, int n)
+{
+    const char *best = NULL;
+    int bestd = 1 << 30;
+    int len = (int)strlen(name);
+    for (int i = 0; i < n; i++) {
+        if (!cands[i]) continue;
+        int dist = diag_edit_distance(name, cands[i]);
+        if (dist < bestd) { bestd = dist; best = cands[i]; }
+    }
+    if (best && bestd <= 2 && bestd < len) return best;
+    return NULL;
+}
+
+static const char *describe(Elab *E, Value v)
+{
+    switch (v.k) {
+    case V_INT: return arena_printf(E->a, "the integer %lld", v.i);
+    case V_FLOAT: return arena_printf(E->a, "the number %g", v.f);
+    case V_BOOL: return v.i ? "'true'" : "'false'";
+    case V_TENSOR: return arena_printf(E->a, "a tensor %s", ir_shape_str(E->a, ir_shape(E->g, v.node)));
+    }
+    return "a value";
+}
+
+static const char *type_name(ArgType t)
+{
+    switch (t) {
+    case A_INT: return "an integer";
+    case A_FLOAT: return "a number";
+    case A_BOOL: return "'true' or 'false'";
+    case A_TENSOR: return "a tensor";
+    }
+    return "?";
+}
+
+static Value vint(long long i) { Value v = { V_INT, i, 0, -1 }; return v; }
+static Value vfloat(double f) { Value v = { V_FLOAT, 0, f, -1 }; return v; }
+static Value vbool(bool b) { Value v = { V_BOOL, b, 0, -1 }; return v; }
+static Value vtensor(int node) { Value v = { V_TENSOR, 0, 0, node }; return v; }
+
+/* "conv2d(out_channels, kernel, stride = 1, padding = 0, bias = true)" */
+static const char *layer_signature(Elab *E, const Layer *L)
+{
+    char buf[256];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "%s(", L->name);
+    for (int i = 0; i < L->nargs && n < sizeof buf; i++) {
+        const LayerArg *a = &L->args[i];
+        const char *sep = i ? ", " : "";
+        if (a->required) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", sep, a->name);
+        else if (a->def == DEF_KERNEL) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = kernel", sep, a->name);
+        else if (a->type == A_BOOL) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = %s", sep, a->name, a->def ? "true" : "false");
+        else n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = %g", sep, a->name, a->def);
+    }
+    if (n < sizeof buf) snprintf(buf + n, sizeof buf - n, ")");
+    return arena_strdup(E->a, buf);
+}
+
+static const char *block_signature(Elab *E, const FeDef *b)
+{
+    char buf[256];
+    size_t n = (size_t)snprintf(buf, sizeof buf, "%s(", b->name);
+    for (const FeParam *p = b->params; p && n < sizeof buf; p = p->next)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s%s", p == b->params ? "" : ", ",
+                              p->name, p->def ? " = ..." : "");
+    if (n < sizeof buf) snprintf(buf + n, sizeof buf - n, ")");
+    return arena_strdup(E->a, buf);
+}
+
+/* ---- the set of used parameter-name prefixes ---- */
+
+static unsigned long hash_str(const char *s)
+{
+    unsigned long h = 1469598103934665603UL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211UL;
+    return h;
+}
+
+static NameSlot *names_find(Elab *E, const char *name)
+{
+    if (!E->names_cap) return NULL;
+    unsigned long m = (unsigned long)E->names_cap - 1;
+    for (unsigned long i = hash_str(name) & m;; i = (i + 1) & m) {
+        if (!E->names[i].name) return NULL;
+        if (!strcmp(E->names[i].name, name)) return &E->names[i];
+    }
+}
+
+static void names_add(Elab *E, const char *name, Loc loc)
+{
+    if (2 * (E->names_n + 1) > E->names_cap) {
+        int cap = E->names_cap ? 2 * E->names_cap : 256;
+        NameSlot *old = E->names;
+        int oldcap = E->names_cap;
+        E->names = arena_alloc(E->a, sizeof(NameSlot) * (size_t)cap);
+        E->names_cap = cap;
+        E->names_n = 0;
+        for (int i = 0; i < oldcap; i++)
+            if (old[i].name) names_add(E, old[i].name, old[i].loc);
+    }
+    unsigned long m = (unsigned long)E->names_cap - 1;
+    unsigned long i = hash_str(name) & m;
+    while (E->names[i].name) i = (i + 1) & m;
+    E->names[i].name = name;
+    E->names[i].loc = loc;
+    E->names_n++;
+}
+
+static const char *join(Elab *E, const char *prefix, const char *name)
+{
+    return *prefix ? arena_printf(E->a, "%s.%s", prefix, name) : arena_strdup(E->a, name);
+}
+
+/* ---- static checks over the whole file ---- */
+
+typedef struct Checker {
+    Elab *E;
+    int errors;
+} Checker;
+
+static void check_expr(Checker *C, const Ast *e);
+
+static void check_callee(Checker *C, const Ast *e)
+{
+    Elab *E = C->E;
+    if (find_layer(e->name) >= 0 || find_block(E->defs, e->name)) return;
+    const char *cands[L_COUNT + 256];
+    int n = 0;
+    for (int i = 0; i < L_COUNT; i++) cands[n++] = layers[i].name;
+    for (FeDef *d = E->defs; d && n < L_COUNT + 256; d = d->next)
+        if (!d->is_net) cands[n++] = d->name;
+    const char *s = suggest(e->name, cands, n);
+    if (s)
+        diag_at(E->d, e->name_loc, "unknown layer '%s'; did you mean '%s'?", e->name, s);
+    else
+        diag_at(E->d, e->name_loc, "unknown layer '%s'; expected a built-in layer (conv2d, linear, "
+                "batchnorm2d, relu, sigmoid, tanh, maxpool2d, avgpool2d, global_avgpool, flatten, "
+                "dropout, add, softmax_cross_entropy) or a block defined in this file", e->name);
+    C->errors++;
+}
+
+static void check_args(Checker *C, const Ast *args)
+{
+    for (const Ast *a = args; a; a = a->next) check_expr(C, a->lhs);
+}
+
+static void check_expr(Checker *C, const Ast *e)
+{
+    if (!e) return;
+    switch (e->kind) {
+    case AST_CALL:
+    case AST_STAGE:
+        check_callee(C, e);
+        if (e->label) check_expr(C, e->label);
+        check_args(C, e->args);
+        break;
+    case AST_PIPE:      /* a long chain is walked, not recursed into */
+        while (e->kind == AST_PIPE) {
+            check_expr(C, e->rhs);
+            e = e->lhs;
+        }
+        check_expr(C, e);
+        break;
+    case AST_BINARY:
+    case AST_UNARY:
+    case AST_ATTR:
+        check_expr(C, e->lhs);
+        check_expr(C, e->rhs);
+        break;
+    case AST_COND:
+        check_expr(C, e->cond);
+        check_expr(C, e->lhs);
+        check_expr(C, e->rhs);
+        break;
+    default:
+        break;
+    }
+}
+
+static bool reserved_name(Elab *E, const char *name, Loc loc)
+{
+    if (strcmp(name, "N")) return false;
+    diag_at(E->d, loc, "'N' is reserved for the batch size; choose another name");
+    return true;
+}
+
+static void check_stmts(Checker *C, const FeDef *def, const Ast *s, bool *has_input, bool *has_return)
+{
+    Elab *E = C->E;
+    for (; s; s = s->next) {
+        switch (s->kind) {
+        case AST_INPUT:
+            *has_input = true;
+            if (!def->is_net) {
+                diag_at(E->d, s->loc, "'input' is only allowed in the net; block '%s' gets its input "
+                        "from its input list", def->name);
+                C->errors++;
+            }
+            check_args(C, s->args);
+            break;
+        case AST_ASSIGN:
+            if (reserved_name(E, s->name, s->name_loc)) C->errors++;
+            check_expr(C, s->lhs);
+            break;
+        case AST_RETURN:
+            *has_return = true;
+            check_expr(C, s->lhs);
+            if (s->next) {
+                diag_at(E->d, s->next->loc, "statement after 'return' would never run");
+                C->errors++;
+            }
+            break;
+        case AST_IF:
+            for (const Ast *i = s; i; i = i->els) {
+                if (i->kind == AST_IF) check_expr(C, i->cond);
+                check_stmts(C, def, i->body, has_input, has_return);
+            }
+            break;
+        case AST_FOR:
+            if (reserved_name(E, s->name, s->name_loc)) C->errors++;
+            check_expr(C, s->lhs);
+            check_expr(C, s->rhs);
+            check_stmts(C, def, s->body, has_input, has_return);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+/* Block references of an expression/statement tree, for the recursion check. */
+typedef struct RefVisit {
+    Elab *E;
+    FeDef **stack;        /* blocks on the current path */
+    int n;
+    int *state;           /* per block index: 0 unvisited, 1 on path, 2 done */
+    FeDef **index;        /* block index -> def */
+    int nblocks;
+    bool found;
+} RefVisit;
+
+static void visit_block(RefVisit *V, FeDef *b, const Ast *site);
+
+static int block_index(RefVisit *V, const FeDef *b)
+{
+    for (int i = 0; i < V->nblocks; i++)
+        if (V->index[i] == b) return i;
+    return -1;
+}
+
+static void visit_expr(RefVisit *V, const Ast *e)
+{
+    for (; e && !V->found; ) {
+        switch (e->kind) {
+        case AST_CALL:
+        case AST_STAGE: {
+            FeDef *b = find_layer(e->name) >= 0 ? NULL : find_block(V->E->defs, e->name);
+            if (b) visit_block(V, b, e);
+            if (e->label) visit_expr(V, e->label);
+            for (const Ast *a = e->args; a && !V->found; a = a->next) visit_expr(V, a->lhs);
+            return;
+        }
+        case AST_PIPE:
+            visit_expr(V, e->rhs);
+            e = e->lhs;
+            continue;
+        case AST_BINARY: case AST_UNARY: case AST_ATTR:
+            visit_expr(V, e->lhs);
+            e = e->rhs;
+            continue;
+        case AST_COND:
+            visit_expr(V, e->cond);
+            visit_expr(V, e->lhs);
+            e = e->rhs;
+            continue;
+        default:
+            return;
+        }
+    }
+}
+
+static void visit_stmts(RefVisit *V, const Ast *s)
+{
+    for (; s && !V->found; s = s->next) {
+        switch (s->kind) {
+        case AST_INPUT:
+            for (const Ast *a = s->args; a; a = a->next) visit_expr(V, a->lhs);
+            break;
+        case AST_ASSIGN: case AST_RETURN:
+            visit_expr(V, s->lhs);
+            break;
+        case AST_IF:
+            for (const Ast *i = s; i && !V->found; i = i->els) {
+                if (i->kind == AST_IF) visit_expr(V, i->cond);
+                visit_stmts(V, i->body);
+            }
+            break;
+        case AST_FOR:
+            visit_expr(V, s->lhs);
+            visit_expr(V, s->rhs);
+            visit_stmts(V, s->body);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+static void visit_params(RefVisit *V, const FeParam *p)
+{
+    for (; p && !V->found; p = p->next) visit_expr(V, p->def);
+}
+
+static void visit_block(RefVisit *V, FeDef *b, const Ast *site)
+{
+    int i = block_index(V, b);
+    if (i < 0 || V->state[i] == 2) return;
+    if (V->state[i] == 1) {
+        /* b is on the path: the cycle is b ... -> b */
+        char buf[512];
+        size_t n = 0;
+        int from = 0;
+        while (from < V->n && V->stack[from] != b) from++;
+        for (int k = from; k < V->n && n < sizeof buf; k++)
+            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s -> ", V->stack[k]->name);
+        if (n < sizeof buf) snprintf(buf + n, sizeof buf - n, "%s", b->name);
+        diag_at(V->E->d, site->name_loc, "recursive use of block '%s' (%s); blocks cannot use "
+                "themselves, directly or through other blocks", b->name, buf);
+        V->found = true;
+        return;
+    }
+    V->state[i] = 1;
+    V->stack[V->n++] = b;
+    visit_params(V, b->params);
+    visit_stmts(V, b->body);
+    V->n--;
+    V->state[i] = 2;
+}
+
+/* Returns the number of errors found. */
+static int check_file(Elab *E, const SourceFile *file)
+{
+    Checker C = { E, 0 };
+    Diag *d = E->d;
+
+    /* one net; definitions unique; no block named like a layer */
+    int nblocks = 0;
+    for (FeDef *def = E->defs; def; def = def->next) {
+        if (def->is_net) {
+            if (E->net) {
+                diag_at(d, def->loc, "second 'net' definition ('%s'); a file holds exactly one net",
+                        def->name);
+                diag_note(d, E->net->loc, "the first is '%s', here", E->net->name);
+                C.errors++;
+            } else {
+                E->net = def;
+            }
+        } else {
+            nblocks++;
+            if (find_layer(def->name) >= 0) {
+                diag_at(d, def->name_loc, "block '%s' has the name of a built-in layer; choose another name",
+                        def->name);
+                C.errors++;
+            }
+        }
+        for (FeDef *prev = E->defs; prev != def; prev = prev->next)
+            if (!strcmp(prev->name, def->name)) {
+                diag_at(d, def->name_loc, "'%s' is defined twice", def->name);
+                diag_note(d, prev->name_loc, "first defined here");
+                C.errors++;
+                break;
+            }
+        /* parameters: unique names, defaults for the net, one input for a block */
+        for (FeParam *p = def->params; p; p = p->next) {
+            if (reserved_name(E, p->name, p->loc)) C.errors++;
+            for (FeParam *q = def->params; q != p; q = q->next)
+                if (!strcmp(q->name, p->name)) {
+                    diag_at(d, p->loc, "parameter '%s' is listed twice", p->name);
+                    C.errors++;
+                    break;
+                }
+            if (def->is_net && !p->def) {
+                diag_at(d, p->loc, "net parameter '%s' needs a default value, e.g. '%s = 10' "
+                        "(it can be changed with --set %s=VALUE)", p->name, p->name, p->name);
+                C.errors++;
+            }
+            check_expr(&C, p->def);
+        }
+        if (!def->is_net) {
+            int nin = 0;
+            for (FeParam *p = def->inputs; p; p = p->next) {
+                nin++;
+                if (nin == 2) {
+                    diag_at(d, p->loc, "block '%s' has more than one input; a block takes exactly one "
+                            "input value", def->name);
+                    C.errors++;
+                }
+                if (p->def) {
+                    diag_at(d, p->loc, "the input '%s' of block '%s' cannot have a default value",
+                            p->name, def->name);
+                    C.errors++;
+                }
+                for (FeParam *q = def->params; q; q = q->next)
+                    if (!strcmp(q->name, p->name)) {
+                        diag_at(d, p->loc, "the input '%s' has the name of a parameter of block '%s'",
+                                p->name, def->name);
+                        C.errors++;
+                        break;
+                    }
+            }
+            if (nin == 0) {
+                diag_at(d, def->name_loc, "block '%s' has no input; write 'block %s(params)(x) { ... }'",
+                        def->name, def->name);
+                C.errors++;
+            }
+        }
+        bool has_input = false, has_return = false;
+        check_stmts(&C, def, def->body, &has_input, &has_return);
+        if (def->is_net && !has_input) {
+            diag_at(d, def->name_loc, "net '%s' has no 'input' statement; expected e.g. "
+                    "'input x[N, 1, 28, 28]' in its body", def->name);
+            C.errors++;
+        }
+        if (!has_return) {
+            diag_at(d, def->end_loc, "missing 'return' in %s '%s'; expected 'return' and the value "
+                    "it produces before this '}'", def->is_net ? "net" : "block", def->name);
+            C.errors++;
+        }
+    }
+    if (!E->net) {
+        Loc l = { file, 1, 1 };
+        if (E->defs)
+            diag_at(d, l, "no 'net' definition in this file; expected 'net NAME(params) { ... }'");
+        else
+            diag_at(d, l, "the file defines nothing; expected 'net NAME(params) { ... }'");
+        C.errors++;
+    }
+    if (C.errors) return C.errors;
+
+    /* recursion between blocks: depth-first search over every block */
+    RefVisit V = { E, NULL, 0, NULL, NULL, nblocks, false };
+    V.stack = arena_alloc(E->a, sizeof(FeDef *) * (size_t)(nblocks + 1));
+    V.state = arena_alloc(E->a, sizeof(int) * (size_t)(nblocks + 1));
+    V.index = arena_alloc(E->a, sizeof(FeDef *) * (size_t)(nblocks + 1));
+    int k = 0;
+    for (FeDef *def = E->defs; def; def = def->next)
+        if (!def->is_net) V.index[k++] = def;
+    for (int i = 0; i < nblocks && !V.found; i++)
+        visit_block(&V, V.index[i], NULL);
+    if (V.found) C.errors++;
+    return C.errors;
+}
+
+/* ---- environments ---- */
+
+static Binding *lookup(Env *env, const char *name)
+{
+    for (; env; env = env->parent)
+        for (Binding *b = env->vars; b; b = b->next)
+            if (!strcmp(b->name, name)) return b;
+    return NULL;
+}
+
+static Binding *bind(Elab *E, Env *env, const char *name, BindKind kind, Value v, Loc loc)
+{
+    Binding *b = arena_alloc(E->a, sizeof *b);
+    b->name = name;
+    b->kind = kind;
+    b->v = v;
+    b->loc = loc;
+    b->next = env->vars;
+    env->vars = b;
+    return b;
+}
+
+/* ---- expressions ---- */
+
+static int eval(Elab *E, Scope *S, Env *env, const Ast *e, Value *out);
+static int apply_stage(Elab *E, Scope *S, Env *env, const Ast *st, Value in, const Ast *args, Value *out);
+
+static int step(Elab *E, Loc loc)
+{
+    if (++E->steps <= FE_MAX_STEPS) return 0;
+    diag_at(E->d, loc, "the net is too big to elaborate: more than %d statements and stages "
+            "would run", FE_MAX_STEPS);
+    return -1;
+}
+
+static int unknown_name(Elab *E, Env *env, const Ast *e)
+{
+    if (!strcmp(e->name, "N")) {
+        diag_at(E->d, e->loc, "'N' (the batch size) can only be the first dimension of 'input'; "
+                "it has no value at compile time");
+        return -1;
+    }
+    if (find_layer(e->name) >= 0 || find_block(E->defs, e->name)) {
+        diag_at(E->d, e->loc, "'%s' is a %s, not a value; apply it to a tensor: 'x -> %s'",
+                e->name, find_layer(e->name) >= 0 ? "layer" : "block", e->name);
+        return -1;
+    }
+    const char *cands[512];
+    int n = 0;
+    for (Env *v = env; v; v = v->parent)
+        for (Binding *b = v->vars; b && n < 512; b = b->next) cands[n++] = b->name;
+    const char *s = suggest(e->name, cands, n);
+    if (s) diag_at(E->d, e->loc, "unknown name '%s'; did you mean '%s'?", e->name, s);
+    else diag_at(E->d, e->loc, "unknown name '%s'", e->name);
+    return -1;
+}
+
+static bool is_num(Value v) { return v.k == V_INT || v.k == V_FLOAT; }
+static double num(Value v) { return v.k == V_INT ? (double)v.i : v.f; }
+
+static const char *op_text(int op)
+{
+    switch (op) {
+    case '+': return "+"; case '-': return "-"; case '*': return "*"; case '/': return "/";
+    case '%': return "%"; case '<': return "<"; case '>': return ">";
+    case EQ: return "=="; case NE: return "!="; case LE: return "<="; case GE: return ">=";
+    case AND: return "and"; case OR: return "or"; case NOT: return "not";
+    }
+    return "?";
+}
+
+static int want_bool(Elab *E, const Ast *e, Value v, const char *what)
+{
+    if (v.k == V_BOOL) return 0;
+    diag_at(E->d, e->loc, "%s must be 'true' or 'false', not %s", what, describe(E, v));
+    return -1;
+}
+
+static int eval_binary(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
+{
+    Value a, b;
+    if (eval(E, S, env, e->lhs, &a)) return -1;
+    if (e->op == AND || e->op == OR) {
+        const char *what = e->op == AND ? "the left operand of 'and'" : "the left operand of 'or'";
+        if (want_bool(E, e->lhs, a, what)) return -1;
+        if ((e->op == AND && !a.i) || (e->op == OR && a.i)) { *out = a; return 0; }
+        if (eval(E, S, env, e->rhs, &b)) return -1;
+        if (want_bool(E, e->rhs, b, e->op == AND ? "the right operand of 'and'" : "the right operand of 'or'"))
+            return -1;
+        *out = b;
+        return 0;
+    }
+    if (eval(E, S, env, e->rhs, &b)) return -1;
+    if (e->op == EQ || e->op == NE) {
+        bool eq;
+        if (is_num(a) && is_num(b)) eq = (a.k == V_INT && b.k == V_INT) ? a.i == b.i : num(a) == num(b);
+        else if (a.k == V_BOOL && b.k == V_BOOL) eq = a.i == b.i;
+        else {
+            diag_at(E->d, e->loc, "cannot compare %s with %s%s", describe(E, a), describe(E, b),
+                    a.k == V_TENSOR || b.k == V_TENSOR ? "; compare shapes instead, e.g. x.channels == c" : "");
+            return -1;
+        }
+        *out = vbool(e->op == EQ ? eq : !eq);
+        return 0;
+    }
+    if (!is_num(a) || !is_num(b)) {
+        const Ast *bad = !is_num(a) ? e->lhs : e->rhs;
+        diag_at(E->d, bad->loc, "operator '%s' needs numbers, not %s", op_text(e->op),
+                describe(E, !is_num(a) ? a : b));
+        return -1;
+    }
+    switch (e->op) {
+    case '<': *out = vbool(a.k == V_INT && b.k == V_INT ? a.i < b.i : num(a) < num(b)); return 0;
+    case '>': *out = vbool(a.k == V_INT && b.k == V_INT ? a.i > b.i : num(a) > num(b)); return 0;
+    case LE:  *out = vbool(a.k == V_INT && b.k == V_INT ? a.i <= b.i : num(a) <= num(b)); return 0;
+    case GE:  *out = vbool(a.k == V_INT && b.k == V_INT ? a.i >= b.i : num(a) >= num(b)); return 0;
+    default: break;
+    }
+    if ((e->op == '/' || e->op == '%') && num(b) == 0) {
+        diag_at(E->d, e->loc, "division by zero");
+        return -1;
+    }
+    if (a.k == V_INT && b.k == V_INT) {
+        long long r = 0;
+        bool ovf = false;
+        switch (e->op) {
+        case '+': ovf = __builtin_add_overflow(a.i, b.i, &r); break;
+        case '-': ovf = __builtin_sub_overflow(a.i, b.i, &r); break;
+        case '*': ovf = __builtin_mul_overflow(a.i, b.i, &r); break;
+        case '/':
+        case '%':
+            if (a.i == LLONG_MIN && b.i == -1) { ovf = true; break; }
+            {
+                long long q = a.i / b.i, m = a.i % b.i;
+                if (m != 0 && ((m < 0) != (b.i < 0))) { q--; m += b.i; }   /* floor division */
+                r = e->op == '/' ? q : m;
+            }
+            break;
+        }
+        if (ovf || r > INT_MAX || r < -(long long)INT_MAX) {
+            diag_at(E->d, e->loc, "integer overflow in '%s' (the limit is %d)", op_text(e->op), INT_MAX);
+            return -1;
+        }
+        *out = vint(r);
+        return 0;
+    }
+    double x = num(a), y = num(b), r = 0;
+    switch (e->op) {
+    case '+': r = x + y; break;
+    case '-': r = x - y; break;
+    case '*': r = x * y; break;
+    case '/': r = x / y; break;
+    case '%': r = x - y * floor(x / y); break;
+    }
+    if (!isfinite(r)) {
+        diag_at(E->d, e->loc, "the result of '%s' is not a finite number", op_text(e->op));
+        return -1;
+    }
+    *out = vfloat(r);
+    return 0;
+}
+
+static int eval_attr(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
+{
+    static const char *const attrs[] = { "channels", "height", "width", "features", "rank", "shape" };
+    Value x;
+    if (eval(E, S, env, e->lhs, &x)) return -1;
+    if (x.k != V_TENSOR) {
+        diag_at(E->d, e->name_loc, "'.%s' needs a tensor, but this is %s", e->name, describe(E, x));
+        return -1;
+    }
+    const Shape *s = ir_shape(E->g, x.node);
+    const char *sh = ir_shape_str(E->a, s);
+    int dim = -1;
+    if (!strcmp(e->name, "shape")) {
+        if (!e->rhs) {
+            diag_at(E->d, e->name_loc, "'.shape' needs an index, e.g. x.shape[1]");
+            return -1;
+        }
+        Value iv;
+        if (eval(E, S, env, e->rhs, &iv)) return -1;
+        if (iv.k != V_INT) {
+            diag_at(E->d, e->rhs->loc, "a shape index must be an integer, not %s", describe(E, iv));
+            return -1;
+        }
+        long long i = iv.i < 0 ? iv.i + s->nd : iv.i;
+        if (i < 0 || i >= s->nd) {
+            diag_at(E->d, e->rhs->loc, "shape index %lld is out of range for a tensor %s of %d dimensions",
+                    iv.i, sh, s->nd);
+            return -1;
+        }
+        dim = (int)i;
+    } else {
+        if (e->rhs) {
+            diag_at(E->d, e->name_loc, "only '.shape' can be indexed");
+            return -1;
+        }
+        if (!strcmp(e->name, "rank")) { *out = vint(s->nd); return 0; }
+        bool four = s->nd == 4;
+        if (!strcmp(e->name, "channels")) dim = s->nd >= 3 ? 1 : -2;
+        else if (!strcmp(e->name, "height")) dim = four ? 2 : -2;
+        else if (!strcmp(e->name, "width")) dim = four ? 3 : -2;
+        else if (!strcmp(e->name, "features")) dim = s->nd == 2 ? 1 : -2;
+        else {
+            const char *sug = suggest(e->name, attrs, 6);
+            diag_at(E->d, e->name_loc, "tensors have no attribute '%s'%s%s%s (attributes: channels, height, "
+                    "width, features, rank, shape[i])", e->name, sug ? "; did you mean '" : "",
+                    sug ? sug : "", sug ? "'?" : "");
+            return -1;
+        }
+        if (dim == -2) {
+            diag_at(E->d, e->name_loc, "a tensor %s has no '%s' (%s)", sh, e->name,
+                    !strcmp(e->name, "features") ? "that needs [N, features]"
+                    : !strcmp(e->name, "channels") ? "that needs [N, C, H, W]" : "that needs [N, C, H, W]");
+            return -1;
+        }
+    }
+    if (s->d[dim] == IR_BATCH) {
+        diag_at(E->d, e->name_loc, "dimension %d is the batch size N, which is not known at compile time", dim);
+        return -1;
+    }
+    *out = vint(s->d[dim]);
+    return 0;
+}
+
+static int eval(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
+{
+    switch (e->kind) {
+    case AST_INT: *out = vint(e->ival); return 0;
+    case AST_FLOAT: *out = vfloat(e->fval); return 0;
+    case AST_BOOL: *out = vbool(e->ival != 0); return 0;
+    case AST_NAME: {
+        Binding *b = lookup(env, e->name);
+        if (!b) return unknown_name(E, env, e);
+        *out = b->v;
+        return 0;
+    }
+    case AST_UNARY: {
+        Value v;
+        if (eval(E, S, env, e->lhs, &v)) return -1;
+        if (e->op == NOT) {
+            if (want_bool(E, e->lhs, v, "the operand of 'not'")) return -1;
+            *out = vbool(!v.i);
+            return 0;
+        }
+        if (!is_num(v)) {
+            diag_at(E->d, e->loc, "unary '%s' needs a number, not %s", op_text(e->op), describe(E, v));
+            return -1;
+        }
+        if (e->op == '-') { if (v.k == V_INT) v.i = -v.i; else v.f = -v.f; }
+        *out = v;
+        return 0;
+    }
+    case AST_BINARY:
+        return eval_binary(E, S, env, e, out);
+    case AST_COND: {
+        Value c;
+        if (eval(E, S, env, e->cond, &c)) return -1;
+        if (want_bool(E, e->cond, c, "the condition of 'if'")) return -1;
+        return eval(E, S, env, c.i ? e->lhs : e->rhs, out);
+    }
+    case AST_ATTR:
+        return eval_attr(E, S, env, e, out);
+    case AST_PIPE: {
+        /* x -> a -> b is ((x -> a) -> b): walk down the chain, then apply from x up */
+        int n = 0;
+        const Ast *p = e;
+        for (; p->kind == AST_PIPE; p = p->lhs) n++;
+        const Ast **stages = arena_alloc(E->a, sizeof(Ast *) * (size_t)n);
+        int k = n;
+        for (p = e; p->kind == AST_PIPE; p = p->lhs) stages[--k] = p->rhs;
+        Value v;
+        if (eval(E, S, env, p, &v)) return -1;
+        for (k = 0; k < n; k++)
+            if (apply_stage(E, S, env, stages[k], v, stages[k]->args, &v)) return -1;
+        *out = v;
+        return 0;
+    }
+    case AST_CALL: {
+        /* f(x, args...) == x -> f(args...) */
+        const Ast *first = e->args;
+        if (!first || first->name) {
+            diag_at(E->d, e->name_loc, "'%s(...)' needs the value it applies to as its first argument, "
+                    "e.g. '%s(x, ...)', or write 'x -> %s(...)'", e->name, e->name, e->name);
+            return -1;
+        }
+        Value in;
+        if (eval(E, S, env, first->lhs, &in)) return -1;
+        return apply_stage(E, S, env, e, in, first->next, out);
+    }
+    default:
+        diag_at(E->d, e->loc, "this is not an expression");
+        return -1;
+    }
+}
+
+/* ---- arguments ---- */
+
+/* Binds args to formals[0..n): vals[i]/given[i]/where[i]. Formal names
+   come from names[]. Returns -1 after reporting. */
+static int bind_args(Elab *E, Scope *S, Env *env, const Ast *callee, const char *sig,
+                     const char *const *names, int n, const Ast *args,
+                     Value *vals, bool *given, Loc *where)
+{
+    int pos = 0;
+    bool named = false;
+    for (const Ast *a = args; a; a = a->next) {
+        int k;
+        if (!a->name) {
+            if (named) {
+                diag_at(E->d, a->loc, "positional argument after a named argument; in %s", sig);
+                return -1;
+            }
+            if (pos >= n) {
+                if (n == 0)
+                    diag_at(E->d, a->loc, "'%s' takes no arguments", callee->name);
+                else
+                    diag_at(E->d, a->loc, "too many arguments: '%s' takes at most %d (%s)",
+                            callee->name, n, sig);
+                return -1;
+            }
+            k = pos++;
+        } else {
+            named = true;
+            for (k = 0; k < n; k++)
+                if (!strcmp(names[k], a->name)) break;
+            if (k == n) {
+                const char *s = suggest(a->name, names, n);
+                if (s)
+                    diag_at(E->d, a->name_loc, "'%s' has no argument '%s'; did you mean '%s'? (%s)",
+                            callee->name, a->name, s, sig);
+                else if (n == 0)
+                    diag_at(E->d, a->name_loc, "'%s' has no argument '%s'; it takes no arguments",
+                            callee->name, a->name);
+                else
+                    diag_at(E->d, a->name_loc, "'%s' has no argument '%s'; expected one of %s",
+                            callee->name, a->name, sig);
+                return -1;
+            }
+            if (given[k]) {
+                diag_at(E->d, a->name_loc, "argument '%s' is given twice", a->name);
+                diag_note(E->d, where[k], "first given here");
+                return -1;
+            }
+        }
+        if (eval(E, S, env, a->lhs, &vals[k])) return -1;
+        given[k] = true;
+        where[k] = a->name ? a->name_loc : a->loc;
+    }
+    return 0;
+}
+
+/* ---- stages ---- */
+
+static int want_tensor_input(Elab *E, const Ast *st, Value in)
+{
+    if (in.k != V_TENSOR) {
+        diag_at(E->d, st->name_loc, "'%s' needs a tensor as its input, not %s", st->name, describe(E, in));
+        return -1;
+    }
+    if (in.node == E->loss_node) {
+        diag_at(E->d, st->name_loc, "the loss cannot be the input of '%s': softmax_cross_entropy "
+                "must end the chain the net returns", st->name);
+        diag_note(E->d, E->loss_loc, "the loss is made here");
+        return -1;
+    }
+    return 0;
+}
+
+/* The parameter-name prefix of a stage: its label, or an automatic name. */
+static int stage_name(Elab *E, Scope *S, Env *env, const Ast *st, bool needs_name, const char **out)
+{
+    *out = NULL;
+    const char *label = NULL;
+    Loc loc = st->label ? st->label->loc : st->name_loc;
+    if (st->label) {
+        const Ast *l = st->label;
+        if (!st->computed_label && l->kind == AST_NAME) label = l->name;
+        else if (!st->computed_label && l->kind == AST_INT) label = arena_printf(E->a, "%lld", l->ival);
+        else {
+            Value v;
+            if (eval(E, S, env, l, &v)) return -1;
+            if (v.k != V_INT || v.i < 0) {
+                diag_at(E->d, l->loc, "a computed label must be a non-negative integer, not %s", describe(E, v));
+                return -1;
+            }
+            label = arena_printf(E->a, "%lld", v.i);
+        }
+        const char *full = join(E, S->prefix, label);
+        NameSlot *old = names_find(E, full);
+        if (old) {
+            diag_at(E->d, loc, "duplicate name '%s': parameters '%s.*' already exist", full, full);
+            diag_note(E->d, old->loc, "'%s' was first used here", full);
+            return -1;
+        }
+        names_add(E, full, loc);
+        *out = full;
+        return 0;
+    }
+    if (!needs_name) return 0;
+    AutoCount *c = S->autos;
+    while (c && strcmp(c->base, st->name)) c = c->link;
+    if (!c) {
+        c = arena_alloc(E->a, sizeof *c);
+        c->base = st->name;
+        c->link = S->autos;
+        S->autos = c;
+    }
+    for (;;) {
+        const char *full = join(E, S->prefix, arena_printf(E->a, "%s_%d", st->name, c->next++));
+        if (!names_find(E, full)) {
+            names_add(E, full, loc);
+            *out = full;
+            return 0;
+        }
+    }
+}
+
+static int check_range(Elab *E, Loc loc, const char *layer, const char *arg, long long v,
+                       long long lo, long long hi)
+{
+    if (v >= lo && v <= hi) return 0;
+    if (v < lo && lo == 0)
+        diag_at(E->d, loc, "%s: '%s' must not be negative, got %lld", layer, arg, v);
+    else if (v < lo)
+        diag_at(E->d, loc, "%s: '%s' must be at least %lld, got %lld", layer, arg, lo, v);
+    else
+        diag_at(E->d, loc, "%s: '%s' = %lld is too large (the limit is %lld)", layer, arg, v, hi);
+    return -1;
+}
+
+static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, LayerId id, Value in,
+                       const Ast *args, Value *out)
+{
+    const Layer *L = &layers[id];
+    const char *sig = layer_signature(E, L);
+    const char *names[5];
+    Value vals[5];
+    bool given[5] = { 0 };
+    Loc where[5];
+    for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; where[i] = st->name_loc; }
+    if (want_tensor_input(E, st, in)) return -1;
+    if (bind_args(E, S, env, st, sig, names, L->nargs, args, vals, given, where)) return -1;
+    long long iv[5] = { 0 };
+    double fv[5] = { 0 };
+    for (int i = 0; i < L->nargs; i++) {
+        const LayerArg *a = &L->args[i];
+        if (!given[i]) {
+            if (a->required) {
+                diag_at(E->d, st->name_loc, "missing argument '%s' to %s", a->name, sig);
+                return -1;
+            }
+            iv[i] = a->def == DEF_KERNEL ? iv[0] : (long long)a->def;
+            fv[i] = a->def;
+            continue;
+        }
+        Value v = vals[i];
+        bool ok = (a->type == A_INT && v.k == V_INT) || (a->type == A_FLOAT && is_num(v)) ||
+                  (a->type == A_BOOL && v.k == V_BOOL) || (a->type == A_TENSOR && v.k == V_TENSOR);
+        if (!ok) {
+            diag_at(E->d, where[i], "argument '%s' of %s must be %s, not %s", a->name, L->name,
+                    type_name(a->type), describe(E, v));
+            return -1;
+        }
+        iv[i] = v.k == V_FLOAT ? 0 : v.i;
+        fv[i] = num(v);
+        if (a->type == A_TENSOR) iv[i] = v.node;
+    }
+    const char *prefix = NULL;
+    if (stage_name(E, S, env, st, L->has_params, &prefix)) return -1;
+    Loc loc = st->name_loc;
+    Graph *g = E->g;
+    int errors = E->d->errors, r = -1;
+    switch (id) {
+    case L_CONV2D:
+        if (check_range(E, where[0], "conv2d", "out_channels", iv[0], 1, FE_MAX_SIZE) ||
+            check_range(E, where[1], "conv2d", "kernel", iv[1], 1, FE_MAX_SIZE) ||
+            check_range(E, where[2], "conv2d", "stride", iv[2], 1, FE_MAX_SIZE) ||
+            check_range(E, where[3], "conv2d", "padding", iv[3], 0, FE_MAX_SIZE))
+            return -1;
+        r = ir_conv2d(g, loc, prefix, in.node, (int)iv[0], (int)iv[1], (int)iv[2], (int)iv[3], iv[4] != 0);
+        break;
+    case L_LINEAR:
+        if (check_range(E, where[0], "linear", "out_features", iv[0], 1, FE_MAX_SIZE)) return -1;
+        r = ir_linear(g, loc, prefix, in.node, (int)iv[0], iv[1] != 0);
+        break;
+    case L_BATCHNORM2D:
+        if (!(fv[0] > 0 && fv[0] < 1)) {
+            diag_at(E->d, where[0], "batchnorm2d: 'eps' must be in (0, 1), got %g", fv[0]);
+            return -1;
+        }
+        if (!(fv[1] >= 0 && fv[1] <= 1)) {
+            diag_at(E->d, where[1], "batchnorm2d: 'momentum' must be in [0, 1], got %g", fv[1]);
+            return -1;
+        }
+        r = ir_batchnorm2d(g, loc, prefix, in.node, (float)fv[0], (float)fv[1]);
+        break;
+    case L_RELU: r = ir_relu(g, loc, in.node); break;
+    case L_SIGMOID: r = ir_sigmoid(g, loc, in.node); break;
+    case L_TANH: r = ir_tanh(g, loc, in.node); break;
+    case L_MAXPOOL2D:
+    case L_AVGPOOL2D:
+        if (check_range(E, where[0], L->name, "kernel", iv[0], 1, FE_MAX_SIZE) ||
+            check_range(E, where[1], L->name, "stride", iv[1], 1, FE_MAX_SIZE) ||
+            check_range(E, where[2], L->name, "padding", iv[2], 0, FE_MAX_SIZE))
+            return -1;
+        if (iv[2] > iv[0] / 2) {
+            diag_at(E->d, where[2], "%s: padding %lld is too big for kernel %lld; it can be at most "
+                    "half the kernel (%lld)", L->name, iv[2], iv[0], iv[0] / 2);
+            return -1;
+        }
+        r = (id == L_MAXPOOL2D ? ir_maxpool2d : ir_avgpool2d)(g, loc, in.node, (int)iv[0], (int)iv[1], (int)iv[2]);
+        break;
+    case L_GLOBAL_AVGPOOL: r = ir_global_avgpool(g, loc, in.node); break;
+    case L_FLATTEN: r = ir_flatten(g, loc, in.node); break;
+    case L_DROPOUT:
+        if (!(fv[0] >= 0 && fv[0] < 1)) {
+            diag_at(E->d, where[0], "dropout: 'p' must be in [0, 1), got %g", fv[0]);
+            return -1;
+        }
+        r = ir_dropout(g, loc, in.node, (float)fv[0]);
+        break;
+    case L_ADD: {
+        Value other = vals[0];
+        if (other.node == E->loss_node) {
+            diag_at(E->d, where[0], "the loss cannot be an input of 'add'");
+            return -1;
+        }
+        r = ir_add(g, loc, in.node, other.node);
+        break;
+    }
+    case L_SOFTMAX_XENT:
+        if (E->loss_node >= 0) {
+            diag_at(E->d, loc, "a second softmax_cross_entropy; the net has exactly one loss");
+            diag_note(E->d, E->loss_loc, "the first is here");
+            return -1;
+        }
+        r = ir_softmax_xent(g, loc, in.node);
+        if (r >= 0) { E->loss_node = r; E->loss_loc = loc; }
+        break;
+    case L_COUNT:
+        break;
+    }
+    if (r < 0) {
+        if (E->d->errors == errors)
+            diag_at(E->d, loc, "cannot apply '%s' to a tensor %s", L->name,
+                    ir_shape_str(E->a, ir_shape(g, in.node)));
+        return -1;
+    }
+    *out = vtensor(r);
+    return 0;
+}
+
+static int run_stmts(Elab *E, Scope *S, Env *env, const Ast *s);
+
+static int apply_block(Elab *E, Scope *S, Env *env, const Ast *st, FeDef *b, Value in,
+                       const Ast *args, Value *out)
+{
+    if (want_tensor_input(E, st, in)) return -1;
+    if (E->depth >= FE_MAX_DEPTH) {
+        diag_at(E->d, st->name_loc, "blocks are nested more than %d deep", FE_MAX_DEPTH);
+        return -1;
+    }
+    int n = 0;
+    for (FeParam *p = b->params; p; p = p->next) n++;
+    const char **names = arena_alloc(E->a, sizeof(char *) * (size_t)(n + 1));
+    Value *vals = arena_alloc(E->a, sizeof(Value) * (size_t)(n + 1));
+    bool *given = arena_alloc(E->a, sizeof(bool) * (size_t)(n + 1));
+    Loc *where = arena_alloc(E->a, sizeof(Loc) * (size_t)(n + 1));
+    int k = 0;
+    for (FeParam *p = b->params; p; p = p->next, k++) { names[k] = p->name; where[k] = st->name_loc; }
+    const char *sig = block_signature(E, b);
+    if (bind_args(E, S, env, st, sig, names, n, args, vals, given, where)) return -1;
+    const char *prefix;
+    if (stage_name(E, S, env, st, true, &prefix)) return -1;
+
+    Scope inner = { b, prefix, NULL, false, { 0 }, no_loc };
+    Env top = { NULL, NULL };
+    k = 0;
+    int errors = E->d->errors;
+    int rc = 0;
+    E->depth++;
+    for (FeParam *p = b->params; p; p = p->next, k++) {
+        Value v;
+        if (given[k]) v = vals[k];
+        else if (p->def) {
+            if (eval(E, &inner, &top, p->def, &v)) { rc = -1; break; }
+        } else {
+            diag_at(E->d, st->name_loc, "missing argument '%s' to block %s", p->name, sig);
+            rc = -1;
+            break;
+        }
+        bind(E, &top, p->name, B_PARAM, v, p->loc);
+    }
+    if (!rc) {
+        bind(E, &top, b->inputs->name, B_VAR, in, b->inputs->loc);
+        rc = run_stmts(E, &inner, &top, b->body);
+    }
+    if (!rc && !inner.returned) {
+        diag_at(E->d, b->end_loc, "block '%s' ends without 'return'", b->name);
+        rc = -1;
+    }
+    if (!rc && inner.ret.k != V_TENSOR) {
+        diag_at(E->d, inner.ret_loc, "block '%s' must return a tensor, not %s", b->name, describe(E, inner.ret));
+        rc = -1;
+    }
+    E->depth--;
+    if (rc) {
+        if (E->d->errors > errors && E->notes++ < 4)   /* the innermost few instances */
+            diag_note(E->d, st->name_loc, "in '%s', an instance of block '%s' made here", prefix, b->name);
+        return -1;
+    }
+    *out = inner.ret;
+    return 0;
+}
+
+static int apply_stage(Elab *E, Scope *S, Env *env, const Ast *st, Value in, const Ast *args, Value *out)
+{
+    if (step(E, st->name_loc)) return -1;
+    int id = find_layer(st->name);
+    if (id >= 0) return apply_layer(E, S, env, st, (LayerId)id, in, args, out);
+    FeDef *b = find_block(E->defs, st->name);
+    if (b) return apply_block(E, S, env, st, b, in, args, out);
+    diag_at(E->d, st->name_loc, "unknown layer '%s'", st->name);   /* check_file catches this first */
+    return -1;
+}
+
+/* ---- statements ---- */
+
+static int run_input(Elab *E, Scope *S, Env *env, const Ast *s)
+{
+    if (E->g->input >= 0) {
+        diag_at(E->d, s->loc, "a second 'input'; the net has exactly one");
+        diag_note(E->d, E->g->nodes[E->g->input].loc, "the first is here");
+        return -1;
+    }
+    Shape sh = { 0 };
+    int nd = 0;
+    for (const Ast *a = s->args; a; a = a->next, nd++) {
+        if (a->name) {
+            diag_at(E->d, a->name_loc, "input dimensions are plain values, not 'name = value'");
+            return -1;
+        }
+        if (nd >= IR_MAXDIM) {
+            diag_at(E->d, a->loc, "too many input dimensions: at most %d, [N, C, H, W]", IR_MAXDIM);
+            return -1;
+        }
+        if (nd == 0) {
+            if (a->lhs->kind != AST_NAME || strcmp(a->lhs->name, "N")) {
+                diag_at(E->d, a->loc, "the first input dimension must be N, the batch size");
+                return -1;
+            }
+            sh.d[0] = IR_BATCH;
+            continue;
+        }
+        if (a->lhs->kind == AST_NAME && !strcmp(a->lhs->name, "N")) {
+            diag_at(E->d, a->loc, "N (the batch size) can only be the first input dimension");
+            return -1;
+        }
+        Value v;
+        if (eval(E, S, env, a->lhs, &v)) return -1;
+        if (v.k != V_INT) {
+            diag_at(E->d, a->loc, "an input dimension must be an integer, not %s", describe(E, v));
+            return -1;
+        }
+        if (check_range(E, a->loc, "input", "dimension", v.i, 1, FE_MAX_SIZE)) return -1;
+        sh.d[nd] = (int)v.i;
+    }
+    if (nd < 2) {
+        diag_at(E->d, s->name_loc, "input '%s' needs the batch size and at least one more dimension, "
+                "e.g. [N, 1, 28, 28] or [N, 784]", s->name);
+        return -1;
+    }
+    sh.nd = nd;
+    int errors = E->d->errors;
+    int id = ir_input(E->g, s->name_loc, sh);
+    if (id < 0) {
+        if (E->d->errors == errors) diag_at(E->d, s->name_loc, "cannot make this input");
+        return -1;
+    }
+    if (lookup(env, s->name)) {
+        diag_at(E->d, s->name_loc, "'%s' is already defined", s->name);
+        return -1;
+    }
+    bind(E, env, s->name, B_VAR, vtensor(id), s->name_loc);
+    return 0;
+}
+
+static int run_for(Elab *E, Scope *S, Env *env, const Ast *s)
+{
+    Value a, b;
+    if (eval(E, S, env, s->lhs, &a) || eval(E, S, env, s->rhs, &b)) return -1;
+    if (a.k != V_INT || b.k != V_INT) {
+        const Ast *bad = a.k != V_INT ? s->lhs : s->rhs;
+        diag_at(E->d, bad->loc, "loop bounds must be integers, not %s", describe(E, a.k != V_INT ? a : b));
+        return -1;
+    }
+    long long count = b.i > a.i ? b.i - a.i : 0;
+    if (count > FE_MAX_ITERS - E->iters) {
+        diag_at(E->d, s->loc, "this loop would run %lld times; loops may run at most %d iterations "
+                "in all (so far %ld)", count, FE_MAX_ITERS, E->iters);
+        return -1;
+    }
+    Binding *old = lookup(env, s->name);
+    if (old) {
+        diag_at(E->d, s->name_loc, "loop variable '%s' hides a name that is already defined", s->name);
+        diag_note(E->d, old->loc, "'%s' is defined here", s->name);
+        return -1;
+    }
+    E->iters += count;
+    for (long long i = a.i; i < b.i; i++) {
+        Env var = { env, NULL };
+        bind(E, &var, s->name, B_LOOP, vint(i), s->name_loc);
+        Env body = { &var, NULL };
+        if (run_stmts(E, S, &body, s->body)) return -1;
+        if (S->returned) break;
+    }
+    return 0;
+}
+
+static int run_stmts(Elab *E, Scope *S, Env *env, const Ast *s)
+{
+    for (; s && !S->returned; s = s->next) {
+        if (step(E, s->loc)) return -1;
+        switch (s->kind) {
+        case AST_INPUT:
+            if (run_input(E, S, env, s)) return -1;
+            break;
+        case AST_ASSIGN: {
+            Value v;
+            if (eval(E, S, env, s->lhs, &v)) return -1;
+            Binding *b = lookup(env, s->name);
+            if (b && b->kind != B_VAR) {
+                diag_at(E->d, s->name_loc, "cannot assign to %s '%s'; it is a constant",
+                        b->kind == B_PARAM ? "parameter" : "loop variable", s->name);
+                return -1;
+            }
+            if (b) b->v = v;
+            else bind(E, env, s->name, B_VAR, v, s->name_loc);
+            break;
+        }
+        case AST_RETURN: {
+            Value v;
+            if (eval(E, S, env, s->lhs, &v)) return -1;
+            S->returned = true;
+            S->ret = v;
+            /* a chain is reported at its last stage */
+            S->ret_loc = s->lhs->kind == AST_PIPE ? s->lhs->rhs->name_loc : s->lhs->loc;
+            break;
+        }
+        case AST_IF: {
+            const Ast *i = s;
+            while (i) {
+                if (i->kind == AST_BLOCK_STMT) {
+                    Env inner = { env, NULL };
+                    if (run_stmts(E, S, &inner, i->body)) return -1;
+                    break;
+                }
+                Value c;
+                if (eval(E, S, env, i->cond, &c)) return -1;
+                if (want_bool(E, i->cond, c, "the condition of 'if'")) return -1;
+                if (c.i) {
+                    Env inner = { env, NULL };
+                    if (run_stmts(E, S, &inner, i->body)) return -1;
+                    break;
+                }
+                i = i->els;
+            }
+            break;
+        }
+        case AST_FOR:
+            if (run_for(E, S, env, s)) return -1;
+            break;
+        default:
+            diag_at(E->d, s->loc, "this is not a statement");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- the net, --set ---- */
+
+/* Parses a --set value: an integer, a number, true or false. */
+static bool parse_value(const char *s, Value *v)
+{
+    if (!strcmp(s, "true")) { *v = vbool(true); return true; }
+    if (!strcmp(s, "false")) { *v = vbool(false); return true; }
+    if (!*s) return false;
+    char *end;
+    errno = 0;
+    long long i = strtoll(s, &end, 10);
+    if (!*end && !errno && i >= -(long long)INT_MAX && i <= INT_MAX) { *v = vint(i); return true; }
+    errno = 0;
+    double f = strtod(s, &end);
+    if (!*end && !errno && isfinite(f) && end != s) {
+        /* "1e3" and "1.0" are numbers; reject hex and inf/nan spellings */
+        for (const char *p = s; *p; p++)
+            if (!strchr("0123456789+-.eE", *p)) return false;
+        *v = vfloat(f);
+        return true;
+    }
+    return false;
+}
+
+static int run_net(Elab *E, const FeOverride *sets, int nsets)
+{
+    FeDef *net = E->net;
+    Diag *d = E->d;
+    /* every --set names a parameter */
+    int bad = 0;
+    for (int i = 0; i < nsets; i++) {
+        const char *name = sets[i].name ? sets[i].name : "";
+        FeParam *p = net->params;
+        while (p && strcmp(p->name, name)) p = p->next;
+        if (p) continue;
+        const char *cands[256];
+        int n = 0;
+        char list[512];
+        size_t len = 0;
+        list[0] = 0;
+        for (FeParam *q = net->params; q; q = q->next) {
+            if (n < 256) cands[n++] = q->name;
+            if (len < sizeof list)
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", q == net->params ? "" : ", ", q->name);
+        }
+        const char *s = suggest(name, cands, n);
+        if (!net->params)
+            diag_at(d, no_loc, "--set %s: net '%s' has no parameters", name, net->name);
+        else if (s)
+            diag_at(d, no_loc, "--set %s: net '%s' has no parameter '%s'; did you mean '%s'? (its parameters: %s)",
+                    name, net->name, name, s, list);
+        else
+            diag_at(d, no_loc, "--set %s: net '%s' has no parameter '%s'; its parameters: %s",
+                    name, net->name, name, list);
+        bad++;
+    }
+    if (bad) return -1;
+
+    Scope S = { net, "", NULL, false, { 0 }, no_loc };
+    Env top = { NULL, NULL };
+    for (FeParam *p = net->params; p; p = p->next) {
+        Value v;
+        if (eval(E, &S, &top, p->def, &v)) return -1;
+        const FeOverride *o = NULL;
+        for (int i = 0; i < nsets; i++)
+            if (sets[i].name && !strcmp(sets[i].name, p->name)) o = &sets[i];   /* last one wins */
+        if (o) {
+            Value nv;
+            const char *val = o->value ? o->value : "";
+            const char *want = v.k == V_INT ? "an integer" : v.k == V_FLOAT ? "a number"
+                             : v.k == V_BOOL ? "'true' or 'false'" : "a value";
+            if (!parse_value(val, &nv) || v.k == V_TENSOR ||
+                (v.k == V_INT && nv.k != V_INT) || (v.k == V_BOOL && nv.k != V_BOOL) ||
+                (v.k == V_FLOAT && !is_num(nv))) {
+                diag_at(d, no_loc, "--set %s=%s: bad value '%s'; parameter '%s' of net '%s' expects %s",
+                        p->name, val, val, p->name, net->name, want);
+                return -1;
+            }
+            if (v.k == V_FLOAT) nv = vfloat(num(nv));
+            v = nv;
+        }
+        bind(E, &top, p->name, B_PARAM, v, p->loc);
+    }
+    if (run_stmts(E, &S, &top, net->body)) return -1;
+    if (!S.returned) {
+        diag_at(d, net->end_loc, "net '%s' ends without 'return'", net->name);
+        return -1;
+    }
+    if (S.ret.k != V_TENSOR || S.ret.node != E->loss_node || E->loss_node < 0) {
+        diag_at(d, S.ret_loc, "the net must return the loss: end the chain it returns with "
+                "'-> softmax_cross_entropy'");
+        return -1;
+    }
+    if (E->g->input < 0) {
+        diag_at(d, net->name_loc, "net '%s' has no 'input' statement", net->name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- entry points ---- */
+
+static int compile_bytes(Graph *g, const char *name, const char *text, size_t len,
+                         const FeOverride *sets, int nsets)
+{
+    Arena *a = g->arena;
+    /* The copy the diagnostics show: NUL bytes become spaces so lines print whole. */
+    SourceFile *file = arena_alloc(a, sizeof *file);
+    char *shown = arena_strndup(a, text, len);
+    for (size_t i = 0; i < len; i++)
+        if (!shown[i]) shown[i] = ' ';
+    file->name = arena_strdup(a, name);
+    file->text = shown;
+
+    FeParse fp;
+    memset(&fp, 0, sizeof fp);
+    fp.arena = a;
+    fp.diag = g->diag;
+    fp.file = file;
+    int errors = g->diag->errors;
+    if (fe_parse(&fp, text, len) != 0) {
+        if (g->diag->errors == errors) {
+            Loc l = { file, fp.line, fp.col };
+            diag_at(g->diag, l, "cannot parse this file");
+        }
+        return -1;
+    }
+    Elab E;
+    memset(&E, 0, sizeof E);
+    E.g = g;
+    E.a = a;
+    E.d = g->diag;
+    E.defs = fp.defs;
+    E.loss_node = -1;
+    if (check_file(&E, file)) return -1;
+    g->net_name = E.net->name;      /* the net is named by its file */
+    if (run_net(&E, sets, nsets)) {
+        if (g->diag->errors == errors) diag_at(g->diag, E.net->name_loc, "cannot elaborate this net");
+        return -1;
+    }
+    return 0;
+}
+
+int fe_compile_text(Graph *g, const char *name, const char *text, const FeOverride *sets, int nsets)
+{
+    return compile_bytes(g, name ? name : "<text>", text ? text : "", text ? strlen(text) : 0, sets, nsets);
+}
+
+int fe_compile(Graph *g, const char *path, const FeOverride *sets, int nsets)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        diag_at(g->diag, no_loc, "cannot open '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    int rc = -1;
+    for (;;) {
+        if (!buf) {
+            diag_at(g->diag, no_loc, "cannot read '%s': out of memory", path);
+            break;
+        }
+        if (len == cap) {
+            if (cap >= (size_t)FE_MAX_FILE) {
+                diag_at(g->diag, no_loc, "'%s' is too large for a .net file (over %ld bytes)", path, FE_MAX_FILE);
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) { free(buf); buf = NULL; continue; }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f)) diag_at(g->diag, no_loc, "cannot read '%s': %s", path, strerror(errno));
+            else rc = 0;
+            break;
+        }
+    }
+    fclose(f);
+    if (rc == 0) rc = compile_bytes(g, path, buf, len, sets, nsets);
+    free(buf);
+    return rc;
+}
