@@ -175,7 +175,7 @@ static int parse_args(int argc, char **argv, Cli *c)
             break;
         case 2: rc = parse_long(name, val, 0, 1000000, &v); t->epochs = (int)v; break;
         case 3: rc = parse_long(name, val, 1, 1 << 20, &v); t->batch_size = (int)v; break;
-        case 4: rc = parse_float(name, val, 0, true, 1e30, &t->lr); break;
+        case 4: rc = parse_float(name, val, 0, false, 1e30, &t->lr); break;
         case 5: rc = parse_float(name, val, 0, false, 1, &t->momentum); break;
         case 6: rc = parse_float(name, val, 0, false, 1e30, &t->weight_decay); break;
         case 7: {

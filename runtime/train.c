@@ -276,14 +276,15 @@ int train_run(const Model *m, const TrainConfig *cfg)
         goto out;
     }
 
-    if (data_load_fashion_mnist(cfg->data_dir, &train, &test, err, sizeof err)) {
-        fprintf(stderr, "mgc: %s\n", err);
-        goto out;
-    }
-    if (check_input(g, 1, train.rows, train.cols, "Fashion-MNIST images")) goto out;
+    /* The net must fit the data before the data is read. */
+    if (check_input(g, 1, 28, 28, "Fashion-MNIST images")) goto out;
     if (ir_shape(g, g->logits)->d[1] < DATA_CLASSES) {
         fprintf(stderr, "mgc: the net has %d outputs but Fashion-MNIST has %d classes; use --set classes=%d\n",
                 ir_shape(g, g->logits)->d[1], DATA_CLASSES, DATA_CLASSES);
+        goto out;
+    }
+    if (data_load_fashion_mnist(cfg->data_dir, &train, &test, err, sizeof err)) {
+        fprintf(stderr, "mgc: %s\n", err);
         goto out;
     }
     data_limit(&train, cfg->limit_train);

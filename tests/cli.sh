@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The command line, the data loader's and checkpoints' error paths, the kernel
+# cache, and a short end-to-end run that must learn. Needs $MGC_DATA for the
+# data cases (skipped without it). Prints "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+MGC=${MGC:-./mgc}
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export XDG_CACHE_HOME="$tmp/cache"
+
+# expect NAME STATUS TEXT -- ARGS: mgc ARGS exits with STATUS and prints TEXT (stdout or stderr)
+expect() {
+    local name=$1 status=$2 text=$3; shift 4
+    "$MGC" "$@" > "$tmp/out" 2>&1
+    local rc=$?
+    if [ $rc -ne "$status" ]; then
+        echo "FAIL cli $name: exit $rc, wanted $status (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
+        fail=$((fail + 1))
+    elif ! grep -qF -- "$text" "$tmp/out"; then
+        echo "FAIL cli $name: output lacks '$text' (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
+        fail=$((fail + 1))
+    elif grep -qE "Segmentation|AddressSanitizer|runtime error|Assertion" "$tmp/out"; then
+        echo "FAIL cli $name: crashed"; fail=$((fail + 1))
+    else
+        pass=$((pass + 1))
+    fi
+}
+
+L=nets/lenet.net
+# The kernel cache (empty at first): the second run compiles nothing.
+expect cache-first 0 "compiled kernels" -- $L --epochs 0 -v
+expect cache-second 0 "kernels found in cache" -- $L --epochs 0 -v
+if "$MGC" $L --epochs 0 -v 2>&1 | grep -q "compiled kernels"; then
+    echo "FAIL cli cache-nothing-compiled: a third run compiled again"; fail=$((fail + 1))
+else
+    pass=$((pass + 1))
+fi
+
+expect help 0 "usage: mgc NET.net" -- --help
+expect version 0 "mgc " -- --version
+expect no-net 2 "no net given" -- --epochs 1
+expect unknown-option 2 "unknown option '--epoch'; did you mean '--epochs'?" -- $L --epoch 3
+expect batch-zero 2 "--batch-size must be in 1.." -- $L --batch-size 0
+expect lr-word 2 "--lr expects a number, got 'fast'" -- $L --lr fast
+expect lr-negative 2 "--lr must be >= 0" -- $L --lr -1
+expect momentum-range 2 "--momentum must be" -- $L --momentum 1.5
+expect epochs-word 2 "--epochs expects a whole number" -- $L --epochs ten
+expect missing-value 2 "--seed needs a value" -- $L --seed
+expect bad-emit 2 "--emit expects ir, eval-ir, grad, kernels or cuda" -- $L --emit asm
+expect bad-set 2 "--set expects NAME=VALUE" -- $L --set classes
+expect two-nets 2 "more than one net" -- $L nets/resnet18.net
+expect devices 2 "unknown device list" -- $L --devices tpu
+expect gpus 2 "no CUDA device support" -- $L --gpus 2
+expect dump-alone 2 "--dump needs --batch" -- $L --dump x.st
+expect missing-net 1 "cannot open 'nope.net'" -- nope.net --emit ir
+expect unknown-param 1 "clases" -- $L --set clases=5 --emit ir
+expect set-type 1 "classes" -- $L --set classes=abc --emit ir
+expect set-ok 0 "[N,5]" -- $L --set classes=5 --emit ir
+expect few-classes 1 "use --set classes=10" -- $L --set classes=5 --epochs 1 --data "$tmp/none"
+expect wrong-input 1 "does not match Fashion-MNIST images" -- nets/resnet18.net --set in_channels=3 --epochs 1 --data "$tmp/none"
+expect missing-data 1 "t10k-labels-idx1-ubyte" -- $L --epochs 1 --data "$tmp/none"
+expect missing-data-url 1 "github.com/zalandoresearch/fashion-mnist" -- $L --epochs 1 --data "$tmp/none"
+expect load-missing 1 "cannot load checkpoint" -- $L --epochs 0 --load "$tmp/none.safetensors"
+expect save-unwritable 1 "cannot save checkpoint" -- $L --epochs 0 --save "$tmp/no/such/dir/x.safetensors"
+expect init-save 0 "saved to" -- $L --epochs 0 --save "$tmp/lenet.safetensors"
+expect load-other-net 1 "checkpoint has no tensor 'bn1.weight'" -- nets/resnet18.net --epochs 0 --load "$tmp/lenet.safetensors"
+expect load-wrong-shape 1 "has shape [6,1,5,5] but the net needs [6,3,5,5]" -- $L --set in_channels=3 --epochs 0 --load "$tmp/lenet.safetensors"
+printf 'not a checkpoint at all' > "$tmp/junk.safetensors"
+expect load-junk 1 "cannot load checkpoint" -- $L --epochs 0 --load "$tmp/junk.safetensors"
+
+if [ -n "${MGC_DATA:-}" ] && [ -d "$MGC_DATA" ]; then
+    # Corrupt copies of the data set, each named as such before training starts.
+    mk() { rm -rf "$tmp/d"; mkdir -p "$tmp/d"; cp "$MGC_DATA"/*.gz "$tmp/d/"; }
+    mk; head -c 100000 "$MGC_DATA/t10k-images-idx3-ubyte.gz" > "$tmp/d/t10k-images-idx3-ubyte.gz"
+    expect truncated-gz 1 "t10k-images-idx3-ubyte" -- $L --epochs 1 --data "$tmp/d"
+    mk; gzip -dc "$MGC_DATA/t10k-labels-idx1-ubyte.gz" | head -c 9000 | gzip > "$tmp/d/t10k-labels-idx1-ubyte.gz"
+    expect short-labels 1 "t10k-labels-idx1-ubyte" -- $L --epochs 1 --data "$tmp/d"
+    mk; cp "$MGC_DATA/t10k-labels-idx1-ubyte.gz" "$tmp/d/t10k-images-idx3-ubyte.gz"
+    expect bad-magic 1 "magic" -- $L --epochs 1 --data "$tmp/d"
+    mk; printf 'garbage, not gzip and not IDX' > "$tmp/d/train-labels-idx1-ubyte.gz"
+    expect garbage 1 "train-labels-idx1-ubyte" -- $L --epochs 1 --data "$tmp/d"
+
+    # A short run on a subset must learn: chance is 0.10.
+    "$MGC" $L --epochs 3 --limit-train 10000 --limit-test 2000 --lr 0.05 --momentum 0.9 --log "$tmp/log.jsonl" --save "$tmp/e2e.safetensors" > "$tmp/e2e" 2>&1
+    acc=$(/usr/bin/env python3 -c "import json,sys; print(json.loads(open('$tmp/log.jsonl').read().splitlines()[-1])['test_acc'])" 2>/dev/null)
+    if python3 -c "import sys; sys.exit(0 if float('${acc:-0}') > 0.5 else 1)" 2>/dev/null; then
+        pass=$((pass + 1)); echo "ok   e2e: LeNet, 3 epochs on 10,000 examples: test accuracy $acc"
+    else
+        echo "FAIL e2e: test accuracy ${acc:-none}, wanted > 0.5"; sed 's/^/    /' "$tmp/e2e" | tail -5; fail=$((fail + 1))
+    fi
+    if python3 - "$tmp/log.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["epoch"] for r in rows] == [1, 2, 3]
+for r in rows:
+    for k in ("epoch", "loss", "train_acc", "test_acc", "examples_per_s", "seconds"):
+        assert k in r, k
+PY
+    then pass=$((pass + 1)); else echo "FAIL log: --log jsonl lacks fields"; fail=$((fail + 1)); fi
+    # Resuming from the checkpoint gives the same test accuracy as the run that saved it.
+    "$MGC" $L --epochs 1 --lr 1e-9 --limit-train 256 --limit-test 2000 --load "$tmp/e2e.safetensors" > "$tmp/resume" 2>&1
+    got=$(sed -n 's/.*test acc \([0-9.]*\).*/\1/p' "$tmp/resume" | tail -1)
+    if python3 -c "import sys; sys.exit(0 if abs(float('${got:-9}') - float('${acc:-0}')) < 0.0006 else 1)"; then
+        pass=$((pass + 1))
+    else
+        echo "FAIL resume: --load did not restore the trained weights (test acc ${got:-none}, wanted $acc)"; tail -2 "$tmp/resume"; fail=$((fail + 1))
+    fi
+else
+    echo "skip data cases: MGC_DATA is not set"
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

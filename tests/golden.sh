@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Golden files: what the compiler prints for each net in nets/, at each stage.
+#   bash tests/golden.sh            compare (prints "N passed, M failed")
+#   bash tests/golden.sh --update   rewrite tests/golden/ after an intended change (make golden)
+# A refactor should show a zero diff here.
+set -u
+cd "$(dirname "$0")/.."
+MGC=${MGC:-./mgc}
+update=0
+[ "${1:-}" = "--update" ] && update=1
+mkdir -p tests/golden
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+check() {  # name, then the mgc arguments
+    local name=$1; shift
+    if ! MGC_CONV= "$MGC" "$@" > "$tmp/out" 2> "$tmp/err"; then
+        echo "FAIL golden $name: mgc $* exited non-zero"; sed 's/^/    /' "$tmp/err" | head -5
+        fail=$((fail + 1)); return
+    fi
+    if [ $update = 1 ]; then
+        cp "$tmp/out" "tests/golden/$name"; pass=$((pass + 1)); return
+    fi
+    if diff -u "tests/golden/$name" "$tmp/out" > "$tmp/diff" 2>&1; then
+        pass=$((pass + 1))
+    else
+        echo "FAIL golden $name differs (make golden rewrites it if the change is intended):"
+        head -20 "$tmp/diff" | sed 's/^/    /'
+        fail=$((fail + 1))
+    fi
+}
+for net in nets/*.net; do
+    base=$(basename "$net" .net)
+    check "$base.ir" "$net" --emit ir
+    check "$base.eval-ir" "$net" --emit eval-ir
+    check "$base.grad" "$net" --emit grad --momentum 0.9 --weight-decay 5e-4
+done
+check lenet.kernels nets/lenet.net --emit kernels
+check lenet.cuda nets/lenet.net --emit cuda
+check resnet18-small-stem.ir nets/resnet18.net --emit ir --set small_stem=true
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

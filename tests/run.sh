@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# make test: every check that needs no GPU, in a few minutes on two cores.
+# Each suite prints "N passed, M failed"; this sums them into the last line.
+# Data-dependent checks use $MGC_DATA (the four Fashion-MNIST files).
+set -u
+cd "$(dirname "$0")/.."
+export MGC=${MGC:-./mgc}
+CC=${CC:-cc}
+total_pass=0 total_fail=0
+log=$(mktemp -d)
+trap 'rm -rf "$log"' EXIT
+# A fresh kernel cache, so the tests compile what they run.
+export XDG_CACHE_HOME="$log/cache"
+
+suite() {  # name, command...
+    local name=$1; shift
+    local t0=$SECONDS
+    "$@" > "$log/$name" 2>&1
+    local rc=$?
+    local line
+    line=$(grep -E '^[a-z]*:? ?[0-9]+ passed, [0-9]+ failed' "$log/$name" | tail -1)
+    local p f
+    p=$(echo "$line" | sed -E 's/.*\b([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/.*passed, ([0-9]+) failed.*/\1/')
+    [ -z "$line" ] && { p=0; f=1; }
+    [ $rc -ne 0 ] && [ "${f:-0}" -eq 0 ] && f=1
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+    printf '%-10s %4d passed, %d failed  (%ds)\n' "$name" "$p" "$f" $((SECONDS - t0))
+    if [ "$f" -ne 0 ]; then grep -E "FAIL|error|Error" "$log/$name" | head -30 | sed 's/^/    /'; fi
+    grep -E "^(ok|skip|note)" "$log/$name" | sed 's/^/    /'
+}
+
+mkdir -p build
+OBJ_FE="build/frontend/*.o build/parser.tab.o build/lexer.o build/ir/*.o"
+suite frontend sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Ibuild -o build/unit_frontend tests/unit_frontend.c $OBJ_FE -lm && ./build/unit_frontend"
+suite runtime sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Iruntime -o build/unit_runtime tests/unit_runtime.c runtime/data.c runtime/safetensors.c runtime/rng.c -lz -lm && ./build/unit_runtime"
+suite bad bash tests/bad.sh
+suite golden bash tests/golden.sh
+suite cli bash tests/cli.sh
+if [ -f /usr/local/cuda/include/nvrtc.h ]; then
+    suite nvrtc bash tests/nvrtc.sh
+else
+    echo "nvrtc      skipped: no CUDA toolkit at /usr/local/cuda"
+fi
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    suite torch /usr/bin/python3 tests/torch/ref.py
+else
+    echo "torch      skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"
+    total_fail=$((total_fail + 1))
+fi
+echo "total: $total_pass passed, $total_fail failed"
+[ $total_fail -eq 0 ]
