@@ -1,0 +1,174 @@
+#!/usr/bin/python3
+"""Train the tutorial's LeNet on Fashion-MNIST with PyTorch (CPU): the baseline
+that mgc's nets/lenet.net is measured against (see bench/README.md).
+
+    OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/torch_lenet.py \
+        --data /work/shared/data/fashion-mnist --epochs 10 --threads 2
+
+Per epoch it prints loss, train accuracy, test accuracy and training
+throughput (examples/s over the SGD steps only: no data loading, no test pass),
+then the final test accuracy and one line `JSON {...}` with the summary.
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DEFAULT_DATA = os.environ.get("MGC_DATA", "/work/shared/data/fashion-mnist")
+
+
+def read_idx(path):
+    """Read one (optionally gzipped) IDX file into a numpy array."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
+    if zero != 0 or dtype_code != 0x08:
+        raise ValueError(f"{path}: not an unsigned-byte IDX file")
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: size mismatch")
+    return data.reshape(dims)
+
+
+def find(data_dir, stem):
+    for name in (stem + ".gz", stem):
+        p = os.path.join(data_dir, name)
+        if os.path.exists(p):
+            return p
+    raise FileNotFoundError(f"{stem}[.gz] not in {data_dir}")
+
+
+def load_split(data_dir, prefix, limit=None):
+    x = read_idx(find(data_dir, f"{prefix}-images-idx3-ubyte"))
+    y = read_idx(find(data_dir, f"{prefix}-labels-idx1-ubyte"))
+    if limit:
+        x, y = x[:limit], y[:limit]
+    x = torch.from_numpy(x.astype(np.float32) / 255.0).unsqueeze(1)  # [N,1,28,28]
+    y = torch.from_numpy(y.astype(np.int64))
+    return x, y
+
+
+class LeNet(nn.Module):
+    """Same layers and parameter names as nets/lenet.net."""
+
+    def __init__(self, classes=10, in_channels=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 6, 5)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 4 * 4, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 2)
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+@torch.no_grad()
+def evaluate(model, x, y, batch):
+    model.eval()
+    correct = 0
+    for i in range(0, x.shape[0], batch):
+        correct += (model(x[i:i + batch]).argmax(1) == y[i:i + batch]).sum().item()
+    return correct / x.shape[0]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=DEFAULT_DATA)
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--momentum", type=float, default=0.0)
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--limit-train", type=int, default=None)
+    ap.add_argument("--limit-test", type=int, default=None)
+    ap.add_argument("--log", default=None, help="write one JSON object per epoch here")
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    g = torch.Generator().manual_seed(a.seed)
+
+    xtr, ytr = load_split(a.data, "train", a.limit_train)
+    xte, yte = load_split(a.data, "t10k", a.limit_test)
+    n = xtr.shape[0]
+
+    model = LeNet()
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
+                          weight_decay=a.weight_decay)
+    loss_fn = nn.CrossEntropyLoss()
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')}, "
+          f"train {n}, test {xte.shape[0]}, batch {a.batch_size}", flush=True)
+
+    logf = open(a.log, "w") if a.log else None
+    epochs = []
+    total_train_s = 0.0
+    for epoch in range(1, a.epochs + 1):
+        model.train()
+        perm = torch.randperm(n, generator=g)
+        xs, ys = xtr[perm], ytr[perm]  # shuffle outside the timed loop
+        loss_sum, correct, seen = 0.0, 0, 0
+        t0 = time.perf_counter()
+        for i in range(0, n, a.batch_size):
+            xb, yb = xs[i:i + a.batch_size], ys[i:i + a.batch_size]
+            opt.zero_grad(set_to_none=True)
+            logits = model(xb)
+            loss = loss_fn(logits, yb)
+            loss.backward()
+            opt.step()
+            b = yb.shape[0]
+            loss_sum += loss.item() * b
+            correct += (logits.argmax(1) == yb).sum().item()
+            seen += b
+        train_s = time.perf_counter() - t0
+        total_train_s += train_s
+        test_acc = evaluate(model, xte, yte, 1000)
+        rec = {"epoch": epoch, "loss": loss_sum / seen, "train_acc": correct / seen,
+               "test_acc": test_acc, "examples_per_s": seen / train_s,
+               "seconds": train_s}
+        epochs.append(rec)
+        if logf:
+            logf.write(json.dumps(rec) + "\n")
+            logf.flush()
+        print(f"epoch {epoch:3d}  loss {rec['loss']:.4f}  train_acc {rec['train_acc']:.4f}  "
+              f"test_acc {test_acc:.4f}  {rec['examples_per_s']:.0f} ex/s  "
+              f"({train_s:.1f} s)", flush=True)
+
+    final = epochs[-1]["test_acc"] if epochs else evaluate(model, xte, yte, 1000)
+    trained = n * len(epochs)
+    summary = {
+        "impl": "pytorch", "torch": torch.__version__, "threads": a.threads,
+        "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
+        "epochs": len(epochs), "batch_size": a.batch_size, "lr": a.lr,
+        "final_test_acc": final,
+        "final_loss": epochs[-1]["loss"] if epochs else None,
+        "examples_per_s": trained / total_train_s if total_train_s else None,
+        "train_seconds": total_train_s,
+    }
+    print(f"final test accuracy {final:.4f}")
+    print("JSON " + json.dumps(summary), flush=True)
+    if logf:
+        logf.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,309 @@
+"""Hand-written PyTorch equivalents of the test nets (tests/nets/*.net) and of
+nets/lenet.net and nets/resnet18.net, with parameter names identical to mgc's
+(the `label:` of each layer in the .net file).
+
+BUILDERS maps a net file path (relative to the repository root) to
+(builder, input_shape_without_N).  A builder takes no arguments and returns an
+nn.Module whose forward returns logits (the softmax_cross_entropy at the end of
+every .net is the loss, applied outside).
+"""
+from collections import OrderedDict
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Fn(nn.Module):
+    """A parameter-free op as a module, so nets read like the .net files."""
+
+    def __init__(self, f, name=""):
+        super().__init__()
+        self.f, self.name = f, name
+
+    def forward(self, x):
+        return self.f(x)
+
+    def extra_repr(self):
+        return self.name
+
+
+def relu():
+    return Fn(F.relu, "relu")
+
+
+def sigmoid():
+    return Fn(torch.sigmoid, "sigmoid")
+
+
+def tanh():
+    return Fn(torch.tanh, "tanh")
+
+
+def flatten():
+    return Fn(lambda x: torch.flatten(x, 1), "flatten")
+
+
+def gap():
+    return nn.AdaptiveAvgPool2d(1)
+
+
+def maxpool(k, stride=None, padding=0):
+    return nn.MaxPool2d(k, stride if stride is not None else k, padding)
+
+
+def avgpool(k, stride=None, padding=0):
+    return nn.AvgPool2d(k, stride if stride is not None else k, padding,
+                        count_include_pad=True)
+
+
+def seq(*layers):
+    """layers: modules, or (label, module) pairs; labels become name prefixes.
+    Unlabelled layers must be parameter-free (they get names like _3)."""
+    d = OrderedDict()
+    for i, l in enumerate(layers):
+        if isinstance(l, tuple):
+            name, m = l
+        else:
+            name, m = f"_{i}", l
+            assert not list(m.parameters()), "unlabelled layer with parameters"
+            assert not list(m.buffers()), "unlabelled layer with buffers"
+        d[name] = m
+    return nn.Sequential(d)
+
+
+def head(features, classes=10):
+    return [flatten(), ("fc", nn.Linear(features, classes))]
+
+
+# --- one net per op family (tests/nets/op_*.net) --------------------------
+
+def op_conv():
+    return seq(("conv", nn.Conv2d(3, 4, 3, padding=1)), *head(4 * 8 * 8))
+
+
+def op_conv_stride2():
+    return seq(("conv", nn.Conv2d(3, 5, 3, stride=2, padding=1)), *head(5 * 5 * 5))
+
+
+def op_conv_nobias():
+    return seq(("conv", nn.Conv2d(3, 4, 2, bias=False)),
+               ("proj", nn.Conv2d(4, 6, 1, stride=2, bias=False)), *head(6 * 4 * 4))
+
+
+def op_linear():
+    return seq(flatten(), ("fc1", nn.Linear(32, 12, bias=False)), ("fc2", nn.Linear(12, 10)))
+
+
+def op_batchnorm():
+    return seq(("conv", nn.Conv2d(3, 4, 3, padding=1, bias=False)),
+               ("bn", nn.BatchNorm2d(4)), *head(4 * 6 * 6))
+
+
+def op_batchnorm_args():
+    return seq(("bn", nn.BatchNorm2d(3, eps=1e-3, momentum=0.3)), *head(3 * 5 * 5))
+
+
+def op_act(act):
+    return lambda: seq(act(), *head(3 * 6 * 6))
+
+
+def op_maxpool():
+    return seq(maxpool(2), maxpool(3, 2, 1), *head(3 * 2 * 2))
+
+
+def op_avgpool():
+    return seq(avgpool(2), avgpool(3, 2, 1), *head(3 * 2 * 2))
+
+
+def op_gap():
+    return seq(gap(), *head(6))
+
+
+def op_flatten():
+    return seq(*head(2 * 3 * 5))
+
+
+def op_dropout():
+    return seq(flatten(), ("fc1", nn.Linear(48, 16)), nn.Dropout(0.0), relu(),
+               ("fc2", nn.Linear(16, 10)))
+
+
+def op_dropout_half():
+    return seq(nn.Dropout(0.5), *head(3 * 4 * 4))
+
+
+class OpAdd(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 3, 3, padding=1)
+        self.b = nn.Conv2d(3, 3, 3, padding=1)
+        self.fc = nn.Linear(3 * 6 * 6, 10)
+
+    def forward(self, x):
+        y = self.b(F.relu(self.a(x)))
+        return self.fc(torch.flatten(F.relu(y + x), 1))
+
+
+class Smooth(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 3, 3, padding=1)
+        self.bn = nn.BatchNorm2d(3)
+        self.fc = nn.Linear(3 * 3 * 3, 10)
+
+    def forward(self, x):
+        x = F.avg_pool2d(torch.tanh(self.conv(x)), 2)
+        return self.fc(torch.flatten(torch.sigmoid(self.bn(x)), 1))
+
+
+class SmallResNet(nn.Module):
+    def __init__(self, classes=10, in_channels=1):
+        super().__init__()
+        c = lambda i, o, k, s=1: nn.Conv2d(i, o, k, stride=s, padding=k // 2, bias=False)
+        self.conv1, self.bn1 = c(in_channels, 8, 3), nn.BatchNorm2d(8)
+        self.b1conv1, self.b1bn1 = c(8, 8, 3), nn.BatchNorm2d(8)
+        self.b1conv2, self.b1bn2 = c(8, 8, 3), nn.BatchNorm2d(8)
+        self.b2down, self.b2dbn = c(8, 16, 1, 2), nn.BatchNorm2d(16)
+        self.b2conv1, self.b2bn1 = c(8, 16, 3, 2), nn.BatchNorm2d(16)
+        self.b2conv2, self.b2bn2 = c(16, 16, 3), nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, classes)
+
+    def forward(self, x):
+        s = F.relu(self.bn1(self.conv1(x)))
+        r1 = self.b1bn2(self.b1conv2(F.relu(self.b1bn1(self.b1conv1(s)))))
+        t = F.relu(r1 + s)
+        p = self.b2dbn(self.b2down(t))
+        r2 = self.b2bn2(self.b2conv2(F.relu(self.b2bn1(self.b2conv1(t)))))
+        u = F.relu(r2 + p)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(u, 1), 1))
+
+
+# --- nets/lenet.net ---------------------------------------------------------
+
+class LeNet(nn.Module):
+    def __init__(self, classes=10, in_channels=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 6, 5)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 4 * 4, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 2)
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+# --- nets/resnet18.net --------------------------------------------------------
+# As nets/resnet18.net builds it: torchvision's ResNet-18 except that every
+# conv has a bias and the skip-path projection is a 1x1 conv alone (named
+# `proj`, no BatchNorm): 20 convs x 2 + 17 BNs x 2 + fc x 2 = 76 parameters.
+#   default stem:            conv1: 7x7 stride 2 pad 3 -> bn1 -> relu -> maxpool2d(3, 2, 1)
+#   --set small_stem=true:   conv1: 3x3 stride 1 pad 1 -> bn1 -> relu
+# stageK (K = 1..4, widths 64..512) holds blocks stageK.0, stageK.1; the first
+# block of stages 2-4 has stride 2 and a projection.
+RESNET18 = dict(
+    widths=(64, 128, 256, 512), blocks=(2, 2, 2, 2), stem_kernel=7, stem_stride=2,
+    stem_pool=(3, 2, 1),       # maxpool2d(kernel, stride, padding), or None
+    conv_bias=True, shortcut="proj", shortcut_bn=None,
+    stage="stage{}",           # stage names, 1-based
+)
+RESNET18_SMALL_STEM = dict(stem_kernel=3, stem_stride=1, stem_pool=None)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride, cfg):
+        super().__init__()
+        b = cfg["conv_bias"]
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=b)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=b)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self._skip = []
+        if stride != 1 or cin != cout:
+            self.add_module(cfg["shortcut"], nn.Conv2d(cin, cout, 1, stride, 0, bias=b))
+            self._skip = [cfg["shortcut"]]
+            if cfg["shortcut_bn"]:
+                self.add_module(cfg["shortcut_bn"], nn.BatchNorm2d(cout))
+                self._skip.append(cfg["shortcut_bn"])
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        s = x
+        for name in self._skip:
+            s = getattr(self, name)(s)
+        return F.relu(y + s)
+
+
+class ResNet18(nn.Module):
+    def __init__(self, classes=10, in_channels=1, cfg=None):
+        super().__init__()
+        cfg = dict(RESNET18, **(cfg or {}))
+        self.cfg = cfg
+        w = cfg["widths"]
+        k = cfg["stem_kernel"]
+        self.conv1 = nn.Conv2d(in_channels, w[0], k, cfg["stem_stride"], k // 2,
+                               bias=cfg["conv_bias"])
+        self.bn1 = nn.BatchNorm2d(w[0])
+        self.stages = []
+        cin = w[0]
+        for i, (cout, n) in enumerate(zip(w, cfg["blocks"])):
+            blocks = nn.Sequential(*[BasicBlock(cin if j == 0 else cout, cout,
+                                                (1 if i == 0 else 2) if j == 0 else 1, cfg)
+                                     for j in range(n)])
+            name = cfg["stage"].format(i + 1)
+            self.add_module(name, blocks)
+            self.stages.append(name)
+            cin = cout
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        if self.cfg["stem_pool"]:
+            k, s, p = self.cfg["stem_pool"]
+            x = F.max_pool2d(x, k, s, p)
+        for name in self.stages:
+            x = getattr(self, name)(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+BUILDERS = {
+    "tests/nets/op_conv.net": (op_conv, (3, 8, 8)),
+    "tests/nets/op_conv_stride2.net": (op_conv_stride2, (3, 9, 9)),
+    "tests/nets/op_conv_nobias.net": (op_conv_nobias, (3, 8, 8)),
+    "tests/nets/op_linear.net": (op_linear, (2, 4, 4)),
+    "tests/nets/op_batchnorm.net": (op_batchnorm, (3, 6, 6)),
+    "tests/nets/op_batchnorm_args.net": (op_batchnorm_args, (3, 5, 5)),
+    "tests/nets/op_relu.net": (op_act(relu), (3, 6, 6)),
+    "tests/nets/op_sigmoid.net": (op_act(sigmoid), (3, 6, 6)),
+    "tests/nets/op_tanh.net": (op_act(tanh), (3, 6, 6)),
+    "tests/nets/op_maxpool.net": (op_maxpool, (3, 9, 9)),
+    "tests/nets/op_avgpool.net": (op_avgpool, (3, 9, 9)),
+    "tests/nets/op_gap.net": (op_gap, (6, 5, 7)),
+    "tests/nets/op_flatten.net": (op_flatten, (2, 3, 5)),
+    "tests/nets/op_dropout.net": (op_dropout, (3, 4, 4)),
+    "tests/nets/op_dropout_half.net": (op_dropout_half, (3, 4, 4)),
+    "tests/nets/op_add.net": (OpAdd, (3, 6, 6)),
+    "tests/nets/smooth.net": (Smooth, (2, 6, 6)),
+    "tests/nets/small_resnet.net": (SmallResNet, (1, 12, 12)),
+    "nets/lenet.net": (LeNet, (1, 28, 28)),
+    "nets/resnet18.net": (ResNet18, (1, 28, 28)),
+    # variants: "<net> <--set NAME=VALUE ...>"
+    "nets/resnet18.net small_stem=true": (lambda: ResNet18(cfg=RESNET18_SMALL_STEM), (1, 28, 28)),
+}
+
+
+def build(net, dtype=torch.float64, sets=()):
+    """net: path of the .net file; sets: its --set NAME=VALUE strings."""
+    builder, shape = BUILDERS[" ".join([net] + list(sets))]
+    return builder().to(dtype), shape
+
+
+def param_names(model):
+    """Names mgc must use: parameters and BN running stats (no num_batches_tracked)."""
+    return [k for k in model.state_dict() if not k.endswith("num_batches_tracked")]
