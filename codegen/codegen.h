@@ -50,6 +50,7 @@ typedef struct Step {
     bool seeded;              /* needs a fresh random seed each run (dropout) */
     Dim work;                 /* iterations of the kernel's FOR_EACH (threads / grid size) */
     bool heavy;               /* each iteration loops over the batch: worth threads even when few */
+    long grain;               /* elements an iteration touches (0: one); the runtime splits work*grain */
     /* STEP_GEMM, row-major: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C */
     bool ta, tb;
     Dim m, n, k, lda, ldb, ldc;

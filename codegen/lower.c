@@ -29,6 +29,9 @@ typedef struct Lower {
     FILE *src;        /* kernel bodies (open_memstream) */
     int *col;         /* conv node -> its im2col buffer (kept for the weight gradient) */
     int *dyt;         /* gradient node -> its [O, N*P] transposed copy, made once */
+    int *fused;       /* node -> the node whose kernel computes it too (its buffer is shared), or -1 */
+    bool *relu_out;   /* node's kernel applies ReLU to what it writes (a fused relu follows) */
+    bool *relu_mask;  /* maxpool2d_grad: keep only gradients where x > 0 (a fused relu_grad follows) */
 } Lower;
 
 static Dim dim_of(const Shape *s)
@@ -196,7 +199,7 @@ static void lower_elementwise(Lower *L, int id)
         const Shape *xs = &n->shape;
         int C = xs->d[1], HW = xs->d[2] * xs->d[3];
         int b[5] = { y, in0, in1, buf_of(L, n->in[2]), buf_of(L, n->in[3]) };
-        kernel(L, id, "bn_apply", dimn(C), 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta" });
+        kernel(L, id, "bn_apply", dimn(C), 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta" })->grain = HW;
         body(L, "    /* x, y are [N*%d planes, %d]; y = (x - mean) * invstd * gamma + beta */\n", C, HW);
         body(L, "    FOR_EACH(plane, %s) {\n"
                 "        long c = plane %% %d;\n"
@@ -210,7 +213,7 @@ static void lower_elementwise(Lower *L, int id)
         const Shape *xs = &n->shape;
         int C = xs->d[1], HW = xs->d[2] * xs->d[3];
         int b[6] = { y, in0, in1, buf_of(L, n->in[2]), buf_of(L, n->in[3]), buf_of(L, n->in[4]) };
-        kernel(L, id, "bn_grad_x", dimn(C), 6, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy", "dparams" });
+        kernel(L, id, "bn_grad_x", dimn(C), 6, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy", "dparams" })->grain = HW;
         body(L, "    /* dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M), M = N*H*W; planes [N*%d, %d] */\n", C, HW);
         body(L, "    const float inv_m = 1.0f / (float)(N * %dL);\n"
                 "    FOR_EACH(plane, %s) {\n"
@@ -226,7 +229,7 @@ static void lower_elementwise(Lower *L, int id)
         const Shape *xs = &n->shape;
         int C = xs->d[1], HW = xs->d[2] * xs->d[3];
         int b[2] = { y, in0 };
-        kernel(L, id, "global_avgpool_grad", dimn(C), 2, b, (const char *const[]){ "=dx", "dy" });
+        kernel(L, id, "global_avgpool_grad", dimn(C), 2, b, (const char *const[]){ "=dx", "dy" })->grain = HW;
         body(L, "    FOR_EACH(plane, %s) {\n        float g = dy[plane] * %#.9gf;\n"
                 "        for (int k = 0; k < %d; k++) dx[plane * %d + k] = g;\n    }\n", work_str(L, dimn(C)), 1.0 / HW, HW, HW);
         break;
@@ -257,7 +260,7 @@ static void lower_window(Lower *L, int id)
     const char *scale = arena_printf(L->p->arena, "%#.9gf", 1.0 / (K * K));
     if (fwd) {
         int b[2] = { y, buf_of(L, n->in[0]) };
-        kernel(L, id, ir_op_name(n->op), planes, 2, b, (const char *const[]){ "=y", "x" });
+        kernel(L, id, ir_op_name(n->op), planes, 2, b, (const char *const[]){ "=y", "x" })->grain = H * Wd;
         body(L, "    /* x is [N*%d planes, %d, %d], y is [N*%d, %d, %d]; window %d, stride %d, padding %d; one plane per iteration */\n",
              C, H, Wd, C, OH, OW, K, S, P);
         body(L, "    FOR_EACH(plane, %s) {\n"
@@ -282,10 +285,44 @@ static void lower_window(Lower *L, int id)
              mx ? "if (v > acc || v != v) acc = v;" : "acc += v;", OW,
              mx ? "acc" : arena_printf(L->p->arena, "acc * %s", scale));
     } else {
+        if (mx && S == K && P == 0 && H == OH * K && Wd == OW * K) {
+            /* Windows tile the plane exactly: every x belongs to one window, so each
+               window writes its K*K gradients directly (no zeroing, no accumulation). */
+            int b[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+            kernel(L, id, "maxpool2d_grad_tiled", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = H * Wd;
+            body(L, "    /* dx, x are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; %dx%d windows tile the plane */\n",
+                 C, H, Wd, C, OH, OW, K, K);
+            body(L, "    FOR_EACH(plane, %s) {\n"
+                    "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n"
+                    "        float *dxp = dx + plane * %d;\n"
+                    "        for (int oy = 0; oy < %d; oy++)\n"
+                    "            for (int ox = 0; ox < %d; ox++) {\n"
+                    "                /* the window's first maximum, as the forward pass (and PyTorch) chose it */\n"
+                    "                const float *w0 = xp + oy * %d + ox * %d;\n"
+                    "                float best = w0[0]; int at = 0;\n"
+                    "                for (int ky = 0; ky < %d; ky++)\n"
+                    "                    for (int kx = 0; kx < %d; kx++) {\n"
+                    "                        float v = w0[ky * %d + kx];\n"
+                    "                        int better = (v > best) | (v != v);   /* branch-free: the data decide */\n"
+                    "                        best = better ? v : best;\n"
+                    "                        at = better ? ky * %d + kx : at;\n"
+                    "                    }\n"
+                    "                float g = %s;\n"
+                    "                float *d0 = dxp + oy * %d + ox * %d;\n"
+                    "                for (int ky = 0; ky < %d; ky++)\n"
+                    "                    for (int kx = 0; kx < %d; kx++) d0[ky * %d + kx] = ky * %d + kx == at ? g : 0.0f;\n"
+                    "            }\n    }\n",
+                 W, H * Wd, OH * OW, H * Wd, OH, OW, K * Wd, K, K, K, Wd, K,
+                 L->relu_mask[id] ? arena_printf(L->p->arena, "best > 0.0f ? dyp[oy * %d + ox] : 0.0f   /* fused relu_grad */", OW)
+                                  : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW),
+                 K * Wd, K, K, K, Wd, K);
+            end_kernel(L);
+            return;
+        }
         /* Scatter within a plane: each iteration owns one plane of dx, so no two threads write one place. */
         int b[3] = { y, buf_of(L, n->in[0]), mx ? buf_of(L, n->in[1]) : -1 };
-        if (mx) kernel(L, id, "maxpool2d_grad", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" });
-        else kernel(L, id, "avgpool2d_grad", planes, 2, b, (const char *const[]){ "=dx", "dy" });
+        if (mx) kernel(L, id, "maxpool2d_grad", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = H * Wd;
+        else kernel(L, id, "avgpool2d_grad", planes, 2, b, (const char *const[]){ "=dx", "dy" })->grain = H * Wd;
         body(L, "    /* dx%s are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; window %d, stride %d, padding %d */\n",
              mx ? ", x" : "", C, H, Wd, C, OH, OW, K, S, P);
         body(L, "    FOR_EACH(plane, %s) {\n"
@@ -309,8 +346,9 @@ static void lower_window(Lower *L, int id)
                     "                        if (at < 0 || v > best || (v != v && best == best)) { best = v; at = iy * %d + ix; }\n"
                     "                    }\n"
                     "                }\n"
-                    "                if (at >= 0) dxp[at] += dyp[oy * %d + ox];\n",
-                 H * Wd, K, S, P, H, K, S, P, Wd, Wd, Wd, OW);
+                    "                if (at >= 0%s) dxp[at] += dyp[oy * %d + ox];\n",
+                 H * Wd, K, S, P, H, K, S, P, Wd, Wd, Wd,
+                 L->relu_mask[id] ? " && best > 0.0f   /* fused relu_grad: x is a relu output */" : "", OW);
         else
             body(L, "                float g = dyp[oy * %d + ox] * %s;\n"
                     "                for (int ky = 0; ky < %d; ky++) {\n"
@@ -456,7 +494,7 @@ static int transposed_grad(Lower *L, int id, int dy_node)
     int O = ds->d[1], P = ds->d[2] * ds->d[3];
     int t = new_buf(L, BUF_WORK, dimn((long)O * P), "dy transposed", dy_node);
     int b[2] = { t, buf_of(L, dy_node) };
-    kernel(L, id, "pack_grad", dimn(O), 2, b, (const char *const[]){ "=t", "dy" });
+    kernel(L, id, "pack_grad", dimn(O), 2, b, (const char *const[]){ "=t", "dy" })->grain = P;
     body(L, "    /* dy is [N, %d, %d]; t is [%d, N*%d]; one (o, n) row per iteration */\n", O, P, O, P);
     body(L, "    FOR_EACH(i, %s) {\n        long o = i / N, n = i %% N;\n"
             "        const float *src = dy + (n * %d + o) * %d;\n        float *dst = t + i * %d;\n"
@@ -473,7 +511,7 @@ static int im2col(Lower *L, int id, int x_node, int K, int S, int Pd, int OH, in
     long P = (long)OH * OW, CKK = (long)C * K * K;
     int col = new_buf(L, BUF_WORK, dimn(CKK * P), "im2col", id);
     int b[2] = { col, buf_of(L, x_node) };
-    kernel(L, id, "im2col", dimn(CKK), 2, b, (const char *const[]){ "=col", "x" });
+    kernel(L, id, "im2col", dimn(CKK), 2, b, (const char *const[]){ "=col", "x" })->grain = P;
     body(L, "    /* x is [N, %d, %d, %d]; col is [%d*%d*%d, N*%d*%d], row (c, ky, kx), column (n, oy, ox);\n"
             "       one (row, n) stretch of %ld columns per iteration */\n", C, H, W, C, K, K, OH, OW, P);
     body(L, "    FOR_EACH(i, %s) {\n"
@@ -532,7 +570,7 @@ static void lower_conv_direct(Lower *L, int id)
         int C = xs->d[1], H = xs->d[2], W = xs->d[3], O = ws->d[0], K = ws->d[2], OH = ys->d[2], OW = ys->d[3];
         bool bias = n->nin == 3;
         int b[4] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
-        kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
+        kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain = OH * OW * C * K * K;
         body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d;\n"
                 "       one (n, o) output plane per iteration, accumulated in place */\n",
              C, H, W, O, C, K, K, O, OH, OW, S, P);
@@ -553,14 +591,17 @@ static void lower_conv_direct(Lower *L, int id)
                 "                const float *xr = xp + (oy * %d - %d + ky) * %d - %d + kx;\n"
                 "                float *yr = yp + oy * %d;\n"
                 "                for (int ox = ox0; ox < ox1; ox++) yr[ox] += wv * xr[ox * %d];\n"
-                "            }\n            }\n        }\n    }\n", S, P, W, P, OW, S);
+                "            }\n            }\n        }\n", S, P, W, P, OW, S);
+        if (L->relu_out[id])
+            body(L, "        for (int k = 0; k < %d; k++) yp[k] = yp[k] > 0.0f ? yp[k] : 0.0f;   /* fused relu */\n", OH * OW);
+        body(L, "    }\n");
         break;
     }
     case OP_CONV2D_BWD_X: {
         const Shape *ws = &g->nodes[n->in[1]].shape, *ds = &g->nodes[n->in[0]].shape, *xs = &n->shape;
         int C = xs->d[1], H = xs->d[2], W = xs->d[3], O = ws->d[0], K = ws->d[2], OH = ds->d[2], OW = ds->d[3];
         int b[3] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-        kernel(L, id, "conv2d_grad_x_direct", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" });
+        kernel(L, id, "conv2d_grad_x_direct", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" })->grain = OH * OW * O * K * K;
         body(L, "    /* dy [N, %d, %d, %d], w [%d, %d, %d, %d], dx [N, %d, %d, %d]; stride %d, padding %d;\n"
                 "       one (n, c) plane of dx per iteration: it scatters from every output it fed */\n",
              O, OH, OW, O, C, K, K, C, H, W, S, P);
@@ -645,13 +686,14 @@ static void lower_gemm(Lower *L, int id)
         int y = out_buf(L, id);
         bool bias = n->nin == 3;
         int b[3] = { y, t, bias ? buf_of(L, n->in[2]) : -1 };
-        kernel(L, id, "conv2d_unpack", dimn(O), bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" });
+        kernel(L, id, "conv2d_unpack", dimn(O), bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" })->grain = P;
         body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld]; one (n, o) plane per iteration */\n", O, P, O, P);
         body(L, "    FOR_EACH(i, %s) {\n        long n = i / %d, o = i %% %d;\n"
                 "        const float *src = t + (o * N + n) * %ld;\n        float *dst = y + i * %ld;\n"
                 "        const float b = %s;\n"
-                "        for (int p = 0; p < %ld; p++) dst[p] = src[p] + b;\n    }\n",
-             work_str(L, dimn(O)), O, O, P, P, bias ? "bias[o]" : "0.0f", P);
+                "        for (int p = 0; p < %ld; p++) dst[p] = %s;\n    }\n",
+             work_str(L, dimn(O)), O, O, P, P, bias ? "bias[o]" : "0.0f", P,
+             L->relu_out[id] ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
         end_kernel(L);
         break;
     }
@@ -676,7 +718,7 @@ static void lower_gemm(Lower *L, int id)
         gemm(L, id, true, false, dimc(CKK), dimn(P), dimc(O), buf_of(L, n->in[1]), dimc(CKK), t, dimn(P), 0.0f, dcol, dimn(P));
         int dx = out_buf(L, id);
         int b[2] = { dx, dcol };
-        kernel(L, id, "col2im", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" });
+        kernel(L, id, "col2im", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" })->grain = H * W * K * K;
         body(L, "    /* dcol is [%d*%d*%d, N*%d*%d]; dx is [N, %d, %d, %d]; each iteration owns one (n, c) plane of dx */\n",
              C, K, K, OH, OW, C, H, W);
         body(L, "    FOR_EACH(plane, %s) {\n"
@@ -700,16 +742,20 @@ static void lower_gemm(Lower *L, int id)
         break;
     }
     case OP_LINEAR: {
+        /* y = x . W^T (GEMM), then the epilogue: + bias, and a fused relu */
         const Shape *ws = &g->nodes[n->in[1]].shape;
         int O = ws->d[0], F = ws->d[1];
         int y = out_buf(L, id);
-        bool bias = n->nin == 3;
+        bool bias = n->nin == 3, relu = L->relu_out[id];
+        gemm(L, id, false, true, dimn(1), dimc(O), dimc(F), buf_of(L, n->in[0]), dimc(F), buf_of(L, n->in[1]), dimc(F), 0.0f, y, dimc(O));
+        if (!bias && !relu) break;
         int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
-        Dim work = dim_of(&n->shape);
-        kernel(L, id, "linear_bias", work, bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" });
-        body(L, "    FOR_EACH(i, %s) {\n        y[i] = %s;\n    }\n", work_str(L, work), bias ? arena_printf(L->p->arena, "bias[i %% %d]", O) : "0.0f");
+        kernel(L, id, relu ? "linear_epilogue_relu" : "linear_epilogue", dimn(1), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" })->grain = O;
+        body(L, "    /* y is [N, %d]; one row per iteration */\n", O);
+        body(L, "    FOR_EACH(r, N) {\n        float *yr = y + r * %d;\n        for (int o = 0; o < %d; o++) {\n"
+                "            float v = yr[o]%s;\n            yr[o] = %s;\n        }\n    }\n",
+             O, O, bias ? " + bias[o]" : "", relu ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
         end_kernel(L);
-        gemm(L, id, false, true, dimn(1), dimc(O), dimc(F), buf_of(L, n->in[0]), dimc(F), buf_of(L, n->in[1]), dimc(F), 1.0f, y, dimc(O));
         break;
     }
     case OP_LINEAR_BWD_X: {
@@ -785,6 +831,43 @@ static void lower_view(Lower *L, int id)
     L->p->node_buf[id] = b;
 }
 
+/* Fusion: element-wise ReLU and its gradient folded into the kernel before them.
+   Requires: use counts. Produces: L->fused, L->relu_out, L->relu_mask.
+     conv2d -> relu            the convolution's store applies max(0, .)
+     linear -> relu            the bias epilogue after the GEMM applies it
+     maxpool2d_grad -> relu_grad(y = the pool's input)
+                               the pool gradient is routed only where y > 0
+   A producer is fused only when the ReLU is its one user; set MGC_FUSE=0 to
+   turn fusion off (the tests compare both). */
+static void fuse(Lower *L)
+{
+    const Graph *g = L->g;
+    int *uses = calloc((size_t)g->n + 1, sizeof(int));
+    for (int id = 0; id < g->n; id++)
+        for (int k = 0; k < g->nodes[id].nin; k++) uses[g->nodes[id].in[k]]++;
+    const char *env = getenv("MGC_FUSE");
+    bool on = !(env && !strcmp(env, "0"));
+    for (int id = 0; on && id < g->n; id++) {
+        const Node *n = &g->nodes[id];
+        if (n->op == OP_RELU) {
+            int x = n->in[0];
+            Op op = g->nodes[x].op;
+            if ((op == OP_CONV2D || op == OP_LINEAR) && uses[x] == 1) {
+                L->fused[id] = x;
+                L->relu_out[x] = true;
+            }
+        } else if (n->op == OP_RELU_BWD) {
+            int y = n->in[0], d = n->in[1];
+            const Node *dn = &g->nodes[d];
+            if (dn->op == OP_MAXPOOL_BWD && uses[d] == 1 && dn->in[0] == y) {
+                L->fused[id] = d;
+                L->relu_mask[d] = true;
+            }
+        }
+    }
+    free(uses);
+}
+
 int cg_lower(const Graph *g, Arena *a, Program *p)
 {
     memset(p, 0, sizeof *p);
@@ -794,7 +877,11 @@ int cg_lower(const Graph *g, Arena *a, Program *p)
     Lower L = { .g = g, .p = p };
     L.col = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.dyt = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    for (int id = 0; id < g->n; id++) p->node_buf[id] = L.col[id] = L.dyt[id] = -1;
+    L.fused = arena_alloc(a, sizeof(int) * (size_t)g->n);
+    L.relu_out = arena_alloc(a, sizeof(bool) * (size_t)g->n);
+    L.relu_mask = arena_alloc(a, sizeof(bool) * (size_t)g->n);
+    for (int id = 0; id < g->n; id++) p->node_buf[id] = L.col[id] = L.dyt[id] = L.fused[id] = -1;
+    fuse(&L);
     char *text = NULL;
     size_t len = 0;
     L.src = open_memstream(&text, &len);
@@ -802,6 +889,10 @@ int cg_lower(const Graph *g, Arena *a, Program *p)
 
     for (int id = 0; id < g->n; id++) {
         const Node *n = &g->nodes[id];
+        if (L.fused[id] >= 0) {   /* computed by the kernel of the node it was fused into */
+            p->node_buf[id] = p->node_buf[L.fused[id]];
+            continue;
+        }
         switch (ir_op_kind(n->op)) {
         case KIND_SRC:
             if (n->op == OP_CONST) {

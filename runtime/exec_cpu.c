@@ -478,7 +478,7 @@ void rt_exec_run(Exec *x, long n)
             KernelJob job = { .a = a };
             memcpy(&job.fn, &x->fn[k], sizeof job.fn);
             long work = cg_dim(s->work, n);
-            pool_run(x->pool, kernel_job, &job, s->heavy ? work >= 2 : work >= 8192);
+            pool_run(x->pool, kernel_job, &job, s->heavy ? work >= 2 : work * (s->grain > 0 ? s->grain : 1) >= 8192 && work >= 2);
         } else {
             GemmJob g = { s->ta, s->tb, (int)cg_dim(s->m, n), (int)cg_dim(s->n, n), (int)cg_dim(s->k, n),
                           (int)cg_dim(s->lda, n), (int)cg_dim(s->ldb, n), (int)cg_dim(s->ldc, n), s->alpha, s->beta,
