@@ -33,6 +33,7 @@ typedef struct Buf {
     const char *name;         /* BUF_PERSISTENT: parameter name; else a description */
     int node;                 /* IR node it holds, or -1 */
     int alias, offset;        /* BUF_VIEW: base buffer id and offset in floats */
+    bool pinned;              /* read by the host after a run (loss, logits, gradients): never shared */
 } Buf;
 
 typedef enum StepKind { STEP_KERNEL, STEP_GEMM } StepKind;

@@ -504,6 +504,9 @@ static int transposed_grad(Lower *L, int id, int dy_node)
     return t;
 }
 
+/* Bytes of im2col columns per example up to which the forward's are kept for the weight gradient. */
+#define CG_KEEP_COLUMNS 65536
+
 static int im2col(Lower *L, int id, int x_node, int K, int S, int Pd, int OH, int OW)
 {
     const Shape *xs = &L->g->nodes[x_node].shape;
@@ -703,7 +706,13 @@ static void lower_gemm(Lower *L, int id)
         int O = ws->d[0];
         long CKK = (long)ws->d[1] * ws->d[2] * ws->d[3], P = (long)ds->d[2] * ds->d[3];
         int t = transposed_grad(L, id, n->in[0]);
+        /* The forward's columns are kept when small; big ones (ResNet) are made
+           again here, so they need not live from the forward to the backward. */
         int col = L->col[fwd];
+        if (col < 0 || CKK * P * (long)sizeof(float) > CG_KEEP_COLUMNS) {
+            const Node *f = &g->nodes[fwd];
+            col = im2col(L, id, f->in[0], ws->d[2], f->i[0], f->i[1], ds->d[2], ds->d[3]);
+        }
         int dw = out_buf(L, id);
         gemm(L, id, false, true, dimc(O), dimc(CKK), dimn(P), t, dimn(P), col, dimn(P), 0.0f, dw, dimc(CKK));
         break;
@@ -868,6 +877,12 @@ static void fuse(Lower *L)
     free(uses);
 }
 
+static void pin(Program *p, int b)
+{
+    while (b >= 0 && p->bufs[b].kind == BUF_VIEW) b = p->bufs[b].alias;
+    if (b >= 0) p->bufs[b].pinned = true;
+}
+
 int cg_lower(const Graph *g, Arena *a, Program *p)
 {
     memset(p, 0, sizeof *p);
@@ -925,6 +940,14 @@ int cg_lower(const Graph *g, Arena *a, Program *p)
     fclose(L.src);
     p->source = arena_strndup(a, text, len);
     free(text);
+    /* What the host reads after a run keeps its own memory (see the planner in runtime/). */
+    for (int id = 0; g->grad && id < g->n_forward; id++) {
+        Op op = g->nodes[id].op;
+        if ((op == OP_PARAM || op == OP_INPUT) && g->grad[id] >= 0) pin(p, p->node_buf[g->grad[id]]);
+    }
+    int host[5] = { g->input, g->labels, g->loss, g->correct, g->logits };
+    for (int k = 0; k < 5; k++)
+        if (host[k] >= 0) pin(p, p->node_buf[host[k]]);
     p->input = g->input >= 0 ? p->node_buf[g->input] : -1;
     p->labels = g->labels >= 0 ? p->node_buf[g->labels] : -1;
     p->loss = g->loss >= 0 ? p->node_buf[g->loss] : -1;

@@ -352,6 +352,97 @@ void rt_store_init(Store *s, unsigned long long seed)
     }
 }
 
+/* --------------------------------------------------------------- memory plan */
+
+/* Buffer reuse by liveness. Each activation or scratch buffer lives from the
+   first step that touches it to the last (a view extends its base's life);
+   buffers whose lives do not overlap share one allocation ("slot"), chosen
+   best-fit. What the host reads after a run is pinned to a slot of its own.
+   Sizes are for max_batch examples. */
+static int plan_memory(Exec *x, const Program *p, long max_batch, const RtOptions *opt, char *err, size_t err_size)
+{
+    int nb = p->nbufs;
+    int *first = malloc(sizeof(int) * (size_t)nb), *last = malloc(sizeof(int) * (size_t)nb);
+    int *slot = malloc(sizeof(int) * (size_t)nb), *order = malloc(sizeof(int) * (size_t)nb);
+    for (int b = 0; b < nb; b++) first[b] = INT32_MAX, last[b] = -1, slot[b] = -1;
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        int used[CG_MAXARGS + 3], nu = 0;
+        if (s->kind == STEP_KERNEL) for (int j = 0; j < s->nargs; j++) used[nu++] = s->args[j];
+        else { used[nu++] = s->a; used[nu++] = s->b; used[nu++] = s->c; }
+        for (int j = 0; j < nu; j++) {
+            int b = used[j];
+            while (b >= 0 && p->bufs[b].kind == BUF_VIEW) b = p->bufs[b].alias;
+            if (b < 0) continue;
+            if (k < first[b]) first[b] = k;
+            if (k > last[b]) last[b] = k;
+        }
+    }
+    int n = 0;
+    for (int b = 0; b < nb; b++) {
+        BufKind kind = p->bufs[b].kind;
+        if (kind == BUF_ACT || kind == BUF_WORK || kind == BUF_INPUT) {
+            if (first[b] == INT32_MAX) first[b] = last[b] = 0;
+            order[n++] = b;
+        }
+    }
+    /* by first use: a simple sweep */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && first[order[j]] < first[order[j - 1]]; j--) {
+            int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+        }
+    size_t *slot_bytes = calloc((size_t)n + 1, sizeof(size_t));
+    int *slot_free_after = calloc((size_t)n + 1, sizeof(int));   /* last step of the slot's current tenant */
+    bool *slot_pinned = calloc((size_t)n + 1, sizeof(bool));
+    int nslots = 0;
+    size_t naive = 0;
+    for (int i = 0; i < n; i++) {
+        int b = order[i];
+        size_t bytes = sizeof(float) * (size_t)cg_dim(p->bufs[b].size, max_batch) + 64;
+        naive += bytes;
+        int best = -1;
+        if (!p->bufs[b].pinned && p->bufs[b].kind != BUF_INPUT)
+            for (int t = 0; t < nslots; t++) {
+                if (slot_pinned[t] || slot_free_after[t] >= first[b]) continue;
+                /* best fit: the smallest slot that holds it, else the largest to grow */
+                if (best < 0) { best = t; continue; }
+                bool fits = slot_bytes[t] >= bytes, bfits = slot_bytes[best] >= bytes;
+                if ((fits && (!bfits || slot_bytes[t] < slot_bytes[best])) || (!fits && !bfits && slot_bytes[t] > slot_bytes[best]))
+                    best = t;
+            }
+        if (best < 0) {
+            best = nslots++;
+            slot_pinned[best] = p->bufs[b].pinned || p->bufs[b].kind == BUF_INPUT;
+        }
+        if (slot_bytes[best] < bytes) slot_bytes[best] = bytes;
+        slot_free_after[best] = last[b];
+        slot[b] = best;
+    }
+    void **mem = calloc((size_t)nslots + 1, sizeof(void *));
+    size_t total = 0;
+    int rc = 0;
+    for (int t = 0; t < nslots; t++) {
+        if (posix_memalign(&mem[t], 64, slot_bytes[t])) {
+            snprintf(err, err_size, "out of memory: %zu bytes of activations (try a smaller --batch-size)", slot_bytes[t]);
+            rc = -1;
+            break;
+        }
+        memset(mem[t], 0, slot_bytes[t]);
+        x->owned[x->nowned++] = mem[t];
+        total += slot_bytes[t];
+    }
+    if (!rc)
+        for (int b = 0; b < nb; b++)
+            if (slot[b] >= 0) x->ptr[b] = mem[slot[b]];
+    if (!rc && opt && opt->verbose)
+        fprintf(stderr, "mgc: memory plan: %d buffers in %d slots, %.1f MiB (%.1f MiB without reuse) at batch %ld\n",
+                n, nslots, total / 1048576.0, naive / 1048576.0, max_batch);
+    x->activation_bytes = total;
+    free(mem); free(slot_bytes); free(slot_free_after); free(slot_pinned);
+    free(first); free(last); free(slot); free(order);
+    return rc;
+}
+
 /* ----------------------------------------------------------------------- exec */
 
 int rt_exec_init(Exec *x, const Program *p, Store *store, long max_batch, Pool *pool,
@@ -374,18 +465,9 @@ int rt_exec_init(Exec *x, const Program *p, Store *store, long max_batch, Pool *
                 return -1;
             }
             x->ptr[b] = store->e[k].data;
-        } else if (buf->kind != BUF_VIEW) {
-            size_t bytes = sizeof(float) * (size_t)cg_dim(buf->size, max_batch) + 64;
-            void *mem = NULL;
-            if (posix_memalign(&mem, 64, bytes)) {
-                snprintf(err, err_size, "out of memory: %zu bytes for %s (try a smaller --batch-size)", bytes, buf->name);
-                return -1;
-            }
-            memset(mem, 0, bytes);
-            x->owned[x->nowned++] = mem;
-            x->ptr[b] = mem;
         }
     }
+    if (plan_memory(x, p, max_batch, opt, err, err_size)) return -1;
     for (int b = 0; b < p->nbufs; b++)
         if (p->bufs[b].kind == BUF_VIEW) x->ptr[b] = x->ptr[p->bufs[b].alias] + p->bufs[b].offset;
 

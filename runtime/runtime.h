@@ -41,6 +41,7 @@ typedef struct Exec {
     Pool *pool;
     unsigned long long seed, runs;
     double *step_seconds;    /* per step, accumulated when profiling (else NULL) */
+    size_t activation_bytes; /* memory of activations and scratch, after reuse */
 } Exec;
 
 typedef struct RtOptions {
