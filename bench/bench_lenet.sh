@@ -6,7 +6,7 @@
 #
 #   --epochs E    epochs for both (default 2)
 #   --threads T   threads for both: mgc --threads, torch.set_num_threads (default nproc)
-#   --data DIR    Fashion-MNIST IDX files (default /work/shared/data/fashion-mnist or $MGC_DATA)
+#   --data DIR    Fashion-MNIST IDX files (default $MGC_DATA, else ../shared/data/fashion-mnist)
 #   --batch-size B, --lr X   (default 256, 0.1)
 # Environment: MGC (default ./mgc), PYTHON (default /usr/bin/python3, the one
 # with torch), OPENBLAS_CORETYPE (default SkylakeX; set for both runs).
@@ -21,7 +21,7 @@ EPOCHS=2
 THREADS=$(nproc)
 BATCH=256
 LR=0.1
-DATA=${MGC_DATA:-/work/shared/data/fashion-mnist}
+DATA=${MGC_DATA:-$(cd .. && pwd)/shared/data/fashion-mnist}
 MGC=${MGC:-./mgc}
 PYTHON=${PYTHON:-/usr/bin/python3}
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}

@@ -3,7 +3,7 @@
 that mgc's nets/lenet.net is measured against (see bench/README.md).
 
     OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/torch_lenet.py \
-        --data /work/shared/data/fashion-mnist --epochs 10 --threads 2
+        --data ../shared/data/fashion-mnist --epochs 10 --threads 2
 
 Per epoch it prints loss, train accuracy, test accuracy and training
 throughput (examples/s over the SGD steps only: no data loading, no test pass),
@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DEFAULT_DATA = os.environ.get("MGC_DATA", "/work/shared/data/fashion-mnist")
+DEFAULT_DATA = os.environ.get("MGC_DATA", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "fashion-mnist"))
 
 
 def read_idx(path):

@@ -107,6 +107,15 @@ PY
     else
         echo "FAIL resume: --load did not restore the trained weights (test acc ${got:-none}, wanted $acc)"; tail -2 "$tmp/resume"; fail=$((fail + 1))
     fi
+    # ResNet-18 (BatchNorm in training form): a few steps on a small subset lower the loss.
+    "$MGC" nets/resnet18.net --epochs 2 --limit-train 256 --limit-test 64 --batch-size 32 --lr 0.05 --log "$tmp/rn.jsonl" > "$tmp/rn" 2>&1
+    if python3 - "$tmp/rn.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("ok   resnet18: loss %.3f -> %.3f over two epochs of 256 examples" % (rows[0]["loss"], rows[1]["loss"]))
+sys.exit(0 if len(rows) == 2 and rows[1]["loss"] < 0.8 * rows[0]["loss"] else 1)
+PY
+    then pass=$((pass + 1)); else echo "FAIL resnet18 did not lower the loss"; tail -3 "$tmp/rn"; fail=$((fail + 1)); fi
 else
     echo "skip data cases: MGC_DATA is not set"
 fi

@@ -43,7 +43,10 @@ else
     echo "nvrtc      skipped: no CUDA toolkit at /usr/local/cuda"
 fi
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-    suite torch /usr/bin/python3 tests/torch/ref.py
+    suite torch /usr/bin/python3 tests/torch/ref.py --out "$log/ref"
+    # The same checks with fusion off and every convolution through im2col + GEMM.
+    suite unfused env MGC_FUSE=0 MGC_CONV=gemm /usr/bin/python3 tests/torch/ref.py --out "$log/ref-unfused" --only 'op_*' --only 'lenet*' --only small_resnet
+    suite direct env MGC_CONV=direct /usr/bin/python3 tests/torch/ref.py --out "$log/ref-direct" --only 'op_conv*' --only small_resnet --only fd_small_resnet
 else
     echo "torch      skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"
     total_fail=$((total_fail + 1))

@@ -9,6 +9,9 @@ every .net is the loss, applied outside).
 """
 from collections import OrderedDict
 
+import os
+import sys
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -181,22 +184,9 @@ class SmallResNet(nn.Module):
 
 # --- nets/lenet.net ---------------------------------------------------------
 
-class LeNet(nn.Module):
-    def __init__(self, classes=10, in_channels=1):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 6, 5)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 4 * 4, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, classes)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2, 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2, 2)
-        x = torch.flatten(x, 1)
-        x = F.relu(self.fc1(x))
-        x = F.relu(self.fc2(x))
-        return self.fc3(x)
+# LeNet: the benchmark's model (same layers and parameter names as nets/lenet.net).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from torch_lenet import LeNet  # noqa: E402,F401
 
 
 # --- nets/resnet18.net --------------------------------------------------------

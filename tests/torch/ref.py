@@ -139,7 +139,7 @@ def make_batch(shape, n, seed, classes=10, real=False):
 
 def real_batch(n, seed):
     """n Fashion-MNIST training images (pixels / 255) if the data is there."""
-    d = os.environ.get("MGC_DATA", "/work/shared/data/fashion-mnist")
+    d = os.environ.get("MGC_DATA", os.path.join(ROOT, "..", "shared", "data", "fashion-mnist"))
     try:
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         from torch_lenet import load_split
