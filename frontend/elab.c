@@ -126,8 +126,9 @@ static const Layer layers[L_COUNT] = {
     [L_CONV2D] = { "conv2d", true, 5, {
         { "out_channels", A_INT, true, 0 }, { "kernel", A_INT, true, 0 },
         { "stride", A_INT, false, 1 }, { "padding", A_INT, false, 0 }, { "bias", A_BOOL, false, 1 } } },
-    [L_LINEAR] = { "linear", true, 2, {
-        { "out_features", A_INT, true, 0 }, { "bias", A_BOOL, false, 1 } } },
+    [L_LINEAR] = { "linear", true, 3, {
+        { "out_features", A_INT, true, 0 }, { "bias", A_BOOL, false, 1 },
+        { "in_features", A_INT, false, -1 } } },   /* -1: inferred from the input; else checked against it */
     [L_BATCHNORM2D] = { "batchnorm2d", true, 2, {
         { "eps", A_FLOAT, false, 1e-5 }, { "momentum", A_FLOAT, false, 0.1 } } },
     [L_RELU] = { "relu", false, 0, { { 0 } } },
@@ -1100,7 +1101,8 @@ static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, LayerId id, V
         break;
     case L_LINEAR:
         if (check_range(E, where[0], "linear", "out_features", iv[0], 1, FE_MAX_SIZE)) return -1;
-        r = ir_linear(g, loc, prefix, in.node, (int)iv[0], iv[1] != 0);
+        if (iv[2] != -1 && check_range(E, where[2], "linear", "in_features", iv[2], 1, FE_MAX_SIZE)) return -1;
+        r = ir_linear_in(g, loc, prefix, in.node, (int)iv[2], (int)iv[0], iv[1] != 0);
         break;
     case L_BATCHNORM2D:
         if (!(fv[0] > 0 && fv[0] < 1)) {
