@@ -215,6 +215,7 @@ static const char *layer_signature(Elab *E, const Layer *L)
         const char *sep = i ? ", " : "";
         if (a->required) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", sep, a->name);
         else if (a->def == DEF_KERNEL) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = kernel", sep, a->name);
+        else if (a->def == -1) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = inferred", sep, a->name);
         else if (a->type == A_BOOL) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = %s", sep, a->name, a->def ? "true" : "false");
         else n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = %g", sep, a->name, a->def);
     }
