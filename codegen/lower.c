@@ -285,6 +285,38 @@ static void lower_window(Lower *L, int id)
              mx ? "if (v > acc || v != v) acc = v;" : "acc += v;", OW,
              mx ? "acc" : arena_printf(L->p->arena, "acc * %s", scale));
     } else {
+        if (mx && K == 2 && S == 2 && P == 0 && H == OH * 2 && Wd == OW * 2) {
+            /* The common 2x2/2 pool, written out: one output row of windows per inner loop. */
+            int b[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+            kernel(L, id, "maxpool2d_grad_2x2", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = H * Wd;
+            body(L, "    /* dx, x are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; 2x2 windows, stride 2, tiling the plane */\n",
+                 C, H, Wd, C, OH, OW);
+            body(L, "    FOR_EACH(plane, %s) {\n"
+                    "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n"
+                    "        float *dxp = dx + plane * %d;\n"
+                    "        for (int oy = 0; oy < %d; oy++) {\n"
+                    "            const float *r0 = xp + oy * %d, *r1 = r0 + %d, *g0 = dyp + oy * %d;\n"
+                    "            float *d0 = dxp + oy * %d, *d1 = d0 + %d;\n"
+                    "            for (int ox = 0; ox < %d; ox++) {\n"
+                    "                /* the first maximum in reading order, as the forward (and PyTorch) */\n"
+                    "                float a0 = r0[2 * ox], a1 = r0[2 * ox + 1], a2 = r1[2 * ox], a3 = r1[2 * ox + 1];\n"
+                    "                float m = a0;\n"
+                    "                m = (a1 > m) | (a1 != a1) ? a1 : m;\n"
+                    "                m = (a2 > m) | (a2 != a2) ? a2 : m;\n"
+                    "                m = (a3 > m) | (a3 != a3) ? a3 : m;\n"
+                    "                /* exactly one of the four gets the gradient: the first equal to m (the last if m is NaN) */\n"
+                    "                int e0 = a0 == m, e1 = !e0 & (a1 == m), e2 = !e0 & !e1 & (a2 == m), e3 = !e0 & !e1 & !e2;\n"
+                    "                float g = %s;\n"
+                    "                d0[2 * ox] = e0 ? g : 0.0f;\n"
+                    "                d0[2 * ox + 1] = e1 ? g : 0.0f;\n"
+                    "                d1[2 * ox] = e2 ? g : 0.0f;\n"
+                    "                d1[2 * ox + 1] = e3 ? g : 0.0f;\n"
+                    "            }\n        }\n    }\n",
+                 W, H * Wd, OH * OW, H * Wd, OH, 2 * Wd, Wd, OW, 2 * Wd, Wd, OW,
+                 L->relu_mask[id] ? "m > 0.0f ? g0[ox] : 0.0f   /* fused relu_grad */" : "g0[ox]");
+            end_kernel(L);
+            return;
+        }
         if (mx && S == K && P == 0 && H == OH * K && Wd == OW * K) {
             /* Windows tile the plane exactly: every x belongs to one window, so each
                window writes its K*K gradients directly (no zeroing, no accumulation). */
@@ -526,12 +558,17 @@ static int im2col(Lower *L, int id, int x_node, int K, int S, int Pd, int OH, in
             "            int iy = oy * %d - %d + ky;\n"
             "            float *row = cp + oy * %d;\n"
             "            if (iy < 0 || iy >= %d) { for (int ox = 0; ox < %d; ox++) row[ox] = 0.0f; continue; }\n"
-            "            for (int ox = 0; ox < %d; ox++) {\n"
-            "                int ix = ox * %d - %d + kx;\n"
-            "                row[ox] = ix >= 0 && ix < %d ? xp[iy * %d + ix] : 0.0f;\n"
-            "            }\n"
+            "%s"
             "        }\n    }\n",
-         work_str(L, dimn(CKK)), K * K, K, K, K, C, H * W, P, OH, S, Pd, OW, H, OW, OW, S, Pd, W, W);
+         work_str(L, dimn(CKK)), K * K, K, K, K, C, H * W, P, OH, S, Pd, OW, H, OW,
+         Pd == 0 && S == 1
+             /* no padding, stride 1: every row is a plain copy of OW inputs */
+             ? arena_printf(L->p->arena, "            const float *xr = xp + iy * %d + kx;\n"
+                                         "            for (int ox = 0; ox < %d; ox++) row[ox] = xr[ox];\n", W, OW)
+             : arena_printf(L->p->arena, "            for (int ox = 0; ox < %d; ox++) {\n"
+                                         "                int ix = ox * %d - %d + kx;\n"
+                                         "                row[ox] = ix >= 0 && ix < %d ? xp[iy * %d + ix] : 0.0f;\n"
+                                         "            }\n", OW, S, Pd, W, W));
     end_kernel(L);
     return col;
 }
@@ -737,16 +774,24 @@ static void lower_gemm(Lower *L, int id)
                 "        for (int ky = 0; ky < %d; ky++)\n"
                 "            for (int kx = 0; kx < %d; kx++) {\n"
                 "                const float *cp = dcol + ((c * %d + ky) * %d + kx) * (N * %ld) + n * %ld;\n"
-                "                for (int oy = 0; oy < %d; oy++) {\n"
-                "                    int iy = oy * %d - %d + ky;\n"
-                "                    if (iy < 0 || iy >= %d) continue;\n"
-                "                    for (int ox = 0; ox < %d; ox++) {\n"
-                "                        int ix = ox * %d - %d + kx;\n"
-                "                        if (ix >= 0 && ix < %d) dxp[iy * %d + ix] += cp[oy * %d + ox];\n"
-                "                    }\n"
-                "                }\n"
+                "%s"
                 "            }\n    }\n",
-             work_str(L, dimn(C)), C, C, H * W, H * W, K, K, K, K, P, P, OH, S, Pd, H, OW, S, Pd, W, W, OW);
+             work_str(L, dimn(C)), C, C, H * W, H * W, K, K, K, K, P, P,
+             Pd == 0 && S == 1
+                 /* no padding, stride 1: every row adds into a contiguous stretch of dx */
+                 ? arena_printf(L->p->arena, "                for (int oy = 0; oy < %d; oy++) {\n"
+                                             "                    float *xr = dxp + (oy + ky) * %d + kx;\n"
+                                             "                    const float *cr = cp + oy * %d;\n"
+                                             "                    for (int ox = 0; ox < %d; ox++) xr[ox] += cr[ox];\n"
+                                             "                }\n", OH, W, OW, OW)
+                 : arena_printf(L->p->arena, "                for (int oy = 0; oy < %d; oy++) {\n"
+                                             "                    int iy = oy * %d - %d + ky;\n"
+                                             "                    if (iy < 0 || iy >= %d) continue;\n"
+                                             "                    for (int ox = 0; ox < %d; ox++) {\n"
+                                             "                        int ix = ox * %d - %d + kx;\n"
+                                             "                        if (ix >= 0 && ix < %d) dxp[iy * %d + ix] += cp[oy * %d + ox];\n"
+                                             "                    }\n"
+                                             "                }\n", OH, S, Pd, H, OW, S, Pd, W, W, OW));
         end_kernel(L);
         break;
     }

@@ -157,10 +157,11 @@ int ir_autodiff(Graph *g, const IrSgd *sgd, bool input_grad)
     ad.needs = arena_alloc(g->arena, sizeof(bool) * (size_t)nf);
     for (int id = 0; id < nf; id++) {
         const Node *n = &g->nodes[id];
-        bool need = n->op == OP_PARAM || (input_grad && n->op == OP_INPUT);
-        if (n->op == OP_BN_STATS || n->op == OP_ACCURACY || n->op == OP_BN_RUNNING) need = false;
-        for (int k = 0; k < n->nin && !need; k++)
-            if (n->op != OP_BN_STATS && ad.needs[n->in[k]]) need = true;
+        /* statistics, metrics and effects carry no gradient, whatever feeds them */
+        bool never = n->op == OP_BN_STATS || n->op == OP_ACCURACY || n->op == OP_BN_RUNNING;
+        bool need = !never && (n->op == OP_PARAM || (input_grad && n->op == OP_INPUT));
+        for (int k = 0; k < n->nin && !need && !never; k++)
+            if (ad.needs[n->in[k]]) need = true;
         ad.needs[id] = need;
     }
     /* Room for every forward node's gradient; backward nodes never get one. */
@@ -175,7 +176,6 @@ int ir_autodiff(Graph *g, const IrSgd *sgd, bool input_grad)
 
     for (int y = nf - 1; y >= 0; y--)
         if (g->grad[y] >= 0 && ad.needs[y]) backward_rule(&ad, y);
-        else if (y == g->loss) backward_rule(&ad, y);
 
     /* SGD updates, in parameter order. */
     for (int p = 0; p < nf; p++) {

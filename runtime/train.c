@@ -188,7 +188,6 @@ static int check_mode(const Model *m, const TrainConfig *cfg, Exec *tr, Exec *ev
         st_free(&f);
         return 1;
     }
-    long in_numel = ir_numel(is, b);
     int classes = ir_shape(g, g->logits)->d[1];
     float *losses = calloc((size_t)cfg->steps, sizeof(float));
     StWriter *w = st_writer_new();
@@ -209,7 +208,6 @@ static int check_mode(const Model *m, const TrainConfig *cfg, Exec *tr, Exec *ev
             }
         }
     }
-    (void)in_numel;
     st_writer_add_f32(w, "loss", 1, (long long[]){ cfg->steps }, losses);
     for (int k = 0; k < store->n; k++)
         st_writer_add_f32(w, store->e[k].name, store->e[k].shape.nd, shape_ll(&store->e[k].shape, 1, sh), store->e[k].data);
