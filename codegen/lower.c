@@ -243,6 +243,20 @@ static void lower_elementwise(Lower *L, int id)
 
 /* ------------------------------------------------------------------ reductions */
 
+/* The loops over a window's in-bounds taps, at output (oy, ox): they define iy
+   and ix, and skip the padding. window_close() ends them. */
+static void window_open(Lower *L, int K, int S, int P, int H, int W)
+{
+    body(L, "                for (int ky = 0; ky < %d; ky++) {\n"
+            "                    int iy = oy * %d - %d + ky;\n"
+            "                    if (iy < 0 || iy >= %d) continue;\n"
+            "                    for (int kx = 0; kx < %d; kx++) {\n"
+            "                        int ix = ox * %d - %d + kx;\n"
+            "                        if (ix < 0 || ix >= %d) continue;\n", K, S, P, H, K, S, P, W);
+}
+
+static void window_close(Lower *L) { body(L, "                    }\n                }\n"); }
+
 static void lower_window(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
@@ -268,22 +282,14 @@ static void lower_window(Lower *L, int id)
                 "        float *yp = y + plane * %d;\n"
                 "        for (int oy = 0; oy < %d; oy++)\n"
                 "            for (int ox = 0; ox < %d; ox++) {\n"
-                "                float acc = %s;\n"
-                "                for (int ky = 0; ky < %d; ky++) {\n"
-                "                    int iy = oy * %d - %d + ky;\n"
-                "                    if (iy < 0 || iy >= %d) continue;\n"
-                "                    for (int kx = 0; kx < %d; kx++) {\n"
-                "                        int ix = ox * %d - %d + kx;\n"
-                "                        if (ix < 0 || ix >= %d) continue;\n"
-                "                        float v = xp[iy * %d + ix];\n"
-                "                        %s\n"
-                "                    }\n"
-                "                }\n"
-                "                yp[oy * %d + ox] = %s;\n"
-                "            }\n    }\n",
-             W, H * Wd, OH * OW, OH, OW, mx ? "-MGC_INF" : "0.0f", K, S, P, H, K, S, P, Wd, Wd,
-             mx ? "if (v > acc || v != v) acc = v;" : "acc += v;", OW,
-             mx ? "acc" : arena_printf(L->p->arena, "acc * %s", scale));
+                "                float acc = %s;\n",
+             W, H * Wd, OH * OW, OH, OW, mx ? "-MGC_INF" : "0.0f");
+        window_open(L, K, S, P, H, Wd);
+        body(L, "                        float v = xp[iy * %d + ix];\n"
+                "                        %s\n", Wd, mx ? "if (v > acc || v != v) acc = v;" : "acc += v;");
+        window_close(L);
+        body(L, "                yp[oy * %d + ox] = %s;\n"
+                "            }\n    }\n", OW, mx ? "acc" : arena_printf(L->p->arena, "acc * %s", scale));
     } else {
         if (mx && K == 2 && S == 2 && P == 0 && H == OH * 2 && Wd == OW * 2) {
             /* The common 2x2/2 pool, written out: one output row of windows per inner loop. */
@@ -364,34 +370,23 @@ static void lower_window(Lower *L, int id)
                 "        for (int oy = 0; oy < %d; oy++)\n"
                 "            for (int ox = 0; ox < %d; ox++) {\n",
              W, H * Wd, OH * OW, H * Wd, OH, OW);
-        if (mx)
+        if (mx) {
             body(L, "                /* the window's first maximum, as the forward pass (and PyTorch) chose it */\n"
                     "                const float *xp = x + plane * %d;\n"
-                    "                float best = -MGC_INF; int at = -1;\n"
-                    "                for (int ky = 0; ky < %d; ky++) {\n"
-                    "                    int iy = oy * %d - %d + ky;\n"
-                    "                    if (iy < 0 || iy >= %d) continue;\n"
-                    "                    for (int kx = 0; kx < %d; kx++) {\n"
-                    "                        int ix = ox * %d - %d + kx;\n"
-                    "                        if (ix < 0 || ix >= %d) continue;\n"
-                    "                        float v = xp[iy * %d + ix];\n"
-                    "                        if (at < 0 || v > best || (v != v && best == best)) { best = v; at = iy * %d + ix; }\n"
-                    "                    }\n"
-                    "                }\n"
-                    "                if (at >= 0%s) dxp[at] += dyp[oy * %d + ox];\n",
-                 H * Wd, K, S, P, H, K, S, P, Wd, Wd, Wd,
+                    "                float best = -MGC_INF; int at = -1;\n", H * Wd);
+            window_open(L, K, S, P, H, Wd);
+            body(L, "                        float v = xp[iy * %d + ix];\n"
+                    "                        if (at < 0 || v > best || (v != v && best == best)) { best = v; at = iy * %d + ix; }\n",
+                 Wd, Wd);
+            window_close(L);
+            body(L, "                if (at >= 0%s) dxp[at] += dyp[oy * %d + ox];\n",
                  L->relu_mask[id] ? " && best > 0.0f   /* fused relu_grad: x is a relu output */" : "", OW);
-        else
-            body(L, "                float g = dyp[oy * %d + ox] * %s;\n"
-                    "                for (int ky = 0; ky < %d; ky++) {\n"
-                    "                    int iy = oy * %d - %d + ky;\n"
-                    "                    if (iy < 0 || iy >= %d) continue;\n"
-                    "                    for (int kx = 0; kx < %d; kx++) {\n"
-                    "                        int ix = ox * %d - %d + kx;\n"
-                    "                        if (ix >= 0 && ix < %d) dxp[iy * %d + ix] += g;\n"
-                    "                    }\n"
-                    "                }\n",
-                 OW, scale, K, S, P, H, K, S, P, Wd, Wd);
+        } else {
+            body(L, "                float g = dyp[oy * %d + ox] * %s;\n", OW, scale);
+            window_open(L, K, S, P, H, Wd);
+            body(L, "                        dxp[iy * %d + ix] += g;\n", Wd);
+            window_close(L);
+        }
         body(L, "            }\n    }\n");
     }
     end_kernel(L);
