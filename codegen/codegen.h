@@ -76,8 +76,9 @@ typedef struct Program {
 int  cg_lower(const Graph *g, Arena *a, Program *p);
 /* The whole source for a target: prelude + bodies. */
 char *cg_source(const Program *p, Target t);
-/* Whether a convolution (c input channels, k x k, o outputs, out_width columns) runs as direct loops rather than im2col + GEMM. */
-bool cg_conv_direct(int c, int k, int o, int out_width);
+/* How a convolution (c input channels, k x k, o outputs, out_width columns, padding) runs (codegen/lower.c). */
+typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM } ConvStrategy;
+ConvStrategy cg_conv_strategy(int c, int k, int o, int out_width, int padding);
 /* Prints the program's steps (for --emit=kernels). */
 void cg_print_steps(const Program *p, FILE *out);
 

@@ -570,19 +570,28 @@ static int im2col(Lower *L, int id, int x_node, int K, int S, int Pd, int OH, in
 
 /* ------------------------------------------------------------ direct convolution */
 
-/* Small convolutions (few input channels or outputs, as LeNet's) run faster as
-   direct loops over whole planes than as im2col + GEMM: nothing is
-   materialised, each plane stays in L1, and the inner loop over a row of
-   output pixels vectorises. cg_conv_direct() is the choice; MGC_CONV=gemm or
-   MGC_CONV=direct forces one (tests run both). */
-bool cg_conv_direct(int c, int k, int o, int out_width)
+/* Three ways to run a convolution, chosen per layer by cg_conv_strategy():
+     CONV_DIRECT  loops over whole (n, channel) planes: for few channels and
+                  wide rows (LeNet's conv1): nothing is materialised, each plane
+                  stays in L1, the inner loop over a row of pixels vectorises;
+     CONV_VECTOR  loops over output rows with all output channels in a vector
+                  (transposed weights, and the gradient as [N, OH, OW, O] for
+                  the weight gradient), a few columns at a time in registers:
+                  for 8..64 outputs, no padding, kernels up to 7, short rows (LeNet's conv2);
+                  the input gradient goes through GEMM;
+     CONV_GEMM    im2col + one GEMM over the whole batch: wide layers (ResNet).
+   MGC_CONV=direct|vector|gemm forces one everywhere (the tests run each). */
+ConvStrategy cg_conv_strategy(int c, int k, int o, int out_width, int padding)
 {
     const char *force = getenv("MGC_CONV");
-    if (force && !strcmp(force, "gemm")) return false;
-    if (force && !strcmp(force, "direct")) return true;
-    /* Measured on LeNet: direct wins for conv1 (1x5x5 -> 6, 24 wide), loses for
-       conv2 (6x5x5 -> 16, 8 wide: rows too short to vectorise). */
-    return (long)c * k * k * o <= 4096 && out_width >= 16;
+    if (force && !strcmp(force, "gemm")) return CONV_GEMM;
+    if (force && !strcmp(force, "direct")) return CONV_DIRECT;
+    if (force && !strcmp(force, "vector")) return padding == 0 && k <= 7 ? CONV_VECTOR : CONV_GEMM;   /* written for these */
+    /* Measured on LeNet: direct wins for conv1 (1x5x5 -> 6, 24 wide); for conv2
+       (6x5x5 -> 16, 8 wide) its rows are too short, and the channel vector wins. */
+    if ((long)c * k * k * o <= 4096 && out_width >= 16) return CONV_DIRECT;
+    if (padding == 0 && k <= 7 && o % 8 == 0 && o <= 64 && (long)c * k * k <= 1152) return CONV_VECTOR;
+    return CONV_GEMM;
 }
 
 /* Emits the loop header for output rows/columns whose input index
@@ -697,6 +706,118 @@ static void lower_conv_direct(Lower *L, int id)
     end_kernel(L);
 }
 
+/* ------------------------------------------------- channel-vectorised convolution */
+
+/* w [O, C, K, K] -> wt [C*K*K, O]: the taps' weights for all outputs side by side. */
+static int transposed_weights(Lower *L, int id, int w_node)
+{
+    const Shape *ws = &L->g->nodes[w_node].shape;
+    int O = ws->d[0];
+    long CKK = (long)ws->d[1] * ws->d[2] * ws->d[3];
+    int wt = new_buf(L, BUF_WORK, dimc(CKK * O), "weights transposed", w_node);
+    int b[2] = { wt, buf_of(L, w_node) };
+    kernel(L, id, "transpose_weights", dimc(CKK), 2, b, (const char *const[]){ "=wt", "w" })->grain = O;
+    body(L, "    /* w is [%d, %ld]; wt is [%ld, %d] */\n", O, CKK, CKK, O);
+    body(L, "    FOR_EACH(r, %ldL) {\n        for (int o = 0; o < %d; o++) wt[r * %d + o] = w[o * %ldL + r];\n    }\n",
+         CKK, O, O, CKK);
+    end_kernel(L);
+    return wt;
+}
+
+/* Columns per block in the channel-vectorised kernels: B output columns are
+   computed together, each with its own accumulators, so the compiler keeps
+   2*B vector registers of sums in flight. */
+static int column_block(int ow) { return ow % 4 == 0 ? 4 : ow % 2 == 0 ? 2 : 1; }
+
+static void lower_conv_vector(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Graph *g = L->g;
+    int S = n->i[0];   /* padding is 0: cg_conv_strategy() picks this only then */
+    if (n->op == OP_CONV2D) {
+        const Shape *xs = &g->nodes[n->in[0]].shape, *ws = &g->nodes[n->in[1]].shape, *ys = &n->shape;
+        int C = xs->d[1], H = xs->d[2], W = xs->d[3], O = ws->d[0], K = ws->d[2], OH = ys->d[2], OW = ys->d[3];
+        int B = column_block(OW);
+        bool bias = n->nin == 3;
+        int wt = transposed_weights(L, id, n->in[1]);
+        int b[4] = { out_buf(L, id), buf_of(L, n->in[0]), wt, bias ? buf_of(L, n->in[2]) : -1 };
+        kernel(L, id, "conv2d_vector", dimn(OH), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "wt", "bias" })->grain =
+            (long)OW * O * C * K * K;
+        body(L, "    /* x [N, %d, %d, %d], wt [%d*%d*%d, %d], y [N, %d, %d, %d]; stride %d, no padding;\n"
+                "       one output row (n, oy) per iteration, all %d output channels at once, %d columns per block */\n",
+             C, H, W, C, K, K, O, O, OH, OW, S, O, B);
+        body(L, "    FOR_EACH(i, %s) {\n"
+                "        long n = i / %d; int oy = (int)(i %% %d);\n"
+                "        for (int ox0 = 0; ox0 < %d; ox0 += %d) {\n",
+             work_str(L, dimn(OH)), OH, OH, OW, B);
+        for (int j = 0; j < B; j++) body(L, "            float a%d[%d];\n", j, O);
+        body(L, "            for (int o = 0; o < %d; o++) {\n", O);
+        for (int j = 0; j < B; j++) body(L, "                a%d[o] = %s;\n", j, bias ? "bias[o]" : "0.0f");
+        body(L, "            }\n"
+                "            for (int c = 0; c < %d; c++)\n"
+                "                for (int ky = 0; ky < %d; ky++) {\n"
+                "                    const float *xr = x + ((n * %d + c) * %d + oy * %d + ky) * %d + ox0 * %d;\n"
+                "                    const float *wr = wt + (c * %d + ky) * %d * %d;\n"
+                "                    for (int kx = 0; kx < %d; kx++) {\n",
+             C, K, C, H, S, W, S, K, K, O, K);
+        for (int j = 0; j < B; j++) body(L, "                        const float x%d = xr[kx + %d];\n", j, j * S);
+        body(L, "                        for (int o = 0; o < %d; o++) {\n"
+                "                            const float w = wr[kx * %d + o];\n", O, O);
+        for (int j = 0; j < B; j++) body(L, "                            a%d[o] += x%d * w;\n", j, j);
+        body(L, "                        }\n                    }\n                }\n"
+                "            for (int o = 0; o < %d; o++) {\n"
+                "                float *yr = y + ((n * %d + o) * %d + oy) * %d + ox0;\n", O, O, OH, OW);
+        for (int j = 0; j < B; j++)
+            body(L, "                yr[%d] = %s;\n", j,
+                 L->relu_out[id] ? arena_printf(L->p->arena, "a%d[o] > 0.0f ? a%d[o] : 0.0f   /* fused relu */", j, j)
+                                 : arena_printf(L->p->arena, "a%d[o]", j));
+        body(L, "            }\n        }\n    }\n");
+        end_kernel(L);
+        return;
+    }
+    /* CONV2D_BWD_W: dw[o, r] = sum over n, oy, ox of dy[n, o, oy, ox] * x[n, c, oy*S + ky, ox*S + kx], r = (c, ky, kx) */
+    const Shape *ws = &n->shape, *ds = &g->nodes[n->in[0]].shape, *xs = &g->nodes[n->in[1]].shape;
+    int C = xs->d[1], H = xs->d[2], W = xs->d[3], O = ws->d[0], K = ws->d[2], OH = ds->d[2], OW = ds->d[3];
+    long CKK = (long)C * K * K;
+    int dyt = new_buf(L, BUF_WORK, dimn((long)OH * OW * O), "gradient as [N, OH, OW, O]", id);
+    int tb[2] = { dyt, buf_of(L, n->in[0]) };
+    kernel(L, id, "pack_grad_channels_last", dimn(1), 2, tb, (const char *const[]){ "=t", "dy" })->grain = (long)O * OH * OW;
+    body(L, "    /* dy is [N, %d, %d]; t is [N, %d, %d]: one example per iteration */\n", O, OH * OW, OH * OW, O);
+    body(L, "    FOR_EACH(n, N) {\n"
+            "        for (int o = 0; o < %d; o++)\n"
+            "            for (int p = 0; p < %d; p++) t[(n * %d + p) * %d + o] = dy[(n * %d + o) * %d + p];\n    }\n",
+         O, OH * OW, OH * OW, O, O, OH * OW);
+    end_kernel(L);
+    int b[3] = { out_buf(L, id), dyt, buf_of(L, n->in[1]) };
+    kernel(L, id, "conv2d_grad_w_vector", dimc((long)C * K), 3, b, (const char *const[]){ "=dw", "t", "x" })->heavy = true;
+    body(L, "    /* t [N, %d, %d, %d] (dy, channels last), x [N, %d, %d, %d], dw [%d, %ld]; stride %d, no padding;\n"
+            "       one row of taps (c, ky) per iteration: each gradient row of t is read once for all %d kx,\n"
+            "       which keep their own %d sums */\n",
+         OH, OW, O, C, H, W, O, CKK, S, K, O);
+    body(L, "    FOR_EACH(row, %dL) {\n"
+            "        int c = (int)(row / %d), ky = (int)(row %% %d);\n", C * K, K, K);
+    for (int j = 0; j < K; j++) body(L, "        float k%d[%d];\n", j, O);
+    body(L, "        for (int o = 0; o < %d; o++) {\n", O);
+    for (int j = 0; j < K; j++) body(L, "            k%d[o] = 0.0f;\n", j);
+    body(L, "        }\n"
+            "        for (long n = 0; n < N; n++)\n"
+            "            for (int oy = 0; oy < %d; oy++) {\n"
+            "                const float *xr = x + ((n * %d + c) * %d + oy * %d + ky) * %d;\n"
+            "                const float *tr = t + (n * %d + oy) * %d * %d;\n"
+            "                for (int ox = 0; ox < %d; ox++) {\n"
+            "                    const float *tv = tr + ox * %d, *xv = xr + ox * %d;\n"
+            "                    for (int o = 0; o < %d; o++) {\n"
+            "                        const float g = tv[o];\n",
+         OH, C, H, S, W, OH, OW, O, OW, O, S, O);
+    for (int j = 0; j < K; j++) body(L, "                        k%d[o] += xv[%d] * g;\n", j, j);
+    body(L, "                    }\n                }\n            }\n"
+            "        for (int o = 0; o < %d; o++) {\n"
+            "            float *dr = dw + o * %ldL + row * %d;\n", O, CKK, K);
+    for (int j = 0; j < K; j++) body(L, "            dr[%d] = k%d[o];\n", j, j);
+    body(L, "        }\n    }\n");
+    end_kernel(L);
+}
+
 static void lower_gemm(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
@@ -704,8 +825,13 @@ static void lower_gemm(Lower *L, int id)
     if (n->op == OP_CONV2D || n->op == OP_CONV2D_BWD_X || n->op == OP_CONV2D_BWD_W) {
         const Shape *ws = &g->nodes[n->op == OP_CONV2D_BWD_W ? id : n->in[1]].shape;
         const Shape *ys = n->op == OP_CONV2D ? &n->shape : &g->nodes[n->in[0]].shape;
-        if (cg_conv_direct(ws->d[1], ws->d[2], ws->d[0], ys->d[3])) {
+        ConvStrategy how = cg_conv_strategy(ws->d[1], ws->d[2], ws->d[0], ys->d[3], n->i[1]);
+        if (how == CONV_DIRECT) {
             lower_conv_direct(L, id);
+            return;
+        }
+        if (how == CONV_VECTOR && n->op != OP_CONV2D_BWD_X) {
+            lower_conv_vector(L, id);
             return;
         }
     }

@@ -47,6 +47,7 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
     # The same checks with fusion off and every convolution through im2col + GEMM.
     suite unfused env MGC_FUSE=0 MGC_CONV=gemm /usr/bin/python3 tests/torch/ref.py --out "$log/ref-unfused" --only 'op_*' --only 'lenet*' --only small_resnet
     suite direct env MGC_CONV=direct /usr/bin/python3 tests/torch/ref.py --out "$log/ref-direct" --only 'op_conv*' --only small_resnet --only fd_small_resnet
+    suite vector env MGC_CONV=vector /usr/bin/python3 tests/torch/ref.py --out "$log/ref-vector" --only 'op_conv*' --only small_resnet --only fd_small_resnet --only lenet_sgd5
 else
     echo "torch      skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"
     total_fail=$((total_fail + 1))
