@@ -95,8 +95,10 @@ static int parse_float(const char *opt, const char *s, double min, bool min_open
     double v = strtod(s, &end);
     if (!*s || *end || errno || !isfinite(v)) return bad("%s expects a number, got '%s'", opt, s);
     if (v < min || (min_open && v == min) || v > max) {
-        fprintf(stderr, "mgc: %s must be %s %g%s, got %s\n(see mgc --help)\n", opt, min_open ? ">" : ">=", min,
-                max < 1e30 ? " and at most the upper bound" : "", s);
+        if (max < 1e30)
+            fprintf(stderr, "mgc: %s must be in %c%g, %g], got %s\n(see mgc --help)\n", opt, min_open ? '(' : '[', min, max, s);
+        else
+            fprintf(stderr, "mgc: %s must be %s %g, got %s\n(see mgc --help)\n", opt, min_open ? ">" : ">=", min, s);
         return 2;
     }
     *out = (float)v;

@@ -45,7 +45,7 @@ expect unknown-option 2 "unknown option '--epoch'; did you mean '--epochs'?" -- 
 expect batch-zero 2 "--batch-size must be in 1.." -- $L --batch-size 0
 expect lr-word 2 "--lr expects a number, got 'fast'" -- $L --lr fast
 expect lr-negative 2 "--lr must be >= 0" -- $L --lr -1
-expect momentum-range 2 "--momentum must be" -- $L --momentum 1.5
+expect momentum-range 2 "--momentum must be in [0, 1], got 1.5" -- $L --momentum 1.5
 expect epochs-word 2 "--epochs expects a whole number" -- $L --epochs ten
 expect missing-value 2 "--seed needs a value" -- $L --seed
 expect bad-emit 2 "--emit expects ir, eval-ir, grad, kernels or cuda" -- $L --emit asm
