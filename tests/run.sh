@@ -52,5 +52,15 @@ else
     echo "torch      skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"
     total_fail=$((total_fail + 1))
 fi
+# The bad-input corpus and the command-line checks again under AddressSanitizer
+# and UBSan (the host code; generated kernels are plain).
+if make -s -j2 SANITIZE=address,undefined BUILD=build/san BIN=build/san/mgc > "$log/san-build" 2>&1; then
+    export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    suite asan-bad env MGC=build/san/mgc bash tests/bad.sh
+    suite asan-cli env MGC=build/san/mgc bash tests/cli.sh
+else
+    echo "sanitize   the sanitizer build failed:"; tail -5 "$log/san-build" | sed 's/^/    /'
+    total_fail=$((total_fail + 1))
+fi
 echo "total: $total_pass passed, $total_fail failed"
 [ $total_fail -eq 0 ]
