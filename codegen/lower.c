@@ -614,6 +614,34 @@ static void lower_conv_direct(Lower *L, int id)
         int C = xs->d[1], H = xs->d[2], W = xs->d[3], O = ws->d[0], K = ws->d[2], OH = ys->d[2], OW = ys->d[3];
         bool bias = n->nin == 3;
         int b[4] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
+        if (P == 0 && K <= 7) {
+            /* No padding: a row of outputs gathers a whole row of taps (kx) per input row read. */
+            kernel(L, id, "conv2d_rows", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain =
+                (long)OH * OW * C * K * K;
+            body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, no padding;\n"
+                    "       one (n, o) output plane per iteration, a row of outputs at a time */\n",
+                 C, H, W, O, C, K, K, O, OH, OW, S);
+            body(L, "    FOR_EACH(i, %s) {\n"
+                    "        long n = i / %d, o = i %% %d;\n"
+                    "        const float b0 = %s;\n"
+                    "        for (int oy = 0; oy < %d; oy++) {\n"
+                    "            float acc[%d];\n"
+                    "            for (int ox = 0; ox < %d; ox++) acc[ox] = b0;\n"
+                    "            for (int c = 0; c < %d; c++)\n"
+                    "                for (int ky = 0; ky < %d; ky++) {\n"
+                    "                    const float *xr = x + ((n * %d + c) * %d + oy * %d + ky) * %d;\n"
+                    "                    const float *wr = w + ((o * %d + c) * %d + ky) * %d;\n",
+                 work_str(L, dimn(O)), O, O, bias ? "bias[o]" : "0.0f", OH, OW, OW, C, K, C, H, S, W, C, K, K);
+            for (int j = 0; j < K; j++) body(L, "                    const float w%d = wr[%d];\n", j, j);
+            body(L, "                    for (int ox = 0; ox < %d; ox++)\n                        acc[ox] += ", OW);
+            for (int j = 0; j < K; j++) body(L, "%sw%d * xr[ox * %d + %d]", j ? " + " : "", j, S, j);
+            body(L, ";\n                }\n"
+                    "            float *yr = y + (i * %d + oy) * %d;\n"
+                    "            for (int ox = 0; ox < %d; ox++) yr[ox] = %s;\n"
+                    "        }\n    }\n", OH, OW, OW,
+                 L->relu_out[id] ? "acc[ox] > 0.0f ? acc[ox] : 0.0f   /* fused relu */" : "acc[ox]");
+            break;
+        }
         kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain = OH * OW * C * K * K;
         body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d;\n"
                 "       one (n, o) output plane per iteration, accumulated in place */\n",
@@ -672,6 +700,32 @@ static void lower_conv_direct(Lower *L, int id)
         const Shape *ws = &n->shape, *ds = &g->nodes[n->in[0]].shape, *xs = &g->nodes[n->in[1]].shape;
         int C = xs->d[1], H = xs->d[2], W = xs->d[3], O = ws->d[0], K = ws->d[2], OH = ds->d[2], OW = ds->d[3];
         int b[3] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+        if (P == 0 && K <= 7) {
+            /* No padding: every tap of a row of taps reads the same output columns, so one
+               pass over dy serves all K taps (kx), each with a row of partial sums. */
+            kernel(L, id, "conv2d_grad_w_rows", dimc((long)O * C * K), 3, b, (const char *const[]){ "=dw", "dy", "x" })->heavy = true;
+            body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %d, %d, %d]; stride %d, no padding;\n"
+                    "       one row of taps (o, c, ky) per iteration, partial sums per kx and output column */\n",
+                 O, OH, OW, C, H, W, O, C, K, K, S);
+            body(L, "    FOR_EACH(i, %dL) {\n"
+                    "        long o = i / %d, c = (i / %d) %% %d; int ky = (int)(i %% %d);\n", O * C * K, C * K, K, C, K);
+            for (int j = 0; j < K; j++) body(L, "        float k%d[%d];\n", j, OW);
+            body(L, "        for (int ox = 0; ox < %d; ox++) {\n", OW);
+            for (int j = 0; j < K; j++) body(L, "            k%d[ox] = 0.0f;\n", j);
+            body(L, "        }\n"
+                    "        for (long n = 0; n < N; n++)\n"
+                    "            for (int oy = 0; oy < %d; oy++) {\n"
+                    "                const float *yr = dy + ((n * %d + o) * %d + oy) * %d;\n"
+                    "                const float *xr = x + ((n * %d + c) * %d + oy * %d + ky) * %d;\n"
+                    "                for (int ox = 0; ox < %d; ox++) {\n"
+                    "                    const float g = yr[ox];\n", OH, O, OH, OW, C, H, S, W, OW);
+            for (int j = 0; j < K; j++) body(L, "                    k%d[ox] += g * xr[ox * %d + %d];\n", j, S, j);
+            body(L, "                }\n            }\n");
+            for (int j = 0; j < K; j++)
+                body(L, "        { float acc = 0.0f; for (int ox = 0; ox < %d; ox++) acc += k%d[ox]; dw[i * %d + %d] = acc; }\n", OW, j, K, j);
+            body(L, "    }\n");
+            break;
+        }
         kernel(L, id, "conv2d_grad_w_direct", dimc((long)O * C), 3, b, (const char *const[]){ "=dw", "dy", "x" })->heavy = true;
         body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %d, %d, %d]; stride %d, padding %d;\n"
                 "       one (o, c) pair per iteration; partial sums per (ky, kx, output column) over the batch */\n",
