@@ -2,17 +2,18 @@
 ** Elaboration: from the syntax tree of a .net file to layer-builder calls
 ** on an IR graph.
 **
-** Two steps. check_file() looks at the whole tree once, without running
-** anything: one net, no duplicate definitions, every layer/block name
-** known, no recursion between blocks, 'input' only in the net, nothing
-** after a 'return'. Then the net is run like a small interpreter: values
-** are integers, floats, booleans and tensors (IR node ids); blocks are
-** instantiated with fresh scopes; 'if' and 'for' are unrolled; every stage
-** becomes one ir_* builder call (or a block instance). The amount of work
-** is bounded (loop iterations, steps, block nesting), so no input runs
-** away. The first error stops the run; errors are reported with diag_at()
-** at the construct they are about, and the builders report shape errors
-** at the Loc we pass them (the layer's name in the stage).
+** Two steps. fe_check_file() (frontend/check.c) looks at the whole tree
+** once, without running anything: one net, no duplicate definitions, every
+** layer/block name known, no recursion between blocks, 'input' only in the
+** net, nothing after a 'return'. Then the net is run like a small
+** interpreter: values are integers, floats, booleans and tensors (IR node
+** ids); blocks are instantiated with fresh scopes; 'if' and 'for' are
+** unrolled; every stage becomes one ir_* builder call (or a block
+** instance). The amount of work is bounded (loop iterations, steps, block
+** nesting), so no input runs away. The first error stops the run; errors
+** are reported with diag_at() at the construct they are about, and the
+** builders report shape errors at the Loc we pass them (the layer's name
+** in the stage).
 **
 ** Parameter names: a stage "conv1: conv2d(...)" inside an instance named
 ** "stage2.0" creates "stage2.0.conv1.weight"; an unlabelled stage that has
@@ -29,6 +30,7 @@
 #include "frontend.h"
 #include "ast.h"
 #include "parser.tab.h"
+#include "elab_internal.h"
 
 #define FE_MAX_ITERS   10000    /* loop iterations, all loops of one compilation together */
 #define FE_MAX_STEPS   200000   /* statements run plus stages applied, per compilation */
@@ -80,49 +82,9 @@ typedef struct Scope {
     Loc ret_loc;
 } Scope;
 
-typedef struct NameSlot { const char *name; Loc loc; } NameSlot;
+/* ---- built-in layers (types in elab_internal.h) ---- */
 
-typedef struct Elab {
-    Graph *g;
-    Arena *a;
-    Diag *d;
-    FeDef *defs;
-    FeDef *net;
-    long iters, steps;
-    int depth;
-    NameSlot *names;         /* open-addressing set of used parameter prefixes */
-    int names_n, names_cap;
-    Loc loss_loc;
-    int loss_node;
-    int notes;               /* "in block instance" notes printed for the current error */
-} Elab;
-
-/* ---- built-in layers ---- */
-
-typedef enum ArgType { A_INT, A_FLOAT, A_BOOL, A_TENSOR } ArgType;
-
-typedef struct LayerArg {
-    const char *name;
-    ArgType type;
-    bool required;
-    double def;              /* default (ints, floats, bools as 0/1); stride of pools: see DEF_KERNEL */
-} LayerArg;
-
-#define DEF_KERNEL (-12345.0)   /* default "= kernel" */
-
-typedef enum LayerId {
-    L_CONV2D, L_LINEAR, L_BATCHNORM2D, L_RELU, L_SIGMOID, L_TANH, L_MAXPOOL2D, L_AVGPOOL2D,
-    L_GLOBAL_AVGPOOL, L_FLATTEN, L_DROPOUT, L_ADD, L_SOFTMAX_XENT, L_COUNT
-} LayerId;
-
-typedef struct Layer {
-    const char *name;
-    bool has_params;         /* creates parameters: gets a name */
-    int nargs;
-    LayerArg args[5];
-} Layer;
-
-static const Layer layers[L_COUNT] = {
+const Layer fe_layers[L_COUNT] = {
     [L_CONV2D] = { "conv2d", true, 5, {
         { "out_channels", A_INT, true, 0 }, { "kernel", A_INT, true, 0 },
         { "stride", A_INT, false, 1 }, { "padding", A_INT, false, 0 }, { "bias", A_BOOL, false, 1 } } },
@@ -145,14 +107,14 @@ static const Layer layers[L_COUNT] = {
     [L_SOFTMAX_XENT] = { "softmax_cross_entropy", false, 0, { { 0 } } },
 };
 
-static int find_layer(const char *name)
+int fe_find_layer(const char *name)
 {
     for (int i = 0; i < L_COUNT; i++)
-        if (!strcmp(layers[i].name, name)) return i;
+        if (!strcmp(fe_layers[i].name, name)) return i;
     return -1;
 }
 
-static FeDef *find_block(FeDef *defs, const char *name)
+FeDef *fe_find_block(FeDef *defs, const char *name)
 {
     for (FeDef *d = defs; d; d = d->next)
         if (!d->is_net && !strcmp(d->name, name)) return d;
@@ -164,7 +126,7 @@ static FeDef *find_block(FeDef *defs, const char *name)
 static const Loc no_loc = { 0 };
 
 /* The closest of cands[0..n) to name, if close enough to be a likely typo. */
-static const char *suggest(const char *name, const char *const *cands, int n)
+const char *fe_suggest(const char *name, const char *const *cands, int n)
 {
     const char *best = NULL;
     int bestd = 1 << 30;
@@ -278,346 +240,6 @@ static const char *join(Elab *E, const char *prefix, const char *name)
     return *prefix ? arena_printf(E->a, "%s.%s", prefix, name) : arena_strdup(E->a, name);
 }
 
-/* ---- static checks over the whole file ---- */
-
-typedef struct Checker {
-    Elab *E;
-    int errors;
-} Checker;
-
-static void check_expr(Checker *C, const Ast *e);
-
-static void check_callee(Checker *C, const Ast *e)
-{
-    Elab *E = C->E;
-    if (find_layer(e->name) >= 0 || find_block(E->defs, e->name)) return;
-    const char *cands[L_COUNT + 256];
-    int n = 0;
-    for (int i = 0; i < L_COUNT; i++) cands[n++] = layers[i].name;
-    for (FeDef *d = E->defs; d && n < L_COUNT + 256; d = d->next)
-        if (!d->is_net) cands[n++] = d->name;
-    const char *s = suggest(e->name, cands, n);
-    if (s)
-        diag_at(E->d, e->name_loc, "unknown layer '%s'; did you mean '%s'?", e->name, s);
-    else
-        diag_at(E->d, e->name_loc, "unknown layer '%s'; expected a built-in layer (conv2d, linear, "
-                "batchnorm2d, relu, sigmoid, tanh, maxpool2d, avgpool2d, global_avgpool, flatten, "
-                "dropout, add, softmax_cross_entropy) or a block defined in this file", e->name);
-    C->errors++;
-}
-
-static void check_args(Checker *C, const Ast *args)
-{
-    for (const Ast *a = args; a; a = a->next) check_expr(C, a->lhs);
-}
-
-static void check_expr(Checker *C, const Ast *e)
-{
-    if (!e) return;
-    switch (e->kind) {
-    case AST_CALL:
-    case AST_STAGE:
-        check_callee(C, e);
-        if (e->label) check_expr(C, e->label);
-        check_args(C, e->args);
-        break;
-    case AST_PIPE:      /* a long chain is walked, not recursed into */
-        while (e->kind == AST_PIPE) {
-            check_expr(C, e->rhs);
-            e = e->lhs;
-        }
-        check_expr(C, e);
-        break;
-    case AST_BINARY:
-    case AST_UNARY:
-    case AST_ATTR:
-        check_expr(C, e->lhs);
-        check_expr(C, e->rhs);
-        break;
-    case AST_COND:
-        check_expr(C, e->cond);
-        check_expr(C, e->lhs);
-        check_expr(C, e->rhs);
-        break;
-    default:
-        break;
-    }
-}
-
-static bool reserved_name(Elab *E, const char *name, Loc loc)
-{
-    if (strcmp(name, "N")) return false;
-    diag_at(E->d, loc, "'N' is reserved for the batch size; choose another name");
-    return true;
-}
-
-static void check_stmts(Checker *C, const FeDef *def, const Ast *s, bool *has_input, bool *has_return)
-{
-    Elab *E = C->E;
-    for (; s; s = s->next) {
-        switch (s->kind) {
-        case AST_INPUT:
-            *has_input = true;
-            if (!def->is_net) {
-                diag_at(E->d, s->loc, "'input' is only allowed in the net; block '%s' gets its input "
-                        "from its input list", def->name);
-                C->errors++;
-            }
-            check_args(C, s->args);
-            break;
-        case AST_ASSIGN:
-            if (reserved_name(E, s->name, s->name_loc)) C->errors++;
-            check_expr(C, s->lhs);
-            break;
-        case AST_RETURN:
-            *has_return = true;
-            check_expr(C, s->lhs);
-            if (s->next) {
-                diag_at(E->d, s->next->loc, "statement after 'return' would never run");
-                C->errors++;
-            }
-            break;
-        case AST_IF:
-            for (const Ast *i = s; i; i = i->els) {
-                if (i->kind == AST_IF) check_expr(C, i->cond);
-                check_stmts(C, def, i->body, has_input, has_return);
-            }
-            break;
-        case AST_FOR:
-            if (reserved_name(E, s->name, s->name_loc)) C->errors++;
-            check_expr(C, s->lhs);
-            check_expr(C, s->rhs);
-            check_stmts(C, def, s->body, has_input, has_return);
-            break;
-        default:
-            break;
-        }
-    }
-}
-
-/* Block references of an expression/statement tree, for the recursion check. */
-typedef struct RefVisit {
-    Elab *E;
-    FeDef **stack;        /* blocks on the current path */
-    int n;
-    int *state;           /* per block index: 0 unvisited, 1 on path, 2 done */
-    FeDef **index;        /* block index -> def */
-    int nblocks;
-    bool found;
-} RefVisit;
-
-static void visit_block(RefVisit *V, FeDef *b, const Ast *site);
-
-static int block_index(RefVisit *V, const FeDef *b)
-{
-    for (int i = 0; i < V->nblocks; i++)
-        if (V->index[i] == b) return i;
-    return -1;
-}
-
-static void visit_expr(RefVisit *V, const Ast *e)
-{
-    for (; e && !V->found; ) {
-        switch (e->kind) {
-        case AST_CALL:
-        case AST_STAGE: {
-            FeDef *b = find_layer(e->name) >= 0 ? NULL : find_block(V->E->defs, e->name);
-            if (b) visit_block(V, b, e);
-            if (e->label) visit_expr(V, e->label);
-            for (const Ast *a = e->args; a && !V->found; a = a->next) visit_expr(V, a->lhs);
-            return;
-        }
-        case AST_PIPE:
-            visit_expr(V, e->rhs);
-            e = e->lhs;
-            continue;
-        case AST_BINARY: case AST_UNARY: case AST_ATTR:
-            visit_expr(V, e->lhs);
-            e = e->rhs;
-            continue;
-        case AST_COND:
-            visit_expr(V, e->cond);
-            visit_expr(V, e->lhs);
-            e = e->rhs;
-            continue;
-        default:
-            return;
-        }
-    }
-}
-
-static void visit_stmts(RefVisit *V, const Ast *s)
-{
-    for (; s && !V->found; s = s->next) {
-        switch (s->kind) {
-        case AST_INPUT:
-            for (const Ast *a = s->args; a; a = a->next) visit_expr(V, a->lhs);
-            break;
-        case AST_ASSIGN: case AST_RETURN:
-            visit_expr(V, s->lhs);
-            break;
-        case AST_IF:
-            for (const Ast *i = s; i && !V->found; i = i->els) {
-                if (i->kind == AST_IF) visit_expr(V, i->cond);
-                visit_stmts(V, i->body);
-            }
-            break;
-        case AST_FOR:
-            visit_expr(V, s->lhs);
-            visit_expr(V, s->rhs);
-            visit_stmts(V, s->body);
-            break;
-        default:
-            break;
-        }
-    }
-}
-
-static void visit_params(RefVisit *V, const FeParam *p)
-{
-    for (; p && !V->found; p = p->next) visit_expr(V, p->def);
-}
-
-static void visit_block(RefVisit *V, FeDef *b, const Ast *site)
-{
-    int i = block_index(V, b);
-    if (i < 0 || V->state[i] == 2) return;
-    if (V->state[i] == 1) {
-        /* b is on the path: the cycle is b ... -> b */
-        char buf[512];
-        size_t n = 0;
-        int from = 0;
-        while (from < V->n && V->stack[from] != b) from++;
-        for (int k = from; k < V->n && n < sizeof buf; k++)
-            n += (size_t)snprintf(buf + n, sizeof buf - n, "%s -> ", V->stack[k]->name);
-        if (n < sizeof buf) snprintf(buf + n, sizeof buf - n, "%s", b->name);
-        diag_at(V->E->d, site->name_loc, "recursive use of block '%s' (%s); blocks cannot use "
-                "themselves, directly or through other blocks", b->name, buf);
-        V->found = true;
-        return;
-    }
-    V->state[i] = 1;
-    V->stack[V->n++] = b;
-    visit_params(V, b->params);
-    visit_stmts(V, b->body);
-    V->n--;
-    V->state[i] = 2;
-}
-
-/* Returns the number of errors found. */
-static int check_file(Elab *E, const SourceFile *file)
-{
-    Checker C = { E, 0 };
-    Diag *d = E->d;
-
-    /* one net; definitions unique; no block named like a layer */
-    int nblocks = 0;
-    for (FeDef *def = E->defs; def; def = def->next) {
-        if (def->is_net) {
-            if (E->net) {
-                diag_at(d, def->loc, "second 'net' definition ('%s'); a file holds exactly one net",
-                        def->name);
-                diag_note(d, E->net->loc, "the first is '%s', here", E->net->name);
-                C.errors++;
-            } else {
-                E->net = def;
-            }
-        } else {
-            nblocks++;
-            if (find_layer(def->name) >= 0) {
-                diag_at(d, def->name_loc, "block '%s' has the name of a built-in layer; choose another name",
-                        def->name);
-                C.errors++;
-            }
-        }
-        for (FeDef *prev = E->defs; prev != def; prev = prev->next)
-            if (!strcmp(prev->name, def->name)) {
-                diag_at(d, def->name_loc, "'%s' is defined twice", def->name);
-                diag_note(d, prev->name_loc, "first defined here");
-                C.errors++;
-                break;
-            }
-        /* parameters: unique names, defaults for the net, one input for a block */
-        for (FeParam *p = def->params; p; p = p->next) {
-            if (reserved_name(E, p->name, p->loc)) C.errors++;
-            for (FeParam *q = def->params; q != p; q = q->next)
-                if (!strcmp(q->name, p->name)) {
-                    diag_at(d, p->loc, "parameter '%s' is listed twice", p->name);
-                    C.errors++;
-                    break;
-                }
-            if (def->is_net && !p->def) {
-                diag_at(d, p->loc, "net parameter '%s' needs a default value, e.g. '%s = 10' "
-                        "(it can be changed with --set %s=VALUE)", p->name, p->name, p->name);
-                C.errors++;
-            }
-            check_expr(&C, p->def);
-        }
-        if (!def->is_net) {
-            int nin = 0;
-            for (FeParam *p = def->inputs; p; p = p->next) {
-                nin++;
-                if (nin == 2) {
-                    diag_at(d, p->loc, "block '%s' has more than one input; a block takes exactly one "
-                            "input value", def->name);
-                    C.errors++;
-                }
-                if (p->def) {
-                    diag_at(d, p->loc, "the input '%s' of block '%s' cannot have a default value",
-                            p->name, def->name);
-                    C.errors++;
-                }
-                for (FeParam *q = def->params; q; q = q->next)
-                    if (!strcmp(q->name, p->name)) {
-                        diag_at(d, p->loc, "the input '%s' has the name of a parameter of block '%s'",
-                                p->name, def->name);
-                        C.errors++;
-                        break;
-                    }
-            }
-            if (nin == 0) {
-                diag_at(d, def->name_loc, "block '%s' has no input; write 'block %s(params)(x) { ... }'",
-                        def->name, def->name);
-                C.errors++;
-            }
-        }
-        bool has_input = false, has_return = false;
-        check_stmts(&C, def, def->body, &has_input, &has_return);
-        if (def->is_net && !has_input) {
-            diag_at(d, def->name_loc, "net '%s' has no 'input' statement; expected e.g. "
-                    "'input x[N, 1, 28, 28]' in its body", def->name);
-            C.errors++;
-        }
-        if (!has_return) {
-            diag_at(d, def->end_loc, "missing 'return' in %s '%s'; expected 'return' and the value "
-                    "it produces before this '}'", def->is_net ? "net" : "block", def->name);
-            C.errors++;
-        }
-    }
-    if (!E->net) {
-        Loc l = { file, 1, 1 };
-        if (E->defs)
-            diag_at(d, l, "no 'net' definition in this file; expected 'net NAME(params) { ... }'");
-        else
-            diag_at(d, l, "the file defines nothing; expected 'net NAME(params) { ... }'");
-        C.errors++;
-    }
-    if (C.errors) return C.errors;
-
-    /* recursion between blocks: depth-first search over every block */
-    RefVisit V = { E, NULL, 0, NULL, NULL, nblocks, false };
-    V.stack = arena_alloc(E->a, sizeof(FeDef *) * (size_t)(nblocks + 1));
-    V.state = arena_alloc(E->a, sizeof(int) * (size_t)(nblocks + 1));
-    V.index = arena_alloc(E->a, sizeof(FeDef *) * (size_t)(nblocks + 1));
-    int k = 0;
-    for (FeDef *def = E->defs; def; def = def->next)
-        if (!def->is_net) V.index[k++] = def;
-    for (int i = 0; i < nblocks && !V.found; i++)
-        visit_block(&V, V.index[i], NULL);
-    if (V.found) C.errors++;
-    return C.errors;
-}
-
 /* ---- environments ---- */
 
 static Binding *lookup(Env *env, const char *name)
@@ -660,16 +282,16 @@ static int unknown_name(Elab *E, Env *env, const Ast *e)
                 "it has no value at compile time");
         return -1;
     }
-    if (find_layer(e->name) >= 0 || find_block(E->defs, e->name)) {
+    if (fe_find_layer(e->name) >= 0 || fe_find_block(E->defs, e->name)) {
         diag_at(E->d, e->loc, "'%s' is a %s, not a value; apply it to a tensor: 'x -> %s'",
-                e->name, find_layer(e->name) >= 0 ? "layer" : "block", e->name);
+                e->name, fe_find_layer(e->name) >= 0 ? "layer" : "block", e->name);
         return -1;
     }
     const char *cands[512];
     int n = 0;
     for (Env *v = env; v; v = v->parent)
         for (Binding *b = v->vars; b && n < 512; b = b->next) cands[n++] = b->name;
-    const char *s = suggest(e->name, cands, n);
+    const char *s = fe_suggest(e->name, cands, n);
     if (s) diag_at(E->d, e->loc, "unknown name '%s'; did you mean '%s'?", e->name, s);
     else diag_at(E->d, e->loc, "unknown name '%s'", e->name);
     return -1;
@@ -822,7 +444,7 @@ static int eval_attr(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
         else if (!strcmp(e->name, "width")) dim = four ? 3 : -2;
         else if (!strcmp(e->name, "features")) dim = s->nd == 2 ? 1 : -2;
         else {
-            const char *sug = suggest(e->name, attrs, 6);
+            const char *sug = fe_suggest(e->name, attrs, 6);
             diag_at(E->d, e->name_loc, "tensors have no attribute '%s'%s%s%s (attributes: channels, height, "
                     "width, features, rank, shape[i])", e->name, sug ? "; did you mean '" : "",
                     sug ? sug : "", sug ? "'?" : "");
@@ -945,7 +567,7 @@ static int bind_args(Elab *E, Scope *S, Env *env, const Ast *callee, const char 
             for (k = 0; k < n; k++)
                 if (!strcmp(names[k], a->name)) break;
             if (k == n) {
-                const char *s = suggest(a->name, names, n);
+                const char *s = fe_suggest(a->name, names, n);
                 if (s)
                     diag_at(E->d, a->name_loc, "'%s' has no argument '%s'; did you mean '%s'? (%s)",
                             callee->name, a->name, s, sig);
@@ -1052,7 +674,7 @@ static int check_range(Elab *E, Loc loc, const char *layer, const char *arg, lon
 static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, LayerId id, Value in,
                        const Ast *args, Value *out)
 {
-    const Layer *L = &layers[id];
+    const Layer *L = &fe_layers[id];
     const char *sig = layer_signature(E, L);
     const char *names[5];
     Value vals[5];
@@ -1238,11 +860,11 @@ static int apply_block(Elab *E, Scope *S, Env *env, const Ast *st, FeDef *b, Val
 static int apply_stage(Elab *E, Scope *S, Env *env, const Ast *st, Value in, const Ast *args, Value *out)
 {
     if (step(E, st->name_loc)) return -1;
-    int id = find_layer(st->name);
+    int id = fe_find_layer(st->name);
     if (id >= 0) return apply_layer(E, S, env, st, (LayerId)id, in, args, out);
-    FeDef *b = find_block(E->defs, st->name);
+    FeDef *b = fe_find_block(E->defs, st->name);
     if (b) return apply_block(E, S, env, st, b, in, args, out);
-    diag_at(E->d, st->name_loc, "unknown layer '%s'", st->name);   /* check_file catches this first */
+    diag_at(E->d, st->name_loc, "unknown layer '%s'", st->name);   /* fe_check_file catches this first */
     return -1;
 }
 
@@ -1445,7 +1067,7 @@ static int run_net(Elab *E, const FeOverride *sets, int nsets)
             if (len < sizeof list)
                 len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", q == net->params ? "" : ", ", q->name);
         }
-        const char *s = suggest(name, cands, n);
+        const char *s = fe_suggest(name, cands, n);
         if (!net->params)
             diag_at(d, no_loc, "--set %s: net '%s' has no parameters", name, net->name);
         else if (s)
@@ -1534,7 +1156,7 @@ static int compile_bytes(Graph *g, const char *name, const char *text, size_t le
     E.d = g->diag;
     E.defs = fp.defs;
     E.loss_node = -1;
-    if (check_file(&E, file)) return -1;
+    if (fe_check_file(&E, file)) return -1;
     g->net_name = E.net->name;      /* the net is named by its file */
     if (run_net(&E, sets, nsets)) {
         if (g->diag->errors == errors) diag_at(g->diag, E.net->name_loc, "cannot elaborate this net");
