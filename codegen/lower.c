@@ -29,6 +29,7 @@ typedef struct Lower {
     FILE *src;        /* kernel bodies (open_memstream) */
     int *col;         /* conv node -> its im2col buffer (kept for the weight gradient) */
     int *dyt;         /* gradient node -> its [O, N*P] transposed copy, made once */
+    int *dyc;         /* gradient node -> its [N*P, O] channels-last copy, made once */
     int *fused;       /* node -> the node whose kernel computes it too (its buffer is shared), or -1 */
     bool *relu_out;   /* node's kernel applies ReLU to what it writes (a fused relu follows) */
     bool *relu_mask;  /* maxpool2d_grad: keep only gradients where x > 0 (a fused relu_grad follows) */
@@ -545,6 +546,25 @@ static int transposed_grad(Lower *L, int id, int dy_node)
     return t;
 }
 
+/* [N, O, P] -> [N, P, O] (channels last), once per gradient buffer. */
+static int channels_last_grad(Lower *L, int id, int dy_node)
+{
+    if (L->dyc[dy_node] >= 0) return L->dyc[dy_node];
+    const Shape *ds = &L->g->nodes[dy_node].shape;
+    int O = ds->d[1], P = ds->d[2] * ds->d[3];
+    int t = new_buf(L, BUF_WORK, dimn((long)P * O), "dy channels last", dy_node);
+    int b[2] = { t, buf_of(L, dy_node) };
+    kernel(L, id, "pack_grad_channels_last", dimn(1), 2, b, (const char *const[]){ "=t", "dy" })->grain = (long)O * P;
+    body(L, "    /* dy is [N, %d, %d]; t is [N, %d, %d]: one example per iteration */\n", O, P, P, O);
+    body(L, "    FOR_EACH(n, N) {\n"
+            "        for (int o = 0; o < %d; o++)\n"
+            "            for (int p = 0; p < %d; p++) t[(n * %d + p) * %d + o] = dy[(n * %d + o) * %d + p];\n    }\n",
+         O, P, P, O, O, P);
+    end_kernel(L);
+    L->dyc[dy_node] = t;
+    return t;
+}
+
 /* Bytes of im2col columns per example up to which the forward's are kept for the weight gradient. */
 #define CG_KEEP_COLUMNS 65536
 
@@ -592,7 +612,7 @@ static int im2col(Lower *L, int id, int x_node, int K, int S, int Pd, int OH, in
                   (transposed weights, and the gradient as [N, OH, OW, O] for
                   the weight gradient), a few columns at a time in registers:
                   for 8..64 outputs, no padding, kernels up to 7, short rows (LeNet's conv2);
-                  the input gradient goes through GEMM;
+                  the input gradient is one GEMM on the channels-last gradient;
      CONV_GEMM    im2col + one GEMM over the whole batch: wide layers (ResNet).
    MGC_CONV=direct|vector|gemm forces one everywhere (the tests run each). */
 ConvStrategy cg_conv_strategy(int c, int k, int o, int out_width, int padding)
@@ -847,15 +867,7 @@ static void lower_conv_vector(Lower *L, int id)
     const Shape *ws = &n->shape, *ds = &g->nodes[n->in[0]].shape, *xs = &g->nodes[n->in[1]].shape;
     int C = xs->d[1], H = xs->d[2], W = xs->d[3], O = ws->d[0], K = ws->d[2], OH = ds->d[2], OW = ds->d[3];
     long CKK = (long)C * K * K;
-    int dyt = new_buf(L, BUF_WORK, dimn((long)OH * OW * O), "gradient as [N, OH, OW, O]", id);
-    int tb[2] = { dyt, buf_of(L, n->in[0]) };
-    kernel(L, id, "pack_grad_channels_last", dimn(1), 2, tb, (const char *const[]){ "=t", "dy" })->grain = (long)O * OH * OW;
-    body(L, "    /* dy is [N, %d, %d]; t is [N, %d, %d]: one example per iteration */\n", O, OH * OW, OH * OW, O);
-    body(L, "    FOR_EACH(n, N) {\n"
-            "        for (int o = 0; o < %d; o++)\n"
-            "            for (int p = 0; p < %d; p++) t[(n * %d + p) * %d + o] = dy[(n * %d + o) * %d + p];\n    }\n",
-         O, OH * OW, OH * OW, O, O, OH * OW);
-    end_kernel(L);
+    int dyt = channels_last_grad(L, id, n->in[0]);
     int b[3] = { out_buf(L, id), dyt, buf_of(L, n->in[1]) };
     kernel(L, id, "conv2d_grad_w_vector", dimc((long)C * K), 3, b, (const char *const[]){ "=dw", "t", "x" })->heavy = true;
     body(L, "    /* t [N, %d, %d, %d] (dy, channels last), x [N, %d, %d, %d], dw [%d, %ld]; stride %d, no padding;\n"
@@ -890,15 +902,16 @@ static void lower_gemm(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Graph *g = L->g;
+    ConvStrategy how = CONV_GEMM;
     if (n->op == OP_CONV2D || n->op == OP_CONV2D_BWD_X || n->op == OP_CONV2D_BWD_W) {
         const Shape *ws = &g->nodes[n->op == OP_CONV2D_BWD_W ? id : n->in[1]].shape;
         const Shape *ys = n->op == OP_CONV2D ? &n->shape : &g->nodes[n->in[0]].shape;
-        ConvStrategy how = cg_conv_strategy(ws->d[1], ws->d[2], ws->d[0], ys->d[3], n->i[1]);
+        how = cg_conv_strategy(ws->d[1], ws->d[2], ws->d[0], ys->d[3], n->i[1]);
         if (how == CONV_DIRECT) {
             lower_conv_direct(L, id);
             return;
         }
-        if (how == CONV_VECTOR && n->op != OP_CONV2D_BWD_X) {
+        if (how == CONV_VECTOR && n->op != OP_CONV2D_BWD_X) {   /* its input gradient: below */
             lower_conv_vector(L, id);
             return;
         }
@@ -948,6 +961,33 @@ static void lower_gemm(Lower *L, int id)
         int O = ws->d[0], K = ws->d[2], S = n->i[0], Pd = n->i[1];
         int C = xs->d[1], H = xs->d[2], W = xs->d[3], OH = ds->d[2], OW = ds->d[3];
         long P = (long)OH * OW, CKK = (long)C * K * K;
+        if (how == CONV_VECTOR) {
+            /* With the gradient channels last (shared with the weight gradient), the columns'
+               gradient comes out example by example: dcolT[N*P, CKK] = t[N*P, O] . W[O, CKK],
+               and each example's block is gathered back into its planes while in cache. */
+            int t = channels_last_grad(L, id, n->in[0]);
+            int dcol = new_buf(L, BUF_WORK, dimn(CKK * P), "im2col gradient, example-major", id);
+            gemm(L, id, false, false, dimn(P), dimc(CKK), dimc(O), t, dimc(O), buf_of(L, n->in[1]), dimc(CKK), 0.0f, dcol, dimc(CKK));
+            int dx = out_buf(L, id);
+            int b[2] = { dx, dcol };
+            kernel(L, id, "col2im_rows", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" })->grain = (long)H * W * K * K;
+            body(L, "    /* dcol is [N*%d*%d, %d*%d*%d]; dx is [N, %d, %d, %d]; stride %d, no padding;\n"
+                    "       each iteration owns one (n, c) plane of dx */\n", OH, OW, C, K, K, C, H, W, S);
+            body(L, "    FOR_EACH(plane, %s) {\n"
+                    "        long n = plane / %d, c = plane %% %d;\n"
+                    "        float *dxp = dx + plane * %d;\n"
+                    "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
+                    "        for (int oy = 0; oy < %d; oy++)\n"
+                    "            for (int ox = 0; ox < %d; ox++) {\n"
+                    "                const float *cp = dcol + ((n * %d + oy) * %d + ox) * %ldL + c * %d;\n"
+                    "                float *xp = dxp + (oy * %d) * %d + ox * %d;\n"
+                    "                for (int ky = 0; ky < %d; ky++)\n"
+                    "                    for (int kx = 0; kx < %d; kx++) xp[ky * %d + kx] += cp[ky * %d + kx];\n"
+                    "            }\n    }\n",
+                 work_str(L, dimn(C)), C, C, H * W, H * W, OH, OW, OH, OW, CKK, K * K, S, W, S, K, K, W, K);
+            end_kernel(L);
+            break;
+        }
         int t = transposed_grad(L, id, n->in[0]);
         int dcol = new_buf(L, BUF_WORK, dimn(CKK * P), "im2col gradient", id);
         gemm(L, id, true, false, dimc(CKK), dimn(P), dimc(O), buf_of(L, n->in[1]), dimc(CKK), t, dimn(P), 0.0f, dcol, dimn(P));
@@ -1126,10 +1166,11 @@ int cg_lower(const Graph *g, Arena *a, Program *p)
     Lower L = { .g = g, .p = p };
     L.col = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.dyt = arena_alloc(a, sizeof(int) * (size_t)g->n);
+    L.dyc = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.fused = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.relu_out = arena_alloc(a, sizeof(bool) * (size_t)g->n);
     L.relu_mask = arena_alloc(a, sizeof(bool) * (size_t)g->n);
-    for (int id = 0; id < g->n; id++) p->node_buf[id] = L.col[id] = L.dyt[id] = L.fused[id] = -1;
+    for (int id = 0; id < g->n; id++) p->node_buf[id] = L.col[id] = L.dyt[id] = L.dyc[id] = L.fused[id] = -1;
     fuse(&L);
     char *text = NULL;
     size_t len = 0;
