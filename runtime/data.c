@@ -9,6 +9,7 @@
 ** announces, filled by large gzread calls), then checked and converted.
 */
 #include "data.h"
+#include "errbuf.h"
 #include "rng.h"
 
 #include <errno.h>
@@ -31,17 +32,6 @@ static const char *const file_names[F_COUNT] = {
     "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
 };
 
-static void set_err(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t size, const char *fmt, ...)
-{
-    if (!err || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-}
 
 static uint32_t be32(const unsigned char *p)
 {

@@ -266,17 +266,8 @@ int main(int argc, char **argv)
         int tensors;
         char num[32];
         long n = ir_param_count(&train, &tensors);
-        /* thousands separators by hand: printf's ' flag needs a locale */
-        int len = snprintf(num, sizeof num, "%ld", n);
-        char pretty[48];
-        int o = 0;
-        for (int k = 0; k < len; k++) {
-            if (k && (len - k) % 3 == 0) pretty[o++] = ',';
-            pretty[o++] = num[k];
-        }
-        pretty[o] = 0;
         printf("# net %s (%s form): %s parameters in %d tensors\n", train.net_name, tr ? "training" : "evaluation",
-               pretty, tensors);
+               train_commas(n, num), tensors);
         ir_print(&train, stdout, 0, train.n);
         status = 0;
         break;

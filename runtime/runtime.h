@@ -45,7 +45,6 @@ typedef struct Exec {
 } Exec;
 
 typedef struct RtOptions {
-    int threads;             /* 0: all cores */
     bool verbose;            /* say when kernels are compiled or found in the cache */
 } RtOptions;
 

@@ -8,6 +8,7 @@
 ** parsing checks dtypes, shapes, sizes and offsets before any data is read.
 */
 #include "safetensors.h"
+#include "errbuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,17 +24,6 @@
 #define ST_MAX_HEADER 100000000ULL   /* the reference implementation's limit */
 #define ST_MAX_DEPTH 64
 
-static void set_err(char *err, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t size, const char *fmt, ...)
-{
-    if (!err || size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-}
 
 static char *dup_str(const char *s)
 {

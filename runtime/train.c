@@ -27,8 +27,7 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* "44,426" */
-static const char *commas(long v, char *buf)
+const char *train_commas(long v, char buf[32])
 {
     char tmp[32];
     int n = snprintf(tmp, sizeof tmp, "%ld", v), o = 0;
@@ -234,13 +233,13 @@ static int check_mode(const Model *m, const TrainConfig *cfg, Exec *tr, Exec *ev
 int train_run(const Model *m, const TrainConfig *cfg)
 {
     const Graph *g = m->train;
-    char err[1024], num[32], num2[32];
+    char err[1024], num[32], num2[32], num3[32];
     int tensors;
     long params = ir_param_count(g, &tensors);
     Pool *pool = rt_pool_new(cfg->threads);
     Store store = { 0 };
     Exec tr, ev;
-    RtOptions opt = { .threads = cfg->threads, .verbose = cfg->verbose };
+    RtOptions opt = { .verbose = cfg->verbose };
     int status = 1;
     Dataset train = { 0 }, test = { 0 };
     int *order = NULL;
@@ -270,7 +269,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     if (cfg->epochs == 0) {
         status = cfg->save && save_checkpoint(&store, cfg->save, g->net_name, 0) ? 1 : 0;
         if (!status) printf("%s: %s parameters in %d tensors initialised (seed %llu)%s%s\n", g->net_name,
-                            commas(params, num), tensors, cfg->seed, cfg->save ? ", saved to " : "", cfg->save ? cfg->save : "");
+                            train_commas(params, num), tensors, cfg->seed, cfg->save ? ", saved to " : "", cfg->save ? cfg->save : "");
         goto out;
     }
 
@@ -293,8 +292,8 @@ int train_run(const Model *m, const TrainConfig *cfg)
     }
     order = malloc(sizeof(int) * (size_t)(train.n > test.n ? train.n : test.n));
     printf("mgc: %s, %s parameters in %d tensors, on [cpu] with %d threads; %s training and %s test examples, batch %d\n",
-           g->net_name, commas(params, num), tensors, rt_pool_threads(pool), commas(train.n, num2),
-           commas(test.n, err), cfg->batch_size);
+           g->net_name, train_commas(params, num), tensors, rt_pool_threads(pool), train_commas(train.n, num2),
+           train_commas(test.n, num3), cfg->batch_size);
     fflush(stdout);
     struct sigaction sa = { .sa_handler = on_sigint }, old_sa;
     sigaction(SIGINT, &sa, &old_sa);
@@ -331,7 +330,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
         double secs = now() - t0;
         double eps = seen / t_train;
         printf("epoch %d/%d  loss %.3f  train acc %.3f  test acc %.3f  %s examples/s  %.1f s  on [cpu]\n",
-               epoch, cfg->epochs, loss_sum / seen, correct / seen, test_acc, commas((long)eps, num), secs);
+               epoch, cfg->epochs, loss_sum / seen, correct / seen, test_acc, train_commas((long)eps, num), secs);
         fflush(stdout);
         if (log) {
             fprintf(log, "{\"epoch\": %d, \"loss\": %.6f, \"train_acc\": %.6f, \"test_acc\": %.6f, "

@@ -29,6 +29,9 @@ typedef struct Model {
     Program *train_prog, *eval_prog;
 } Model;
 
+/* v with thousands separators ("44,426"), in buf; printf's ' flag needs a locale. */
+const char *train_commas(long v, char buf[32]);
+
 /* Runs the whole job. Returns the process exit status (0 ok, 1 error, 130 interrupted). */
 int train_run(const Model *m, const TrainConfig *cfg);
 
