@@ -13,6 +13,18 @@ BUILD   ?= build
 BIN     ?= mgc
 CPPFLAGS = -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Iruntime -I$(BUILD)
 LDLIBS   = -lopenblas -lz -ldl -lm -lpthread
+
+# MPI (Open MPI) when its compiler wrapper is found: mgc then joins the ranks of
+# an mpirun launch. Without it mgc builds and runs the same, one process.
+# MPI=0 builds without it.
+MPICC   ?= $(shell command -v mpicc 2>/dev/null)
+ifneq ($(MPI),0)
+ifneq ($(MPICC),)
+HAVE_MPI := 1
+CPPFLAGS += -DHAVE_MPI $(shell $(MPICC) --showme:compile)
+LDLIBS   += $(shell $(MPICC) --showme:link)
+endif
+endif
 ifdef SANITIZE
 # UBSan's null checks make GCC 12 see a NULL format on a path that cannot run
 # (-Wformat-overflow/-truncation false positives in diag.c and arena.c).
@@ -20,13 +32,15 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -Wno-format-overflow -
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c runtime/*.c)
+SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c runtime/*.c driver/*.c)
 OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.o
 
 all: $(BIN)
 
 $(BIN): $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $(OBJ) $(LDLIBS)
+	@echo "mgc: built $@ with CPU devices$(if $(HAVE_MPI), and MPI ($(MPICC)), without MPI (no mpicc found))"
+
 
 $(BUILD)/parser.tab.c $(BUILD)/parser.tab.h &: frontend/parser.y
 	@mkdir -p $(BUILD)
@@ -45,6 +59,11 @@ $(BUILD)/%.o: %.c $(BUILD)/parser.tab.h
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -MMD -MP -c -o $@ $<
 
 -include $(OBJ:.o=.d)
+
+# unit tests of the runtime that link its objects (everything but the driver)
+UNIT_OBJ = $(filter-out $(BUILD)/driver/%,$(OBJ))
+$(BUILD)/unit_comm: tests/unit_comm.c $(UNIT_OBJ)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -Wno-missing-prototypes -o $@ $< $(UNIT_OBJ) $(LDLIBS)
 
 test: mgc
 	@bash tests/run.sh

@@ -34,9 +34,31 @@ typedef struct Buf {
     int node;                 /* IR node it holds, or -1 */
     int alias, offset;        /* BUF_VIEW: base buffer id and offset in floats */
     bool pinned;              /* read by the host after a run (loss, logits, gradients): never shared */
+    /* BUF_PERSISTENT: what the runtime needs to create and initialise it */
+    Shape shape;
+    InitKind init;
+    int fan_in;               /* INIT_UNIFORM_FAN_IN */
+    bool trainable;           /* a parameter (else state: running statistics, momentum) */
 } Buf;
 
-typedef enum StepKind { STEP_KERNEL, STEP_GEMM } StepKind;
+/* A collective: the sum of buffer src over every replica, into dst (in place
+   when dst == src). Gradient buckets are in place; --sync-bn's sums are not. */
+typedef struct Collective {
+    int src, dst;             /* buffer ids */
+    long floats;
+    int bucket;               /* the IR bucket, or -1 */
+    const char *what;         /* "bucket 0: fc3.bias fc3.weight ...", "bn1 sums" */
+} Collective;
+
+/* A parameter and where its gradient is after a step (summed across replicas). */
+typedef struct ProgParam { int buf, grad; } ProgParam;
+
+typedef enum StepKind {
+    STEP_KERNEL,
+    STEP_GEMM,
+    STEP_ALLREDUCE,           /* starts collective s->coll; the step after it does not wait for it */
+    STEP_WAIT,                /* waits for collective s->coll to finish */
+} StepKind;
 
 #define CG_MAXARGS 8
 typedef struct Step {
@@ -49,6 +71,7 @@ typedef struct Step {
     int nf;
     float f[4];               /* run-time scalars (a.f[]): learning rate etc. */
     bool seeded;              /* needs a fresh random seed each run (dropout) */
+    bool sgd;                 /* an SGD update: f[] comes from the executor's learning rate etc. */
     Dim work;                 /* iterations of the kernel's FOR_EACH (threads / grid size) */
     bool heavy;               /* each iteration loops over the batch: worth threads even when few */
     long grain;               /* elements an iteration touches (0: one); the runtime splits work*grain */
@@ -57,6 +80,8 @@ typedef struct Step {
     Dim m, n, k, lda, ldb, ldc;
     int a, b, c;              /* buffer ids */
     float alpha, beta;
+    /* STEP_ALLREDUCE, STEP_WAIT */
+    int coll;                 /* index in Program.colls */
 } Step;
 
 typedef struct Program {
@@ -69,6 +94,17 @@ typedef struct Program {
     int *node_buf;            /* node id -> buffer id holding its output (-1: none) */
     char *source;             /* all kernels' bodies, without prelude */
     int input, labels, loss, correct, logits;   /* buffer ids (-1 if absent) */
+    int input_grad;           /* buffer of d loss / d input (check mode), or -1 */
+    Shape input_shape;        /* the net's input, [N, C, H, W] */
+    int classes;              /* outputs per example (logits' second dimension) */
+    const char *net_name;
+    Collective *colls;        /* the collectives, in the order every replica starts them */
+    int ncolls;
+    int control;              /* one float summed with the last bucket (a replica's vote to stop), or -1 */
+    ProgParam *params;        /* trainable parameters with a gradient, in the net's order */
+    int nparams;
+    long param_scalars;       /* trainable scalars, all parameters */
+    int param_tensors;
 } Program;
 
 /* Lowers nodes [0, g->n) of g to steps and buffers; emits the kernel bodies.

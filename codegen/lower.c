@@ -33,6 +33,12 @@ typedef struct Lower {
     int *fused;       /* node -> the node whose kernel computes it too (its buffer is shared), or -1 */
     bool *relu_out;   /* node's kernel applies ReLU to what it writes (a fused relu follows) */
     bool *relu_mask;  /* maxpool2d_grad: keep only gradients where x > 0 (a fused relu_grad follows) */
+    /* data parallelism */
+    int *in_bucket;   /* node -> the bucket buffer its output lives in, or -1 */
+    int *bucket_at;   /* node -> its offset in that bucket (floats) */
+    int *bucket_coll; /* IR bucket -> its collective */
+    int *ready;       /* IR bucket -> the node after whose lowering its collective starts */
+    bool *waited;     /* IR bucket -> its wait step has been emitted */
 } Lower;
 
 static Dim dim_of(const Shape *s)
@@ -135,7 +141,14 @@ static int buf_of(Lower *L, int node) { return L->p->node_buf[node]; }
 static int out_buf(Lower *L, int node)
 {
     const Node *n = &L->g->nodes[node];
-    int b = new_buf(L, BUF_ACT, dim_of(&n->shape), ir_op_name(n->op), node);
+    int b;
+    if (L->in_bucket[node] >= 0) {   /* a gradient summed in a bucket: a piece of the bucket's buffer */
+        b = new_buf(L, BUF_VIEW, dim_of(&n->shape), ir_op_name(n->op), node);
+        L->p->bufs[b].alias = L->in_bucket[node];
+        L->p->bufs[b].offset = L->bucket_at[node];
+    } else {
+        b = new_buf(L, BUF_ACT, dim_of(&n->shape), ir_op_name(n->op), node);
+    }
     L->p->node_buf[node] = b;
     return b;
 }
@@ -182,8 +195,9 @@ static void lower_elementwise(Lower *L, int id)
     case OP_DROPOUT_MASK: {
         Step *s = kernel(L, id, "dropout_mask", work, 1, &y, (const char *const[]){ "=mask" });
         s->seeded = true;
-        body(L, "    FOR_EACH(i, %s) {\n        mask[i] = mgc_uniform(a.seed, (unsigned long long)i) >= %#.9gf ? %#.9gf : 0.0f;\n    }\n",
-             W, n->f[0], 1.0 / (1.0 - n->f[0]));
+        body(L, "    /* counted from the global batch's first example: the same masks on any number of replicas */\n"
+                "    FOR_EACH(i, %s) {\n        mask[i] = mgc_uniform(a.seed, (unsigned long long)(a.first * %ldL + i)) >= %#.9gf ? %#.9gf : 0.0f;\n    }\n",
+             W, work.c, n->f[0], 1.0 / (1.0 - n->f[0]));
         break;
     }
     case OP_BN_EVAL_STATS: {
@@ -216,14 +230,14 @@ static void lower_elementwise(Lower *L, int id)
         int b[6] = { y, in0, in1, buf_of(L, n->in[2]), buf_of(L, n->in[3]), buf_of(L, n->in[4]) };
         kernel(L, id, "bn_grad_x", dimn(C), 6, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy", "dparams" })->grain = HW;
         body(L, "    /* dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M), M = N*H*W; planes [N*%d, %d] */\n", C, HW);
-        body(L, "    const float inv_m = 1.0f / (float)(N * %dL);\n"
+        body(L, "    const float inv_m = 1.0f / (float)(%s * %dL);\n"
                 "    FOR_EACH(plane, %s) {\n"
                 "        long c = plane %% %d;\n"
                 "        float invstd = stats[%d + c], mean = stats[c], k1 = gamma[c] * invstd;\n"
                 "        float mdb = dparams[%d + c] * inv_m, mdg = dparams[c] * inv_m;\n"
                 "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n        float *dxp = dx + plane * %d;\n"
                 "        for (int k = 0; k < %d; k++) dxp[k] = k1 * (dyp[k] - mdb - (xp[k] - mean) * invstd * mdg);\n    }\n",
-             HW, work_str(L, dimn(C)), C, C, C, HW, HW, HW, HW);
+             n->i[0] ? "a.global_batch" : "N", HW, work_str(L, dimn(C)), C, C, C, HW, HW, HW, HW);
         break;
     }
     case OP_GAP_BWD: {
@@ -508,14 +522,14 @@ static void lower_reduction(Lower *L, int id)
         int b[4] = { out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]) };
         kernel(L, id, "softmax_cross_entropy_grad", dimn(1), 4, b,
                (const char *const[]){ "=dlogits", "logits", "labels", "dloss" });
-        body(L, "    /* dlogits = (softmax(logits) - onehot(labels)) * dloss / N, one row per iteration */\n");
+        body(L, "    /* dlogits = (softmax(logits) - onehot(labels)) * dloss / global batch, one row per iteration */\n");
         body(L, "    FOR_EACH(r, N) {\n"
                 "        const float *l = logits + r * %d;\n        float *d = dlogits + r * %d;\n"
                 "        float mx = l[0];\n"
                 "        for (int k = 1; k < %d; k++) mx = l[k] > mx ? l[k] : mx;\n"
                 "        float s = 0.0f;\n"
                 "        for (int k = 0; k < %d; k++) s += expf(l[k] - mx);\n"
-                "        float scale = dloss[0] / (float)N, inv = 1.0f / s;\n"
+                "        float scale = dloss[0] / (float)a.global_batch, inv = 1.0f / s;   /* the mean over the global batch */\n"
                 "        for (int k = 0; k < %d; k++) d[k] = (expf(l[k] - mx) * inv - (k == (int)labels[r])) * scale;\n"
                 "    }\n", K, K, K, K, K);
         break;
@@ -1071,6 +1085,7 @@ static void lower_effect(Lower *L, int id)
         int b[3] = { buf_of(L, n->in[0]), buf_of(L, n->in[1]), mom ? buf_of(L, n->in[2]) : -1 };
         Step *s = kernel(L, id, "sgd", work, mom ? 3 : 2, b, (const char *const[]){ "=param", "grad", "=velocity" });
         s->nf = 3;
+        s->sgd = true;
         memcpy(s->f, n->f, sizeof(float) * 3);
         body(L, "    /* PyTorch's SGD: g += wd * p; v = momentum * v + g; p -= lr * v.  a.f = lr, momentum, weight decay */\n");
         body(L, "    const float lr = a.f[0], momentum = a.f[1], wd = a.f[2];\n    (void)momentum;\n");
@@ -1082,12 +1097,14 @@ static void lower_effect(Lower *L, int id)
     } else if (n->op == OP_BN_RUNNING) {
         const Node *st = &g->nodes[n->in[0]];
         int C = st->shape.d[1];
-        const Shape *xs = &g->nodes[st->in[0]].shape;
+        int x = st->in[0];   /* bn_stats x; bn_finish (allreduce (bn_sum x)) */
+        if (st->op == OP_BN_FINISH) x = g->nodes[g->nodes[x].in[0]].in[0];
+        const Shape *xs = &g->nodes[x].shape;
         int HW = xs->d[2] * xs->d[3];
         int b[3] = { buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[0]) };
         kernel(L, id, "bn_running_update", dimc(C), 3, b, (const char *const[]){ "=running_mean", "=running_var", "stats" });
         body(L, "    /* running = (1 - momentum) * running + momentum * batch; the variance unbiased, as PyTorch */\n");
-        body(L, "    const float m = %#.9gf, count = (float)(N * %dL);\n", n->f[0], HW);
+        body(L, "    const float m = %#.9gf, count = (float)(%s * %dL);\n", n->f[0], n->i[0] ? "a.global_batch" : "N", HW);
         body(L, "    FOR_EACH(c, %dL) {\n"
                 "        running_mean[c] = (1.0f - m) * running_mean[c] + m * stats[c];\n"
                 "        float unbiased = count > 1.0f ? stats[%d + c] * count / (count - 1.0f) : stats[%d + c];\n"
@@ -1151,6 +1168,148 @@ static void fuse(Lower *L)
     free(uses);
 }
 
+/* ------------------------------------------------------------ data parallelism */
+
+static int new_coll(Lower *L, int src, int dst, long floats, int bucket, const char *what)
+{
+    Program *p = L->p;
+    p->colls = arena_grow(p->arena, p->colls, sizeof(Collective) * (size_t)p->ncolls, sizeof(Collective) * (size_t)(p->ncolls + 1));
+    p->colls[p->ncolls] = (Collective){ src, dst, floats, bucket, what };
+    return p->ncolls++;
+}
+
+static void coll_step(Lower *L, StepKind kind, int node, int coll) { new_step(L, kind, node)->coll = coll; }
+
+static int view_base(const Graph *g, int id)
+{
+    while (g->nodes[id].op == OP_SLICE || g->nodes[id].op == OP_RESHAPE) id = g->nodes[id].in[0];
+    return id;
+}
+
+/* The buckets of ir_buckets: one buffer each (the last one float longer, for
+   the replicas' stop votes), the gradients as views into it, and for each
+   bucket the node after which it is complete: its last gradient computed and
+   every reader of the replica's own values done (bn_grad_x reads the
+   bn_grad_params it shares a bucket slot with), since the sum is in place. */
+static void dp_prepare(Lower *L)
+{
+    const Graph *g = L->g;
+    Program *p = L->p;
+    int *last = calloc((size_t)g->n + 1, sizeof(int));
+    for (int u = 0; u < g->n; u++) {
+        const Node *n = &g->nodes[u];
+        if (ir_op_kind(n->op) == KIND_VIEW || (n->op == OP_ALLREDUCE && n->i[0] >= 0)) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int v = view_base(g, n->in[k]);
+            if (u > last[v]) last[v] = u;
+        }
+    }
+    for (int k = 0; k < g->nbuckets; k++) {
+        const IrBucket *bk = &g->buckets[k];
+        bool final = k == g->nbuckets - 1;
+        char *what = arena_printf(p->arena, "bucket %d:", k);
+        int b = new_buf(L, BUF_ACT, dimc(bk->floats + final), arena_printf(p->arena, "bucket %d", k), -1);
+        p->bufs[b].pinned = true;
+        L->ready[k] = 0;
+        for (int j = 0; j < bk->count; j++) {
+            int ar = g->bucket_nodes[bk->first + j], st = g->nodes[ar].in[0];
+            L->in_bucket[st] = b;
+            L->bucket_at[st] = g->nodes[ar].i[1];
+            int r = last[st] > st ? last[st] : st;
+            if (r > L->ready[k]) L->ready[k] = r;
+            int of = g->nodes[st].grad_of;
+            what = arena_printf(p->arena, "%s %s", what, of >= 0 && g->nodes[of].name ? g->nodes[of].name : ir_op_name(g->nodes[st].op));
+        }
+        L->bucket_coll[k] = new_coll(L, b, b, bk->floats + final, k, what);
+        if (final) {
+            p->control = new_buf(L, BUF_VIEW, dimc(1), "stop votes", -1);
+            p->bufs[p->control].alias = b;
+            p->bufs[p->control].offset = (int)bk->floats;
+        }
+    }
+    free(last);
+}
+
+/* Before a node's steps: wait for the buckets whose sums it reads. */
+static void dp_before(Lower *L, int id)
+{
+    const Graph *g = L->g;
+    const Node *n = &g->nodes[id];
+    if (ir_op_kind(n->op) == KIND_VIEW || n->op == OP_ALLREDUCE) return;
+    for (int k = 0; k < n->nin; k++) {
+        const Node *r = &g->nodes[view_base(g, n->in[k])];
+        if (r->op == OP_ALLREDUCE && r->i[0] >= 0 && !L->waited[r->i[0]]) {
+            L->waited[r->i[0]] = true;
+            coll_step(L, STEP_WAIT, id, L->bucket_coll[r->i[0]]);
+        }
+    }
+}
+
+/* After a node's steps: start the buckets it completes. */
+static void dp_after(Lower *L, int id)
+{
+    for (int k = 0; k < L->g->nbuckets; k++)
+        if (L->ready[k] == id) coll_step(L, STEP_ALLREDUCE, id, L->bucket_coll[k]);
+}
+
+static void lower_allreduce(Lower *L, int id)
+{
+    const Graph *g = L->g;
+    const Node *n = &g->nodes[id];
+    if (n->i[0] >= 0) {   /* in a bucket: in place, started by dp_after */
+        L->p->node_buf[id] = buf_of(L, n->in[0]);
+        return;
+    }
+    /* on its own (--sync-bn's sums): out of place, waited at once */
+    int src = buf_of(L, n->in[0]), dst = out_buf(L, id);
+    const char *what = arena_printf(L->p->arena, "%s %%%d", ir_op_name(g->nodes[n->in[0]].op), n->in[0]);
+    int c = new_coll(L, src, dst, ir_numel(&n->shape, 1), -1, what);
+    coll_step(L, STEP_ALLREDUCE, id, c);
+    coll_step(L, STEP_WAIT, id, c);
+}
+
+/* --sync-bn's statistics: sums of this replica's part, finished over the global count. */
+static void lower_bn_sync(Lower *L, int id)
+{
+    const Graph *g = L->g;
+    const Node *n = &g->nodes[id];
+    int y = out_buf(L, id);
+    if (n->op == OP_BN_FINISH) {
+        const Shape *xs = &g->nodes[g->nodes[g->nodes[n->in[0]].in[0]].in[0]].shape;   /* allreduce(bn_sum(x)) */
+        int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+        int b[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+        kernel(L, id, "bn_finish", dimc(C), 3, b, (const char *const[]){ "=stats", "sum", "sqdev" });
+        body(L, "    /* sum, sqdev: over the global batch (every replica's part added); stats as bn_stats */\n");
+        body(L, "    const double m = (double)a.global_batch * %d;\n"
+                "    FOR_EACH(c, %dL) {\n"
+                "        double var = sqdev[c] / m;\n"
+                "        stats[c] = (float)(sum[c] / m);\n"
+                "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
+                "        stats[%d + c] = (float)var;\n    }\n", HW, C, C, n->f[0], 2 * C);
+        end_kernel(L);
+        return;
+    }
+    const Shape *xs = &g->nodes[n->in[0]].shape;
+    int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+    bool sq = n->op == OP_BN_SQDEV;
+    int b[3] = { y, buf_of(L, n->in[0]), sq ? buf_of(L, n->in[1]) : -1 };
+    Step *s = sq ? kernel(L, id, "bn_sqdev", dimc(C), 3, b, (const char *const[]){ "=sqdev", "x", "sum" })
+                 : kernel(L, id, "bn_sum", dimc(C), 2, b, (const char *const[]){ "=sum", "x" });
+    s->heavy = true;
+    body(L, "    /* x is [N, %d, %d], this replica's part of the global batch; in double, as bn_stats */\n", C, HW);
+    if (sq) body(L, "    const double m = (double)a.global_batch * %d;\n", HW);
+    body(L, "    FOR_EACH(c, %dL) {\n"
+            "        double acc = 0.0%s;\n"
+            "        for (long k = 0; k < N; k++) {\n"
+            "            const float *xp = x + (k * %d + c) * %d;\n"
+            "            for (int j = 0; j < %d; j++) %s\n"
+            "        }\n"
+            "        %s[c] = (float)acc;\n    }\n",
+         C, sq ? ", mean = sum[c] / m" : "", C, HW, HW, sq ? "{ double d = xp[j] - mean; acc += d * d; }" : "acc += xp[j];",
+         sq ? "sqdev" : "sum");
+    end_kernel(L);
+}
+
 static void pin(Program *p, int b)
 {
     while (b >= 0 && p->bufs[b].kind == BUF_VIEW) b = p->bufs[b].alias;
@@ -1170,17 +1329,27 @@ int cg_lower(const Graph *g, Arena *a, Program *p)
     L.fused = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.relu_out = arena_alloc(a, sizeof(bool) * (size_t)g->n);
     L.relu_mask = arena_alloc(a, sizeof(bool) * (size_t)g->n);
-    for (int id = 0; id < g->n; id++) p->node_buf[id] = L.col[id] = L.dyt[id] = L.dyc[id] = L.fused[id] = -1;
+    L.in_bucket = arena_alloc(a, sizeof(int) * (size_t)g->n);
+    L.bucket_at = arena_alloc(a, sizeof(int) * (size_t)g->n);
+    L.bucket_coll = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
+    L.ready = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
+    L.waited = arena_alloc(a, sizeof(bool) * (size_t)(g->nbuckets + 1));
+    for (int id = 0; id < g->n; id++)
+        p->node_buf[id] = L.col[id] = L.dyt[id] = L.dyc[id] = L.fused[id] = L.in_bucket[id] = -1;
+    p->control = -1;
     fuse(&L);
     char *text = NULL;
     size_t len = 0;
     L.src = open_memstream(&text, &len);
     if (!L.src) return -1;
+    dp_prepare(&L);
 
     for (int id = 0; id < g->n; id++) {
         const Node *n = &g->nodes[id];
+        dp_before(&L, id);
         if (L.fused[id] >= 0) {   /* computed by the kernel of the node it was fused into */
             p->node_buf[id] = p->node_buf[L.fused[id]];
+            dp_after(&L, id);
             continue;
         }
         switch (ir_op_kind(n->op)) {
@@ -1189,15 +1358,22 @@ int cg_lower(const Graph *g, Arena *a, Program *p)
                 lower_elementwise(&L, id);
             } else {
                 BufKind k = n->op == OP_PARAM || n->op == OP_STATE ? BUF_PERSISTENT : BUF_INPUT;
-                p->node_buf[id] = new_buf(&L, k, dim_of(&n->shape), n->name, id);
+                int b = p->node_buf[id] = new_buf(&L, k, dim_of(&n->shape), n->name, id);
+                p->bufs[b].shape = n->shape;
+                p->bufs[b].init = n->init;
+                p->bufs[b].fan_in = n->fan_in;
+                p->bufs[b].trainable = n->op == OP_PARAM;
             }
             break;
         case KIND_EW:
-            lower_elementwise(&L, id);
+            if (n->op == OP_BN_FINISH) lower_bn_sync(&L, id);
+            else lower_elementwise(&L, id);
             break;
         case KIND_KERN:
             if (n->op == OP_MAXPOOL || n->op == OP_AVGPOOL || n->op == OP_MAXPOOL_BWD || n->op == OP_AVGPOOL_BWD)
                 lower_window(&L, id);
+            else if (n->op == OP_BN_SUM || n->op == OP_BN_SQDEV)
+                lower_bn_sync(&L, id);
             else
                 lower_reduction(&L, id);
             break;
@@ -1210,8 +1386,14 @@ int cg_lower(const Graph *g, Arena *a, Program *p)
         case KIND_EFFECT:
             lower_effect(&L, id);
             break;
+        case KIND_COMM:
+            lower_allreduce(&L, id);
+            break;
         }
+        dp_after(&L, id);
     }
+    for (int k = 0; k < g->nbuckets; k++)   /* every bucket finishes within the step */
+        if (!L.waited[k]) coll_step(&L, STEP_WAIT, g->n - 1, L.bucket_coll[k]);
     fclose(L.src);
     p->source = arena_strndup(a, text, len);
     free(text);
@@ -1228,5 +1410,14 @@ int cg_lower(const Graph *g, Arena *a, Program *p)
     p->loss = g->loss >= 0 ? p->node_buf[g->loss] : -1;
     p->correct = g->correct >= 0 ? p->node_buf[g->correct] : -1;
     p->logits = g->logits >= 0 ? p->node_buf[g->logits] : -1;
+    p->net_name = g->net_name;
+    if (g->input >= 0) p->input_shape = g->nodes[g->input].shape;
+    p->classes = g->logits >= 0 ? g->nodes[g->logits].shape.d[1] : 0;
+    p->input_grad = g->grad && g->input >= 0 && g->grad[g->input] >= 0 ? p->node_buf[g->grad[g->input]] : -1;
+    p->param_scalars = ir_param_count(g, &p->param_tensors);
+    p->params = arena_alloc(a, sizeof(ProgParam) * (size_t)(p->param_tensors + 1));
+    for (int id = 0; g->grad && id < g->n_forward; id++)
+        if (g->nodes[id].op == OP_PARAM && g->grad[id] >= 0)
+            p->params[p->nparams++] = (ProgParam){ p->node_buf[id], p->node_buf[g->grad[id]] };
     return 0;
 }

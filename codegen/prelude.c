@@ -11,16 +11,11 @@
 ** The bodies (codegen/lower.c) are the same text for both targets.
 */
 #include "codegen.h"
+#include "kargs.h"
 #include <string.h>
 
 static const char prelude_common[] =
-    "typedef struct KArgs {\n"
-    "    float *t[8];              /* buffers, in the order the kernel names them */\n"
-    "    long batch;               /* N, the examples in this step */\n"
-    "    float f[4];               /* run-time scalars (learning rate, ...) */\n"
-    "    unsigned long long seed;  /* fresh per run, for dropout */\n"
-    "    int thread, nthreads;     /* C only: this call's share of the FOR_EACH */\n"
-    "} KArgs;\n"
+    CG_KARGS_TEXT
     "/* splitmix64 finaliser of (seed, i): a counter-based uniform in [0, 1) */\n"
     "static DEVICE inline float mgc_uniform(unsigned long long seed, unsigned long long i)\n"
     "{\n"
@@ -69,7 +64,12 @@ void cg_print_steps(const Program *p, FILE *out)
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
         fprintf(out, "  step %-3d %%%-4d ", k, s->node);
-        if (s->kind == STEP_KERNEL) {
+        if (s->kind == STEP_ALLREDUCE || s->kind == STEP_WAIT) {
+            const Collective *c = &p->colls[s->coll];
+            if (s->kind == STEP_WAIT) fprintf(out, "wait allreduce c%d", s->coll);
+            else if (c->src == c->dst) fprintf(out, "allreduce c%d b%d (%ld floats, in place; %s)", s->coll, c->dst, c->floats, c->what);
+            else fprintf(out, "allreduce c%d b%d -> b%d (%ld floats; %s)", s->coll, c->src, c->dst, c->floats, c->what);
+        } else if (s->kind == STEP_KERNEL) {
             fprintf(out, "kernel %s(", s->fn);
             for (int j = 0; j < s->nargs; j++) fprintf(out, "%sb%d", j ? ", " : "", s->args[j]);
             fprintf(out, ") over ");

@@ -1,11 +1,14 @@
 /*
 ** Reverse-mode automatic differentiation as a graph-to-graph pass.
 **
-** Requires: a forward graph with a loss (g->loss), nodes in topological order.
-** Produces: backward nodes appended after the forward ones, g->grad[id] for
-** every forward node that leads to a parameter, and one SGD node per
-** parameter (with a momentum buffer when momentum != 0). The gradients are
-** ordinary IR nodes: later passes fuse, plan and replicate them like any other.
+** Two passes. The gradient pass (ir_gradients) requires a forward graph with
+** a loss (g->loss), nodes in topological order, and produces backward nodes
+** appended after the forward ones and g->grad[id] for every forward node
+** that leads to a parameter. The update pass (ir_update) appends one SGD node
+** per parameter (with a momentum buffer when momentum != 0). Between the two,
+** the data-parallel pass (ir/dp.c) may sum the gradients across replicas.
+** The gradients are ordinary IR nodes: later passes fuse, plan and replicate
+** them like any other.
 **
 ** One rule per op, in backward_rule(). A node used several times gets the
 ** sum of its users' contributions (an ADD node per extra use).
@@ -80,6 +83,11 @@ static void backward_rule(Ad *ad, int y)
         int in3[3] = { x, stats, dy };
         int pd[2] = { 2, c };
         int dparams = mk(g, OP_BN_BWD_PARAMS, y, ir_shape_make(2, pd), 3, in3);
+        /* With statistics over the global batch (--sync-bn), dx needs the
+           two sums over the global batch too; the parameter gradients stay
+           this replica's part (the bucket allreduce sums them, or reuses these). */
+        bool sync = g->nodes[stats].op == OP_BN_FINISH;
+        int dsums = sync ? ir_allreduce(g, g->nodes[y].loc, dparams) : dparams;
         int dgamma = mk(g, OP_SLICE, y, g->nodes[gamma].shape, 1, &dparams);
         g->nodes[dgamma].i[0] = 0;
         int dbeta = mk(g, OP_SLICE, y, g->nodes[beta].shape, 1, &dparams);
@@ -87,8 +95,10 @@ static void backward_rule(Ad *ad, int y)
         accumulate(ad, gamma, dgamma);
         accumulate(ad, beta, dbeta);
         if (ad->needs[x]) {
-            int in5[5] = { x, stats, gamma, dy, dparams };
-            accumulate(ad, x, mk(g, OP_BN_BWD_X, y, xs, 5, in5));
+            int in5[5] = { x, stats, gamma, dy, dsums };
+            int dx = mk(g, OP_BN_BWD_X, y, xs, 5, in5);
+            g->nodes[dx].i[0] = sync;   /* the mean is over the global count */
+            accumulate(ad, x, dx);
         }
         break;
     }
@@ -140,12 +150,13 @@ static void backward_rule(Ad *ad, int y)
     case OP_XENT_BWD: case OP_CONV2D_BWD_X: case OP_CONV2D_BWD_W: case OP_LINEAR_BWD_X:
     case OP_LINEAR_BWD_W: case OP_BIAS_BWD: case OP_RELU_BWD: case OP_SIGMOID_BWD:
     case OP_TANH_BWD: case OP_MAXPOOL_BWD: case OP_AVGPOOL_BWD: case OP_GAP_BWD:
-    case OP_BN_BWD_PARAMS: case OP_BN_BWD_X: case OP_COUNT:
+    case OP_BN_BWD_PARAMS: case OP_BN_BWD_X: case OP_ALLREDUCE: case OP_BN_SUM:
+    case OP_BN_SQDEV: case OP_BN_FINISH: case OP_COUNT:
         break;
     }
 }
 
-int ir_autodiff(Graph *g, const IrSgd *sgd, bool input_grad)
+int ir_gradients(Graph *g, bool input_grad)
 {
     if (g->loss < 0) {
         diag_at(g->diag, (Loc){0}, "the net has no loss: end the chain it returns with softmax_cross_entropy");
@@ -157,8 +168,9 @@ int ir_autodiff(Graph *g, const IrSgd *sgd, bool input_grad)
     ad.needs = arena_alloc(g->arena, sizeof(bool) * (size_t)nf);
     for (int id = 0; id < nf; id++) {
         const Node *n = &g->nodes[id];
-        /* statistics, metrics and effects carry no gradient, whatever feeds them */
-        bool never = n->op == OP_BN_STATS || n->op == OP_ACCURACY || n->op == OP_BN_RUNNING;
+        /* statistics, metrics, effects and collectives carry no gradient, whatever feeds them */
+        bool never = n->op == OP_BN_STATS || n->op == OP_ACCURACY || n->op == OP_BN_RUNNING || n->op == OP_BN_SUM ||
+                     n->op == OP_BN_SQDEV || n->op == OP_BN_FINISH || n->op == OP_ALLREDUCE;
         bool need = !never && (n->op == OP_PARAM || (input_grad && n->op == OP_INPUT));
         for (int k = 0; k < n->nin && !need && !never; k++)
             if (ad.needs[n->in[k]]) need = true;
@@ -176,27 +188,41 @@ int ir_autodiff(Graph *g, const IrSgd *sgd, bool input_grad)
 
     for (int y = nf - 1; y >= 0; y--)
         if (g->grad[y] >= 0 && ad.needs[y]) backward_rule(&ad, y);
+    g->n_backward = g->n;
+    return 0;
+}
 
-    /* SGD updates, in parameter order. */
-    for (int p = 0; p < nf; p++) {
-        if (g->nodes[p].op != OP_PARAM) continue;
-        g->n_params++;
-        if (g->grad[p] < 0) continue;   /* unused parameter: nothing to update */
-        int in[3] = { p, g->grad[p], -1 };
-        int nin = 2;
-        if (sgd->momentum != 0) {
-            Node pn = g->nodes[p];
-            int buf = ir_node(g, OP_STATE, pn.loc, 0, NULL);
-            g->nodes[buf].shape = pn.shape;
-            g->nodes[buf].name = arena_printf(g->arena, "%s.momentum_buffer", pn.name);
-            g->nodes[buf].init = INIT_ZEROS;
-            in[2] = buf;
-            nin = 3;
-        }
-        int u = mk(g, OP_SGD, p, g->nodes[p].shape, nin, in);
-        g->nodes[u].f[0] = sgd->lr;
-        g->nodes[u].f[1] = sgd->momentum;
-        g->nodes[u].f[2] = sgd->weight_decay;
+static void sgd_node(Graph *g, const IrSgd *sgd, int p)
+{
+    int in[3] = { p, g->grad[p], -1 };
+    int nin = 2;
+    if (sgd->momentum != 0) {
+        Node pn = g->nodes[p];
+        int buf = ir_node(g, OP_STATE, pn.loc, 0, NULL);
+        g->nodes[buf].shape = pn.shape;
+        g->nodes[buf].name = arena_printf(g->arena, "%s.momentum_buffer", pn.name);
+        g->nodes[buf].init = INIT_ZEROS;
+        in[2] = buf;
+        nin = 3;
     }
+    int u = mk(g, OP_SGD, p, g->nodes[p].shape, nin, in);
+    g->nodes[u].f[0] = sgd->lr;
+    g->nodes[u].f[1] = sgd->momentum;
+    g->nodes[u].f[2] = sgd->weight_decay;
+}
+
+int ir_update(Graph *g, const IrSgd *sgd)
+{
+    if (!g->grad) {
+        diag_at(g->diag, (Loc){0}, "internal: the update pass runs after the gradient pass");
+        return -1;
+    }
+    if (g->update_order) {
+        for (int k = 0; k < g->nupdate; k++) sgd_node(g, sgd, g->update_order[k]);
+        return 0;
+    }
+    /* in parameter order; an unused parameter has no gradient and no update */
+    for (int p = 0; p < g->n_forward; p++)
+        if (g->nodes[p].op == OP_PARAM && g->grad[p] >= 0) sgd_node(g, sgd, p);
     return 0;
 }

@@ -181,7 +181,21 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
     if (rvar < 0) return -1;
     int sd[2] = { 3, c };
     int stats;
-    if (g->training) {
+    if (g->training && g->sync_bn) {
+        /* Statistics over the global batch (--sync-bn): the sums of every
+           replica are added up, then the squared deviations from the global
+           mean; two passes, as bn_stats makes on one device. */
+        int sum = ir_allreduce(g, loc, unary(g, OP_BN_SUM, loc, x, cs));
+        int sq = ir_allreduce(g, loc, binary(g, OP_BN_SQDEV, loc, x, sum, cs));
+        stats = binary(g, OP_BN_FINISH, loc, sum, sq, ir_shape_make(2, sd));
+        g->nodes[stats].f[0] = eps;
+        int rin[3] = { stats, rmean, rvar };
+        int upd = ir_node(g, OP_BN_RUNNING, loc, 3, rin);
+        g->nodes[upd].shape = cs;
+        g->nodes[upd].f[0] = momentum;
+        g->nodes[upd].f[1] = eps;
+        g->nodes[upd].i[0] = 1;   /* unbiased variance over the global count */
+    } else if (g->training) {
         stats = unary(g, OP_BN_STATS, loc, x, ir_shape_make(2, sd));
         g->nodes[stats].f[0] = eps;
         int rin[3] = { stats, rmean, rvar };
@@ -196,6 +210,14 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
     int in[4] = { x, stats, gamma, beta };
     int id = ir_node(g, OP_BN_APPLY, loc, 4, in);
     g->nodes[id].shape = g->nodes[x].shape;
+    return id;
+}
+
+int ir_allreduce(Graph *g, Loc loc, int x)
+{
+    int id = unary(g, OP_ALLREDUCE, loc, x, g->nodes[x].shape);
+    g->nodes[id].i[0] = -1;
+    g->nodes[id].grad_of = g->nodes[x].grad_of;
     return id;
 }
 

@@ -31,7 +31,7 @@ typedef enum Op {
     OP_COUNT
 } Op;
 
-typedef enum OpKind { KIND_SRC, KIND_EW, KIND_GEMM, KIND_KERN, KIND_VIEW, KIND_EFFECT } OpKind;
+typedef enum OpKind { KIND_SRC, KIND_EW, KIND_GEMM, KIND_KERN, KIND_VIEW, KIND_EFFECT, KIND_COMM } OpKind;
 
 typedef struct Shape {
     int nd;                   /* number of dims, 0 for a scalar */
@@ -59,6 +59,13 @@ typedef struct Node {
     int grad_of;              /* backward nodes: id of the forward node whose gradient (part) this is, else -1 */
 } Node;
 
+/* A bucket of the data-parallel pass: parameter gradients laid out side by
+   side in one buffer and summed across replicas by one collective. */
+typedef struct IrBucket {
+    int first, count;         /* its allreduce nodes: g->bucket_nodes[first .. first+count) */
+    long floats;              /* total size */
+} IrBucket;
+
 typedef struct Graph {
     Arena *arena;             /* owns nodes and names */
     Diag *diag;
@@ -69,9 +76,16 @@ typedef struct Graph {
     int input, labels;        /* ids, -1 until made */
     int logits, loss, correct;/* set by ir_softmax_xent */
     int n_forward;            /* nodes [0, n_forward) are the forward graph (set by autodiff) */
-    /* set by ir_autodiff: */
+    bool sync_bn;             /* training BatchNorm normalises over the global batch (set before the front end) */
+    /* set by ir_gradients: */
     int *grad;                /* grad[id] = node holding d loss / d node id, or -1 */
-    int n_params;
+    int n_backward;           /* nodes [n_forward, n_backward) are the gradient pass's */
+    /* set by ir_buckets (data-parallel runs only): */
+    IrBucket *buckets;
+    int nbuckets;
+    int *bucket_nodes;        /* the allreduce nodes of every bucket, bucket by bucket */
+    int *update_order;        /* parameters in the order their updates run (NULL: forward order) */
+    int nupdate;
 } Graph;
 
 /* ---- the table ---- */
@@ -114,10 +128,23 @@ int ir_softmax_xent(Graph *g, Loc loc, int logits);  /* the loss; labels are imp
 int  ir_verify(const Graph *g, Diag *d);
 /* SGD hyper-parameters, with PyTorch's semantics (dampening 0, no Nesterov). */
 typedef struct IrSgd { float lr, momentum, weight_decay; } IrSgd;
-/* Appends the backward graph and the SGD updates as ordinary nodes.
-   Requires: a loss. Produces: g->grad[], g->n_forward. With input_grad the
-   gradient of the input is computed too (for checks). Returns 0 or -1. */
-int  ir_autodiff(Graph *g, const IrSgd *sgd, bool input_grad);
+/* The gradient pass: appends the backward graph as ordinary nodes.
+   Requires: a loss. Produces: g->grad[], g->n_forward, g->n_backward. With
+   input_grad the gradient of the input is computed too (for checks).
+   Returns 0 or -1. */
+int  ir_gradients(Graph *g, bool input_grad);
+/* The data-parallel pass (ir/dp.c), between the gradient and update passes:
+   groups the parameter gradients into buckets of about bucket_bytes (the
+   first at most first_bytes), last layers first, and sums each across the
+   replicas with allreduce nodes; g->grad[param] then names the summed value.
+   Requires: ir_gradients. Produces: g->buckets, g->update_order. Returns 0. */
+int  ir_buckets(Graph *g, long bucket_bytes, long first_bytes);
+/* The update pass: one SGD node per parameter with a gradient (and a
+   momentum buffer when momentum != 0), in g->update_order when set.
+   Requires: ir_gradients (and ir_buckets, if any). Returns 0 or -1. */
+int  ir_update(Graph *g, const IrSgd *sgd);
+/* An allreduce node on its own (not in a bucket): the sum of x over every replica. */
+int  ir_allreduce(Graph *g, Loc loc, int x);
 /* Prints nodes [from, to) one a line, with shapes and source locations. */
 void ir_print(const Graph *g, FILE *out, int from, int to);
 

@@ -1,25 +1,33 @@
 /*
-** The runtime: compiled programs bound to memory, run step by step.
+** The runtime: compiled programs bound to a device's memory, run step by step.
 **
-** A Backend turns a Program's kernel source into callable kernels (the CPU
-** backend: the system C compiler, a disk cache, dlopen) and runs its steps
-** (kernels on a thread pool, GEMMs through CBLAS). An Exec is one Program
-** bound to buffers; persistent buffers (parameters, running statistics,
-** momentum) live in a Store shared by the training and evaluation programs.
+**   Device   (device.h) what a backend provides: memory, copies, loading a
+**            Program's kernels, launching them, GEMMs, synchronisation and
+**            collectives. The CPU device is runtime/device_cpu.c.
+**   Pool     (pool.c) the CPU device's threads: one job at a time on all of them.
+**   Store    (store.c) persistent tensors by name (parameters, running
+**            statistics, momentum), shared by a replica's training and
+**            evaluation programs, initialised as PyTorch initialises them.
+**   MemPlan  (plan.c) buffers sharing memory by liveness.
+**   Exec     (exec.c) one Program bound to one device's buffers: runs its
+**            steps for a batch, starting and waiting for its collectives.
+**   Comm     (comm.h) the collectives of a data-parallel group.
+**
+** The runtime knows Programs, never the IR or the front end.
 */
 #ifndef MGC_RUNTIME_H
 #define MGC_RUNTIME_H
 #include "codegen.h"
+#include "device.h"
 
-typedef struct Pool Pool;
-
-/* Persistent tensors by name, shared between programs. */
+/* ---- persistent tensors ---- */
 typedef struct StoreEntry {
     const char *name;
     Shape shape;
     long numel;
-    float *data;
-    const Node *node;        /* the PARAM/STATE node that first declared it (init, fan_in) */
+    float *data;             /* host memory (the CPU device computes in it directly) */
+    InitKind init;
+    int fan_in;
     bool trainable;
 } StoreEntry;
 
@@ -28,50 +36,75 @@ typedef struct Store {
     int n, cap;
 } Store;
 
-typedef void (*KernelFn)(void);   /* stored type; called as void fn(KArgs) */
+/* Finds or creates the entry of a persistent buffer; its index, or -1 when
+   the name exists with another shape. */
+int   rt_store_add(Store *s, const Buf *b);
+StoreEntry *rt_store_find(Store *s, const char *name);
+void  rt_store_free(Store *s);
+/* Initialises every entry as PyTorch does (uniform fan-in bounds, ones, zeros) from the seed. */
+void  rt_store_init(Store *s, unsigned long long seed);
+/* Copies every entry's values from another store of the same net. */
+void  rt_store_copy(Store *dst, const Store *src);
+
+/* ---- memory plan ---- */
+typedef struct MemPlan {
+    int *slot;               /* per buffer: its slot, or -1 (persistent, views) */
+    size_t *slot_bytes;
+    int nslots;
+    size_t bytes, naive_bytes;   /* with and without reuse */
+    int planned;             /* buffers placed */
+} MemPlan;
+
+/* Plans the activation, scratch and input buffers of p for max_batch examples. */
+void rt_plan(const Program *p, long max_batch, MemPlan *mp);
+void rt_plan_free(MemPlan *mp);
+
+/* ---- executing a program ---- */
+typedef struct Comm Comm;
 
 typedef struct Exec {
     const Program *prog;
+    Device *dev;
     long max_batch;
     float **ptr;             /* per buffer: its memory (views resolved) */
-    void **owned;            /* allocations to free */
+    void **owned;            /* allocations to release */
     int nowned;
-    KernelFn *fn;            /* per step: the kernel, or NULL for GEMMs */
-    void *so;                /* dlopen handle */
-    Pool *pool;
+    KernelFn *fn;            /* per step: the kernel, or NULL */
+    void *module;            /* the device's loaded kernels */
+    Comm *comm;              /* the data-parallel group, or NULL when alone */
+    int replica;             /* this replica's index in comm */
+    float sgd[3];            /* learning rate, momentum, weight decay of every SGD step */
     unsigned long long seed, runs;
     double *step_seconds;    /* per step, accumulated when profiling (else NULL) */
+    double wait_seconds;     /* time spent waiting for collectives */
     size_t activation_bytes; /* memory of activations and scratch, after reuse */
 } Exec;
 
 typedef struct RtOptions {
-    bool verbose;            /* say when kernels are compiled or found in the cache */
+    bool verbose;            /* say when kernels are compiled or found in the cache, print the memory plan */
 } RtOptions;
 
-Pool *rt_pool_new(int threads);
-void  rt_pool_free(Pool *p);
-int   rt_pool_threads(const Pool *p);
-
-/* Compiles (or finds in the cache) the program's kernels and binds buffers
-   for up to max_batch examples. Returns 0, or -1 with a message in err. */
-int  rt_exec_init(Exec *x, const Program *p, Store *store, long max_batch, Pool *pool,
+/* Loads the program's kernels on dev and binds buffers for up to max_batch
+   examples (persistent ones from store). Returns 0, or -1 with a message in err. */
+int  rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_batch,
                   const RtOptions *opt, char *err, size_t err_size);
 void rt_exec_free(Exec *x);
-/* Runs every step for a batch of n examples (n <= max_batch). */
-void rt_exec_run(Exec *x, long n);
-/* Sets the run-time scalars of every SGD step (learning rate schedules, ...). */
+/* Runs every step for this replica's n examples, the first-th of the
+   global_n examples of the step on every replica together (n <= max_batch). */
+void rt_exec_run(Exec *x, long n, long global_n, long first);
+/* Sets the learning rate, momentum and weight decay of every SGD step. */
 void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay);
 /* Times every step from now on; rt_exec_profile_report prints the table. */
 void rt_exec_profile(Exec *x);
 void rt_exec_profile_report(const Exec *x, FILE *out);
 
-int   rt_store_add(Store *s, const Node *n);      /* finds or creates; returns index or -1 on shape clash */
-StoreEntry *rt_store_find(Store *s, const char *name);
-void  rt_store_free(Store *s);
-/* Initialises every entry as PyTorch does (uniform fan-in bounds, ones, zeros) from the seed. */
-void  rt_store_init(Store *s, unsigned long long seed);
-
 /* Cache directory for compiled kernels: $XDG_CACHE_HOME/mgc, else ~/.cache/mgc. */
 const char *rt_cache_dir(char *buf, size_t size);
+/* Compiles C kernel source with the system compiler (or finds it in the
+   cache) and loads it; *so is the dlopen handle. Returns 0 or -1 with err. */
+int  rt_cc_load(const char *source, bool verbose, void **so, char *err, size_t err_size);
+
+/* v with thousands separators ("44,426"), in buf; printf's ' flag needs a locale. */
+const char *rt_commas(long v, char buf[32]);
 
 #endif

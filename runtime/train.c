@@ -1,15 +1,32 @@
 /*
-** Training loop, evaluation, checkpoints and the check mode.
+** Training loop, evaluation, checkpoints, the communication report and the
+** check mode, on one or more replicas.
 **
-** The training and evaluation programs share one Store of persistent tensors
-** (parameters, BatchNorm running statistics, momentum buffers), so evaluation
-** always sees the current weights with no copy.
+** Each replica is a device with its own Store (parameters, running
+** statistics, momentum) and its own training and evaluation Exec; replica r
+** of this process runs on its own thread. Every replica runs the same steps
+** on its shard of every global batch (train_shard) and the collectives in
+** the training program keep them in step: the gradients are summed, so every
+** replica applies the same update to the same parameters.
+**
+** Parameters start on replica 0 of rank 0 (initialised or loaded) and are
+** copied to every other replica. BatchNorm running statistics come from
+** replica 0 (as DDP broadcasts its buffers): they are copied to the others
+** before every evaluation, checkpoint and dump; training never reads them.
+**
+** Stopping (Ctrl-C, a diverging loss) must happen on the same step
+** everywhere, or a replica would wait forever for a sum: each replica adds
+** its vote to two floats summed with the last gradient bucket (the
+** program's control buffer), and all stop when the sum says so.
 */
 #include "train.h"
+#include "comm.h"
 #include "data.h"
+#include "pool.h"
 #include "safetensors.h"
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +44,7 @@ static double now(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-const char *train_commas(long v, char buf[32])
+const char *rt_commas(long v, char buf[32])
 {
     char tmp[32];
     int n = snprintf(tmp, sizeof tmp, "%ld", v), o = 0;
@@ -37,6 +54,113 @@ const char *train_commas(long v, char buf[32])
     }
     buf[o] = 0;
     return buf;
+}
+
+void train_shard(long b, int parts, int j, long *first, long *count)
+{
+    long q = b / parts, r = b % parts;
+    *first = j * q + (j < r ? j : r);
+    *count = q + (j < r);
+}
+
+/* ------------------------------------------------------------------ replicas */
+
+typedef struct Replica {
+    int index, global;        /* in this process; in the whole group */
+    Device *dev;
+    Store store;
+    Exec tr, ev;
+    bool have_tr, have_ev;
+    /* results of the current epoch or check */
+    double loss_sum, correct, eval_correct;
+    long seen;
+    double compute_seconds, wait_seconds;   /* this epoch */
+    bool diverged, stop;
+    int stop_reason;          /* 1 interrupted, 2 diverged */
+    long steps;
+} Replica;
+
+typedef struct Group {
+    const Model *m;
+    const TrainConfig *cfg;
+    World *world;
+    Replica *r;
+    int n;                    /* replicas in this process */
+    int total;                /* in the whole group */
+    Comm *comm;
+    /* the work of the current parallel phase */
+    const Dataset *data;
+    const int *order;
+    int count;                /* examples */
+    int epoch;
+    double t0, last_draw;     /* the epoch's start, the progress line's last drawing */
+    /* check mode */
+    float *x, *y;             /* the whole batch, host */
+    long b;
+    float *losses;
+    float *logits, *eval_logits, *grad_x;   /* whole batch, this process's rows */
+    float **grads;            /* per parameter, after the first step (summed: the same on every replica) */
+} Group;
+
+/* Runs fn on every replica of the group, replica r > 0 on a thread of its own. */
+typedef struct ThreadArg { Group *g; Replica *r; void (*fn)(Group *, Replica *); } ThreadArg;
+static void *replica_thread(void *arg)
+{
+    ThreadArg *a = arg;
+    a->fn(a->g, a->r);
+    return NULL;
+}
+
+static void on_every_replica(Group *g, void (*fn)(Group *, Replica *))
+{
+    pthread_t *tid = calloc((size_t)g->n, sizeof(pthread_t));
+    ThreadArg *args = calloc((size_t)g->n, sizeof(ThreadArg));
+    for (int k = 1; k < g->n; k++) {
+        args[k] = (ThreadArg){ g, &g->r[k], fn };
+        pthread_create(&tid[k], NULL, replica_thread, &args[k]);
+    }
+    fn(g, &g->r[0]);
+    for (int k = 1; k < g->n; k++) pthread_join(tid[k], NULL);
+    free(args);
+    free(tid);
+}
+
+static bool is_running_stat(const StoreEntry *e) { return !e->trainable && strstr(e->name, "running_"); }
+
+/* Every replica's tensors from replica 0 of rank 0: all of them, or the running statistics only. */
+static void from_replica0(Group *g, bool all)
+{
+    Store *s0 = &g->r[0].store;
+    for (int k = 0; k < s0->n; k++) {
+        StoreEntry *e = &s0->e[k];
+        if (!all && !is_running_stat(e)) continue;
+        rt_world_bcast(g->world, e->data, sizeof(float) * (size_t)e->numel);
+        for (int r = 1; r < g->n; r++)
+            memcpy(g->r[r].store.e[k].data, e->data, sizeof(float) * (size_t)e->numel);
+    }
+}
+
+/* The largest difference between any replica's tensors and replica 0's of rank 0, over all
+   tensors, or over the running statistics. */
+static double replica_diff(Group *g, bool running)
+{
+    double worst = 0;
+    Store *s0 = &g->r[0].store;
+    for (int k = 0; k < s0->n; k++) {
+        StoreEntry *e = &s0->e[k];
+        if (is_running_stat(e) != running) continue;
+        float *ref = malloc(sizeof(float) * (size_t)e->numel);
+        memcpy(ref, e->data, sizeof(float) * (size_t)e->numel);
+        rt_world_bcast(g->world, ref, sizeof(float) * (size_t)e->numel);
+        for (int r = 0; r < g->n; r++)
+            for (long i = 0; i < e->numel; i++) {
+                double d = fabs((double)g->r[r].store.e[k].data[i] - ref[i]);
+                if (d > worst || d != d) worst = d != d ? INFINITY : d;
+            }
+        free(ref);
+    }
+    rt_world_max_f64(g->world, &worst, 1);
+    return worst;
 }
 
 /* ------------------------------------------------------------------ checkpoints */
@@ -60,6 +184,14 @@ static int save_checkpoint(Store *s, const char *path, const char *net, int epoc
     st_writer_free(w);
     if (rc) fprintf(stderr, "mgc: cannot save checkpoint: %s\n", err);
     return rc;
+}
+
+/* Rank 0 saves; every rank learns whether it worked. */
+static int save_everywhere(Group *g, const char *path, int epoch)
+{
+    int rc = 0;
+    if (g->world->rank == 0) rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch) ? 1 : 0;
+    return rt_world_max_status(g->world, rc);
 }
 
 static int load_checkpoint(Store *s, const char *path)
@@ -104,9 +236,9 @@ static int load_checkpoint(Store *s, const char *path)
 
 /* ------------------------------------------------------------------- helpers */
 
-static int check_input(const Graph *g, int c, int h, int w, const char *what)
+static int check_input(const Program *p, int c, int h, int w, const char *what)
 {
-    const Shape *s = ir_shape(g, g->input);
+    const Shape *s = &p->input_shape;
     if (s->nd == 4 && s->d[1] == c && s->d[2] == h && s->d[3] == w) return 0;
     Arena a;
     arena_init(&a);
@@ -118,31 +250,88 @@ static int check_input(const Graph *g, int c, int h, int w, const char *what)
 
 static float read1(const Exec *x, int buf) { return x->ptr[buf][0]; }
 
-/* Evaluates the test set; returns accuracy. */
-static double evaluate(Exec *ev, const Dataset *test, int batch, int *order)
+static void progress(const TrainConfig *cfg, int epoch, long done, long total, double loss, double t0)
 {
-    if (test->n == 0) return NAN;
-    for (int i = 0; i < test->n; i++) order[i] = i;
-    double correct = 0;
-    const Program *p = ev->prog;
-    for (int at = 0; at < test->n; at += batch) {
-        int b = test->n - at < batch ? test->n - at : batch;
-        data_gather(test, order + at, b, ev->ptr[p->input], ev->ptr[p->labels]);
-        rt_exec_run(ev, b);
-        correct += read1(ev, p->correct);
-    }
-    return correct / test->n;
-}
-
-static void progress(const TrainConfig *cfg, int epoch, int done, int total, double loss, double t0)
-{
-    if (!cfg->progress) return;
     int width = 30, fill = (int)((double)width * done / total);
     fprintf(stderr, "\r  epoch %d/%d [", epoch, cfg->epochs);
     for (int k = 0; k < width; k++) fputc(k < fill ? '=' : k == fill ? '>' : ' ', stderr);
     double dt = now() - t0;
-    fprintf(stderr, "] %3d%%  loss %.3f  %.0f examples/s ", 100 * done / total, loss, dt > 0 ? done / dt : 0.0);
+    fprintf(stderr, "] %3ld%%  loss %.3f  %.0f examples/s ", 100 * done / total, loss, dt > 0 ? done / dt : 0.0);
     fflush(stderr);
+}
+
+/* ------------------------------------------------------------------ one epoch */
+
+static void epoch_on_replica(Group *g, Replica *r)
+{
+    const Program *p = g->m->train;
+    const TrainConfig *cfg = g->cfg;
+    int B = cfg->batch_size, W = g->total;
+    float *control = p->control >= 0 ? r->tr.ptr[p->control] : NULL;
+    r->loss_sum = r->correct = 0;
+    r->seen = 0;
+    r->compute_seconds = 0;
+    r->stop = false;
+    double wait0 = r->tr.wait_seconds;
+    for (long at = 0; at < g->count && !r->stop; at += B) {
+        long b = g->count - at < B ? g->count - at : B;
+        if (b < W) break;   /* fewer examples than replicas: dropped (said at the start) */
+        long first, n;
+        train_shard(b, W, r->global, &first, &n);
+        double t0 = now();
+        data_gather(g->data, g->order + at + first, (int)n, r->tr.ptr[p->input], r->tr.ptr[p->labels]);
+        if (control) {
+            control[0] = interrupted ? 1.0f : 0.0f;
+            control[1] = r->diverged ? 1.0f : 0.0f;
+        }
+        rt_exec_run(&r->tr, n, b, first);
+        r->compute_seconds += now() - t0;
+        r->steps++;
+        float l = read1(&r->tr, p->loss);
+        if (!isfinite(l)) r->diverged = true;
+        r->loss_sum += (double)l * n;
+        r->correct += read1(&r->tr, p->correct);
+        r->seen += n;
+        if (control ? control[1] > 0 : r->diverged) r->stop = true, r->stop_reason = 2;
+        else if (control ? control[0] > 0 : interrupted) r->stop = true, r->stop_reason = 1;
+        if (r->global == 0 && cfg->progress && now() - g->last_draw > 0.2) {
+            progress(cfg, g->epoch, at + b, g->count, r->loss_sum / r->seen, g->t0);
+            g->last_draw = now();
+        }
+    }
+    r->wait_seconds = r->tr.wait_seconds - wait0;
+    r->compute_seconds -= r->wait_seconds;
+}
+
+static void eval_on_replica(Group *g, Replica *r)
+{
+    const Program *p = g->m->eval;
+    int B = g->cfg->batch_size, W = g->total;
+    r->eval_correct = 0;
+    for (long at = 0; at < g->count; at += B) {
+        long b = g->count - at < B ? g->count - at : B, first, n;
+        train_shard(b, W, r->global, &first, &n);
+        if (n == 0) continue;
+        data_gather(g->data, g->order + at + first, (int)n, r->ev.ptr[p->input], r->ev.ptr[p->labels]);
+        rt_exec_run(&r->ev, n, b, first);
+        r->eval_correct += read1(&r->ev, p->correct);
+    }
+}
+
+/* Test accuracy over every replica of every rank (NaN without test examples). */
+static double evaluate(Group *g, const Dataset *test, int *order)
+{
+    if (test->n == 0) return NAN;
+    from_replica0(g, false);
+    for (int i = 0; i < test->n; i++) order[i] = i;
+    g->data = test;
+    g->order = order;
+    g->count = test->n;
+    on_every_replica(g, eval_on_replica);
+    double correct = 0;
+    for (int k = 0; k < g->n; k++) correct += g->r[k].eval_correct;
+    rt_world_sum_f64(g->world, &correct, 1);
+    return correct / test->n;
 }
 
 /* ---------------------------------------------------------------- check mode */
@@ -153,8 +342,47 @@ static long long *shape_ll(const Shape *s, long n, long long *out)
     return out;
 }
 
-static int check_mode(const Model *m, const TrainConfig *cfg, Exec *tr, Exec *ev, Store *store)
+static void check_on_replica(Group *g, Replica *r)
 {
+    const Program *tp = g->m->train;
+    long first, n, b = g->b;
+    train_shard(b, g->total, r->global, &first, &n);
+    long per_x = cg_dim(tp->bufs[tp->input].size, 1);
+    int classes = tp->classes;
+    memcpy(r->tr.ptr[tp->input], g->x + first * per_x, sizeof(float) * (size_t)(n * per_x));
+    memcpy(r->tr.ptr[tp->labels], g->y + first, sizeof(float) * (size_t)n);
+    for (int step = 0; step < g->cfg->steps; step++) {
+        rt_exec_run(&r->tr, n, b, first);
+        float l = read1(&r->tr, tp->loss);
+        /* the global batch's mean: this replica's mean weighted by its share */
+        g->losses[(long)step * g->total + r->global] = l * (float)n / (float)b;
+        if (step == 0) {
+            memcpy(g->logits + first * classes, r->tr.ptr[tp->logits], sizeof(float) * (size_t)(n * classes));
+            if (tp->input_grad >= 0)
+                memcpy(g->grad_x + first * per_x, r->tr.ptr[tp->input_grad], sizeof(float) * (size_t)(n * per_x));
+            for (int k = 0; r->index == 0 && k < tp->nparams; k++)
+                memcpy(g->grads[k], r->tr.ptr[tp->params[k].grad], sizeof(float) * (size_t)cg_dim(tp->bufs[tp->params[k].grad].size, 1));
+        }
+    }
+    r->steps = g->cfg->steps;
+}
+
+static void check_eval_on_replica(Group *g, Replica *r)
+{
+    const Program *ep = g->m->eval;
+    long first, n, b = g->b;
+    train_shard(b, g->total, r->global, &first, &n);
+    long per_x = cg_dim(ep->bufs[ep->input].size, 1);
+    memcpy(r->ev.ptr[ep->input], g->x + first * per_x, sizeof(float) * (size_t)(n * per_x));
+    memcpy(r->ev.ptr[ep->labels], g->y + first, sizeof(float) * (size_t)n);
+    rt_exec_run(&r->ev, n, b, first);
+    memcpy(g->eval_logits + first * ep->classes, r->ev.ptr[ep->logits], sizeof(float) * (size_t)(n * ep->classes));
+}
+
+static int check_mode(Group *g)
+{
+    const TrainConfig *cfg = g->cfg;
+    const Program *tp = g->m->train;
     StFile f;
     char err[512];
     if (st_load(cfg->batch_file, &f, err, sizeof err)) {
@@ -162,7 +390,7 @@ static int check_mode(const Model *m, const TrainConfig *cfg, Exec *tr, Exec *ev
         return 1;
     }
     const StTensor *tx = st_find(&f, "x"), *ty = st_find(&f, "y");
-    const Shape *is = ir_shape(m->train, m->train->input);
+    const Shape *is = &tp->input_shape;
     if (!tx || !ty || tx->nd != is->nd || ty->nd != 1 || tx->shape[0] != ty->shape[0]) {
         fprintf(stderr, "mgc: --batch %s: needs tensors 'x' [B,...] matching the net's input and 'y' [B]\n", cfg->batch_file);
         st_free(&f);
@@ -175,186 +403,311 @@ static int check_mode(const Model *m, const TrainConfig *cfg, Exec *tr, Exec *ev
             return 1;
         }
     long b = (long)tx->shape[0];
-    if (b > tr->max_batch) {
-        fprintf(stderr, "mgc: --batch %s holds %ld examples, more than --batch-size %ld\n", cfg->batch_file, b, tr->max_batch);
+    if (b > cfg->batch_size) {
+        fprintf(stderr, "mgc: --batch %s holds %ld examples, more than --batch-size %d\n", cfg->batch_file, b, cfg->batch_size);
         st_free(&f);
         return 1;
     }
-    const Program *tp = m->train_prog, *ep = m->eval_prog;
-    const Graph *g = m->train;
-    if (st_to_f32(tx, tr->ptr[tp->input]) || st_to_f32(ty, tr->ptr[tp->labels])) {
+    if (b < g->total) {
+        fprintf(stderr, "mgc: --batch %s holds %ld examples, fewer than the %d replicas\n", cfg->batch_file, b, g->total);
+        st_free(&f);
+        return 1;
+    }
+    long per_x = cg_dim(tp->bufs[tp->input].size, 1);
+    int classes = tp->classes;
+    g->b = b;
+    g->x = malloc(sizeof(float) * (size_t)(b * per_x));
+    g->y = malloc(sizeof(float) * (size_t)b);
+    if (st_to_f32(tx, g->x) || st_to_f32(ty, g->y)) {
         fprintf(stderr, "mgc: --batch %s: unsupported dtype\n", cfg->batch_file);
         st_free(&f);
         return 1;
     }
-    int classes = ir_shape(g, g->logits)->d[1];
-    float *losses = calloc((size_t)cfg->steps, sizeof(float));
-    StWriter *w = st_writer_new();
-    long long sh[IR_MAXDIM];
-    for (int step = 0; step < cfg->steps; step++) {
-        rt_exec_run(tr, b);
-        losses[step] = read1(tr, tp->loss);
-        if (step == 0) {
-            st_writer_add_f32(w, "logits", 2, (long long[]){ b, classes }, tr->ptr[tp->logits]);
-            if (g->grad[g->input] >= 0)
-                st_writer_add_f32(w, "grad.x", is->nd, shape_ll(is, b, sh), tr->ptr[tp->node_buf[g->grad[g->input]]]);
-            for (int id = 0; id < g->n_forward; id++) {
-                const Node *n = &g->nodes[id];
-                if (n->op != OP_PARAM || g->grad[id] < 0) continue;
-                char name[512];
-                snprintf(name, sizeof name, "grad.%s", n->name);
-                st_writer_add_f32(w, name, n->shape.nd, shape_ll(&n->shape, 1, sh), tr->ptr[tp->node_buf[g->grad[id]]]);
-            }
-        }
-    }
-    st_writer_add_f32(w, "loss", 1, (long long[]){ cfg->steps }, losses);
-    for (int k = 0; k < store->n; k++)
-        st_writer_add_f32(w, store->e[k].name, store->e[k].shape.nd, shape_ll(&store->e[k].shape, 1, sh), store->e[k].data);
-    /* evaluation form on the same batch */
-    st_to_f32(tx, ev->ptr[ep->input]);
-    st_to_f32(ty, ev->ptr[ep->labels]);
-    rt_exec_run(ev, b);
-    st_writer_add_f32(w, "eval_logits", 2, (long long[]){ b, classes }, ev->ptr[ep->logits]);
-    int rc = 0;
-    if (cfg->dump && st_writer_save(w, cfg->dump, err, sizeof err)) {
-        fprintf(stderr, "mgc: --dump: %s\n", err);
-        rc = 1;
-    }
-    for (int s = 0; s < cfg->steps; s++) printf("step %d  loss %.6f\n", s + 1, losses[s]);
-    st_writer_free(w);
-    free(losses);
     st_free(&f);
-    if (!rc && cfg->save) rc = save_checkpoint(store, cfg->save, g->net_name, 0) ? 1 : 0;
+    g->losses = calloc((size_t)cfg->steps * (size_t)g->total, sizeof(float));
+    g->logits = calloc((size_t)(b * classes), sizeof(float));
+    g->eval_logits = calloc((size_t)(b * classes), sizeof(float));
+    g->grad_x = calloc((size_t)(b * per_x), sizeof(float));
+    g->grads = calloc((size_t)tp->nparams + 1, sizeof(float *));
+    for (int k = 0; k < tp->nparams; k++) g->grads[k] = malloc(sizeof(float) * (size_t)cg_dim(tp->bufs[tp->params[k].grad].size, 1));
+    on_every_replica(g, check_on_replica);
+    /* every rank filled its own rows (zeros elsewhere), and its replicas' losses: sums join them */
+    rt_world_sum_f32(g->world, g->losses, (long)cfg->steps * g->total);
+    rt_world_sum_f32(g->world, g->logits, b * classes);
+    rt_world_sum_f32(g->world, g->grad_x, b * per_x);
+    double state_diff = replica_diff(g, true), param_diff = replica_diff(g, false);
+    from_replica0(g, false);
+    on_every_replica(g, check_eval_on_replica);
+    rt_world_sum_f32(g->world, g->eval_logits, b * classes);
+
+    float *loss = calloc((size_t)cfg->steps, sizeof(float));
+    for (int s = 0; s < cfg->steps; s++)
+        for (int k = 0; k < g->total; k++) loss[s] += g->losses[(long)s * g->total + k];
+    int rc = 0;
+    if (g->world->rank == 0) {
+        StWriter *w = st_writer_new();
+        long long sh[IR_MAXDIM];
+        Replica *r0 = &g->r[0];
+        st_writer_add_f32(w, "logits", 2, (long long[]){ b, classes }, g->logits);
+        if (tp->input_grad >= 0) st_writer_add_f32(w, "grad.x", is->nd, shape_ll(is, b, sh), g->grad_x);
+        for (int k = 0; k < tp->nparams; k++) {
+            const Buf *pb = &tp->bufs[tp->params[k].buf];
+            char name[512];
+            snprintf(name, sizeof name, "grad.%s", pb->name);
+            st_writer_add_f32(w, name, pb->shape.nd, shape_ll(&pb->shape, 1, sh), g->grads[k]);
+        }
+        st_writer_add_f32(w, "loss", 1, (long long[]){ cfg->steps }, loss);
+        Store *store = &r0->store;
+        for (int k = 0; k < store->n; k++)
+            st_writer_add_f32(w, store->e[k].name, store->e[k].shape.nd, shape_ll(&store->e[k].shape, 1, sh), store->e[k].data);
+        st_writer_add_f32(w, "eval_logits", 2, (long long[]){ b, classes }, g->eval_logits);
+        /* how far the replicas are apart: parameters and momentum, and running
+           statistics before they were copied from replica 0 */
+        float diffs[2] = { (float)param_diff, (float)state_diff };
+        st_writer_add_f32(w, "replicas.param_diff", 1, (long long[]){ 1 }, diffs);
+        st_writer_add_f32(w, "replicas.state_diff", 1, (long long[]){ 1 }, diffs + 1);
+        float nrep = (float)g->total;
+        st_writer_add_f32(w, "replicas.count", 1, (long long[]){ 1 }, &nrep);
+        if (cfg->dump && st_writer_save(w, cfg->dump, err, sizeof err)) {
+            fprintf(stderr, "mgc: --dump: %s\n", err);
+            rc = 1;
+        }
+        for (int s = 0; s < cfg->steps; s++) printf("step %d  loss %.6f\n", s + 1, loss[s]);
+        st_writer_free(w);
+    }
+    rc = rt_world_max_status(g->world, rc);
+    free(loss);
+    if (!rc && cfg->save) rc = save_everywhere(g, cfg->save, 0);
     return rc;
+}
+
+/* ------------------------------------------------------------ the report */
+
+static void device_list(const Group *g, char *buf, size_t size)
+{
+    int p = snprintf(buf, size, "%s[", g->world->size > 1 ? "every rank: " : "");
+    for (int k = 0; k < g->n && p < (int)size; k++)
+        p += snprintf(buf + p, size - (size_t)p, "%s%s", k ? ", " : "", g->r[k].dev->name);
+    if (p < (int)size) snprintf(buf + p, size - (size_t)p, "]");
+}
+
+typedef struct CommReport {
+    double bytes_per_step, bound_per_step, mpi_bytes_per_step, wait_s, compute_s;
+} CommReport;
+
+/* The group's communication, this epoch: the replica that sent most against the ring's bound. */
+static CommReport comm_report(Group *g, long steps)
+{
+    CommReport c = { 0 };
+    if (!g->comm || steps == 0) return c;
+    for (int k = 0; k < g->n; k++) {
+        CommStats st;
+        rt_comm_stats(g->comm, k, &st);
+        double sent = st.bytes_sent / (double)steps, bound = st.bytes_bound / (double)steps;
+        if (sent > c.bytes_per_step) c.bytes_per_step = sent;
+        if (bound > c.bound_per_step) c.bound_per_step = bound;
+        if (st.mpi_bytes / (double)steps > c.mpi_bytes_per_step) c.mpi_bytes_per_step = st.mpi_bytes / (double)steps;
+        c.wait_s += g->r[k].wait_seconds / g->n;
+        c.compute_s += g->r[k].compute_seconds / g->n;
+    }
+    return c;
 }
 
 /* ---------------------------------------------------------------- the job */
 
 int train_run(const Model *m, const TrainConfig *cfg)
 {
-    const Graph *g = m->train;
-    char err[1024], num[32], num2[32], num3[32];
-    int tensors;
-    long params = ir_param_count(g, &tensors);
-    Pool *pool = rt_pool_new(cfg->threads);
-    Store store = { 0 };
-    Exec tr, ev;
-    RtOptions opt = { .verbose = cfg->verbose };
+    const Program *tp = m->train;
+    World *world = cfg->world;
+    char err[1024], num[32], num2[32], num3[32], devs[256];
+    Group G = { .m = m, .cfg = cfg, .world = world, .n = cfg->replicas };
+    Group *g = &G;
+    G.total = G.n * world->size;
+    G.r = calloc((size_t)G.n, sizeof(Replica));
+    RtOptions opt = { .verbose = cfg->verbose && world->rank == 0 };
     int status = 1;
     Dataset train = { 0 }, test = { 0 };
     int *order = NULL;
     FILE *log = NULL;
-    bool have_tr = false, have_ev = false;
 
-    if (rt_exec_init(&tr, m->train_prog, &store, cfg->batch_size, pool, &opt, err, sizeof err)) {
-        fprintf(stderr, "mgc: %s\n", err);
-        goto out;
+    /* the cores of this process, shared out between its replicas */
+    int threads = cfg->threads > 0 ? cfg->threads : rt_cores();
+    for (int k = 0; k < G.n; k++) {
+        Replica *r = &G.r[k];
+        r->index = k;
+        r->global = world->rank * G.n + k;
+        int t = threads / G.n + (k < threads % G.n);
+        r->dev = rt_device_cpu_new(k, t > 0 ? t : 1);
     }
-    have_tr = true;
-    if (rt_exec_init(&ev, m->eval_prog, &store, cfg->batch_size, pool, &opt, err, sizeof err)) {
-        fprintf(stderr, "mgc: %s\n", err);
-        goto out;
+    if (G.total > 1) G.comm = rt_comm_new(G.n, world, tp->ncolls);
+    int rc = 0;
+    for (int k = 0; k < G.n && !rc; k++) {
+        Replica *r = &G.r[k];
+        if (rt_exec_init(&r->tr, tp, r->dev, &r->store, cfg->batch_size, &opt, err, sizeof err)) rc = 1;
+        else r->have_tr = true;
+        if (!rc && rt_exec_init(&r->ev, m->eval, r->dev, &r->store, cfg->batch_size, &opt, err, sizeof err)) rc = 1;
+        else if (!rc) r->have_ev = true;
+        if (rc) fprintf(stderr, "mgc: %s\n", err);
+        if (rc) break;
+        r->tr.comm = G.comm;
+        r->tr.replica = k;
+        rt_exec_set_sgd(&r->tr, cfg->lr, cfg->momentum, cfg->weight_decay);
+        if (getenv("MGC_PROFILE") && k == 0 && world->rank == 0) rt_exec_profile(&r->tr);
+        r->tr.seed = r->ev.seed = cfg->seed;
+        opt.verbose = false;   /* once is enough */
     }
-    have_ev = true;
-    rt_exec_set_sgd(&tr, cfg->lr, cfg->momentum, cfg->weight_decay);
-    if (getenv("MGC_PROFILE")) rt_exec_profile(&tr);
-    tr.seed = ev.seed = cfg->seed;
-    rt_store_init(&store, cfg->seed);
-    if (cfg->load && load_checkpoint(&store, cfg->load)) goto out;
+    if (rt_world_max_status(world, rc)) goto out;
+    rt_store_init(&G.r[0].store, cfg->seed);
+    rc = 0;
+    if (cfg->load && world->rank == 0 && load_checkpoint(&G.r[0].store, cfg->load)) rc = 1;
+    if (rt_world_max_status(world, rc)) goto out;
+    from_replica0(g, true);   /* every replica starts from replica 0's parameters */
 
     if (cfg->batch_file) {
-        status = check_mode(m, cfg, &tr, &ev, &store);
+        status = check_mode(g);
         goto out;
     }
+    long params = tp->param_scalars;
     if (cfg->epochs == 0) {
-        status = cfg->save && save_checkpoint(&store, cfg->save, g->net_name, 0) ? 1 : 0;
-        if (!status) printf("%s: %s parameters in %d tensors initialised (seed %llu)%s%s\n", g->net_name,
-                            train_commas(params, num), tensors, cfg->seed, cfg->save ? ", saved to " : "", cfg->save ? cfg->save : "");
+        status = cfg->save && save_everywhere(g, cfg->save, 0) ? 1 : 0;
+        if (!status && world->rank == 0)
+            printf("%s: %s parameters in %d tensors initialised (seed %llu)%s%s\n", tp->net_name,
+                   rt_commas(params, num), tp->param_tensors, cfg->seed, cfg->save ? ", saved to " : "", cfg->save ? cfg->save : "");
         goto out;
     }
 
     /* The net must fit the data before the data is read. */
-    if (check_input(g, 1, 28, 28, "Fashion-MNIST images")) goto out;
-    if (ir_shape(g, g->logits)->d[1] < DATA_CLASSES) {
+    if (check_input(tp, 1, 28, 28, "Fashion-MNIST images")) goto out;
+    if (tp->classes < DATA_CLASSES) {
         fprintf(stderr, "mgc: the net has %d outputs but Fashion-MNIST has %d classes; use --set classes=%d\n",
-                ir_shape(g, g->logits)->d[1], DATA_CLASSES, DATA_CLASSES);
+                tp->classes, DATA_CLASSES, DATA_CLASSES);
         goto out;
     }
+    rc = 0;
     if (data_load_fashion_mnist(cfg->data_dir, &train, &test, err, sizeof err)) {
-        fprintf(stderr, "mgc: %s\n", err);
+        fprintf(stderr, world->size > 1 ? "mgc: rank %d: %s\n" : "mgc: %.0d%s\n", world->rank, err);
+        rc = 1;
+    }
+    if (!rc && cfg->log && world->rank == 0 && !(log = fopen(cfg->log, "w"))) {
+        fprintf(stderr, "mgc: cannot write --log %s: %s\n", cfg->log, strerror(errno));
+        rc = 1;
+    }
+    if (rt_world_max_status(world, rc)) {
+        if (!rc) fprintf(stderr, "mgc: rank %d: stopping, another rank failed (see its message)\n", world->rank);
         goto out;
     }
     data_limit(&train, cfg->limit_train);
     data_limit(&test, cfg->limit_test);
-    if (cfg->log && !(log = fopen(cfg->log, "w"))) {
-        fprintf(stderr, "mgc: cannot write --log %s: %s\n", cfg->log, strerror(errno));
-        goto out;
+    order = malloc(sizeof(int) * (size_t)(train.n > test.n ? train.n : test.n) + 1);
+    device_list(g, devs, sizeof devs);
+    if (world->rank == 0) {
+        printf("mgc: %s, %s parameters in %d tensors, on %s%s", tp->net_name, rt_commas(params, num), tp->param_tensors,
+               world->size > 1 ? "" : "", devs);
+        if (world->size > 1) printf(" x %d ranks", world->size);
+        printf(" with %d thread%s%s; %s training and %s test examples, batch %d%s\n", G.r[0].dev->threads,
+               G.r[0].dev->threads == 1 ? "" : "s", G.n > 1 ? " each" : "", rt_commas(train.n, num2),
+               rt_commas(test.n, num3), cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
+        long last = train.n % cfg->batch_size;
+        if (last > 0 && last < G.total)
+            printf("mgc: the last %ld example%s of every epoch %s dropped: fewer than the %d replicas\n", last,
+                   last == 1 ? "" : "s", last == 1 ? "is" : "are", G.total);
+        fflush(stdout);
     }
-    order = malloc(sizeof(int) * (size_t)(train.n > test.n ? train.n : test.n));
-    printf("mgc: %s, %s parameters in %d tensors, on [cpu] with %d threads; %s training and %s test examples, batch %d\n",
-           g->net_name, train_commas(params, num), tensors, rt_pool_threads(pool), train_commas(train.n, num2),
-           train_commas(test.n, num3), cfg->batch_size);
-    fflush(stdout);
     struct sigaction sa = { .sa_handler = on_sigint }, old_sa;
     sigaction(SIGINT, &sa, &old_sa);
     int epoch;
     status = 0;
-    for (epoch = 1; epoch <= cfg->epochs && !interrupted; epoch++) {
-        double t0 = now(), loss_sum = 0, correct = 0, last_draw = 0;
-        int seen = 0;
+    bool stopped = false;
+    for (epoch = 1; epoch <= cfg->epochs && !stopped; epoch++) {
+        double t0 = now();
         data_epoch_order(train.n, cfg->seed, epoch, order);
-        const Program *p = m->train_prog;
-        for (int at = 0; at < train.n && !interrupted; at += cfg->batch_size) {
-            int b = train.n - at < cfg->batch_size ? train.n - at : cfg->batch_size;
-            data_gather(&train, order + at, b, tr.ptr[p->input], tr.ptr[p->labels]);
-            rt_exec_run(&tr, b);
-            float l = read1(&tr, p->loss);
-            if (!isfinite(l)) {
-                fprintf(stderr, "\nmgc: the loss became %g at epoch %d, example %d: training diverged; try a smaller --lr\n", l, epoch, at);
-                status = 1;
-                interrupted = 1;
-                break;
-            }
-            loss_sum += (double)l * b;
-            correct += read1(&tr, p->correct);
-            seen += b;
-            if (cfg->progress && now() - last_draw > 0.2) {
-                progress(cfg, epoch, seen, train.n, loss_sum / seen, t0);
-                last_draw = now();
-            }
-        }
-        if (interrupted) break;
+        G.data = &train;
+        G.order = order;
+        G.count = train.n;
+        if (G.comm) rt_comm_reset_stats(G.comm);
+        long steps0 = G.r[0].steps;
+        G.epoch = epoch;
+        G.t0 = t0;
+        on_every_replica(g, epoch_on_replica);
         double t_train = now() - t0;
-        if (cfg->progress) fprintf(stderr, "\r%*s\r", 100, "");
-        double test_acc = evaluate(&ev, &test, cfg->batch_size, order);
-        double secs = now() - t0;
-        double eps = seen / t_train;
-        printf("epoch %d/%d  loss %.3f  train acc %.3f  test acc %.3f  %s examples/s  %.1f s  on [cpu]\n",
-               epoch, cfg->epochs, loss_sum / seen, correct / seen, test_acc, train_commas((long)eps, num), secs);
-        fflush(stdout);
-        if (log) {
-            fprintf(log, "{\"epoch\": %d, \"loss\": %.6f, \"train_acc\": %.6f, \"test_acc\": %.6f, "
-                         "\"examples_per_s\": %.1f, \"seconds\": %.3f, \"train_seconds\": %.3f}\n",
-                    epoch, loss_sum / seen, correct / seen, test_acc, eps, secs, t_train);
-            fflush(log);
+        double sums[3] = { 0, 0, 0 };
+        for (int k = 0; k < G.n; k++) {
+            sums[0] += G.r[k].loss_sum;
+            sums[1] += G.r[k].correct;
+            sums[2] += (double)G.r[k].seen;
         }
-        if (cfg->save && save_checkpoint(&store, cfg->save, g->net_name, epoch)) { status = 1; break; }
+        rt_world_sum_f64(world, sums, 3);
+        Replica *r0 = &G.r[0];
+        if (r0->stop) {
+            stopped = true;
+            if (r0->stop_reason == 2) {
+                if (world->rank == 0)
+                    fprintf(stderr, "\nmgc: the loss became %g in epoch %d: training diverged; try a smaller --lr\n",
+                            sums[0] / (sums[2] > 0 ? sums[2] : 1), epoch);
+                status = 1;
+            } else {
+                interrupted = 1;
+            }
+            break;
+        }
+        if (cfg->progress && world->rank == 0) fprintf(stderr, "\r%*s\r", 100, "");
+        double test_acc = evaluate(g, &test, order);
+        double secs = now() - t0;
+        double seen = sums[2] > 0 ? sums[2] : 1, eps = sums[2] / t_train;
+        long steps = G.r[0].steps - steps0;
+        CommReport cr = comm_report(g, steps);
+        if (world->rank == 0) {
+            char accs[32];
+            if (isnan(test_acc)) snprintf(accs, sizeof accs, "-");
+            else snprintf(accs, sizeof accs, "%.3f", test_acc);
+            printf("epoch %d/%d  loss %.3f  train acc %.3f  test acc %s  %s examples/s  %.1f s  on %s\n",
+                   epoch, cfg->epochs, sums[0] / seen, sums[1] / seen, accs, rt_commas((long)eps, num), secs, devs);
+            if (G.comm)
+                printf("  communication per step: %.2f MB sent by the busiest replica (ring bound 2(N-1)/N S = %.2f MB)%s; "
+                       "waiting %.1f%% of the step, computing %.1f%%\n",
+                       cr.bytes_per_step / 1e6, cr.bound_per_step / 1e6,
+                       world->size > 1 ? "" : "", 100 * cr.wait_s / t_train, 100 * cr.compute_s / t_train);
+            fflush(stdout);
+            if (log) {
+                fprintf(log, "{\"epoch\": %d, \"loss\": %.6f, \"train_acc\": %.6f, \"test_acc\": ", epoch, sums[0] / seen, sums[1] / seen);
+                if (isnan(test_acc)) fprintf(log, "null");
+                else fprintf(log, "%.6f", test_acc);
+                fprintf(log, ", \"examples_per_s\": %.1f, \"seconds\": %.3f, \"train_seconds\": %.3f, \"replicas\": %d",
+                        eps, secs, t_train, G.total);
+                if (G.comm)
+                    fprintf(log, ", \"comm\": {\"steps\": %ld, \"bytes_per_step\": %.0f, \"ring_bound_per_step\": %.0f, "
+                                 "\"mpi_bytes_per_step\": %.0f, \"wait_seconds\": %.3f, \"compute_seconds\": %.3f}",
+                            steps, cr.bytes_per_step, cr.bound_per_step, cr.mpi_bytes_per_step, cr.wait_s, cr.compute_s);
+                fprintf(log, "}\n");
+                fflush(log);
+            }
+        }
+        if (cfg->save && save_everywhere(g, cfg->save, epoch)) { status = 1; break; }
     }
     sigaction(SIGINT, &old_sa, NULL);
     if (interrupted && status == 0) {
-        fprintf(stderr, "\nmgc: interrupted during epoch %d%s%s\n", epoch,
-                cfg->save ? "; the checkpoint holds the last finished epoch: " : "", cfg->save ? cfg->save : "");
+        if (world->rank == 0)
+            fprintf(stderr, "\nmgc: interrupted during epoch %d%s%s\n", epoch,
+                    cfg->save ? "; the checkpoint holds the last finished epoch: " : "", cfg->save ? cfg->save : "");
         status = 130;
     }
 out:
-    if (have_tr && tr.step_seconds && tr.runs) rt_exec_profile_report(&tr, stderr);
+    if (G.n > 0 && G.r[0].have_tr && G.r[0].tr.step_seconds && G.r[0].tr.runs) rt_exec_profile_report(&G.r[0].tr, stderr);
     if (log) fclose(log);
     free(order);
     data_free(&train);
     data_free(&test);
-    if (have_ev) rt_exec_free(&ev);
-    if (have_tr) rt_exec_free(&tr);
-    rt_store_free(&store);
-    rt_pool_free(pool);
+    rt_comm_free(G.comm);
+    for (int k = 0; k < G.n; k++) {
+        Replica *r = &G.r[k];
+        if (r->have_ev) rt_exec_free(&r->ev);
+        if (r->have_tr) rt_exec_free(&r->tr);
+        rt_store_free(&r->store);
+        rt_device_free(r->dev);
+    }
+    free(G.r);
+    for (int k = 0; G.grads && k < tp->nparams; k++) free(G.grads[k]);
+    free(G.grads);
+    free(G.x); free(G.y); free(G.losses); free(G.logits); free(G.eval_logits); free(G.grad_x);
     return status;
 }

@@ -1,14 +1,16 @@
 /*
-** Training: the loop over epochs and batches, evaluation, checkpoints, logs,
-** and the single-batch check mode used by the tests (--batch/--dump).
+** Training: the loop over epochs and batches on one or more replicas,
+** evaluation, checkpoints, logs, the communication report, and the
+** single-batch check mode used by the tests (--batch/--dump).
 */
 #ifndef MGC_TRAIN_H
 #define MGC_TRAIN_H
 #include "runtime.h"
+#include "world.h"
 
 typedef struct TrainConfig {
     int epochs;               /* 0: initialise (and --save) only */
-    int batch_size;           /* the global batch */
+    int batch_size;           /* the global batch, over every replica of every rank */
     float lr, momentum, weight_decay;
     unsigned long long seed;
     const char *data_dir;     /* resolved directory */
@@ -17,22 +19,25 @@ typedef struct TrainConfig {
     const char *batch_file;   /* check mode: one batch from a safetensors file */
     int steps;                /* check mode: SGD steps on it */
     const char *dump;         /* check mode: where the results go */
-    int threads;
+    int threads;              /* CPU threads of this process, shared out between its replicas (0: all cores) */
+    int replicas;             /* CPU devices (replicas) in this process */
+    bool sync_bn;             /* BatchNorm statistics over the global batch */
+    World *world;             /* the ranks of an MPI run, or this process alone */
     bool verbose;
     bool progress;            /* draw progress on stderr (a terminal) */
 } TrainConfig;
 
-/* The compiled net: training graph (forward + backward + update) and the
-   evaluation graph (forward only, BatchNorm on running statistics). */
+/* The compiled net: the training program (forward, backward, collectives,
+   update) and the evaluation program (forward, BatchNorm on running statistics). */
 typedef struct Model {
-    Graph *train, *eval;
-    Program *train_prog, *eval_prog;
+    const Program *train, *eval;
 } Model;
-
-/* v with thousands separators ("44,426"), in buf; printf's ' flag needs a locale. */
-const char *train_commas(long v, char buf[32]);
 
 /* Runs the whole job. Returns the process exit status (0 ok, 1 error, 130 interrupted). */
 int train_run(const Model *m, const TrainConfig *cfg);
+
+/* How a batch of b examples is split over `parts` replicas: replica j gets
+   count examples from first on; sizes differ by at most one. */
+void train_shard(long b, int parts, int j, long *first, long *count);
 
 #endif

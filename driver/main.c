@@ -1,8 +1,10 @@
 /*
-** mgc: the command line, and the one function that runs the pipeline.
+** mgc: the command line, and the one function that runs the pipeline
+** (compile(): every pass in order, each checked by a verifier).
 **
-**   .net --frontend--> IR (shapes checked) --autodiff--> training graph
-**        --lower--> Program (kernels as text + GEMMs) --cc--> loaded kernels --> training
+**   .net --front end--> IR (shapes checked) --gradients--> backward graph
+**        --buckets (data-parallel runs)--> allreduce nodes --update--> SGD
+**        --lower--> Program (kernels as text, GEMMs, collectives) --> training
 **
 ** Only this file exits. Exit status: 0 ok, 1 error in the net, data or run,
 ** 2 bad command line, 130 interrupted.
@@ -10,6 +12,7 @@
 #include "frontend.h"
 #include "train.h"
 #include "data.h"
+#include "world.h"
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -20,7 +23,9 @@
 
 #define MGC_VERSION "0.1.0"
 
-typedef enum Emit { EMIT_NONE, EMIT_IR, EMIT_EVAL_IR, EMIT_GRAD, EMIT_KERNELS, EMIT_CUDA } Emit;
+typedef enum Emit { EMIT_NONE, EMIT_IR, EMIT_EVAL_IR, EMIT_GRAD, EMIT_KERNELS, EMIT_CUDA, EMIT_DP } Emit;
+
+#define MAX_REPLICAS 64       /* CPU devices in one process */
 
 typedef struct Cli {
     const char *net;
@@ -29,6 +34,8 @@ typedef struct Cli {
     int nsets;
     TrainConfig cfg;
     const char *devices;
+    float bucket_mb;          /* gradient bucket size, MB (10^6 bytes) */
+    int total_replicas;       /* over every rank */
 } Cli;
 
 static void usage(FILE *out)
@@ -36,7 +43,10 @@ static void usage(FILE *out)
     fprintf(out,
         "usage: mgc NET.net [options]\n"
         "Compiles a network described in NET.net and trains it on Fashion-MNIST.\n\n"
-        "  --devices LIST         where to train: cpu (default)\n"
+        "  --devices LIST         where to train: cpu (default, one CPU device) or cpu:N (N data-parallel\n"
+        "                         replicas sharing this machine's cores); under mpirun, on every rank\n"
+        "  --sync-bn              BatchNorm statistics over the global batch (all replicas), as SyncBatchNorm\n"
+        "  --bucket-mb X          gradients are summed in buckets of about X MB (default 25; the first at most 1)\n"
         "  --epochs N             passes over the training set (default 10; 0: initialise only)\n"
         "  --batch-size B         the global batch (default 256)\n"
         "  --lr X                 learning rate (default 0.1)\n"
@@ -46,7 +56,7 @@ static void usage(FILE *out)
         "  --data DIR             Fashion-MNIST directory (default $MGC_DATA, else ~/.cache/mgc/fashion-mnist)\n"
         "  --limit-train N        use only the first N training examples\n"
         "  --limit-test N         use only the first N test examples\n"
-        "  --threads T            CPU threads (default: all cores)\n"
+        "  --threads T            CPU threads of this process, shared out between its devices (default: all cores)\n"
         "  --save FILE            write parameters to FILE.safetensors after each epoch\n"
         "  --load FILE            start from the parameters in FILE.safetensors\n"
         "  --log FILE             one JSON object per epoch (jsonl)\n"
@@ -56,6 +66,7 @@ static void usage(FILE *out)
         "                           grad     the whole training step: forward, backward, SGD\n"
         "                           kernels  the generated C kernels and the step list\n"
         "                           cuda     the same kernels as CUDA C for NVRTC\n"
+        "                           dp       the data-parallel plan: replicas, buckets, collectives\n"
         "  --set NAME=VALUE       override a net parameter (repeatable)\n"
         "  --batch FILE --steps K --dump OUT\n"
         "                         check mode: K steps on the batch x, y in FILE.safetensors;\n"
@@ -105,6 +116,33 @@ static int parse_float(const char *opt, const char *s, double min, bool min_open
     return 0;
 }
 
+/* --devices: "cpu" (one device) or "cpu:N" (N replicas). */
+static int parse_devices(const char *list, int *replicas)
+{
+    if (!strcmp(list, "cpu")) {
+        *replicas = 1;
+        return 0;
+    }
+    if (!strncmp(list, "cuda", 4) || !strncmp(list, "gpu", 3))
+        return bad("--devices %s: this mgc has no CUDA device support yet; train on CPU devices, e.g. --devices cpu:2%s", list, "");
+    if (strncmp(list, "cpu:", 4))
+        return bad("--devices %s: unknown device list; use cpu (one CPU device) or cpu:N (N data-parallel CPU devices)%s", list, "");
+    const char *num = list + 4;
+    char *end;
+    errno = 0;
+    long n = strtol(num, &end, 10);
+    if (!*num || *end || errno || n < 0 || !(*num >= '0' && *num <= '9'))
+        return bad("--devices %s: expected the number of CPU devices after 'cpu:', e.g. cpu:2%s", list, "");
+    if (n == 0) return bad("--devices %s: no devices to train on; use cpu:1 or more%s", list, "");
+    if (n > MAX_REPLICAS) {
+        fprintf(stderr, "mgc: --devices %s: at most %d CPU devices in one process; for more, start several processes with mpirun\n(see mgc --help)\n",
+                list, MAX_REPLICAS);
+        return 2;
+    }
+    *replicas = (int)n;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, Cli *c)
 {
     memset(c, 0, sizeof *c);
@@ -115,6 +153,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     t->limit_train = t->limit_test = -1;
     t->steps = 1;
     c->devices = "cpu";
+    c->bucket_mb = 25;
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i];
         if (arg[0] != '-' || !arg[1]) {
@@ -146,7 +185,7 @@ static int parse_args(int argc, char **argv, Cli *c)
         }
         static const char *const known[] = { "--devices", "--gpus", "--epochs", "--batch-size", "--lr", "--momentum",
             "--weight-decay", "--seed", "--data", "--limit-train", "--limit-test", "--threads", "--save", "--load",
-            "--log", "--emit", "--set", "--batch", "--steps", "--dump", NULL };
+            "--log", "--emit", "--set", "--batch", "--steps", "--dump", "--sync-bn", "--bucket-mb", NULL };
         int which = -1;
         for (int k = 0; known[k]; k++)
             if (!strcmp(name, known[k])) which = k;
@@ -160,6 +199,11 @@ static int parse_args(int argc, char **argv, Cli *c)
             if (best) return bad("unknown option '%s'; did you mean '%s'?", name, best);
             return bad("unknown option '%s'%s", name, "");
         }
+        if (which == 20) {   /* a flag */
+            if (val) return bad("%s takes no value, got '%s'", name, val);
+            t->sync_bn = true;
+            continue;
+        }
         if (!val) {
             if (i + 1 >= argc) return bad("%s needs a value%s", name, "");
             val = argv[++i];
@@ -171,7 +215,7 @@ static int parse_args(int argc, char **argv, Cli *c)
         case 1:
             rc = parse_long(name, val, 0, 1024, &v);
             if (!rc && v > 0) {
-                fprintf(stderr, "mgc: --gpus %ld: this mgc has no CUDA device support yet; train on the CPU with --devices cpu\n", v);
+                fprintf(stderr, "mgc: --gpus %ld: this mgc has no CUDA device support yet; train on CPU devices with --devices cpu:%ld\n", v, v);
                 return 2;
             }
             break;
@@ -201,7 +245,8 @@ static int parse_args(int argc, char **argv, Cli *c)
             else if (!strcmp(val, "grad")) c->emit = EMIT_GRAD;
             else if (!strcmp(val, "kernels")) c->emit = EMIT_KERNELS;
             else if (!strcmp(val, "cuda")) c->emit = EMIT_CUDA;
-            else return bad("--emit expects ir, eval-ir, grad, kernels or cuda, got '%s'%s", val, "");
+            else if (!strcmp(val, "dp")) c->emit = EMIT_DP;
+            else return bad("--emit expects ir, eval-ir, grad, kernels, cuda or dp, got '%s'%s", val, "");
             break;
         case 16: {
             const char *e = strchr(val, '=');
@@ -215,24 +260,35 @@ static int parse_args(int argc, char **argv, Cli *c)
         case 17: t->batch_file = val; break;
         case 18: rc = parse_long(name, val, 1, 1000000, &v); t->steps = (int)v; break;
         case 19: t->dump = val; break;
+        case 21: {
+            char *end;
+            errno = 0;
+            double mb = strtod(val, &end);
+            if (!*val || *end || errno || !isfinite(mb)) return bad("%s expects a number of megabytes, got '%s'", name, val);
+            if (!(mb > 0) || mb > 1e6) {
+                fprintf(stderr, "mgc: %s must be more than 0 and at most 1e6, got %s\n(see mgc --help)\n", name, val);
+                return 2;
+            }
+            c->bucket_mb = (float)mb;
+            break;
+        }
         }
         if (rc) return rc;
     }
     if (!c->net) return bad("no net given: mgc NET.net [options], e.g. mgc nets/lenet.net%s%s", "", "");
-    if (strcmp(c->devices, "cpu") && strcmp(c->devices, "cpu:0")) {
-        if (!strncmp(c->devices, "cuda", 4))
-            return bad("--devices %s: this mgc has no CUDA device support yet; use --devices cpu%s", c->devices, "");
-        return bad("--devices %s: unknown device list; this mgc trains on one CPU device: --devices cpu%s", c->devices, "");
-    }
+    int rc2 = parse_devices(c->devices, &t->replicas);
+    if (rc2) return rc2;
     if (t->dump && !t->batch_file) return bad("--dump needs --batch FILE (check mode)%s%s", "", "");
     return 0;
 }
 
-/* The pipeline, front to back. Each pass states what it needs at its top. */
+/* The pipeline, front to back. Each pass states what it needs at its top; the
+   verifier runs after each. */
 static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward, bool input_grad, Graph *g, Program *p)
 {
     ir_graph_init(g, a, d, NULL, training);
-    if (fe_compile(g, c->net, c->sets, c->nsets)) return -1;
+    g->sync_bn = c->cfg.sync_bn;
+    if (fe_compile(g, c->net, c->sets, c->nsets)) return -1;            /* parse, check, elaborate, build */
     if (g->loss < 0) {
         diag_at(d, (Loc){ 0 }, "%s: the net returns no loss; end its last chain with softmax_cross_entropy", c->net);
         return -1;
@@ -240,10 +296,69 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
     if (ir_verify(g, d)) return -1;
     if (backward) {
         IrSgd sgd = { c->cfg.lr, c->cfg.momentum, c->cfg.weight_decay };
-        if (ir_autodiff(g, &sgd, input_grad) || ir_verify(g, d)) return -1;
+        if (ir_gradients(g, input_grad) || ir_verify(g, d)) return -1;     /* the backward graph */
+        if (c->total_replicas > 1) {                                        /* sums across replicas */
+            long bucket = (long)((double)c->bucket_mb * 1e6), first = bucket < 1000000 ? bucket : 1000000;
+            if (ir_buckets(g, bucket, first) || ir_verify(g, d)) return -1;
+        }
+        if (ir_update(g, &sgd) || ir_verify(g, d)) return -1;              /* SGD */
     }
-    if (p && cg_lower(g, a, p)) return -1;
+    if (p && cg_lower(g, a, p)) return -1;                                  /* kernels, GEMMs, collectives */
     return 0;
+}
+
+/* --emit dp: what the data-parallel passes made of the net. */
+static void print_dp(const Cli *c, const Graph *g, const Program *p, const World *w)
+{
+    const TrainConfig *t = &c->cfg;
+    int total = c->total_replicas;
+    char num[32], num2[32];
+    printf("# net %s: the data-parallel training step on %d replica%s (", g->net_name, total, total == 1 ? "" : "s");
+    if (w->size > 1) printf("%d ranks x ", w->size);
+    printf("cpu:%d), BatchNorm %s\n", t->replicas, t->sync_bn ? "over the global batch (--sync-bn)" : "per replica");
+    printf("# One program, run by every replica on its shard of each global batch (SPMD).\n"
+           "# softmax_cross_entropy_grad divides by the global batch, so each replica's gradient\n"
+           "# is its share of the global mean's, and the buckets' sums are the global gradient.\n");
+    printf("replicas (global batch %d):\n", t->batch_size);
+    for (int r = 0; r < total; r++) {
+        long first, n;
+        train_shard(t->batch_size, total, r, &first, &n);
+        printf("  replica %-3d rank %d cpu:%d  examples [%ld, %ld) of each batch: %ld\n", r, r / t->replicas,
+               r % t->replicas, first, first + n, n);
+    }
+    printf("buckets (about %g MB each, the first at most %g MB; the last layers' gradients first):\n",
+           c->bucket_mb, c->bucket_mb < 1 ? c->bucket_mb : 1.0);
+    if (g->nbuckets == 0) printf("  none: with one replica there is nothing to sum\n");
+    for (int k = 0; k < g->nbuckets; k++) {
+        const IrBucket *b = &g->buckets[k];
+        printf("  bucket %d: %s floats, %s bytes, %d tensor%s\n", k, rt_commas(b->floats, num),
+               rt_commas(4 * b->floats, num2), b->count, b->count == 1 ? "" : "s");
+        for (int j = 0; j < b->count; j++) {
+            int id = g->bucket_nodes[b->first + j];
+            const Node *ar = &g->nodes[id], *st = &g->nodes[ar->in[0]];
+            char what[160];
+            snprintf(what, sizeof what, "%%%d = allreduce %%%d", id, ar->in[0]);
+            printf("    %-28s offset %-9d %-16s %s of %s\n", what, ar->i[1], ir_shape_str(g->arena, &st->shape),
+                   ir_op_name(st->op), st->grad_of >= 0 && g->nodes[st->grad_of].name ? g->nodes[st->grad_of].name : "-");
+        }
+    }
+    printf("collectives in the schedule of %d steps:\n", p->nsteps);
+    int ncoll = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        if (s->kind != STEP_ALLREDUCE && s->kind != STEP_WAIT) continue;
+        ncoll++;
+        const Collective *cl = &p->colls[s->coll];
+        if (s->kind == STEP_ALLREDUCE) {
+            const Step *prev = k > 0 ? &p->steps[k - 1] : NULL;
+            const char *after = !prev ? "-" : prev->kind == STEP_KERNEL ? prev->fn : prev->kind == STEP_GEMM ? "gemm" : "a collective";
+            printf("  step %-4d start c%-3d %10s floats, after %s (%%%d): %s\n", k, s->coll, rt_commas(cl->floats, num), after,
+                   prev ? prev->node : -1, cl->what);
+        } else {
+            printf("  step %-4d wait  c%-3d before %%%d %s\n", k, s->coll, s->node, ir_op_name(g->nodes[s->node].op));
+        }
+    }
+    if (!ncoll) printf("  none\n");
 }
 
 int main(int argc, char **argv)
@@ -251,41 +366,71 @@ int main(int argc, char **argv)
     Cli c;
     int rc = parse_args(argc, argv, &c);
     if (rc) return rc;
+    World world;
+    char err[512];
+    if (rt_world_init(&world, &argc, &argv, err, sizeof err)) {
+        fprintf(stderr, "mgc: %s\n", err);
+        return 1;
+    }
+    c.cfg.world = &world;
+    c.total_replicas = c.cfg.replicas * world.size;
+    if (c.cfg.batch_size < c.total_replicas) {
+        if (world.rank == 0)
+            fprintf(stderr, "mgc: --batch-size %d is smaller than the %d devices (%s%s): every device needs an example; "
+                    "use --batch-size %d or more\n(see mgc --help)\n", c.cfg.batch_size, c.total_replicas, c.devices,
+                    world.size > 1 ? " on every rank" : "", c.total_replicas);
+        rt_world_finalize(&world);
+        return 2;
+    }
     Arena arena;
     arena_init(&arena);
     Diag diag;
-    diag_init(&diag, stderr);
+    /* every rank compiles the same net: only rank 0 reports what is wrong with it */
+    FILE *quiet = world.rank == 0 ? NULL : fopen("/dev/null", "w");
+    diag_init(&diag, quiet ? quiet : stderr);
     Graph train, eval;
     Program train_prog, eval_prog;
     int status = 1;
+    bool say = world.rank == 0;
+    char num[32];
 
     switch (c.emit) {
     case EMIT_IR: case EMIT_EVAL_IR: {
         bool tr = c.emit == EMIT_IR;
         if (compile(&c, &arena, &diag, tr, false, false, &train, NULL)) break;
         int tensors;
-        char num[32];
         long n = ir_param_count(&train, &tensors);
-        printf("# net %s (%s form): %s parameters in %d tensors\n", train.net_name, tr ? "training" : "evaluation",
-               train_commas(n, num), tensors);
-        ir_print(&train, stdout, 0, train.n);
+        if (say) {
+            printf("# net %s (%s form): %s parameters in %d tensors\n", train.net_name, tr ? "training" : "evaluation",
+                   rt_commas(n, num), tensors);
+            ir_print(&train, stdout, 0, train.n);
+        }
         status = 0;
         break;
     }
     case EMIT_GRAD:
         if (compile(&c, &arena, &diag, true, true, false, &train, NULL)) break;
-        printf("# net %s: training step (lr %g, momentum %g, weight decay %g)\n# forward\n", train.net_name,
-               c.cfg.lr, c.cfg.momentum, c.cfg.weight_decay);
-        ir_print(&train, stdout, 0, train.n_forward);
-        printf("# backward and update\n");
-        ir_print(&train, stdout, train.n_forward, train.n);
+        if (say) {
+            printf("# net %s: training step (lr %g, momentum %g, weight decay %g)\n# forward\n", train.net_name,
+                   c.cfg.lr, c.cfg.momentum, c.cfg.weight_decay);
+            ir_print(&train, stdout, 0, train.n_forward);
+            printf("# backward and update\n");
+            ir_print(&train, stdout, train.n_forward, train.n);
+        }
         status = 0;
         break;
     case EMIT_KERNELS: case EMIT_CUDA:
         if (compile(&c, &arena, &diag, true, true, false, &train, &train_prog)) break;
-        printf("/* steps of the training program of %s:\n", train.net_name);
-        cg_print_steps(&train_prog, stdout);
-        printf("*/\n%s", cg_source(&train_prog, c.emit == EMIT_CUDA ? TARGET_CUDA : TARGET_C));
+        if (say) {
+            printf("/* steps of the training program of %s:\n", train.net_name);
+            cg_print_steps(&train_prog, stdout);
+            printf("*/\n%s", cg_source(&train_prog, c.emit == EMIT_CUDA ? TARGET_CUDA : TARGET_C));
+        }
+        status = 0;
+        break;
+    case EMIT_DP:
+        if (compile(&c, &arena, &diag, true, true, false, &train, &train_prog)) break;
+        if (say) print_dp(&c, &train, &train_prog, &world);
         status = 0;
         break;
     case EMIT_NONE: {
@@ -295,12 +440,14 @@ int main(int argc, char **argv)
         char dir[4096];
         if (!c.cfg.data_dir) c.cfg.data_dir = data_default_dir(dir, sizeof dir);
         c.cfg.progress = isatty(2) && !checking;
-        Model m = { &train, &eval, &train_prog, &eval_prog };
+        Model m = { &train_prog, &eval_prog };
         status = train_run(&m, &c.cfg);
         break;
     }
     }
     arena_free(&arena);
+    if (quiet) fclose(quiet);
     for (int k = 0; k < c.nsets; k++) free((char *)c.sets[k].name);
+    rt_world_finalize(&world);
     return status;
 }

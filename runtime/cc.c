@@ -1,0 +1,135 @@
+/*
+** Kernels for the CPU device: the generated C compiled by the system C
+** compiler into a shared object, cached on disk by a hash of source, flags
+** and compiler, and loaded with dlopen.
+*/
+#include "runtime.h"
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *rt_cache_dir(char *buf, size_t size)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME");
+    if (xdg && *xdg) snprintf(buf, size, "%s/mgc", xdg);
+    else snprintf(buf, size, "%s/.cache/mgc", getenv("HOME") ? getenv("HOME") : "/tmp");
+    return buf;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static int mkdirs(const char *path)
+{
+    char tmp[4608];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
+    return 0;
+}
+
+/* The first line of `cc --version`, part of the cache key. */
+static void compiler_id(const char *cc, char *buf, size_t size)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --version 2>/dev/null", cc);
+    buf[0] = 0;
+    FILE *f = popen(cmd, "r");
+    if (!f) return;
+    if (!fgets(buf, (int)size, f)) buf[0] = 0;
+    pclose(f);
+}
+
+static const char kernel_flags[] = "-O3 -march=native -std=gnu11 -fPIC -shared -fno-math-errno -Wno-unused";
+
+static int compile_kernels(const char *source, bool verbose, char *so_path, size_t so_size, char *err, size_t err_size)
+{
+    const char *cc = getenv("MGC_CC");
+    if (!cc || !*cc) cc = "cc";
+    char id[256];
+    compiler_id(cc, id, sizeof id);
+    if (!id[0]) {
+        snprintf(err, err_size, "cannot run the C compiler '%s' to build the kernels (set MGC_CC to a working compiler)", cc);
+        return -1;
+    }
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = fnv1a(h, source);
+    h = fnv1a(h, "\n--flags ");
+    h = fnv1a(h, kernel_flags);
+    h = fnv1a(h, "\n--cc ");
+    h = fnv1a(h, cc);
+    h = fnv1a(h, id);
+    char dir[4096], kdir[4200];
+    rt_cache_dir(dir, sizeof dir);
+    snprintf(kdir, sizeof kdir, "%s/kernels", dir);
+    if (mkdirs(kdir)) {
+        snprintf(err, err_size, "cannot create the kernel cache directory '%s': %s (set XDG_CACHE_HOME to a writable place)",
+                 kdir, strerror(errno));
+        return -1;
+    }
+    snprintf(so_path, so_size, "%s/%016llx.so", kdir, (unsigned long long)h);
+    if (access(so_path, R_OK) == 0) {
+        if (verbose) fprintf(stderr, "mgc: kernels found in cache %s\n", so_path);
+        return 0;
+    }
+    char c_path[4800], tmp_so[4800], log_path[4800];
+    snprintf(c_path, sizeof c_path, "%s/%016llx.c", kdir, (unsigned long long)h);
+    snprintf(tmp_so, sizeof tmp_so, "%s.%d.tmp", so_path, (int)getpid());
+    snprintf(log_path, sizeof log_path, "%s/%016llx.log", kdir, (unsigned long long)h);
+    FILE *f = fopen(c_path, "w");
+    if (!f || fputs(source, f) < 0 || fclose(f)) {
+        snprintf(err, err_size, "cannot write kernel source '%s': %s", c_path, strerror(errno));
+        return -1;
+    }
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "%s %s -o '%s' '%s' > '%s' 2>&1", cc, kernel_flags, tmp_so, c_path, log_path);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = system(cmd);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc != 0) {
+        snprintf(err, err_size, "the C compiler failed on the generated kernels (exit %d); source %s, messages %s",
+                 WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, c_path, log_path);
+        unlink(tmp_so);
+        return -1;
+    }
+    if (rename(tmp_so, so_path)) {
+        snprintf(err, err_size, "cannot move compiled kernels into the cache '%s': %s", so_path, strerror(errno));
+        return -1;
+    }
+    unlink(log_path);
+    if (verbose)
+        fprintf(stderr, "mgc: compiled kernels in %.2f s -> %s\n",
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), so_path);
+    return 0;
+}
+
+int rt_cc_load(const char *source, bool verbose, void **so, char *err, size_t err_size)
+{
+    char so_path[4608];
+    if (compile_kernels(source, verbose, so_path, sizeof so_path, err, err_size)) return -1;
+    *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!*so) {
+        snprintf(err, err_size, "cannot load compiled kernels %s: %s (delete it to rebuild)", so_path, dlerror());
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,149 @@
+/*
+** The CPU device: host memory, kernels compiled by the system C compiler
+** (runtime/cc.c), run on a thread pool of its own; GEMMs through CBLAS
+** (OpenBLAS, single-threaded: the pool splits them), collectives through the
+** in-process ring and MPI of runtime/comm.c.
+**
+** A kernel runs on every thread of the pool: each calls it with its own
+** a.thread, and FOR_EACH gives each its contiguous share. Small jobs run on
+** the calling thread alone. One pool owns a device's cores: BLAS's own
+** threads would fight it for them.
+*/
+#include "runtime.h"
+#include "comm.h"
+#include "pool.h"
+#include <cblas.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*KernelCall)(KArgs);
+
+typedef struct KernelJob { KernelCall fn; KArgs a; } KernelJob;
+
+static void kernel_job(void *ctx, int thread, int nthreads)
+{
+    KernelJob *k = ctx;
+    KArgs a = k->a;
+    a.thread = thread;
+    a.nthreads = nthreads;
+    k->fn(a);
+}
+
+/* Row-major C[M,N] = alpha op(A) op(B) + beta C, split over threads by
+   rows of C (when M is the larger) or by columns. */
+typedef GemmArgs GemmJob;
+
+static void gemm_job(void *ctx, int thread, int nthreads)
+{
+    GemmJob *g = ctx;
+    const float *a = g->a, *b = g->b;
+    float *c = g->c;
+    int m = g->m, n = g->n;
+    if (g->m >= g->n) {
+        int m0 = (int)((long)g->m * thread / nthreads), m1 = (int)((long)g->m * (thread + 1) / nthreads);
+        m = m1 - m0;
+        a += g->ta ? m0 : (long)m0 * g->lda;
+        c += (long)m0 * g->ldc;
+    } else {
+        int n0 = (int)((long)g->n * thread / nthreads), n1 = (int)((long)g->n * (thread + 1) / nthreads);
+        n = n1 - n0;
+        b += g->tb ? (long)n0 * g->ldb : n0;
+        c += n0;
+    }
+    if (m <= 0 || n <= 0) return;
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+                m, n, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+}
+
+static void *cpu_alloc(Device *d, size_t bytes)
+{
+    (void)d;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64)) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cpu_release(Device *d, void *mem) { (void)d; free(mem); }
+
+static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes)
+{
+    (void)d;
+    if (dst != src) memcpy(dst, src, bytes);
+}
+
+static int cpu_load(Device *d, const Program *p, bool verbose, void **module, KernelFn *fns, char *err, size_t err_size)
+{
+    (void)d;
+    if (rt_cc_load(cg_source(p, TARGET_C), verbose, module, err, err_size)) return -1;
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        if (s->kind != STEP_KERNEL) continue;
+        void *sym = dlsym(*module, s->fn);
+        if (!sym) {
+            snprintf(err, err_size, "kernel %s missing from the compiled kernels (delete the kernel cache to rebuild)", s->fn);
+            return -1;
+        }
+        memcpy(&fns[k], &sym, sizeof sym);
+    }
+    return 0;
+}
+
+static void cpu_unload(Device *d, void *module)
+{
+    (void)d;
+    if (module) dlclose(module);
+}
+
+static void cpu_launch(Device *d, KernelFn fn, const KArgs *a, long work, long grain, bool heavy)
+{
+    KernelJob job = { .a = *a };
+    memcpy(&job.fn, &fn, sizeof job.fn);
+    rt_pool_run(d->impl, kernel_job, &job, heavy ? work >= 2 : work * (grain > 0 ? grain : 1) >= 8192 && work >= 2);
+}
+
+static void cpu_gemm(Device *d, const GemmArgs *g)
+{
+    double flops = 2.0 * g->m * g->n * g->k;
+    rt_pool_run(d->impl, gemm_job, (void *)g, flops > 2e5 && (g->m >= 16 || g->n >= 16));
+}
+
+static void cpu_synchronize(Device *d) { (void)d; }   /* every call returns when its work is done */
+
+static void cpu_allreduce_start(Device *d, Comm *c, int replica, int coll, float *data, long n)
+{
+    (void)d;
+    rt_comm_start(c, replica, coll, data, n);
+}
+
+static double cpu_allreduce_wait(Device *d, Comm *c, int replica, int coll)
+{
+    (void)d;
+    return rt_comm_wait(c, replica, coll);
+}
+
+static const DeviceOps cpu_ops = {
+    cpu_alloc, cpu_release, cpu_copy, cpu_copy, cpu_copy, cpu_load, cpu_unload, cpu_launch, cpu_gemm, cpu_synchronize,
+    cpu_allreduce_start, cpu_allreduce_wait,
+};
+
+Device *rt_device_cpu_new(int index, int threads)
+{
+    openblas_set_num_threads(1);   /* the pool parallelises GEMMs itself */
+    Device *d = calloc(1, sizeof *d);
+    d->ops = &cpu_ops;
+    snprintf(d->name, sizeof d->name, "cpu:%d", index);
+    d->impl = rt_pool_new(threads);
+    d->threads = rt_pool_threads(d->impl);
+    d->host_memory = true;
+    return d;
+}
+
+void rt_device_free(Device *d)
+{
+    if (!d) return;
+    rt_pool_free(d->impl);
+    free(d);
+}

@@ -1,0 +1,160 @@
+/*
+** The executor: one Program bound to one device's memory, run step by step.
+**
+** Persistent buffers are the Store's tensors; activations, scratch and inputs
+** get the slots of the memory plan (runtime/plan.c), allocated on the device.
+** A run walks the step list: kernels and GEMMs go to the device; an
+** allreduce step hands a buffer to the data-parallel group and goes on (the
+** sum overlaps the steps after it), a wait step blocks until that sum is
+** done. Alone (no group), a collective is the identity.
+*/
+#include "runtime.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_batch,
+                 const RtOptions *opt, char *err, size_t err_size)
+{
+    memset(x, 0, sizeof *x);
+    x->prog = p;
+    x->dev = dev;
+    x->max_batch = max_batch;
+    x->ptr = calloc((size_t)p->nbufs, sizeof(float *));
+    x->owned = calloc((size_t)p->nbufs + 1, sizeof(void *));
+    x->fn = calloc((size_t)p->nsteps + 1, sizeof(KernelFn));
+    if (!dev->host_memory) {
+        snprintf(err, err_size, "%s: devices with memory of their own are not supported by this executor yet", dev->name);
+        return -1;
+    }
+    for (int b = 0; b < p->nbufs; b++) {
+        const Buf *buf = &p->bufs[b];
+        if (buf->kind != BUF_PERSISTENT) continue;
+        int k = rt_store_add(store, buf);
+        if (k < 0) {
+            snprintf(err, err_size, "internal: '%s' has two shapes", buf->name);
+            return -1;
+        }
+        x->ptr[b] = store->e[k].data;
+    }
+    MemPlan mp;
+    rt_plan(p, max_batch, &mp);
+    for (int t = 0; t < mp.nslots; t++) {
+        void *mem = dev->ops->alloc(dev, mp.slot_bytes[t]);
+        if (!mem) {
+            snprintf(err, err_size, "out of memory on %s: %zu bytes of activations (%.1f MiB in all at batch %ld; try a smaller --batch-size)",
+                     dev->name, mp.slot_bytes[t], mp.bytes / 1048576.0, max_batch);
+            rt_plan_free(&mp);
+            return -1;
+        }
+        x->owned[x->nowned++] = mem;
+    }
+    for (int b = 0; b < p->nbufs; b++)
+        if (mp.slot[b] >= 0) x->ptr[b] = x->owned[mp.slot[b]];
+    for (int b = 0; b < p->nbufs; b++)
+        if (p->bufs[b].kind == BUF_VIEW) x->ptr[b] = x->ptr[p->bufs[b].alias] + p->bufs[b].offset;
+    if (opt && opt->verbose)
+        fprintf(stderr, "mgc: memory plan on %s: %d buffers in %d slots, %.1f MiB (%.1f MiB without reuse) at batch %ld\n",
+                dev->name, mp.planned, mp.nslots, mp.bytes / 1048576.0, mp.naive_bytes / 1048576.0, max_batch);
+    x->activation_bytes = mp.bytes;
+    rt_plan_free(&mp);
+    if (dev->ops->load(dev, p, opt && opt->verbose, &x->module, x->fn, err, err_size)) return -1;
+    x->seed = 0x5eed;
+    for (int k = 0; k < p->nsteps; k++)   /* the net's own until told otherwise */
+        if (p->steps[k].sgd) {
+            memcpy(x->sgd, p->steps[k].f, sizeof x->sgd);
+            break;
+        }
+    return 0;
+}
+
+void rt_exec_free(Exec *x)
+{
+    for (int k = 0; k < x->nowned; k++) x->dev->ops->release(x->dev, x->owned[k]);
+    if (x->module) x->dev->ops->unload(x->dev, x->module);
+    free(x->owned);
+    free(x->ptr);
+    free(x->fn);
+    free(x->step_seconds);
+    memset(x, 0, sizeof *x);
+}
+
+void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay)
+{
+    x->sgd[0] = lr;
+    x->sgd[1] = momentum;
+    x->sgd[2] = weight_decay;
+}
+
+void rt_exec_profile(Exec *x)
+{
+    if (!x->step_seconds) x->step_seconds = calloc((size_t)x->prog->nsteps, sizeof(double));
+}
+
+void rt_exec_profile_report(const Exec *x, FILE *out)
+{
+    const Program *p = x->prog;
+    if (!x->step_seconds) return;
+    double total = 0;
+    for (int k = 0; k < p->nsteps; k++) total += x->step_seconds[k];
+    fprintf(out, "profile (%s): %llu runs, %.3f s in steps\n  step  node   share     ms/run  what\n", x->dev->name, x->runs, total);
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        const char *what = s->kind == STEP_KERNEL ? s->fn : s->kind == STEP_GEMM ? "gemm"
+                         : s->kind == STEP_ALLREDUCE ? "allreduce (start)" : "allreduce (wait)";
+        fprintf(out, "  %-5d %%%-5d %5.1f%%  %9.4f  %s\n", k, s->node, 100 * x->step_seconds[k] / (total > 0 ? total : 1),
+                1e3 * x->step_seconds[k] / (double)(x->runs ? x->runs : 1), what);
+    }
+}
+
+void rt_exec_run(Exec *x, long n, long global_n, long first)
+{
+    const Program *p = x->prog;
+    Device *dev = x->dev;
+    x->runs++;
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        double t0 = x->step_seconds ? seconds() : 0;
+        switch (s->kind) {
+        case STEP_KERNEL: {
+            KArgs a;
+            memset(&a, 0, sizeof a);
+            for (int j = 0; j < s->nargs; j++) a.t[j] = s->args[j] >= 0 ? x->ptr[s->args[j]] : NULL;
+            a.batch = n;
+            a.global_batch = global_n;
+            a.first = first;
+            memcpy(a.f, s->f, sizeof a.f);
+            if (s->sgd) memcpy(a.f, x->sgd, sizeof x->sgd);
+            /* the same masks on every replica count: seeded by run, step and the global example index */
+            a.seed = s->seeded ? x->seed * 0x9E3779B97F4A7C15ULL + x->runs * 0xD1B54A32D192ED03ULL + (unsigned long long)k : 0;
+            dev->ops->launch(dev, x->fn[k], &a, cg_dim(s->work, n), s->grain, s->heavy);
+            break;
+        }
+        case STEP_GEMM: {
+            GemmArgs g = { s->ta, s->tb, (int)cg_dim(s->m, n), (int)cg_dim(s->n, n), (int)cg_dim(s->k, n),
+                           (int)cg_dim(s->lda, n), (int)cg_dim(s->ldb, n), (int)cg_dim(s->ldc, n), s->alpha, s->beta,
+                           x->ptr[s->a], x->ptr[s->b], x->ptr[s->c] };
+            dev->ops->gemm(dev, &g);
+            break;
+        }
+        case STEP_ALLREDUCE: {
+            const Collective *c = &p->colls[s->coll];
+            if (c->src != c->dst) dev->ops->copy(dev, x->ptr[c->dst], x->ptr[c->src], sizeof(float) * (size_t)c->floats);
+            if (x->comm) dev->ops->allreduce_start(dev, x->comm, x->replica, s->coll, x->ptr[c->dst], c->floats);
+            break;
+        }
+        case STEP_WAIT:
+            if (x->comm) x->wait_seconds += dev->ops->allreduce_wait(dev, x->comm, x->replica, s->coll);
+            break;
+        }
+        if (x->step_seconds) x->step_seconds[k] += seconds() - t0;
+    }
+}
