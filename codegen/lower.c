@@ -1208,7 +1208,7 @@ static void dp_prepare(Lower *L)
         const IrBucket *bk = &g->buckets[k];
         bool final = k == g->nbuckets - 1;
         char *what = arena_printf(p->arena, "bucket %d:", k);
-        int b = new_buf(L, BUF_ACT, dimc(bk->floats + final), arena_printf(p->arena, "bucket %d", k), -1);
+        int b = new_buf(L, BUF_ACT, dimc(bk->floats + 2 * final), arena_printf(p->arena, "bucket %d", k), -1);
         p->bufs[b].pinned = true;
         L->ready[k] = 0;
         for (int j = 0; j < bk->count; j++) {
@@ -1217,12 +1217,11 @@ static void dp_prepare(Lower *L)
             L->bucket_at[st] = g->nodes[ar].i[1];
             int r = last[st] > st ? last[st] : st;
             if (r > L->ready[k]) L->ready[k] = r;
-            int of = g->nodes[st].grad_of;
-            what = arena_printf(p->arena, "%s %s", what, of >= 0 && g->nodes[of].name ? g->nodes[of].name : ir_op_name(g->nodes[st].op));
+            what = arena_printf(p->arena, "%s %s", what, g->nodes[ar].name);
         }
-        L->bucket_coll[k] = new_coll(L, b, b, bk->floats + final, k, what);
+        L->bucket_coll[k] = new_coll(L, b, b, bk->floats + 2 * final, k, what);
         if (final) {
-            p->control = new_buf(L, BUF_VIEW, dimc(1), "stop votes", -1);
+            p->control = new_buf(L, BUF_VIEW, dimc(2), "stop votes", -1);
             p->bufs[p->control].alias = b;
             p->bufs[p->control].offset = (int)bk->floats;
         }
@@ -1262,7 +1261,7 @@ static void lower_allreduce(Lower *L, int id)
     }
     /* on its own (--sync-bn's sums): out of place, waited at once */
     int src = buf_of(L, n->in[0]), dst = out_buf(L, id);
-    const char *what = arena_printf(L->p->arena, "%s %%%d", ir_op_name(g->nodes[n->in[0]].op), n->in[0]);
+    const char *what = n->name ? n->name : arena_printf(L->p->arena, "%s %%%d", ir_op_name(g->nodes[n->in[0]].op), n->in[0]);
     int c = new_coll(L, src, dst, ir_numel(&n->shape, 1), -1, what);
     coll_step(L, STEP_ALLREDUCE, id, c);
     coll_step(L, STEP_WAIT, id, c);

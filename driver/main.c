@@ -338,8 +338,8 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
             const Node *ar = &g->nodes[id], *st = &g->nodes[ar->in[0]];
             char what[160];
             snprintf(what, sizeof what, "%%%d = allreduce %%%d", id, ar->in[0]);
-            printf("    %-28s offset %-9d %-16s %s of %s\n", what, ar->i[1], ir_shape_str(g->arena, &st->shape),
-                   ir_op_name(st->op), st->grad_of >= 0 && g->nodes[st->grad_of].name ? g->nodes[st->grad_of].name : "-");
+            printf("    %-28s offset %-9d %-16s %s: d loss / d %s\n", what, ar->i[1], ir_shape_str(g->arena, &st->shape),
+                   ir_op_name(st->op), ar->name);
         }
     }
     printf("collectives in the schedule of %d steps:\n", p->nsteps);

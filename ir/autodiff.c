@@ -88,6 +88,7 @@ static void backward_rule(Ad *ad, int y)
            this replica's part (the bucket allreduce sums them, or reuses these). */
         bool sync = g->nodes[stats].op == OP_BN_FINISH;
         int dsums = sync ? ir_allreduce(g, g->nodes[y].loc, dparams) : dparams;
+        if (sync) g->nodes[dsums].name = arena_printf(g->arena, "%s+bias grads", g->nodes[gamma].name);
         int dgamma = mk(g, OP_SLICE, y, g->nodes[gamma].shape, 1, &dparams);
         g->nodes[dgamma].i[0] = 0;
         int dbeta = mk(g, OP_SLICE, y, g->nodes[beta].shape, 1, &dparams);

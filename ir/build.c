@@ -186,7 +186,9 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
            replica are added up, then the squared deviations from the global
            mean; two passes, as bn_stats makes on one device. */
         int sum = ir_allreduce(g, loc, unary(g, OP_BN_SUM, loc, x, cs));
+        g->nodes[sum].name = pname(g, prefix, "sum");
         int sq = ir_allreduce(g, loc, binary(g, OP_BN_SQDEV, loc, x, sum, cs));
+        g->nodes[sq].name = pname(g, prefix, "sqdev");
         stats = binary(g, OP_BN_FINISH, loc, sum, sq, ir_shape_make(2, sd));
         g->nodes[stats].f[0] = eps;
         int rin[3] = { stats, rmean, rvar };

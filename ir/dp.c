@@ -11,8 +11,8 @@
 ** gradient of the global-batch mean loss over its own shard (the loss
 ** gradient divides by the global batch, see softmax_cross_entropy_grad), so
 ** the sum over replicas is exactly the gradient of one device on the whole
-** batch, for any split. Buckets take the gradients in reverse order of the
-** net: the last layers' gradients are ready first and go first; code
+** batch, for any split. Buckets take the gradients in the order they are
+** ready: the last layers' first; code
 ** generation lays each bucket's gradients side by side in one buffer and
 ** starts its collective as soon as the last of them is computed (and read),
 ** so communication overlaps the rest of the backward pass.
@@ -21,6 +21,9 @@
 ** two halves of bn_grad_params' output) are summed as that one tensor. With
 ** --sync-bn that tensor is already summed across replicas for the input
 ** gradient; the parameters then take that sum, and no bucket carries it.
+**
+** The order is that in which the backward pass computes the gradients (the
+** node ids of the tensors that hold them), which is the reverse of the net's.
 */
 #include "ir.h"
 #include <string.h>
@@ -63,9 +66,23 @@ int ir_buckets(Graph *g, long bucket_bytes, long first_bytes)
     for (int id = g->n_forward; id < g->n; id++)
         if (g->nodes[id].op == OP_ALLREDUCE) summed[g->nodes[id].in[0]] = id;   /* --sync-bn's sums */
 
+    /* The parameters in the order their gradients are computed: the backward
+       pass runs from the last layer to the first. */
+    int *order = arena_alloc(g->arena, sizeof(int) * (size_t)(nparams + 1)), n = 0;
+    for (int p = nf - 1; p >= 0; p--)
+        if (g->nodes[p].op == OP_PARAM && g->grad[p] >= 0) {
+            int off, st = storage(g, g->grad[p], &off);
+            int k = n++;
+            for (; k > 0; k--) {   /* insertion sort by the storage node, stable */
+                int o, sk = storage(g, g->grad[order[k - 1]], &o);
+                if (sk <= st) break;
+                order[k] = order[k - 1];
+            }
+            order[k] = p;
+        }
     IrBucket *cur = NULL;
-    for (int p = nf - 1; p >= 0; p--) {
-        if (g->nodes[p].op != OP_PARAM || g->grad[p] < 0) continue;
+    for (int k = 0; k < n; k++) {
+        int p = order[k];
         g->update_order[g->nupdate++] = p;
         int offset, st = storage(g, g->grad[p], &offset);
         if (summed[st] < 0) {
@@ -82,10 +99,13 @@ int ir_buckets(Graph *g, long bucket_bytes, long first_bytes)
             g->nodes[ar].grad_of = g->nodes[st].grad_of;
             g->nodes[ar].i[0] = (int)(cur - g->buckets);
             g->nodes[ar].i[1] = (int)cur->floats;
+            g->nodes[ar].name = g->nodes[p].name;
             g->bucket_nodes[nmembers++] = ar;
             cur->count++;
             cur->floats += floats;
             summed[st] = ar;
+        } else if (g->nodes[summed[st]].i[0] >= 0) {   /* a second parameter in the same tensor */
+            g->nodes[summed[st]].name = arena_printf(g->arena, "%s+%s", g->nodes[summed[st]].name, g->nodes[p].name);
         }
         g->grad[p] = summed_view(g, p, summed[st], offset);
     }

@@ -48,7 +48,7 @@ expect lr-negative 2 "--lr must be >= 0" -- $L --lr -1
 expect momentum-range 2 "--momentum must be in [0, 1], got 1.5" -- $L --momentum 1.5
 expect epochs-word 2 "--epochs expects a whole number" -- $L --epochs ten
 expect missing-value 2 "--seed needs a value" -- $L --seed
-expect bad-emit 2 "--emit expects ir, eval-ir, grad, kernels or cuda" -- $L --emit asm
+expect bad-emit 2 "--emit expects ir, eval-ir, grad, kernels, cuda or dp" -- $L --emit asm
 expect bad-set 2 "--set expects NAME=VALUE" -- $L --set classes
 expect two-nets 2 "more than one net" -- $L nets/resnet18.net
 expect devices 2 "unknown device list" -- $L --devices tpu

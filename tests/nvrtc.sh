@@ -23,5 +23,12 @@ for net in nets/lenet.net tests/nets/op_conv.net tests/nets/op_dropout_half.net 
         fi
     done
 done
+# the data-parallel kernels: --sync-bn's statistics, the global batch
+"$MGC" nets/resnet18.net --emit cuda --devices cpu:2 --sync-bn > "$tmp/k.cu" 2> "$tmp/err" &&
+if build/nvrtc_check "$tmp/k.cu" sm_90 > "$tmp/out" 2>&1; then
+    pass=$((pass + 1)); echo "ok   nets/resnet18.net (cpu:2 --sync-bn): $(sed 's/.*NVRTC //' "$tmp/out")"
+else
+    echo "FAIL nets/resnet18.net (cpu:2 --sync-bn):"; head -20 "$tmp/out"; fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -38,6 +38,7 @@ suite comm sh -c "make -s build/unit_comm && ./build/unit_comm"
 suite bad bash tests/bad.sh
 suite golden bash tests/golden.sh
 suite cli bash tests/cli.sh
+suite dp bash tests/dp.sh
 if [ -f /usr/local/cuda/include/nvrtc.h ]; then
     suite nvrtc bash tests/nvrtc.sh
 else

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Data parallelism end to end: the command line's device errors; k replicas
+# against one on the same global batches (LeNet a few hundred steps with an
+# uneven last batch on cpu:1/2/3; ResNet-18 with --sync-bn on cpu:1/2,
+# running statistics included); mpirun -np 2 against one process; a failing
+# rank stops every rank. Needs $MGC_DATA. Prints "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+MGC=${MGC:-./mgc}
+PY=/usr/bin/python3
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-$tmp/cache}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL dp $*"; }
+
+# expect NAME STATUS TEXT -- ARGS
+expect() {
+    local name=$1 status=$2 text=$3; shift 4
+    timeout 120 "$MGC" "$@" > "$tmp/out" 2>&1
+    local rc=$?
+    if [ $rc -ne "$status" ]; then bad "$name: exit $rc, wanted $status (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
+    elif ! grep -qF -- "$text" "$tmp/out"; then bad "$name: output lacks '$text'"; head -5 "$tmp/out" | sed 's/^/    /'
+    else pass=$((pass + 1)); fi
+}
+
+L=nets/lenet.net
+expect cpu0 2 "no devices to train on; use cpu:1 or more" -- $L --devices cpu:0
+expect cpux 2 "expected the number of CPU devices after 'cpu:'" -- $L --devices cpu:x
+expect cpu-minus 2 "expected the number of CPU devices after 'cpu:'" -- $L --devices cpu:-2
+expect too-many 2 "at most 64 CPU devices in one process" -- $L --devices cpu:65
+expect batch-small 2 "--batch-size 2 is smaller than the 3 devices" -- $L --batch-size 2 --devices cpu:3
+expect bucket-zero 2 "--bucket-mb must be more than 0" -- $L --bucket-mb 0
+expect bucket-word 2 "--bucket-mb expects a number of megabytes" -- $L --bucket-mb big
+expect cuda 2 "no CUDA device support yet; train on CPU devices" -- $L --devices cuda:0
+expect gpus 2 "train on CPU devices with --devices cpu:2" -- $L --gpus 2
+expect sync-value 2 "--sync-bn takes no value" -- $L --sync-bn=yes
+
+if [ -z "${MGC_DATA:-}" ]; then
+    echo "skip: MGC_DATA is not set: no training runs"
+    echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; exit
+fi
+
+# Two checkpoints: the largest, over tensors, of max|a - b| / max(max|b|, FLOOR)
+# (running statistics included). FLOOR 0: plain relative differences.
+compare() {  # A B TOL FLOOR WHAT
+    if out=$($PY - "$1" "$2" "$3" "$4" <<'EOF'
+import sys
+sys.path.insert(0, "tests")
+import st
+a, b = st.load(sys.argv[1]), st.load(sys.argv[2])
+tol, floor = float(sys.argv[3]), float(sys.argv[4])
+assert set(a) == set(b), "different tensors"
+worst, name = 0.0, ""
+for k in a:
+    scale = max(float(b[k].double().abs().max()), floor) or 1.0
+    e = float((a[k].double() - b[k].double()).abs().max()) / scale
+    if e > worst: worst, name = e, k
+print(f"max relative difference {worst:.2e} ({name}), {len(a)} tensors")
+sys.exit(0 if worst <= tol else 1)
+EOF
+    ); then ok "$5: $out"; else bad "$5: $out (tolerance $3)"; fi
+}
+
+train() {  # OUT ARGS...: one run that must succeed
+    local out=$1; shift
+    if ! timeout 600 "$@" --save "$out" > "$tmp/log" 2>&1; then
+        bad "run failed: $*"; tail -5 "$tmp/log" | sed 's/^/    /'; return 1
+    fi
+}
+
+# LeNet: 200 steps of 64 and a last batch of 32 (11 + 11 + 10 on cpu:3). The
+# learning rate is small enough that training does not amplify rounding: at
+# lr 0.05 two runs on ONE device whose convolutions sum in another order (as
+# MGC_CONV=gemm does) are 2e-2 apart after 200 steps; at 0.01, 3e-7 (and
+# 2e-5 after 312). So this measures what data parallelism changes, the order
+# of float sums (about 6e-8 here).
+LA="--epochs 1 --limit-train 12832 --limit-test 256 --batch-size 64 --lr 0.01 --seed 7"
+train "$tmp/l1.st" "$MGC" $L $LA --devices cpu:1 &&
+train "$tmp/l2.st" "$MGC" $L $LA --devices cpu:2 &&
+train "$tmp/l3.st" "$MGC" $L $LA --devices cpu:3 && {
+    compare "$tmp/l2.st" "$tmp/l1.st" 1e-4 0 "LeNet 201 steps: cpu:2 = cpu:1"
+    compare "$tmp/l3.st" "$tmp/l1.st" 1e-4 0 "LeNet 201 steps: cpu:3 = cpu:1"
+}
+grep -q "communication per step" "$tmp/log" && ok "cpu:3 prints the communication report" || bad "no communication report on cpu:3"
+
+# ResNet-18, BatchNorm over the global batch: 2 steps of 32, running statistics
+# included (about 1e-6 apart). Its 1x1 maps make the BatchNorms of stage 4
+# ill-conditioned: from the third step on, the order of sums is amplified (on
+# ONE device, direct against im2col convolutions: 0.15 apart after 3 steps).
+RA="--epochs 1 --limit-train 64 --limit-test 32 --batch-size 32 --lr 0.01 --seed 3 --sync-bn"
+R=nets/resnet18.net
+train "$tmp/r1.st" "$MGC" $R $RA --devices cpu:1 &&
+train "$tmp/r2.st" "$MGC" $R $RA --devices cpu:2 &&
+    compare "$tmp/r2.st" "$tmp/r1.st" 1e-3 0 "ResNet-18 --sync-bn 2 steps: cpu:2 = cpu:1"
+
+# --log carries the communication report
+if timeout 300 "$MGC" $L --epochs 1 --limit-train 2048 --limit-test 256 --devices cpu:2 --log "$tmp/log.jsonl" > /dev/null 2>&1 &&
+   $PY -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); c=r['comm']; sys.exit(not (r['replicas']==2 and c['steps']==8 and c['bytes_per_step']>0 and abs(c['bytes_per_step']-c['ring_bound_per_step'])<=8))" "$tmp/log.jsonl"; then
+    ok "--log: replicas, steps and bytes against the ring bound"
+else
+    bad "--log lacks a sound communication report: $(head -c 400 "$tmp/log.jsonl" 2>/dev/null)"
+fi
+
+# MPI: two ranks of cpu:1 are cpu:2 in one process; two ranks of cpu:2 are cpu:4
+if command -v mpirun > /dev/null && "$MGC" --help | grep -q mpirun && ldd "$MGC" | grep -q libmpi; then
+    MA="--epochs 1 --limit-train 4000 --limit-test 256 --batch-size 100 --lr 0.05 --seed 9"
+    train "$tmp/m1.st" mpirun -np 2 "$MGC" $L $MA --devices cpu:1 &&
+    train "$tmp/p2.st" "$MGC" $L $MA --devices cpu:2 &&
+        compare "$tmp/m1.st" "$tmp/p2.st" 0 0 "mpirun -np 2 x cpu:1 = cpu:2, bit for bit"
+    train "$tmp/m2.st" mpirun -np 2 "$MGC" $L $MA --devices cpu:2 &&
+    train "$tmp/p4.st" "$MGC" $L $MA --devices cpu:4 &&
+        compare "$tmp/m2.st" "$tmp/p4.st" 1e-4 0 "mpirun -np 2 x cpu:2 = cpu:4"
+    # a rank that cannot read its data stops every rank, with a message naming it, and no hang
+    t0=$SECONDS
+    timeout 120 mpirun -np 1 "$MGC" $L --epochs 1 : -np 1 "$MGC" $L --epochs 1 --data /nonexistent/dir > "$tmp/out" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1: .*/nonexistent/dir" "$tmp/out" &&
+       grep -q "rank 0: stopping, another rank failed" "$tmp/out"; then
+        ok "a failing rank stops both, exit $rc in $((SECONDS - t0)) s"
+    else
+        bad "failing ranks: exit $rc"; head -8 "$tmp/out" | sed 's/^/    /'
+    fi
+else
+    echo "skip: mgc built without MPI, or no mpirun: the MPI checks did not run"
+    fail=$((fail + 1))
+fi
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
