@@ -39,6 +39,7 @@ suite bad bash tests/bad.sh
 suite golden bash tests/golden.sh
 suite cli bash tests/cli.sh
 suite dp bash tests/dp.sh
+suite examples bash tests/examples.sh
 if [ -f /usr/local/cuda/include/nvrtc.h ]; then
     suite nvrtc bash tests/nvrtc.sh
 else

@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Data parallelism on one machine: train LeNet and ResNet-18 with mgc on one
+# device (all cores) and on two replicas (the cores shared out), and with
+# PyTorch, in one run, same settings; compare training throughput and report
+# the replicas' communication.
+#
+#   bash bench/bench_dp.sh [--quick] [--nets "lenet resnet18"] [--threads T] [--data DIR]
+#
+#   --quick                  smoke run: LeNet 512, ResNet-18 256 examples, 1 epoch each
+#   --nets LIST              nets to run, of lenet resnet18 (default both)
+#   --lenet-epochs E         (default 2)   --lenet-limit-train N  (default: all 60,000)
+#   --resnet-epochs E        (default 2)   --resnet-limit-train N (default 2560)
+#   --resnet-limit-test N    test examples for ResNet-18 (default 2000; LeNet: all 10,000)
+#   --threads T              threads of every run (default nproc): mgc cpu:1 has them all,
+#                            cpu:2 shares them out, torch.set_num_threads(T)
+#   --sync-bn                pass --sync-bn to the cpu:2 runs (BatchNorm over the global batch)
+#   --data DIR               Fashion-MNIST IDX files (default $MGC_DATA, else ../shared/data/fashion-mnist)
+#   --batch-size B, --lr X   (default 256, 0.1; the global batch: 128 per replica on cpu:2)
+# Environment: MGC (default ./mgc), PYTHON (default /usr/bin/python3, the one
+# with torch), OPENBLAS_CORETYPE (default SkylakeX; set for every run).
+#
+# Throughput is examples/s of the training steps: the per-epoch `examples_per_s`
+# of mgc's, torch_lenet.py's and torch_resnet.py's --log JSONL (no start-up, no
+# kernel compilation, no test pass), median over epochs. The target is
+# mgc cpu:2 / mgc cpu:1 >= 0.9. The communication report is the cpu:2 run's
+# `comm` objects: bytes sent per step by the busiest replica against the ring
+# allreduce's bound 2(N-1)/N S, and the replicas' mean time waiting for and
+# computing between collectives, as shares of the training time (all epochs).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+NETS="lenet resnet18"
+LENET_EPOCHS=2
+LENET_LIMIT_TRAIN=
+LENET_LIMIT_TEST=
+RESNET_EPOCHS=2
+RESNET_LIMIT_TRAIN=2560
+RESNET_LIMIT_TEST=2000
+THREADS=$(nproc)
+BATCH=256
+LR=0.1
+SYNC_BN=
+DATA=${MGC_DATA:-$(cd .. && pwd)/shared/data/fashion-mnist}
+MGC=${MGC:-./mgc}
+PYTHON=${PYTHON:-/usr/bin/python3}
+export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) LENET_EPOCHS=1; LENET_LIMIT_TRAIN=512; LENET_LIMIT_TEST=512
+                 RESNET_EPOCHS=1; RESNET_LIMIT_TRAIN=256; RESNET_LIMIT_TEST=256; shift ;;
+        --nets) NETS=$2; shift 2 ;;
+        --lenet-epochs) LENET_EPOCHS=$2; shift 2 ;;
+        --lenet-limit-train) LENET_LIMIT_TRAIN=$2; shift 2 ;;
+        --resnet-epochs) RESNET_EPOCHS=$2; shift 2 ;;
+        --resnet-limit-train) RESNET_LIMIT_TRAIN=$2; shift 2 ;;
+        --resnet-limit-test) RESNET_LIMIT_TEST=$2; shift 2 ;;
+        --threads) THREADS=$2; shift 2 ;;
+        --sync-bn) SYNC_BN=--sync-bn; shift ;;
+        --data) DATA=$2; shift 2 ;;
+        --batch-size) BATCH=$2; shift 2 ;;
+        --lr) LR=$2; shift 2 ;;
+        -h|--help) usage 0 ;;
+        *) echo "bench_dp.sh: unknown argument $1" >&2; usage 2 ;;
+    esac
+done
+for net in $NETS; do
+    case "$net" in
+        lenet|resnet18) ;;
+        *) echo "bench_dp.sh: unknown net $net (lenet, resnet18)" >&2; exit 2 ;;
+    esac
+done
+
+if [ ! -x "${MGC%% *}" ]; then
+    echo "bench_dp.sh: $MGC not found; building it with make" >&2
+    make -s mgc
+fi
+
+OUTDIR=$(mktemp -d "${TMPDIR:-/tmp}/bench_dp.XXXXXX")
+trap 'rm -rf "$OUTDIR"' EXIT
+
+# now: seconds since the epoch, for wall times
+now() { date +%s.%N; }
+
+echo "== data parallelism / Fashion-MNIST: nets $NETS; batch $BATCH, lr $LR, threads $THREADS," \
+     "OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE, $(nproc) cores"
+
+for net in $NETS; do
+    if [ "$net" = lenet ]; then
+        file=nets/lenet.net; script=bench/torch_lenet.py
+        epochs=$LENET_EPOCHS; ltrain=$LENET_LIMIT_TRAIN; ltest=$LENET_LIMIT_TEST
+    else
+        file=nets/resnet18.net; script=bench/torch_resnet.py
+        epochs=$RESNET_EPOCHS; ltrain=$RESNET_LIMIT_TRAIN; ltest=$RESNET_LIMIT_TEST
+    fi
+    common=(--epochs "$epochs" --batch-size "$BATCH" --lr "$LR" --threads "$THREADS" --data "$DATA")
+    [ -n "$ltrain" ] && common+=(--limit-train "$ltrain")
+    [ -n "$ltest" ] && common+=(--limit-test "$ltest")
+    printf '{"net": "%s", "file": "%s", "epochs": %s, "limit_train": %s, "limit_test": %s}\n' \
+        "$net" "$file" "$epochs" "${ltrain:-null}" "${ltest:-null}" > "$OUTDIR/$net.meta.json"
+
+    for devs in 1 2; do
+        extra=()
+        [ "$devs" = 2 ] && [ -n "$SYNC_BN" ] && extra+=("$SYNC_BN")
+        echo "== $net: mgc --devices cpu:$devs ${extra[*]:-}"
+        t0=$(now)
+        $MGC "$file" --devices "cpu:$devs" "${common[@]}" ${extra[@]+"${extra[@]}"} \
+            --log "$OUTDIR/$net.mgc$devs.jsonl" 2>&1 | tee "$OUTDIR/$net.mgc$devs.txt"
+        echo "$t0 $(now)" > "$OUTDIR/$net.mgc$devs.wall"
+    done
+
+    echo "== $net: pytorch ($script)"
+    t0=$(now)
+    "$PYTHON" "$script" "${common[@]}" --log "$OUTDIR/$net.torch.jsonl" 2>&1 | tee "$OUTDIR/$net.torch.txt"
+    echo "$t0 $(now)" > "$OUTDIR/$net.torch.wall"
+done
+
+"$PYTHON" - "$OUTDIR" "$THREADS" "$BATCH" "$LR" "$OPENBLAS_CORETYPE" "$(nproc)" "${SYNC_BN:+1}" $NETS <<'EOF'
+import json, os, statistics, sys
+outdir, threads, batch, lr, coretype, cores, sync_bn, *nets = sys.argv[1:]
+TARGET = 0.9
+
+def read(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+def wall(stem):
+    with open(os.path.join(outdir, stem + ".wall")) as f:
+        t0, t1 = map(float, f.read().split())
+    return t1 - t0
+
+def run(net, tool):
+    recs = read(os.path.join(outdir, f"{net}.{tool}.jsonl"))
+    if not recs:
+        return None, []
+    eps = [r["examples_per_s"] for r in recs]
+    return {"examples_per_s": statistics.median(eps), "per_epoch": eps,
+            "test_acc": recs[-1]["test_acc"], "loss": recs[-1]["loss"],
+            "wall_s": wall(f"{net}.{tool}")}, recs
+
+def comm(recs):
+    """The cpu:2 run's communication over all its epochs."""
+    cs = [r["comm"] for r in recs if "comm" in r]
+    if not cs:
+        return None
+    steps = sum(c["steps"] for c in cs)
+    train_s = sum(r["train_seconds"] for r in recs if "comm" in r)
+    sent = sum(c["bytes_per_step"] * c["steps"] for c in cs) / steps
+    bound = sum(c["ring_bound_per_step"] * c["steps"] for c in cs) / steps
+    wait = sum(c["wait_seconds"] for c in cs)
+    compute = sum(c["compute_seconds"] for c in cs)
+    return {"steps": steps, "bytes_per_step": sent, "ring_bound_per_step": bound,
+            "bytes_vs_bound": sent / bound if bound else None,
+            "mpi_bytes_per_step": max(c["mpi_bytes_per_step"] for c in cs),
+            "wait_seconds": wait, "compute_seconds": compute, "train_seconds": train_s,
+            "wait_share": wait / train_s if train_s else None,
+            "compute_share": compute / train_s if train_s else None}
+
+def ratio(a, b):
+    return a["examples_per_s"] / b["examples_per_s"] if a and b and b["examples_per_s"] else None
+
+def fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+results = {}
+for net in nets:
+    with open(os.path.join(outdir, f"{net}.meta.json")) as f:
+        r = json.load(f)
+    r["mgc_cpu1"], _ = run(net, "mgc1")
+    r["mgc_cpu2"], recs2 = run(net, "mgc2")
+    r["pytorch"], _ = run(net, "torch")
+    r["cpu2_vs_cpu1"] = ratio(r["mgc_cpu2"], r["mgc_cpu1"])
+    r["mgc_cpu1_vs_pytorch"] = ratio(r["mgc_cpu1"], r["pytorch"])
+    r["mgc_cpu2_vs_pytorch"] = ratio(r["mgc_cpu2"], r["pytorch"])
+    r["comm_cpu2"] = comm(recs2)
+    results[net] = r
+
+print(f"== results: training throughput, examples/s (median over epochs); "
+      f"target cpu:2/cpu:1 >= {TARGET}")
+print(f"{'net':10s} {'mgc cpu:1':>10s} {'mgc cpu:2':>10s} {'pytorch':>10s} "
+      f"{'cpu:2/cpu:1':>12s} {'cpu:1/torch':>12s} {'cpu:2/torch':>12s}")
+for net, r in results.items():
+    eps = [fmt(r[k]["examples_per_s"] if r[k] else None, ",.0f")
+           for k in ("mgc_cpu1", "mgc_cpu2", "pytorch")]
+    dp = r["cpu2_vs_cpu1"]
+    verdict = "" if dp is None else (" ok" if dp >= TARGET else " BELOW TARGET")
+    print(f"{net:10s} {eps[0]:>10s} {eps[1]:>10s} {eps[2]:>10s} "
+          f"{fmt(dp, '.2f'):>12s} {fmt(r['mgc_cpu1_vs_pytorch'], '.2f'):>12s} "
+          f"{fmt(r['mgc_cpu2_vs_pytorch'], '.2f'):>12s}{verdict}")
+print("== per run")
+for net, r in results.items():
+    limit = f"{r['limit_train']:,}" if r["limit_train"] else "all"
+    print(f"{net}: {r['epochs']} epochs, {limit} training examples")
+    for k, name in (("mgc_cpu1", "mgc cpu:1"), ("mgc_cpu2", "mgc cpu:2"), ("pytorch", "pytorch")):
+        s = r[k]
+        if not s:
+            print(f"  {name:10s} no epochs logged")
+            continue
+        print(f"  {name:10s} {s['examples_per_s']:8,.0f} ex/s (epochs: "
+              + ", ".join(f"{e:,.0f}" for e in s["per_epoch"])
+              + f")  test_acc {s['test_acc']:.4f}  loss {s['loss']:.4f}  wall {s['wall_s']:.1f} s")
+print("== communication of the cpu:2 runs (from --log)")
+for net, r in results.items():
+    c = r["comm_cpu2"]
+    if not c:
+        print(f"{net:10s} no comm report")
+        continue
+    print(f"{net:10s} {c['bytes_per_step'] / 1e6:.2f} MB/step sent by the busiest replica, "
+          f"ring bound {c['ring_bound_per_step'] / 1e6:.2f} MB ({fmt(c['bytes_vs_bound'], '.2f')}x); "
+          f"waiting {100 * c['wait_share']:.1f}%, computing {100 * c['compute_share']:.1f}% "
+          f"of {c['train_seconds']:.1f} s training ({c['steps']} steps)")
+print("JSON " + json.dumps({"bench": "dp", "cores": int(cores), "threads": int(threads),
+                           "batch_size": int(batch), "lr": float(lr),
+                           "openblas_coretype": coretype, "sync_bn": bool(sync_bn),
+                           "target_cpu2_vs_cpu1": TARGET, "nets": results}))
+EOF
