@@ -45,7 +45,7 @@ MGC=${MGC:-./mgc}
 PYTHON=${PYTHON:-/usr/bin/python3}
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
 
-usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) LENET_EPOCHS=1; LENET_LIMIT_TRAIN=512; LENET_LIMIT_TEST=512
@@ -116,6 +116,7 @@ for net in $NETS; do
     echo "$t0 $(now)" > "$OUTDIR/$net.torch.wall"
 done
 
+# shellcheck disable=SC2086  # $NETS: one argument per net
 "$PYTHON" - "$OUTDIR" "$THREADS" "$BATCH" "$LR" "$OPENBLAS_CORETYPE" "$(nproc)" "${SYNC_BN:+1}" $NETS <<'EOF'
 import json, os, statistics, sys
 outdir, threads, batch, lr, coretype, cores, sync_bn, *nets = sys.argv[1:]
@@ -179,19 +180,20 @@ for net in nets:
 print(f"== results: training throughput, examples/s (median over epochs); "
       f"target cpu:2/cpu:1 >= {TARGET}")
 print(f"{'net':10s} {'mgc cpu:1':>10s} {'mgc cpu:2':>10s} {'pytorch':>10s} "
-      f"{'cpu:2/cpu:1':>12s} {'cpu:1/torch':>12s} {'cpu:2/torch':>12s}")
+      f"{'cpu:2/cpu:1':>14s} {'cpu:1/torch':>12s} {'cpu:2/torch':>12s}")
 for net, r in results.items():
     eps = [fmt(r[k]["examples_per_s"] if r[k] else None, ",.0f")
            for k in ("mgc_cpu1", "mgc_cpu2", "pytorch")]
     dp = r["cpu2_vs_cpu1"]
-    verdict = "" if dp is None else (" ok" if dp >= TARGET else " BELOW TARGET")
+    dps = "-" if dp is None else f"{dp:.2f} " + ("ok" if dp >= TARGET else "LOW")
     print(f"{net:10s} {eps[0]:>10s} {eps[1]:>10s} {eps[2]:>10s} "
-          f"{fmt(dp, '.2f'):>12s} {fmt(r['mgc_cpu1_vs_pytorch'], '.2f'):>12s} "
-          f"{fmt(r['mgc_cpu2_vs_pytorch'], '.2f'):>12s}{verdict}")
+          f"{dps:>14s} {fmt(r['mgc_cpu1_vs_pytorch'], '.2f'):>12s} "
+          f"{fmt(r['mgc_cpu2_vs_pytorch'], '.2f'):>12s}")
 print("== per run")
 for net, r in results.items():
     limit = f"{r['limit_train']:,}" if r["limit_train"] else "all"
-    print(f"{net}: {r['epochs']} epochs, {limit} training examples")
+    test = f"{r['limit_test']:,}" if r["limit_test"] else "all"
+    print(f"{net}: {r['epochs']} epoch(s), {limit} training and {test} test examples")
     for k, name in (("mgc_cpu1", "mgc cpu:1"), ("mgc_cpu2", "mgc cpu:2"), ("pytorch", "pytorch")):
         s = r[k]
         if not s:
