@@ -607,6 +607,9 @@ int train_run(const Model *m, const TrainConfig *cfg)
         printf(" with %d thread%s%s; %s training and %s test examples, batch %d%s\n", G.r[0].dev->threads,
                G.r[0].dev->threads == 1 ? "" : "s", G.n > 1 ? " each" : "", rt_commas(train.n, num2),
                rt_commas(test.n, num3), cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
+        if (threads < G.n)
+            printf("mgc: %d devices on %d thread%s: they share the cores (the numbers are the same, the speed is not)\n",
+                   G.n, threads, threads == 1 ? "" : "s");
         long last = train.n % cfg->batch_size;
         if (last > 0 && last < G.total)
             printf("mgc: the last %ld example%s of every epoch %s dropped: fewer than the %d replicas\n", last,

@@ -61,6 +61,7 @@ if make -s -j2 SANITIZE=address,undefined BUILD=build/san BIN=build/san/mgc > "$
     export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     suite asan-bad env MGC=build/san/mgc bash tests/bad.sh
     suite asan-cli env MGC=build/san/mgc bash tests/cli.sh
+    suite asan-dp env MGC=build/san/mgc bash tests/dp.sh
 else
     echo "sanitize   the sanitizer build failed:"; tail -5 "$log/san-build" | sed 's/^/    /'
     total_fail=$((total_fail + 1))
