@@ -76,7 +76,7 @@ typedef struct Program {
 int  cg_lower(const Graph *g, Arena *a, Program *p);
 /* The whole source for a target: prelude + bodies. */
 char *cg_source(const Program *p, Target t);
-/* How a convolution (c input channels, k x k, o outputs, out_width columns, padding) runs (codegen/lower.c). */
+/* How a convolution (c input channels, k x k, o outputs, out_width columns, padding) runs (codegen/conv.c). */
 typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM } ConvStrategy;
 ConvStrategy cg_conv_strategy(int c, int k, int o, int out_width, int padding);
 /* Prints the program's steps (for --emit=kernels). */

@@ -8,7 +8,8 @@
 **                    CUDA: a grid-stride loop
 **   RESTRICT, DEVICE, MGC_INF, mgc_uniform(seed, i) (counter-based, in [0, 1))
 **
-** The bodies (codegen/lower.c) are the same text for both targets.
+** The bodies (codegen/lower.c and the op families beside it) are the same
+** text for both targets.
 */
 #include "codegen.h"
 #include <string.h>
