@@ -43,8 +43,12 @@ static void attrs(const Node *n, char *buf, size_t size)
         case INIT_NONE: snprintf(buf, size, " %s", n->name); break;
         }
         break;
-    default:
-        break;
+    case OP_INPUT: case OP_LABELS: case OP_LINEAR: case OP_BN_APPLY: case OP_RELU: case OP_SIGMOID:
+    case OP_TANH: case OP_GAP: case OP_RESHAPE: case OP_MUL: case OP_ADD: case OP_XENT: case OP_ACCURACY:
+    case OP_XENT_BWD: case OP_LINEAR_BWD_X: case OP_LINEAR_BWD_W: case OP_BIAS_BWD: case OP_RELU_BWD:
+    case OP_SIGMOID_BWD: case OP_TANH_BWD: case OP_GAP_BWD: case OP_BN_BWD_PARAMS: case OP_BN_BWD_X:
+    case OP_COUNT:
+        break;   /* no attributes */
     }
 }
 
