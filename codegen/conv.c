@@ -18,8 +18,6 @@
 ** The gradients overwrite dx and dw (they do not accumulate).
 */
 #include "lower_internal.h"
-#include <stdlib.h>
-#include <string.h>
 
 /* The geometry of one convolution, the same for conv2d, conv2d_grad_x and
    conv2d_grad_w: x [N, C, H, W], w [O, C, K, K], y [N, O, OH, OW]. */
@@ -60,13 +58,17 @@ static ConvGeom conv_geom(const Graph *g, int id)
                   for 8..64 outputs, no padding, kernels up to 7, short rows (LeNet's conv2);
                   the input gradient is one GEMM on the channels-last gradient;
      CONV_GEMM    im2col + one GEMM over the whole batch: wide layers (ResNet).
-   MGC_CONV=direct|vector|gemm forces one everywhere (the tests run each). */
-ConvStrategy cg_conv_strategy(int c, int k, int o, int out_width, int padding)
+   opt->conv forces one everywhere (the driver takes it from MGC_CONV=direct|vector|gemm;
+   the tests run each). */
+ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding)
 {
-    const char *force = getenv("MGC_CONV");
-    if (force && !strcmp(force, "gemm")) return CONV_GEMM;
-    if (force && !strcmp(force, "direct")) return CONV_DIRECT;
-    if (force && !strcmp(force, "vector")) return padding == 0 && k <= 7 ? CONV_VECTOR : CONV_GEMM;   /* written for these */
+    if (opt && opt->conv >= 0) {
+        switch ((ConvStrategy)opt->conv) {
+        case CONV_GEMM: return CONV_GEMM;
+        case CONV_DIRECT: return CONV_DIRECT;
+        case CONV_VECTOR: return padding == 0 && k <= 7 ? CONV_VECTOR : CONV_GEMM;   /* written for these */
+        }
+    }
     /* Measured on LeNet: direct wins for conv1 (1x5x5 -> 6, 24 wide); for conv2
        (6x5x5 -> 16, 8 wide) its rows are too short, and the channel vector wins. */
     if ((long)c * k * k * o <= 4096 && out_width >= 16) return CONV_DIRECT;
@@ -542,7 +544,7 @@ void cg_lower_conv(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     ConvGeom G = conv_geom(L->g, id);
-    ConvStrategy how = cg_conv_strategy(G.C, G.K, G.O, G.OW, G.P);
+    ConvStrategy how = cg_conv_strategy(L->opt, G.C, G.K, G.O, G.OW, G.P);
     if (n->op == OP_CONV2D) {
         switch (how) {
         case CONV_DIRECT: conv_direct_forward(L, id, &G); break;

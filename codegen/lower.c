@@ -154,17 +154,15 @@ static void lower_view(Lower *L, int id)
      linear -> relu            the bias epilogue after the GEMM applies it
      maxpool2d_grad -> relu_grad(y = the pool's input)
                                the pool gradient is routed only where y > 0
-   A producer is fused only when the ReLU is its one user; set MGC_FUSE=0 to
-   turn fusion off (the tests compare both). */
-static void fuse(Lower *L)
+   A producer is fused only when the ReLU is its one user. With fusion off
+   (opt->fuse false; the driver's MGC_FUSE=0) nothing is: the tests compare both. */
+static void fuse(Lower *L, const CgOptions *opt)
 {
     const Graph *g = L->g;
     int *uses = calloc((size_t)g->n + 1, sizeof(int));
     for (int id = 0; id < g->n; id++)
         for (int k = 0; k < g->nodes[id].nin; k++) uses[g->nodes[id].in[k]]++;
-    const char *env = getenv("MGC_FUSE");
-    bool on = !(env && !strcmp(env, "0"));
-    for (int id = 0; on && id < g->n; id++) {
+    for (int id = 0; opt->fuse && id < g->n; id++) {
         const Node *n = &g->nodes[id];
         if (n->op == OP_RELU) {
             int x = n->in[0];
@@ -191,13 +189,15 @@ static void pin(Program *p, int b)
     if (b >= 0) p->bufs[b].pinned = true;
 }
 
-int cg_lower(const Graph *g, Arena *a, Program *p)
+int cg_lower(const Graph *g, Arena *a, const CgOptions *opt, Program *p)
 {
+    static const CgOptions defaults = { .fuse = true, .conv = -1 };
+    if (!opt) opt = &defaults;
     memset(p, 0, sizeof *p);
     p->arena = a;
     p->graph = g;
     p->node_buf = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    Lower L = { .g = g, .p = p };
+    Lower L = { .g = g, .p = p, .opt = opt };
     L.col = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.dyt = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.dyc = arena_alloc(a, sizeof(int) * (size_t)g->n);
@@ -205,7 +205,7 @@ int cg_lower(const Graph *g, Arena *a, Program *p)
     L.relu_out = arena_alloc(a, sizeof(bool) * (size_t)g->n);
     L.relu_mask = arena_alloc(a, sizeof(bool) * (size_t)g->n);
     for (int id = 0; id < g->n; id++) p->node_buf[id] = L.col[id] = L.dyt[id] = L.dyc[id] = L.fused[id] = -1;
-    fuse(&L);
+    fuse(&L, opt);
     char *text = NULL;
     size_t len = 0;
     L.src = open_memstream(&text, &len);

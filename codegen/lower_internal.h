@@ -18,6 +18,7 @@
 typedef struct Lower {
     const Graph *g;
     Program *p;
+    const CgOptions *opt;     /* never NULL here */
     FILE *src;        /* kernel bodies (open_memstream) */
     int *col;         /* conv node -> its im2col buffer (kept for the weight gradient) */
     int *dyt;         /* gradient node -> its [O, N*P] transposed copy, made once */

@@ -228,6 +228,20 @@ static int parse_args(int argc, char **argv, Cli *c)
     return 0;
 }
 
+/* Code generation options from the environment: MGC_FUSE=0 turns ReLU fusion
+   off, MGC_CONV=direct|vector|gemm forces one convolution strategy everywhere
+   (anything else: chosen per layer). The tests run each. */
+static CgOptions codegen_options(void)
+{
+    CgOptions o = { .fuse = true, .conv = -1 };
+    const char *fuse = getenv("MGC_FUSE"), *conv = getenv("MGC_CONV");
+    if (fuse && !strcmp(fuse, "0")) o.fuse = false;
+    if (conv && !strcmp(conv, "direct")) o.conv = CONV_DIRECT;
+    if (conv && !strcmp(conv, "vector")) o.conv = CONV_VECTOR;
+    if (conv && !strcmp(conv, "gemm")) o.conv = CONV_GEMM;
+    return o;
+}
+
 /* The pipeline, front to back. Each pass states what it needs at its top. */
 static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward, bool input_grad, Graph *g, Program *p)
 {
@@ -242,7 +256,10 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
         IrSgd sgd = { c->cfg.lr, c->cfg.momentum, c->cfg.weight_decay };
         if (ir_autodiff(g, &sgd, input_grad) || ir_verify(g, d)) return -1;
     }
-    if (p && cg_lower(g, a, p)) return -1;
+    if (p) {
+        CgOptions opt = codegen_options();
+        if (cg_lower(g, a, &opt, p)) return -1;
+    }
     return 0;
 }
 
