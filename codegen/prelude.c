@@ -12,16 +12,22 @@
 ** text for both targets.
 */
 #include "codegen.h"
+#include "kargs.h"
 #include <string.h>
 
+/* KArgs as the kernels see it: codegen/kargs.h's rows, one a line with its comment. */
+#define KARGS_ROW(comment, ...) { CG_STR(__VA_ARGS__) ";", comment },
+static const struct { const char *decl, *comment; } kargs_rows[] = { CG_KARGS_FIELDS(KARGS_ROW) };
+
+static const char *kargs_text(Arena *a)
+{
+    const char *t = "typedef struct KArgs {\n";
+    for (size_t k = 0; k < sizeof kargs_rows / sizeof kargs_rows[0]; k++)
+        t = arena_printf(a, "%s    %-26s/* %s */\n", t, kargs_rows[k].decl, kargs_rows[k].comment);
+    return arena_printf(a, "%s} KArgs;\n", t);
+}
+
 static const char prelude_common[] =
-    "typedef struct KArgs {\n"
-    "    float *t[8];              /* buffers, in the order the kernel names them */\n"
-    "    long batch;               /* N, the examples in this step */\n"
-    "    float f[4];               /* run-time scalars (learning rate, ...) */\n"
-    "    unsigned long long seed;  /* fresh per run, for dropout */\n"
-    "    int thread, nthreads;     /* C only: this call's share of the FOR_EACH */\n"
-    "} KArgs;\n"
     "/* splitmix64 finaliser of (seed, i): a counter-based uniform in [0, 1) */\n"
     "static DEVICE inline float mgc_uniform(unsigned long long seed, unsigned long long i)\n"
     "{\n"
@@ -56,7 +62,7 @@ static const char prelude_cuda[] =
 char *cg_source(const Program *p, Target t)
 {
     const char *pre = t == TARGET_C ? prelude_c : prelude_cuda;
-    return arena_printf(p->arena, "%s%s%s", pre, prelude_common, p->source);
+    return arena_printf(p->arena, "%s%s%s%s", pre, kargs_text(p->arena), prelude_common, p->source);
 }
 
 static void print_dim(FILE *out, Dim d)

@@ -10,6 +10,7 @@
 ** fight it for them. Small jobs run on the calling thread alone.
 */
 #include "runtime.h"
+#include "kargs.h"
 #include "rng.h"
 #include <cblas.h>
 #include <dlfcn.h>
@@ -26,14 +27,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* What a kernel sees; must match the prelude's KArgs. */
-typedef struct KArgs {
-    float *t[8];
-    long batch;
-    float f[4];
-    unsigned long long seed;
-    int thread, nthreads;
-} KArgs;
 typedef void (*KernelCall)(KArgs);
 
 /* ------------------------------------------------------------------ thread pool */
