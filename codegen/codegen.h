@@ -85,6 +85,11 @@ typedef struct CgOptions {
    opt NULL: fusion on, strategies chosen per layer.
    Returns 0, or -1 with a message through g->diag. */
 int  cg_lower(const Graph *g, Arena *a, const CgOptions *opt, Program *p);
+/* Checks the program's invariants (codegen/verify.c): buffer ids in range,
+   views within their base, GEMM leading dimensions and extents, kernels named
+   and present in the source, the host's buffers set. Returns 0, or -1 with
+   the first problem in err. */
+int  cg_verify(const Program *p, char *err, size_t err_size);
 /* The whole source for a target: prelude + bodies. */
 char *cg_source(const Program *p, Target t);
 /* The strategy for a convolution of c input channels, k x k, o outputs,

@@ -259,6 +259,11 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
     if (p) {
         CgOptions opt = codegen_options();
         if (cg_lower(g, a, &opt, p)) return -1;
+        char err[256];
+        if (cg_verify(p, err, sizeof err)) {
+            diag_at(d, (Loc){ 0 }, "internal: %s: the generated program is inconsistent: %s", c->net, err);
+            return -1;
+        }
     }
     return 0;
 }
