@@ -110,7 +110,9 @@ int ir_add(Graph *g, Loc loc, int a, int b);
 int ir_softmax_xent(Graph *g, Loc loc, int logits);  /* the loss; labels are implicit */
 
 /* ---- passes ---- */
-/* Checks every node's inputs and shape; returns number of problems (printed to d). */
+/* Checks every node (ir/verify.c): input count within the op table's bounds,
+   inputs earlier, dimensions positive, and its op's shape rule against its
+   inputs and attributes. Returns the number of problems (printed to d, "internal:"). */
 int  ir_verify(const Graph *g, Diag *d);
 /* SGD hyper-parameters, with PyTorch's semantics (dampening 0, no Nesterov). */
 typedef struct IrSgd { float lr, momentum, weight_decay; } IrSgd;

@@ -1,5 +1,5 @@
 /*
-** Printing and verifying the IR. One node a line:
+** Printing the IR (the verifier is ir/verify.c). One node a line:
 **   %12 = conv2d %0 %10 %11  stride=1 pad=0        [N,6,24,24]    lenet.net:4:22
 ** Parameters show their name and initialisation; backward nodes say whose
 ** gradient they compute.
@@ -70,29 +70,4 @@ void ir_print(const Graph *g, FILE *out, int from, int to)
         fputc('\n', out);
     }
     arena_free(&tmp);
-}
-
-int ir_verify(const Graph *g, Diag *d)
-{
-    int bad = 0;
-    for (int id = 0; id < g->n; id++) {
-        const Node *n = &g->nodes[id];
-        if (n->op >= OP_COUNT) {
-            diag_at(d, n->loc, "internal: node %%%d has no valid op", id);
-            bad++;
-            continue;
-        }
-        for (int k = 0; k < n->nin; k++)
-            if (n->in[k] < 0 || n->in[k] >= id) {
-                diag_at(d, n->loc, "internal: node %%%d (%s) input %d is %%%d, not an earlier node",
-                        id, ir_op_name(n->op), k, n->in[k]);
-                bad++;
-            }
-        for (int k = 0; k < n->shape.nd; k++)
-            if (n->shape.d[k] <= 0 && !(k == 0 && n->shape.d[k] == IR_BATCH)) {
-                diag_at(d, n->loc, "internal: node %%%d (%s) has dimension %d = %d", id, ir_op_name(n->op), k, n->shape.d[k]);
-                bad++;
-            }
-    }
-    return bad;
 }
