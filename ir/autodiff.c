@@ -180,7 +180,6 @@ int ir_autodiff(Graph *g, const IrSgd *sgd, bool input_grad)
     /* SGD updates, in parameter order. */
     for (int p = 0; p < nf; p++) {
         if (g->nodes[p].op != OP_PARAM) continue;
-        g->n_params++;
         if (g->grad[p] < 0) continue;   /* unused parameter: nothing to update */
         int in[3] = { p, g->grad[p], -1 };
         int nin = 2;

@@ -7,7 +7,7 @@
 ** The batch dimension is symbolic: a shape whose dim 0 is IR_BATCH holds N
 ** examples, N known only at run time. Kernels take N as an argument.
 **
-** Layer builders (ir_conv2d, ir_linear, ...) are what the front end calls:
+** Layer builders (ir_conv2d, ir_linear_in, ...) are what the front end calls:
 ** they create the parameters (named "<prefix>.weight", "<prefix>.bias",
 ** initialised as PyTorch does), check shapes and report mismatches through
 ** diag_at() at the layer's location. They return the new node's id, or -1
@@ -71,7 +71,6 @@ typedef struct Graph {
     int n_forward;            /* nodes [0, n_forward) are the forward graph (set by autodiff) */
     /* set by ir_autodiff: */
     int *grad;                /* grad[id] = node holding d loss / d node id, or -1 */
-    int n_params;
 } Graph;
 
 /* ---- the table ---- */
@@ -94,8 +93,7 @@ long  ir_param_count(const Graph *g, int *tensors); /* trainable scalars; *tenso
 int ir_input(Graph *g, Loc loc, Shape s);
 int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
               int kernel, int stride, int padding, bool bias);
-int ir_linear(Graph *g, Loc loc, const char *prefix, int x, int out_features, bool bias);
-/* The same with an explicit in_features (-1: inferred), checked against the input. */
+/* in_features: -1 inferred from the input, else checked against it. */
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias);
 int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
 int ir_relu(Graph *g, Loc loc, int x);

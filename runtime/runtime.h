@@ -1,11 +1,13 @@
 /*
 ** The runtime: compiled programs bound to memory, run step by step.
 **
-** A Backend turns a Program's kernel source into callable kernels (the CPU
-** backend: the system C compiler, a disk cache, dlopen) and runs its steps
-** (kernels on a thread pool, GEMMs through CBLAS). An Exec is one Program
-** bound to buffers; persistent buffers (parameters, running statistics,
-** momentum) live in a Store shared by the training and evaluation programs.
+** An Exec is one Program made runnable on the CPU (runtime/exec_cpu.c): its
+** kernel source compiled by the system C compiler (cached on disk) and loaded
+** with dlopen, its buffers bound to memory, its steps run in order, kernels on
+** a Pool and GEMMs through CBLAS. A Store holds the persistent buffers
+** (parameters, running statistics, momentum) by name, shared by the training
+** and evaluation programs. A Pool is a set of worker threads that runs one
+** job at a time on all of them; the Execs of one process share it.
 */
 #ifndef MGC_RUNTIME_H
 #define MGC_RUNTIME_H
