@@ -107,14 +107,31 @@ typedef struct Program {
     int param_tensors;
 } Program;
 
+/* How a convolution runs (codegen/conv.c says when each is chosen). */
+typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM } ConvStrategy;
+
+/* Choices the driver makes for code generation (runtime/main.c takes them
+   from MGC_FUSE and MGC_CONV). Codegen reads no environment. */
+typedef struct CgOptions {
+    bool fuse;                /* ReLU fusion on */
+    int conv;                 /* -1: choose per layer, else a forced ConvStrategy */
+} CgOptions;
+
 /* Lowers nodes [0, g->n) of g to steps and buffers; emits the kernel bodies.
+   opt NULL: fusion on, strategies chosen per layer.
    Returns 0, or -1 with a message through g->diag. */
-int  cg_lower(const Graph *g, Arena *a, Program *p);
+int  cg_lower(const Graph *g, Arena *a, const CgOptions *opt, Program *p);
+/* Checks the program's invariants (codegen/verify.c): buffer ids in range,
+   views within their base, GEMM leading dimensions and extents, kernels named
+   and present in the source, the host's buffers set. Returns 0, or -1 with
+   the first problem in err. */
+int  cg_verify(const Program *p, char *err, size_t err_size);
 /* The whole source for a target: prelude + bodies. */
 char *cg_source(const Program *p, Target t);
-/* How a convolution (c input channels, k x k, o outputs, out_width columns, padding) runs (codegen/lower.c). */
-typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM } ConvStrategy;
-ConvStrategy cg_conv_strategy(int c, int k, int o, int out_width, int padding);
+/* The strategy for a convolution of c input channels, k x k, o outputs,
+   out_width columns and the padding: opt->conv when forced (CONV_VECTOR falls
+   back to CONV_GEMM where it does not apply), else chosen by measurements. */
+ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding);
 /* Prints the program's steps (for --emit=kernels). */
 void cg_print_steps(const Program *p, FILE *out);
 

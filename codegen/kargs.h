@@ -1,25 +1,31 @@
 /*
-** KArgs: what every generated kernel receives, defined once. The runtime
-** uses the struct; the preludes (codegen/prelude.c) paste the same field
-** list as text into the generated source, so the two cannot drift apart.
+** KArgs: what every generated kernel receives, by value. The field list is
+** written once, here; it makes both the C struct the runtime fills
+** (runtime/exec.c) and the declaration in the kernels' prelude text
+** (codegen/prelude.c, which prints each row with its comment), so the
+** host's and the kernels' layouts cannot drift apart.
 */
 #ifndef MGC_KARGS_H
 #define MGC_KARGS_H
+#include "codegen.h"
 
-#define CG_KARGS_FIELDS                                                                     \
-    float *t[8];              /* buffers, in the order the kernel names them */             \
-    long batch;               /* N: the examples of this step on this replica */            \
-    long global_batch;        /* the examples of this step on every replica together */     \
-    long first;               /* this replica's first example within the global batch */    \
-    float f[4];               /* run-time scalars (learning rate, ...) */                   \
-    unsigned long long seed;  /* fresh per run, for dropout */                              \
-    int thread, nthreads;     /* C only: this call's share of the FOR_EACH */
+/* One row per field: F("comment", declaration); a declaration may name several fields. */
+#define CG_KARGS_FIELDS(F)                                                   \
+    F("buffers, in the order the kernel names them", float *t[CG_MAXARGS])  \
+    F("N, the examples of this step on this replica", long batch)            \
+    F("the examples of this step on every replica together", long global_batch) \
+    F("this replica's first example within the global batch", long first)    \
+    F("run-time scalars (learning rate, ...)", float f[4])                   \
+    F("fresh per run, for dropout", unsigned long long seed)                 \
+    F("C only: this call's share of the FOR_EACH", int thread, nthreads)
 
-typedef struct KArgs { CG_KARGS_FIELDS } KArgs;
+#define CG_KARGS_DECLARE_(comment, ...) __VA_ARGS__;
+typedef struct KArgs {
+    CG_KARGS_FIELDS(CG_KARGS_DECLARE_)
+} KArgs;
 
+/* The text of a declaration, its macros expanded: "float *t[8]". */
 #define CG_STR_(...) #__VA_ARGS__
 #define CG_STR(...) CG_STR_(__VA_ARGS__)
-/* "typedef struct KArgs { ... } KArgs;" as C text (comments are gone by then) */
-#define CG_KARGS_TEXT "typedef struct KArgs { " CG_STR(CG_KARGS_FIELDS) " } KArgs;\n"
 
 #endif

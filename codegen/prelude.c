@@ -8,14 +8,26 @@
 **                    CUDA: a grid-stride loop
 **   RESTRICT, DEVICE, MGC_INF, mgc_uniform(seed, i) (counter-based, in [0, 1))
 **
-** The bodies (codegen/lower.c) are the same text for both targets.
+** The bodies (codegen/lower.c and the op families beside it) are the same
+** text for both targets.
 */
 #include "codegen.h"
 #include "kargs.h"
 #include <string.h>
 
+/* KArgs as the kernels see it: codegen/kargs.h's rows, one a line with its comment. */
+#define KARGS_ROW(comment, ...) { CG_STR(__VA_ARGS__) ";", comment },
+static const struct { const char *decl, *comment; } kargs_rows[] = { CG_KARGS_FIELDS(KARGS_ROW) };
+
+static const char *kargs_text(Arena *a)
+{
+    const char *t = "typedef struct KArgs {\n";
+    for (size_t k = 0; k < sizeof kargs_rows / sizeof kargs_rows[0]; k++)
+        t = arena_printf(a, "%s    %-26s/* %s */\n", t, kargs_rows[k].decl, kargs_rows[k].comment);
+    return arena_printf(a, "%s} KArgs;\n", t);
+}
+
 static const char prelude_common[] =
-    CG_KARGS_TEXT
     "/* splitmix64 finaliser of (seed, i): a counter-based uniform in [0, 1) */\n"
     "static DEVICE inline float mgc_uniform(unsigned long long seed, unsigned long long i)\n"
     "{\n"
@@ -50,7 +62,7 @@ static const char prelude_cuda[] =
 char *cg_source(const Program *p, Target t)
 {
     const char *pre = t == TARGET_C ? prelude_c : prelude_cuda;
-    return arena_printf(p->arena, "%s%s%s", pre, prelude_common, p->source);
+    return arena_printf(p->arena, "%s%s%s%s", pre, kargs_text(p->arena), prelude_common, p->source);
 }
 
 static void print_dim(FILE *out, Dim d)

@@ -282,6 +282,20 @@ static int parse_args(int argc, char **argv, Cli *c)
     return 0;
 }
 
+/* Code generation options from the environment: MGC_FUSE=0 turns ReLU fusion
+   off, MGC_CONV=direct|vector|gemm forces one convolution strategy everywhere
+   (anything else: chosen per layer). The tests run each. */
+static CgOptions codegen_options(void)
+{
+    CgOptions o = { .fuse = true, .conv = -1 };
+    const char *fuse = getenv("MGC_FUSE"), *conv = getenv("MGC_CONV");
+    if (fuse && !strcmp(fuse, "0")) o.fuse = false;
+    if (conv && !strcmp(conv, "direct")) o.conv = CONV_DIRECT;
+    if (conv && !strcmp(conv, "vector")) o.conv = CONV_VECTOR;
+    if (conv && !strcmp(conv, "gemm")) o.conv = CONV_GEMM;
+    return o;
+}
+
 /* The pipeline, front to back. Each pass states what it needs at its top; the
    verifier runs after each. */
 static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward, bool input_grad, Graph *g, Program *p)
@@ -303,7 +317,15 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
         }
         if (ir_update(g, &sgd) || ir_verify(g, d)) return -1;              /* SGD */
     }
-    if (p && cg_lower(g, a, p)) return -1;                                  /* kernels, GEMMs, collectives */
+    if (p) {
+        CgOptions opt = codegen_options();
+        if (cg_lower(g, a, &opt, p)) return -1;
+        char err[256];
+        if (cg_verify(p, err, sizeof err)) {
+            diag_at(d, (Loc){ 0 }, "internal: %s: the generated program is inconsistent: %s", c->net, err);
+            return -1;
+        }
+    }
     return 0;
 }
 

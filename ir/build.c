@@ -128,11 +128,6 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
     return id;
 }
 
-int ir_linear(Graph *g, Loc loc, const char *prefix, int x, int out_features, bool bias)
-{
-    return ir_linear_in(g, loc, prefix, x, -1, out_features, bias);
-}
-
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias)
 {
     if (!need_rank(g, loc, x, 2, "linear", "[N, features]")) return -1;

@@ -7,7 +7,7 @@
 ** The batch dimension is symbolic: a shape whose dim 0 is IR_BATCH holds N
 ** examples, N known only at run time. Kernels take N as an argument.
 **
-** Layer builders (ir_conv2d, ir_linear, ...) are what the front end calls:
+** Layer builders (ir_conv2d, ir_linear_in, ...) are what the front end calls:
 ** they create the parameters (named "<prefix>.weight", "<prefix>.bias",
 ** initialised as PyTorch does), check shapes and report mismatches through
 ** diag_at() at the layer's location. They return the new node's id, or -1
@@ -108,8 +108,7 @@ long  ir_param_count(const Graph *g, int *tensors); /* trainable scalars; *tenso
 int ir_input(Graph *g, Loc loc, Shape s);
 int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
               int kernel, int stride, int padding, bool bias);
-int ir_linear(Graph *g, Loc loc, const char *prefix, int x, int out_features, bool bias);
-/* The same with an explicit in_features (-1: inferred), checked against the input. */
+/* in_features: -1 inferred from the input, else checked against it. */
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias);
 int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
 int ir_relu(Graph *g, Loc loc, int x);
@@ -124,7 +123,9 @@ int ir_add(Graph *g, Loc loc, int a, int b);
 int ir_softmax_xent(Graph *g, Loc loc, int logits);  /* the loss; labels are implicit */
 
 /* ---- passes ---- */
-/* Checks every node's inputs and shape; returns number of problems (printed to d). */
+/* Checks every node (ir/verify.c): input count within the op table's bounds,
+   inputs earlier, dimensions positive, and its op's shape rule against its
+   inputs and attributes. Returns the number of problems (printed to d, "internal:"). */
 int  ir_verify(const Graph *g, Diag *d);
 /* SGD hyper-parameters, with PyTorch's semantics (dampening 0, no Nesterov). */
 typedef struct IrSgd { float lr, momentum, weight_decay; } IrSgd;

@@ -1,5 +1,5 @@
 /*
-** Printing and verifying the IR. One node a line:
+** Printing the IR (the verifier is ir/verify.c). One node a line:
 **   %12 = conv2d %0 %10 %11  stride=1 pad=0        [N,6,24,24]    lenet.net:4:22
 ** Parameters show their name and initialisation; backward nodes say whose
 ** gradient they compute.
@@ -21,7 +21,17 @@ static void attrs(const Node *n, char *buf, size_t size)
         snprintf(buf, size, " eps=%g", n->f[0]);
         break;
     case OP_BN_RUNNING:
-        snprintf(buf, size, " momentum=%g", n->f[0]);
+        snprintf(buf, size, " momentum=%g%s", n->f[0], n->i[0] ? " count=global" : "");
+        break;
+    case OP_BN_FINISH:
+        snprintf(buf, size, " eps=%g count=global", n->f[0]);
+        break;
+    case OP_BN_BWD_X:
+        snprintf(buf, size, "%s", n->i[0] ? " count=global" : "");
+        break;
+    case OP_ALLREDUCE:
+        if (n->i[0] >= 0) snprintf(buf, size, " bucket=%d offset=%d  %s", n->i[0], n->i[1], n->name ? n->name : "");
+        else snprintf(buf, size, " alone  %s", n->name ? n->name : "");
         break;
     case OP_DROPOUT_MASK:
         snprintf(buf, size, " p=%g", n->f[0]);
@@ -43,8 +53,12 @@ static void attrs(const Node *n, char *buf, size_t size)
         case INIT_NONE: snprintf(buf, size, " %s", n->name); break;
         }
         break;
-    default:
-        break;
+    case OP_INPUT: case OP_LABELS: case OP_LINEAR: case OP_BN_APPLY: case OP_RELU: case OP_SIGMOID:
+    case OP_TANH: case OP_GAP: case OP_RESHAPE: case OP_MUL: case OP_ADD: case OP_XENT: case OP_ACCURACY:
+    case OP_XENT_BWD: case OP_LINEAR_BWD_X: case OP_LINEAR_BWD_W: case OP_BIAS_BWD: case OP_RELU_BWD:
+    case OP_SIGMOID_BWD: case OP_TANH_BWD: case OP_GAP_BWD: case OP_BN_BWD_PARAMS: case OP_BN_SUM:
+    case OP_BN_SQDEV: case OP_COUNT:
+        break;   /* no attributes */
     }
 }
 
@@ -66,29 +80,4 @@ void ir_print(const Graph *g, FILE *out, int from, int to)
         fputc('\n', out);
     }
     arena_free(&tmp);
-}
-
-int ir_verify(const Graph *g, Diag *d)
-{
-    int bad = 0;
-    for (int id = 0; id < g->n; id++) {
-        const Node *n = &g->nodes[id];
-        if (n->op >= OP_COUNT) {
-            diag_at(d, n->loc, "internal: node %%%d has no valid op", id);
-            bad++;
-            continue;
-        }
-        for (int k = 0; k < n->nin; k++)
-            if (n->in[k] < 0 || n->in[k] >= id) {
-                diag_at(d, n->loc, "internal: node %%%d (%s) input %d is %%%d, not an earlier node",
-                        id, ir_op_name(n->op), k, n->in[k]);
-                bad++;
-            }
-        for (int k = 0; k < n->shape.nd; k++)
-            if (n->shape.d[k] <= 0 && !(k == 0 && n->shape.d[k] == IR_BATCH)) {
-                diag_at(d, n->loc, "internal: node %%%d (%s) has dimension %d = %d", id, ir_op_name(n->op), k, n->shape.d[k]);
-                bad++;
-            }
-    }
-    return bad;
 }

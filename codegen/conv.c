@@ -1,0 +1,566 @@
+/*
+** Convolutions, forward and both gradients, three ways. Every strategy reads
+** one geometry, ConvGeom (conv_geom() below), whichever of the three ops it
+** lowers:
+**
+**   x [N, C, H, W], w [O, C, K, K], y [N, O, OH, OW]; stride S, padding P.
+**
+** CONV_GEMM: im2col and one BLAS GEMM over the whole batch
+**   conv2d  x -> im2col -> col[CKK, N*P]                   (P = OH*OW, CKK = C*K*K)
+**           t[O, N*P] = W[O, CKK] . col                    (GEMM)
+**           y[N,O,P] = t[o, n*P + p] + b[o]                (unpack kernel)
+**   grad    dyt[O, N*P] = dy permuted                      (pack kernel, once per dy)
+**           dW[O, CKK] = dyt . col^T                       (GEMM; col kept from forward)
+**           dcol[CKK, N*P] = W^T . dyt ; dx = col2im(dcol) (GEMM + gather kernel)
+** CONV_DIRECT: loops over whole planes, nothing materialised;
+** CONV_VECTOR: all output channels in a vector (see cg_conv_strategy()).
+**
+** The gradients overwrite dx and dw (they do not accumulate).
+*/
+#include "lower_internal.h"
+
+/* The geometry of one convolution, the same for conv2d, conv2d_grad_x and
+   conv2d_grad_w: x [N, C, H, W], w [O, C, K, K], y [N, O, OH, OW]. */
+typedef struct ConvGeom {
+    int C, H, W;              /* input channels, rows, columns */
+    int O, K;                 /* output channels, kernel size (K x K) */
+    int S, P;                 /* stride, padding */
+    int OH, OW;               /* output rows, columns */
+} ConvGeom;
+
+/* Where each op keeps x, w and y (dy for the gradients):
+     conv2d         x = in[0], w = in[1], y = the node
+     conv2d_grad_x  dy = in[0], w = in[1], dx = the node (the shape of x)
+     conv2d_grad_w  dy = in[0], x = in[1], dw = the node (the shape of w)
+   Stride and padding are i[0], i[1] on all three (autodiff copies them). */
+static ConvGeom conv_geom(const Graph *g, int id)
+{
+    const Node *n = &g->nodes[id];
+    const Shape *xs, *ws, *ys;
+    if (n->op == OP_CONV2D) {
+        xs = &g->nodes[n->in[0]].shape, ws = &g->nodes[n->in[1]].shape, ys = &n->shape;
+    } else if (n->op == OP_CONV2D_BWD_X) {
+        xs = &n->shape, ws = &g->nodes[n->in[1]].shape, ys = &g->nodes[n->in[0]].shape;
+    } else {   /* OP_CONV2D_BWD_W */
+        xs = &g->nodes[n->in[1]].shape, ws = &n->shape, ys = &g->nodes[n->in[0]].shape;
+    }
+    return (ConvGeom){ .C = xs->d[1], .H = xs->d[2], .W = xs->d[3], .O = ws->d[0], .K = ws->d[2],
+                       .S = n->i[0], .P = n->i[1], .OH = ys->d[2], .OW = ys->d[3] };
+}
+
+/* Three ways to run a convolution, chosen per layer by cg_conv_strategy():
+     CONV_DIRECT  loops over whole (n, channel) planes: for few channels and
+                  wide rows (LeNet's conv1): nothing is materialised, each plane
+                  stays in L1, the inner loop over a row of pixels vectorises;
+     CONV_VECTOR  loops over output rows with all output channels in a vector
+                  (transposed weights, and the gradient as [N, OH, OW, O] for
+                  the weight gradient), a few columns at a time in registers:
+                  for 8..64 outputs, no padding, kernels up to 7, short rows (LeNet's conv2);
+                  the input gradient is one GEMM on the channels-last gradient;
+     CONV_GEMM    im2col + one GEMM over the whole batch: wide layers (ResNet).
+   opt->conv forces one everywhere (the driver takes it from MGC_CONV=direct|vector|gemm;
+   the tests run each). */
+ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding)
+{
+    if (opt && opt->conv >= 0) {
+        switch ((ConvStrategy)opt->conv) {
+        case CONV_GEMM: return CONV_GEMM;
+        case CONV_DIRECT: return CONV_DIRECT;
+        case CONV_VECTOR: return padding == 0 && k <= 7 ? CONV_VECTOR : CONV_GEMM;   /* written for these */
+        }
+    }
+    /* Measured on LeNet: direct wins for conv1 (1x5x5 -> 6, 24 wide); for conv2
+       (6x5x5 -> 16, 8 wide) its rows are too short, and the channel vector wins. */
+    if ((long)c * k * k * o <= 4096 && out_width >= 16) return CONV_DIRECT;
+    if (padding == 0 && k <= 7 && o % 8 == 0 && o <= 64 && (long)c * k * k <= 1152) return CONV_VECTOR;
+    return CONV_GEMM;
+}
+
+/* ------------------------------------------------------- packing, shared by the strategies */
+
+/* [N, O, P] -> [O, N*P], once per gradient buffer. */
+static int transposed_grad(Lower *L, int id, int dy_node)
+{
+    if (L->dyt[dy_node] >= 0) return L->dyt[dy_node];
+    const Shape *ds = &L->g->nodes[dy_node].shape;
+    int O = ds->d[1], P = ds->d[2] * ds->d[3];
+    int t = cg_new_buf(L, BUF_WORK, dimn((long)O * P), "dy transposed", dy_node);
+    int b[2] = { t, buf_of(L, dy_node) };
+    cg_kernel(L, id, "pack_grad", dimn(O), 2, b, (const char *const[]){ "=t", "dy" })->grain = P;
+    cg_body(L, "    /* dy is [N, %d, %d]; t is [%d, N*%d]; one (o, n) row per iteration */\n", O, P, O, P);
+    cg_body(L, "    FOR_EACH(i, %s) {\n        long o = i / N, n = i %% N;\n"
+               "        const float *src = dy + (n * %d + o) * %d;\n        float *dst = t + i * %d;\n"
+               "        for (int p = 0; p < %d; p++) dst[p] = src[p];\n    }\n", cg_work_str(L, dimn(O)), O, P, P, P);
+    cg_end_kernel(L);
+    L->dyt[dy_node] = t;
+    return t;
+}
+
+/* [N, O, P] -> [N, P, O] (channels last), once per gradient buffer. */
+static int channels_last_grad(Lower *L, int id, int dy_node)
+{
+    if (L->dyc[dy_node] >= 0) return L->dyc[dy_node];
+    const Shape *ds = &L->g->nodes[dy_node].shape;
+    int O = ds->d[1], P = ds->d[2] * ds->d[3];
+    int t = cg_new_buf(L, BUF_WORK, dimn((long)P * O), "dy channels last", dy_node);
+    int b[2] = { t, buf_of(L, dy_node) };
+    cg_kernel(L, id, "pack_grad_channels_last", dimn(1), 2, b, (const char *const[]){ "=t", "dy" })->grain = (long)O * P;
+    cg_body(L, "    /* dy is [N, %d, %d]; t is [N, %d, %d]: one example per iteration */\n", O, P, P, O);
+    cg_body(L, "    FOR_EACH(n, N) {\n"
+               "        for (int o = 0; o < %d; o++)\n"
+               "            for (int p = 0; p < %d; p++) t[(n * %d + p) * %d + o] = dy[(n * %d + o) * %d + p];\n    }\n",
+            O, P, P, O, O, P);
+    cg_end_kernel(L);
+    L->dyc[dy_node] = t;
+    return t;
+}
+
+/* Bytes of im2col columns per example up to which the forward's are kept for the weight gradient. */
+#define CG_KEEP_COLUMNS 65536
+
+/* x [N, C, H, W] -> col [C*K*K, N*OH*OW]: the input under each tap, for the GEMM */
+static int im2col(Lower *L, int id, int x_node, const ConvGeom *G)
+{
+    int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW;
+    long P = (long)OH * OW, CKK = (long)C * K * K;
+    int col = cg_new_buf(L, BUF_WORK, dimn(CKK * P), "im2col", id);
+    int b[2] = { col, buf_of(L, x_node) };
+    cg_kernel(L, id, "im2col", dimn(CKK), 2, b, (const char *const[]){ "=col", "x" })->grain = P;
+    cg_body(L, "    /* x is [N, %d, %d, %d]; col is [%d*%d*%d, N*%d*%d], row (c, ky, kx), column (n, oy, ox);\n"
+               "       one (row, n) stretch of %ld columns per iteration */\n", C, H, W, C, K, K, OH, OW, P);
+    cg_body(L, "    FOR_EACH(i, %s) {\n"
+               "        long r = i / N, n = i %% N;\n"
+               "        int c = (int)(r / %d), ky = (int)(r / %d) %% %d, kx = (int)(r %% %d);\n"
+               "        const float *xp = x + (n * %d + c) * %d;\n"
+               "        float *cp = col + i * %ld;\n"
+               "        for (int oy = 0; oy < %d; oy++) {\n"
+               "            int iy = oy * %d - %d + ky;\n"
+               "            float *row = cp + oy * %d;\n"
+               "            if (iy < 0 || iy >= %d) { for (int ox = 0; ox < %d; ox++) row[ox] = 0.0f; continue; }\n"
+               "%s"
+               "        }\n    }\n",
+            cg_work_str(L, dimn(CKK)), K * K, K, K, K, C, H * W, P, OH, S, Pd, OW, H, OW,
+            Pd == 0 && S == 1
+                /* no padding, stride 1: every row is a plain copy of OW inputs */
+                ? arena_printf(L->p->arena, "            const float *xr = xp + iy * %d + kx;\n"
+                                            "            for (int ox = 0; ox < %d; ox++) row[ox] = xr[ox];\n", W, OW)
+                : arena_printf(L->p->arena, "            for (int ox = 0; ox < %d; ox++) {\n"
+                                            "                int ix = ox * %d - %d + kx;\n"
+                                            "                row[ox] = ix >= 0 && ix < %d ? xp[iy * %d + ix] : 0.0f;\n"
+                                            "            }\n", OW, S, Pd, W, W));
+    cg_end_kernel(L);
+    return col;
+}
+
+/* ------------------------------------------------------------ direct convolution */
+
+/* Emits the loop header for output rows/columns whose input index
+   o * S - P + k lies in [0, size): "int name0 = ..., name1 = ...;". */
+static void valid_range(Lower *L, const char *name, const char *kvar, int S, int P, int size, int osize)
+{
+    cg_body(L, "%*sint %s0 = %s < %d ? (%d - %s + %d) / %d : 0, %s1 = (%d + %d - %s) / %d + 1;\n"
+               "%*sif (%s1 > %d) %s1 = %d;\n",
+            12, "", name, kvar, P, P, kvar, S - 1, S, name, size - 1, P, kvar, S, 12, "", name, osize, name, osize);
+}
+
+/* x, w, bias? -> y, one (n, o) output plane per iteration; without padding a row of
+   outputs at a time, with every tap of a kernel row in registers */
+static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
+    bool bias = n->nin == 3;
+    int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
+    if (P == 0 && K <= 7) {
+        /* No padding: a row of outputs gathers a whole row of taps (kx) per input row read. */
+        cg_kernel(L, id, "conv2d_rows", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain =
+            (long)OH * OW * C * K * K;
+        cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, no padding;\n"
+                   "       one (n, o) output plane per iteration, a row of outputs at a time */\n",
+                C, H, W, O, C, K, K, O, OH, OW, S);
+        cg_body(L, "    FOR_EACH(i, %s) {\n"
+                   "        long n = i / %d, o = i %% %d;\n"
+                   "        const float b0 = %s;\n"
+                   "        for (int oy = 0; oy < %d; oy++) {\n"
+                   "            float acc[%d];\n"
+                   "            for (int ox = 0; ox < %d; ox++) acc[ox] = b0;\n"
+                   "            for (int c = 0; c < %d; c++)\n"
+                   "                for (int ky = 0; ky < %d; ky++) {\n"
+                   "                    const float *xr = x + ((n * %d + c) * %d + oy * %d + ky) * %d;\n"
+                   "                    const float *wr = w + ((o * %d + c) * %d + ky) * %d;\n",
+                cg_work_str(L, dimn(O)), O, O, bias ? "bias[o]" : "0.0f", OH, OW, OW, C, K, C, H, S, W, C, K, K);
+        for (int j = 0; j < K; j++) cg_body(L, "                    const float w%d = wr[%d];\n", j, j);
+        cg_body(L, "                    for (int ox = 0; ox < %d; ox++)\n                        acc[ox] += ", OW);
+        for (int j = 0; j < K; j++) cg_body(L, "%sw%d * xr[ox * %d + %d]", j ? " + " : "", j, S, j);
+        cg_body(L, ";\n                }\n"
+                   "            float *yr = y + (i * %d + oy) * %d;\n"
+                   "            for (int ox = 0; ox < %d; ox++) yr[ox] = %s;\n"
+                   "        }\n    }\n", OH, OW, OW,
+                L->relu_out[id] ? "acc[ox] > 0.0f ? acc[ox] : 0.0f   /* fused relu */" : "acc[ox]");
+        cg_end_kernel(L);
+        return;
+    }
+    cg_kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain = OH * OW * C * K * K;
+    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d;\n"
+               "       one (n, o) output plane per iteration, accumulated in place */\n",
+            C, H, W, O, C, K, K, O, OH, OW, S, P);
+    cg_body(L, "    FOR_EACH(i, %s) {\n"
+               "        long n = i / %d, o = i %% %d;\n"
+               "        float *yp = y + i * %d;\n"
+               "        const float b0 = %s;\n"
+               "        for (int k = 0; k < %d; k++) yp[k] = b0;\n"
+               "        for (int c = 0; c < %d; c++) {\n"
+               "            const float *xp = x + (n * %d + c) * %d, *wp = w + (o * %d + c) * %d;\n"
+               "            for (int ky = 0; ky < %d; ky++)\n"
+               "            for (int kx = 0; kx < %d; kx++) {\n"
+               "            const float wv = wp[ky * %d + kx];\n",
+            cg_work_str(L, dimn(O)), O, O, OH * OW, bias ? "bias[o]" : "0.0f", OH * OW, C, C, H * W, C, K * K, K, K, K);
+    valid_range(L, "oy", "ky", S, P, H, OH);
+    valid_range(L, "ox", "kx", S, P, W, OW);
+    cg_body(L, "            for (int oy = oy0; oy < oy1; oy++) {\n"
+               "                const float *xr = xp + (oy * %d - %d + ky) * %d - %d + kx;\n"
+               "                float *yr = yp + oy * %d;\n"
+               "                for (int ox = ox0; ox < ox1; ox++) yr[ox] += wv * xr[ox * %d];\n"
+               "            }\n            }\n        }\n", S, P, W, P, OW, S);
+    if (L->relu_out[id])
+        cg_body(L, "        for (int k = 0; k < %d; k++) yp[k] = yp[k] > 0.0f ? yp[k] : 0.0f;   /* fused relu */\n", OH * OW);
+    cg_body(L, "    }\n");
+    cg_end_kernel(L);
+}
+
+/* dy, w -> dx, one (n, c) plane of dx per iteration, scattered from every output it fed */
+static void conv_direct_grad_x(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
+    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    cg_kernel(L, id, "conv2d_grad_x_direct", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" })->grain = OH * OW * O * K * K;
+    cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d, %d, %d], dx [N, %d, %d, %d]; stride %d, padding %d;\n"
+               "       one (n, c) plane of dx per iteration: it scatters from every output it fed */\n",
+            O, OH, OW, O, C, K, K, C, H, W, S, P);
+    cg_body(L, "    FOR_EACH(i, %s) {\n"
+               "        long n = i / %d, c = i %% %d;\n"
+               "        float *dxp = dx + i * %d;\n"
+               "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
+               "        for (int o = 0; o < %d; o++) {\n"
+               "            const float *dyp = dy + (n * %d + o) * %d, *wp = w + (o * %d + c) * %d;\n"
+               "            for (int ky = 0; ky < %d; ky++)\n"
+               "            for (int kx = 0; kx < %d; kx++) {\n"
+               "            const float wv = wp[ky * %d + kx];\n",
+            cg_work_str(L, dimn(C)), C, C, H * W, H * W, O, O, OH * OW, C, K * K, K, K, K);
+    valid_range(L, "oy", "ky", S, P, H, OH);
+    valid_range(L, "ox", "kx", S, P, W, OW);
+    cg_body(L, "            for (int oy = oy0; oy < oy1; oy++) {\n"
+               "                float *xr = dxp + (oy * %d - %d + ky) * %d - %d + kx;\n"
+               "                const float *yr = dyp + oy * %d;\n"
+               "                for (int ox = ox0; ox < ox1; ox++) xr[ox * %d] += wv * yr[ox];\n"
+               "            }\n            }\n        }\n    }\n", S, P, W, P, OW, S);
+    cg_end_kernel(L);
+}
+
+/* dy, x -> dw, one (o, c) pair (or without padding one (o, c, ky) row of taps) per iteration */
+static void conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
+    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    if (P == 0 && K <= 7) {
+        /* No padding: every tap of a row of taps reads the same output columns, so one
+           pass over dy serves all K taps (kx), each with a row of partial sums. */
+        cg_kernel(L, id, "conv2d_grad_w_rows", dimc((long)O * C * K), 3, b, (const char *const[]){ "=dw", "dy", "x" })->heavy = true;
+        cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %d, %d, %d]; stride %d, no padding;\n"
+                   "       one row of taps (o, c, ky) per iteration, partial sums per kx and output column */\n",
+                O, OH, OW, C, H, W, O, C, K, K, S);
+        cg_body(L, "    FOR_EACH(i, %dL) {\n"
+                   "        long o = i / %d, c = (i / %d) %% %d; int ky = (int)(i %% %d);\n", O * C * K, C * K, K, C, K);
+        for (int j = 0; j < K; j++) cg_body(L, "        float k%d[%d];\n", j, OW);
+        cg_body(L, "        for (int ox = 0; ox < %d; ox++) {\n", OW);
+        for (int j = 0; j < K; j++) cg_body(L, "            k%d[ox] = 0.0f;\n", j);
+        cg_body(L, "        }\n"
+                   "        for (long n = 0; n < N; n++)\n"
+                   "            for (int oy = 0; oy < %d; oy++) {\n"
+                   "                const float *yr = dy + ((n * %d + o) * %d + oy) * %d;\n"
+                   "                const float *xr = x + ((n * %d + c) * %d + oy * %d + ky) * %d;\n"
+                   "                for (int ox = 0; ox < %d; ox++) {\n"
+                   "                    const float g = yr[ox];\n", OH, O, OH, OW, C, H, S, W, OW);
+        for (int j = 0; j < K; j++) cg_body(L, "                    k%d[ox] += g * xr[ox * %d + %d];\n", j, S, j);
+        cg_body(L, "                }\n            }\n");
+        for (int j = 0; j < K; j++)
+            cg_body(L, "        { float acc = 0.0f; for (int ox = 0; ox < %d; ox++) acc += k%d[ox]; dw[i * %d + %d] = acc; }\n", OW, j, K, j);
+        cg_body(L, "    }\n");
+        cg_end_kernel(L);
+        return;
+    }
+    cg_kernel(L, id, "conv2d_grad_w_direct", dimc((long)O * C), 3, b, (const char *const[]){ "=dw", "dy", "x" })->heavy = true;
+    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %d, %d, %d]; stride %d, padding %d;\n"
+               "       one (o, c) pair per iteration; partial sums per (ky, kx, output column) over the batch */\n",
+            O, OH, OW, C, H, W, O, C, K, K, S, P);
+    cg_body(L, "    FOR_EACH(i, %dL) {\n"
+               "        long o = i / %d, c = i %% %d;\n"
+               "        float part[%d][%d];\n"
+               "        for (int k = 0; k < %d; k++) for (int j = 0; j < %d; j++) part[k][j] = 0.0f;\n"
+               "        for (long n = 0; n < N; n++) {\n"
+               "            const float *dyp = dy + (n * %d + o) * %d, *xp = x + (n * %d + c) * %d;\n"
+               "            for (int ky = 0; ky < %d; ky++)\n"
+               "            for (int kx = 0; kx < %d; kx++) {\n"
+               "            float *pp = part[ky * %d + kx];\n",
+            O * C, C, C, K * K, OW, K * K, OW, O, OH * OW, C, H * W, K, K, K);
+    valid_range(L, "oy", "ky", S, P, H, OH);
+    valid_range(L, "ox", "kx", S, P, W, OW);
+    cg_body(L, "            for (int oy = oy0; oy < oy1; oy++) {\n"
+               "                const float *xr = xp + (oy * %d - %d + ky) * %d - %d + kx;\n"
+               "                const float *yr = dyp + oy * %d;\n"
+               "                for (int ox = ox0; ox < ox1; ox++) pp[ox] += yr[ox] * xr[ox * %d];\n"
+               "            }\n            }\n        }\n"
+               "        for (int k = 0; k < %d; k++) {\n"
+               "            float acc = 0.0f;\n"
+               "            for (int j = 0; j < %d; j++) acc += part[k][j];\n"
+               "            dw[i * %d + k] = acc;\n"
+               "        }\n    }\n", S, P, W, P, OW, S, K * K, OW, K * K);
+    cg_end_kernel(L);
+}
+
+/* ------------------------------------------------- channel-vectorised convolution */
+
+/* w [O, C, K, K] -> wt [C*K*K, O]: the taps' weights for all outputs side by side. */
+static int transposed_weights(Lower *L, int id, int w_node)
+{
+    const Shape *ws = &L->g->nodes[w_node].shape;
+    int O = ws->d[0];
+    long CKK = (long)ws->d[1] * ws->d[2] * ws->d[3];
+    int wt = cg_new_buf(L, BUF_WORK, dimc(CKK * O), "weights transposed", w_node);
+    int b[2] = { wt, buf_of(L, w_node) };
+    cg_kernel(L, id, "transpose_weights", dimc(CKK), 2, b, (const char *const[]){ "=wt", "w" })->grain = O;
+    cg_body(L, "    /* w is [%d, %ld]; wt is [%ld, %d] */\n", O, CKK, CKK, O);
+    cg_body(L, "    FOR_EACH(r, %ldL) {\n        for (int o = 0; o < %d; o++) wt[r * %d + o] = w[o * %ldL + r];\n    }\n",
+            CKK, O, O, CKK);
+    cg_end_kernel(L);
+    return wt;
+}
+
+/* Columns per block in the channel-vectorised kernels: B output columns are
+   computed together, each with its own accumulators, so the compiler keeps
+   2*B vector registers of sums in flight. */
+static int column_block(int ow) { return ow % 4 == 0 ? 4 : ow % 2 == 0 ? 2 : 1; }
+
+/* x, w, bias? -> y, one output row (n, oy) per iteration with all O outputs in a vector */
+static void conv_vector_forward(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, OH = G->OH, OW = G->OW;   /* P is 0: cg_conv_strategy() picks this only then */
+    int B = column_block(OW);
+    bool bias = n->nin == 3;
+    int wt = transposed_weights(L, id, n->in[1]);
+    int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), wt, bias ? buf_of(L, n->in[2]) : -1 };
+    cg_kernel(L, id, "conv2d_vector", dimn(OH), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "wt", "bias" })->grain =
+        (long)OW * O * C * K * K;
+    cg_body(L, "    /* x [N, %d, %d, %d], wt [%d*%d*%d, %d], y [N, %d, %d, %d]; stride %d, no padding;\n"
+               "       one output row (n, oy) per iteration, all %d output channels at once, %d columns per block */\n",
+            C, H, W, C, K, K, O, O, OH, OW, S, O, B);
+    cg_body(L, "    FOR_EACH(i, %s) {\n"
+               "        long n = i / %d; int oy = (int)(i %% %d);\n"
+               "        for (int ox0 = 0; ox0 < %d; ox0 += %d) {\n",
+            cg_work_str(L, dimn(OH)), OH, OH, OW, B);
+    for (int j = 0; j < B; j++) cg_body(L, "            float a%d[%d];\n", j, O);
+    cg_body(L, "            for (int o = 0; o < %d; o++) {\n", O);
+    for (int j = 0; j < B; j++) cg_body(L, "                a%d[o] = %s;\n", j, bias ? "bias[o]" : "0.0f");
+    cg_body(L, "            }\n"
+               "            for (int c = 0; c < %d; c++)\n"
+               "                for (int ky = 0; ky < %d; ky++) {\n"
+               "                    const float *xr = x + ((n * %d + c) * %d + oy * %d + ky) * %d + ox0 * %d;\n"
+               "                    const float *wr = wt + (c * %d + ky) * %d * %d;\n"
+               "                    for (int kx = 0; kx < %d; kx++) {\n",
+            C, K, C, H, S, W, S, K, K, O, K);
+    for (int j = 0; j < B; j++) cg_body(L, "                        const float x%d = xr[kx + %d];\n", j, j * S);
+    cg_body(L, "                        for (int o = 0; o < %d; o++) {\n"
+               "                            const float w = wr[kx * %d + o];\n", O, O);
+    for (int j = 0; j < B; j++) cg_body(L, "                            a%d[o] += x%d * w;\n", j, j);
+    cg_body(L, "                        }\n                    }\n                }\n"
+               "            for (int o = 0; o < %d; o++) {\n"
+               "                float *yr = y + ((n * %d + o) * %d + oy) * %d + ox0;\n", O, O, OH, OW);
+    for (int j = 0; j < B; j++)
+        cg_body(L, "                yr[%d] = %s;\n", j,
+                L->relu_out[id] ? arena_printf(L->p->arena, "a%d[o] > 0.0f ? a%d[o] : 0.0f   /* fused relu */", j, j)
+                                : arena_printf(L->p->arena, "a%d[o]", j));
+    cg_body(L, "            }\n        }\n    }\n");
+    cg_end_kernel(L);
+}
+
+/* dy, x -> dw from the channels-last gradient, one row of taps (c, ky) per iteration */
+static void conv_vector_grad_w(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    /* CONV2D_BWD_W: dw[o, r] = sum over n, oy, ox of dy[n, o, oy, ox] * x[n, c, oy*S + ky, ox*S + kx], r = (c, ky, kx) */
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, OH = G->OH, OW = G->OW;   /* P is 0: cg_conv_strategy() picks this only then */
+    long CKK = (long)C * K * K;
+    int dyt = channels_last_grad(L, id, n->in[0]);
+    int b[3] = { cg_out_buf(L, id), dyt, buf_of(L, n->in[1]) };
+    cg_kernel(L, id, "conv2d_grad_w_vector", dimc((long)C * K), 3, b, (const char *const[]){ "=dw", "t", "x" })->heavy = true;
+    cg_body(L, "    /* t [N, %d, %d, %d] (dy, channels last), x [N, %d, %d, %d], dw [%d, %ld]; stride %d, no padding;\n"
+               "       one row of taps (c, ky) per iteration: each gradient row of t is read once for all %d kx,\n"
+               "       which keep their own %d sums */\n",
+            OH, OW, O, C, H, W, O, CKK, S, K, O);
+    cg_body(L, "    FOR_EACH(row, %dL) {\n"
+               "        int c = (int)(row / %d), ky = (int)(row %% %d);\n", C * K, K, K);
+    for (int j = 0; j < K; j++) cg_body(L, "        float k%d[%d];\n", j, O);
+    cg_body(L, "        for (int o = 0; o < %d; o++) {\n", O);
+    for (int j = 0; j < K; j++) cg_body(L, "            k%d[o] = 0.0f;\n", j);
+    cg_body(L, "        }\n"
+               "        for (long n = 0; n < N; n++)\n"
+               "            for (int oy = 0; oy < %d; oy++) {\n"
+               "                const float *xr = x + ((n * %d + c) * %d + oy * %d + ky) * %d;\n"
+               "                const float *tr = t + (n * %d + oy) * %d * %d;\n"
+               "                for (int ox = 0; ox < %d; ox++) {\n"
+               "                    const float *tv = tr + ox * %d, *xv = xr + ox * %d;\n"
+               "                    for (int o = 0; o < %d; o++) {\n"
+               "                        const float g = tv[o];\n",
+            OH, C, H, S, W, OH, OW, O, OW, O, S, O);
+    for (int j = 0; j < K; j++) cg_body(L, "                        k%d[o] += xv[%d] * g;\n", j, j);
+    cg_body(L, "                    }\n                }\n            }\n"
+               "        for (int o = 0; o < %d; o++) {\n"
+               "            float *dr = dw + o * %ldL + row * %d;\n", O, CKK, K);
+    for (int j = 0; j < K; j++) cg_body(L, "            dr[%d] = k%d[o];\n", j, j);
+    cg_body(L, "        }\n    }\n");
+    cg_end_kernel(L);
+}
+
+/* ---------------------------------------------------------- im2col + GEMM */
+
+/* x, w, bias? -> y: im2col, t[O, N*P] = w . col (GEMM), unpack into y with the bias */
+static void conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int O = G->O, K = G->K, OH = G->OH, OW = G->OW;
+    long P = (long)OH * OW, CKK = (long)G->C * K * K;
+    int col = im2col(L, id, n->in[0], G);
+    L->col[id] = col;
+    int t = cg_new_buf(L, BUF_WORK, dimn(O * P), "conv out transposed", id);
+    cg_gemm(L, id, false, false, dimc(O), dimn(P), dimc(CKK), buf_of(L, n->in[1]), dimc(CKK), col, dimn(P), 0.0f, t, dimn(P));
+    int y = cg_out_buf(L, id);
+    bool bias = n->nin == 3;
+    int b[3] = { y, t, bias ? buf_of(L, n->in[2]) : -1 };
+    cg_kernel(L, id, "conv2d_unpack", dimn(O), bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" })->grain = P;
+    cg_body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld]; one (n, o) plane per iteration */\n", O, P, O, P);
+    cg_body(L, "    FOR_EACH(i, %s) {\n        long n = i / %d, o = i %% %d;\n"
+               "        const float *src = t + (o * N + n) * %ld;\n        float *dst = y + i * %ld;\n"
+               "        const float b = %s;\n"
+               "        for (int p = 0; p < %ld; p++) dst[p] = %s;\n    }\n",
+            cg_work_str(L, dimn(O)), O, O, P, P, bias ? "bias[o]" : "0.0f", P,
+            L->relu_out[id] ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
+    cg_end_kernel(L);
+}
+/* dy, x -> dw[O, CKK] = dyt . col^T (GEMM), with the forward's columns or new ones */
+static void conv_gemm_grad_w(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int fwd = n->grad_of;
+    int O = G->O;
+    long CKK = (long)G->C * G->K * G->K, P = (long)G->OH * G->OW;
+    int t = transposed_grad(L, id, n->in[0]);
+    /* The forward's columns are kept when small; big ones (ResNet) are made
+       again here, so they need not live from the forward to the backward. */
+    int col = L->col[fwd];
+    if (col < 0 || CKK * P * (long)sizeof(float) > CG_KEEP_COLUMNS)
+        col = im2col(L, id, L->g->nodes[fwd].in[0], G);
+    int dw = cg_out_buf(L, id);
+    cg_gemm(L, id, false, true, dimc(O), dimc(CKK), dimn(P), t, dimn(P), col, dimn(P), 0.0f, dw, dimc(CKK));
+}
+
+/* dy, w -> dx: the columns' gradient by one GEMM, gathered back into the planes of dx
+   (col2im). CONV_VECTOR takes it example-major from the channels-last gradient. */
+static void conv_gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy how)
+{
+    const Node *n = &L->g->nodes[id];
+    int O = G->O, K = G->K, S = G->S, Pd = G->P;
+    int C = G->C, H = G->H, W = G->W, OH = G->OH, OW = G->OW;
+    long P = (long)OH * OW, CKK = (long)C * K * K;
+    if (how == CONV_VECTOR) {
+        /* With the gradient channels last (shared with the weight gradient), the columns'
+           gradient comes out example by example: dcolT[N*P, CKK] = t[N*P, O] . W[O, CKK],
+           and each example's block is gathered back into its planes while in cache. */
+        int t = channels_last_grad(L, id, n->in[0]);
+        int dcol = cg_new_buf(L, BUF_WORK, dimn(CKK * P), "im2col gradient, example-major", id);
+        cg_gemm(L, id, false, false, dimn(P), dimc(CKK), dimc(O), t, dimc(O), buf_of(L, n->in[1]), dimc(CKK), 0.0f, dcol, dimc(CKK));
+        int dx = cg_out_buf(L, id);
+        int b[2] = { dx, dcol };
+        cg_kernel(L, id, "col2im_rows", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" })->grain = (long)H * W * K * K;
+        cg_body(L, "    /* dcol is [N*%d*%d, %d*%d*%d]; dx is [N, %d, %d, %d]; stride %d, no padding;\n"
+                   "       each iteration owns one (n, c) plane of dx */\n", OH, OW, C, K, K, C, H, W, S);
+        cg_body(L, "    FOR_EACH(plane, %s) {\n"
+                   "        long n = plane / %d, c = plane %% %d;\n"
+                   "        float *dxp = dx + plane * %d;\n"
+                   "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
+                   "        for (int oy = 0; oy < %d; oy++)\n"
+                   "            for (int ox = 0; ox < %d; ox++) {\n"
+                   "                const float *cp = dcol + ((n * %d + oy) * %d + ox) * %ldL + c * %d;\n"
+                   "                float *xp = dxp + (oy * %d) * %d + ox * %d;\n"
+                   "                for (int ky = 0; ky < %d; ky++)\n"
+                   "                    for (int kx = 0; kx < %d; kx++) xp[ky * %d + kx] += cp[ky * %d + kx];\n"
+                   "            }\n    }\n",
+                cg_work_str(L, dimn(C)), C, C, H * W, H * W, OH, OW, OH, OW, CKK, K * K, S, W, S, K, K, W, K);
+        cg_end_kernel(L);
+        return;
+    }
+    int t = transposed_grad(L, id, n->in[0]);
+    int dcol = cg_new_buf(L, BUF_WORK, dimn(CKK * P), "im2col gradient", id);
+    cg_gemm(L, id, true, false, dimc(CKK), dimn(P), dimc(O), buf_of(L, n->in[1]), dimc(CKK), t, dimn(P), 0.0f, dcol, dimn(P));
+    int dx = cg_out_buf(L, id);
+    int b[2] = { dx, dcol };
+    cg_kernel(L, id, "col2im", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" })->grain = H * W * K * K;
+    cg_body(L, "    /* dcol is [%d*%d*%d, N*%d*%d]; dx is [N, %d, %d, %d]; each iteration owns one (n, c) plane of dx */\n",
+            C, K, K, OH, OW, C, H, W);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n"
+               "        long n = plane / %d, c = plane %% %d;\n"
+               "        float *dxp = dx + plane * %d;\n"
+               "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
+               "        for (int ky = 0; ky < %d; ky++)\n"
+               "            for (int kx = 0; kx < %d; kx++) {\n"
+               "                const float *cp = dcol + ((c * %d + ky) * %d + kx) * (N * %ld) + n * %ld;\n"
+               "%s"
+               "            }\n    }\n",
+            cg_work_str(L, dimn(C)), C, C, H * W, H * W, K, K, K, K, P, P,
+            Pd == 0 && S == 1
+                /* no padding, stride 1: every row adds into a contiguous stretch of dx */
+                ? arena_printf(L->p->arena, "                for (int oy = 0; oy < %d; oy++) {\n"
+                                            "                    float *xr = dxp + (oy + ky) * %d + kx;\n"
+                                            "                    const float *cr = cp + oy * %d;\n"
+                                            "                    for (int ox = 0; ox < %d; ox++) xr[ox] += cr[ox];\n"
+                                            "                }\n", OH, W, OW, OW)
+                : arena_printf(L->p->arena, "                for (int oy = 0; oy < %d; oy++) {\n"
+                                            "                    int iy = oy * %d - %d + ky;\n"
+                                            "                    if (iy < 0 || iy >= %d) continue;\n"
+                                            "                    for (int ox = 0; ox < %d; ox++) {\n"
+                                            "                        int ix = ox * %d - %d + kx;\n"
+                                            "                        if (ix >= 0 && ix < %d) dxp[iy * %d + ix] += cp[oy * %d + ox];\n"
+                                            "                    }\n"
+                                            "                }\n", OH, S, Pd, H, OW, S, Pd, W, W, OW));
+    cg_end_kernel(L);
+}
+
+/* ------------------------------------------------------------------- dispatch */
+
+/* conv2d, conv2d_grad_x, conv2d_grad_w, each the way cg_conv_strategy() picks for the layer. */
+void cg_lower_conv(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    ConvGeom G = conv_geom(L->g, id);
+    ConvStrategy how = cg_conv_strategy(L->opt, G.C, G.K, G.O, G.OW, G.P);
+    if (n->op == OP_CONV2D) {
+        switch (how) {
+        case CONV_DIRECT: conv_direct_forward(L, id, &G); break;
+        case CONV_VECTOR: conv_vector_forward(L, id, &G); break;
+        case CONV_GEMM: conv_gemm_forward(L, id, &G); break;
+        }
+    } else if (n->op == OP_CONV2D_BWD_W) {
+        switch (how) {
+        case CONV_DIRECT: conv_direct_grad_w(L, id, &G); break;
+        case CONV_VECTOR: conv_vector_grad_w(L, id, &G); break;
+        case CONV_GEMM: conv_gemm_grad_w(L, id, &G); break;
+        }
+    } else {   /* OP_CONV2D_BWD_X */
+        switch (how) {
+        case CONV_DIRECT: conv_direct_grad_x(L, id, &G); break;
+        case CONV_VECTOR: case CONV_GEMM: conv_gemm_grad_x(L, id, &G, how); break;
+        }
+    }
+}

@@ -1,0 +1,75 @@
+/*
+** Element-wise kernels and their gradients: relu, sigmoid, tanh, add, mul,
+** constants and the dropout mask. Every tensor is a flat array of the node's
+** elements (any shape, N examples when batch-sized); one element per
+** iteration of FOR_EACH. Gradients take the forward output y (not x) and
+** overwrite dx (they do not accumulate).
+*/
+#include "lower_internal.h"
+
+/* y = f(x): relu, sigmoid, tanh */
+void cg_lower_activation(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    Dim work = dim_of(&n->shape);
+    const char *W = cg_work_str(L, work);
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, ir_op_name(n->op), work, 2, b, (const char *const[]){ "=y", "x" });
+    const char *e = n->op == OP_RELU ? "x[i] > 0.0f ? x[i] : 0.0f"
+                  : n->op == OP_SIGMOID ? "1.0f / (1.0f + expf(-x[i]))" : "tanhf(x[i])";
+    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = %s;\n    }\n", W, e);
+    cg_end_kernel(L);
+}
+
+/* dx = dy * f'(x), written with the forward output y: relu_grad, sigmoid_grad, tanh_grad */
+void cg_lower_activation_grad(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    Dim work = dim_of(&n->shape);
+    const char *W = cg_work_str(L, work);
+    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=dx", "y", "dy" });
+    const char *e = n->op == OP_RELU_BWD ? "y[i] > 0.0f ? dy[i] : 0.0f"
+                  : n->op == OP_SIGMOID_BWD ? "dy[i] * y[i] * (1.0f - y[i])" : "dy[i] * (1.0f - y[i] * y[i])";
+    cg_body(L, "    FOR_EACH(i, %s) {\n        dx[i] = %s;\n    }\n", W, e);
+    cg_end_kernel(L);
+}
+
+/* y = lhs + rhs, y = lhs * rhs (same shapes) */
+void cg_lower_binary(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    Dim work = dim_of(&n->shape);
+    const char *W = cg_work_str(L, work);
+    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=y", "lhs", "rhs" });
+    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, n->op == OP_ADD ? '+' : '*');
+    cg_end_kernel(L);
+}
+
+/* y[i] = f[0] (the loss seed) */
+void cg_lower_const(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    Dim work = dim_of(&n->shape);
+    const char *W = cg_work_str(L, work);
+    int y = cg_out_buf(L, id);
+    cg_kernel(L, id, "const", work, 1, &y, (const char *const[]){ "=y" });
+    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = %#.9gf;\n    }\n", W, n->f[0]);
+    cg_end_kernel(L);
+}
+
+/* mask[i] = 0 with probability p, else 1/(1-p); a fresh seed each run */
+void cg_lower_dropout_mask(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    Dim work = dim_of(&n->shape);
+    const char *W = cg_work_str(L, work);
+    int y = cg_out_buf(L, id);
+    Step *s = cg_kernel(L, id, "dropout_mask", work, 1, &y, (const char *const[]){ "=mask" });
+    s->seeded = true;
+    cg_body(L, "    /* counted from the global batch's first example: the same masks on any number of replicas */\n"
+               "    FOR_EACH(i, %s) {\n        mask[i] = mgc_uniform(a.seed, (unsigned long long)(a.first * %ldL + i)) >= %#.9gf ? %#.9gf : 0.0f;\n    }\n",
+            W, work.c, n->f[0], 1.0 / (1.0 - n->f[0]));
+    cg_end_kernel(L);
+}

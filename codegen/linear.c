@@ -1,0 +1,80 @@
+/*
+** Linear layers: one BLAS GEMM each for the forward and both gradients, and
+** a small epilogue kernel for the bias and a fused ReLU; and the bias
+** gradient, shared with the convolutions.
+**
+** x [N, F], w [O, F], y [N, O] (row-major, as PyTorch stores them).
+*/
+#include "lower_internal.h"
+
+/* y[N, O] = x[N, F] . w[O, F]^T (GEMM), then the epilogue: + bias, and a fused relu */
+void cg_lower_linear(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *ws = &L->g->nodes[n->in[1]].shape;
+    int O = ws->d[0], F = ws->d[1];
+    int y = cg_out_buf(L, id);
+    bool bias = n->nin == 3, relu = L->relu_out[id];
+    cg_gemm(L, id, false, true, dimn(1), dimc(O), dimc(F), buf_of(L, n->in[0]), dimc(F), buf_of(L, n->in[1]), dimc(F), 0.0f, y, dimc(O));
+    if (!bias && !relu) return;
+    int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
+    cg_kernel(L, id, relu ? "linear_epilogue_relu" : "linear_epilogue", dimn(1), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" })->grain = O;
+    cg_body(L, "    /* y is [N, %d]; one row per iteration */\n", O);
+    cg_body(L, "    FOR_EACH(r, N) {\n        float *yr = y + r * %d;\n        for (int o = 0; o < %d; o++) {\n"
+               "            float v = yr[o]%s;\n            yr[o] = %s;\n        }\n    }\n",
+            O, O, bias ? " + bias[o]" : "", relu ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
+    cg_end_kernel(L);
+}
+
+/* dx[N, F] = dy[N, O] . w[O, F] (GEMM, overwrites) */
+void cg_lower_linear_grad_x(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *ws = &L->g->nodes[n->in[1]].shape;
+    int O = ws->d[0], F = ws->d[1];
+    int dx = cg_out_buf(L, id);
+    cg_gemm(L, id, false, false, dimn(1), dimc(F), dimc(O), buf_of(L, n->in[0]), dimc(O), buf_of(L, n->in[1]), dimc(F), 0.0f, dx, dimc(F));
+}
+
+/* dw[O, F] = dy[N, O]^T . x[N, F] (GEMM, overwrites) */
+void cg_lower_linear_grad_w(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    int O = n->shape.d[0], F = n->shape.d[1];
+    int dw = cg_out_buf(L, id);
+    cg_gemm(L, id, true, false, dimc(O), dimc(F), dimn(1), buf_of(L, n->in[0]), dimc(O), buf_of(L, n->in[1]), dimc(F), 0.0f, dw, dimc(F));
+}
+
+/* dy [N, O, ...] -> db [O]: the sum over the batch and every inner position; overwrites */
+void cg_lower_bias_grad(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Graph *g = L->g;
+    const Shape *ds = &g->nodes[n->in[0]].shape;
+    int O = ds->d[1];
+    int inner = 1;
+    for (int k = 2; k < ds->nd; k++) inner *= ds->d[k];
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, "bias_grad", dimc(O), 2, b, (const char *const[]){ "=db", "dy" })->heavy = true;
+    cg_body(L, "    /* dy is [N, %d, %d]; db[o] = sum over n and the inner positions */\n", O, inner);
+    if (inner >= 16) {
+        /* 16 running sums side by side: a sum the compiler may vectorise without reordering a chain */
+        cg_body(L, "    FOR_EACH(o, %dL) {\n        float part[16];\n"
+                   "        for (int l = 0; l < 16; l++) part[l] = 0.0f;\n"
+                   "        for (long k = 0; k < N; k++) {\n"
+                   "            const float *dyp = dy + (k * %d + o) * %d;\n"
+                   "            for (int j = 0; j < %d; j += 16)\n"
+                   "                for (int l = 0; l < 16; l++) part[l] += dyp[j + l];\n"
+                   "            for (int j = %d; j < %d; j++) part[0] += dyp[j];\n"
+                   "        }\n"
+                   "        float acc = 0.0f;\n        for (int l = 0; l < 16; l++) acc += part[l];\n"
+                   "        db[o] = acc;\n    }\n", O, O, inner, inner / 16 * 16, inner / 16 * 16, inner);
+    } else {
+        cg_body(L, "    FOR_EACH(o, %dL) {\n        float acc = 0.0f;\n"
+                   "        for (long k = 0; k < N; k++) {\n"
+                   "            const float *dyp = dy + (k * %d + o) * %d;\n"
+                   "            for (int j = 0; j < %d; j++) acc += dyp[j];\n"
+                   "        }\n        db[o] = acc;\n    }\n", O, O, inner, inner);
+    }
+    cg_end_kernel(L);
+}

@@ -1,0 +1,109 @@
+/*
+** Lowering's shared internals, private to codegen/: the lowering context and
+** the helpers every op family uses to make buffers, steps and kernel text.
+**
+** The driver (codegen/lower.c) walks the graph and calls one lowering function
+** per op; the op families live beside their gradients:
+**   elementwise.c  relu/sigmoid/tanh, add/mul, const, dropout, and their gradients
+**   conv.c         convolutions: direct, channel-vectorised, im2col + GEMM
+**   linear.c       linear layers (GEMM + epilogue), their gradients, bias gradients
+**   pool.c         max/avg/global-average pooling and their gradients
+**   norm.c         BatchNorm: batch statistics, apply, gradients, running update
+**   loss.c         softmax cross-entropy, its gradient, the accuracy count
+**   dp.c           data parallelism: gradient buckets and the collectives' steps
+*/
+#ifndef MGC_LOWER_INTERNAL_H
+#define MGC_LOWER_INTERNAL_H
+#include "codegen.h"
+
+typedef struct Lower {
+    const Graph *g;
+    Program *p;
+    const CgOptions *opt;     /* never NULL here */
+    FILE *src;        /* kernel bodies (open_memstream) */
+    int *col;         /* conv node -> its im2col buffer (kept for the weight gradient) */
+    int *dyt;         /* gradient node -> its [O, N*P] transposed copy, made once */
+    int *dyc;         /* gradient node -> its [N*P, O] channels-last copy, made once */
+    int *fused;       /* node -> the node whose kernel computes it too (its buffer is shared), or -1 */
+    bool *relu_out;   /* node's kernel applies ReLU to what it writes (a fused relu follows) */
+    bool *relu_mask;  /* maxpool2d_grad: keep only gradients where x > 0 (a fused relu_grad follows) */
+    /* data parallelism (codegen/dp.c) */
+    int *in_bucket;   /* node -> the bucket buffer its output lives in, or -1 */
+    int *bucket_at;   /* node -> its offset in that bucket (floats) */
+    int *bucket_coll; /* IR bucket -> its collective */
+    int *ready;       /* IR bucket -> the node after whose steps its collective starts */
+    bool *waited;     /* IR bucket -> its wait step has been emitted */
+} Lower;
+
+/* The size of a shape in floats, as a Dim (batch-sized when dim 0 is N). */
+static inline Dim dim_of(const Shape *s)
+{
+    Dim d = { 1, false };
+    for (int k = 0; k < s->nd; k++) {
+        if (s->d[k] == IR_BATCH) d.batch = true;
+        else d.c *= s->d[k];
+    }
+    return d;
+}
+
+static inline Dim dimc(long c) { return (Dim){ c, false }; }   /* c */
+static inline Dim dimn(long c) { return (Dim){ c, true }; }    /* c * N */
+
+/* The buffer holding a node's output. */
+static inline int buf_of(const Lower *L, int node) { return L->p->node_buf[node]; }
+
+/* ---- buffers and steps (codegen/lower.c) ---- */
+int   cg_new_buf(Lower *L, BufKind kind, Dim size, const char *name, int node);
+Step *cg_new_step(Lower *L, StepKind kind, int node);
+/* A new activation buffer for the node's output, recorded as its buffer (a
+   piece of its bucket's buffer when the node is a gradient summed in a bucket). */
+int   cg_out_buf(Lower *L, int node);
+/* Starts a kernel: the step, and the function header with its buffer
+   arguments named as given ("y", "x", ...; a leading '=' marks an output).
+   The body follows through cg_body(); cg_end_kernel() closes it. */
+Step *cg_kernel(Lower *L, int node, const char *what, Dim work, int nargs, const int *bufs, const char *const *names);
+void  cg_body(Lower *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void  cg_end_kernel(Lower *L);
+/* The work count as C text: "150L * N" or "150L". */
+const char *cg_work_str(Lower *L, Dim d);
+/* A GEMM step, row-major: C[m,n] = op(A)[m,k] . op(B)[k,n] + beta * C. */
+Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, Dim lda, int b, Dim ldb,
+              float beta, int c, Dim ldc);
+
+/* ---- the op families: one function per op (or per group of like ops) ---- */
+/* elementwise.c */
+void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
+void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */
+void cg_lower_binary(Lower *L, int id);            /* add, mul */
+void cg_lower_const(Lower *L, int id);
+void cg_lower_dropout_mask(Lower *L, int id);
+/* conv.c */
+void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */
+/* linear.c */
+void cg_lower_linear(Lower *L, int id);
+void cg_lower_linear_grad_x(Lower *L, int id);
+void cg_lower_linear_grad_w(Lower *L, int id);
+void cg_lower_bias_grad(Lower *L, int id);
+/* pool.c */
+void cg_lower_window_pool(Lower *L, int id);       /* maxpool2d, avgpool2d and their gradients */
+void cg_lower_global_avgpool(Lower *L, int id);
+void cg_lower_global_avgpool_grad(Lower *L, int id);
+/* norm.c */
+void cg_lower_bn_stats(Lower *L, int id);
+void cg_lower_bn_eval_stats(Lower *L, int id);
+void cg_lower_bn_apply(Lower *L, int id);
+void cg_lower_bn_grad_params(Lower *L, int id);
+void cg_lower_bn_grad_x(Lower *L, int id);
+void cg_lower_bn_running(Lower *L, int id);
+void cg_lower_bn_sync(Lower *L, int id);           /* --sync-bn's bn_sum, bn_sqdev, bn_finish */
+/* loss.c */
+void cg_lower_xent(Lower *L, int id);              /* softmax_cross_entropy and correct (accuracy) */
+void cg_lower_xent_grad(Lower *L, int id);
+/* dp.c */
+void cg_dp_prepare(Lower *L);                      /* bucket buffers, the gradients' places in them */
+void cg_dp_before(Lower *L, int id);               /* waits for the buckets node id reads */
+void cg_dp_after(Lower *L, int id);                /* starts the buckets node id completes */
+void cg_dp_finish(Lower *L);                       /* waits for any bucket not waited yet */
+void cg_lower_allreduce(Lower *L, int id);
+
+#endif

@@ -1,0 +1,180 @@
+/*
+** BatchNorm2d: the batch statistics and their evaluation-mode stand-in, the
+** normalisation, its gradients and the running-statistics update.
+**
+** x, y, dx, dy are [N, C, H, W], read as N*C planes of H*W; stats is [3, C]
+** (mean, 1/sqrt(var + eps), biased var); dparams is [2, C] (d gamma, d beta).
+** The per-channel sums run over N, H, W in double. With --sync-bn the
+** statistics are over the global batch: bn_sum, bn_sqdev and bn_finish (at the
+** end), and bn_grad_x and the running update count a.global_batch examples.
+*/
+#include "lower_internal.h"
+
+/* x [N, C, H, W] -> stats [3, C]: mean, 1/sqrt(biased var + eps), biased var */
+void cg_lower_bn_stats(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &L->g->nodes[n->in[0]].shape;
+    int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, "bn_stats", dimc(C), 2, b, (const char *const[]){ "=stats", "x" })->heavy = true;
+    cg_body(L, "    /* x is [N, %d, %d]: per channel mean, 1/sqrt(biased var + eps), biased var; two passes in double */\n", C, HW);
+    cg_body(L, "    FOR_EACH(c, %dL) {\n"
+               "        double sum = 0.0, sq = 0.0, m = (double)N * %d;\n"
+               "        for (long k = 0; k < N; k++) {\n"
+               "            const float *xp = x + (k * %d + c) * %d;\n"
+               "            for (int j = 0; j < %d; j++) sum += xp[j];\n"
+               "        }\n"
+               "        double mean = sum / m;\n"
+               "        for (long k = 0; k < N; k++) {\n"
+               "            const float *xp = x + (k * %d + c) * %d;\n"
+               "            for (int j = 0; j < %d; j++) { double d = xp[j] - mean; sq += d * d; }\n"
+               "        }\n"
+               "        double var = sq / m;\n"
+               "        stats[c] = (float)mean;\n"
+               "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
+               "        stats[%d + c] = (float)var;\n    }\n",
+            C, HW, C, HW, HW, C, HW, HW, C, n->f[0], 2 * C);
+    cg_end_kernel(L);
+}
+
+/* running_mean [C], running_var [C] -> stats [3, C], as bn_stats (evaluation mode) */
+void cg_lower_bn_eval_stats(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    int c = n->shape.d[1];
+    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    cg_kernel(L, id, "bn_eval_stats", dimc(c), 3, b, (const char *const[]){ "=stats", "running_mean", "running_var" });
+    cg_body(L, "    FOR_EACH(c, %dL) {\n"
+               "        stats[c] = running_mean[c];\n"
+               "        stats[%d + c] = 1.0f / sqrtf(running_var[c] + %#.9gf);\n"
+               "        stats[%d + c] = running_var[c];\n    }\n", c, c, n->f[0], 2 * c);
+    cg_end_kernel(L);
+}
+
+/* y = (x - mean) * invstd * gamma + beta, one (n, c) plane per iteration */
+void cg_lower_bn_apply(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &n->shape;
+    int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+    int y = cg_out_buf(L, id);
+    int b[5] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]) };
+    cg_kernel(L, id, "bn_apply", dimn(C), 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta" })->grain = HW;
+    cg_body(L, "    /* x, y are [N*%d planes, %d]; y = (x - mean) * invstd * gamma + beta */\n", C, HW);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n"
+               "        long c = plane %% %d;\n"
+               "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n"
+               "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
+               "        for (int k = 0; k < %d; k++) yp[k] = xp[k] * scale + shift;\n    }\n",
+            cg_work_str(L, dimn(C)), C, C, HW, HW, HW);
+    cg_end_kernel(L);
+}
+
+/* x, stats, dy -> dparams [2, C]: d gamma = sum(dy * xhat), d beta = sum(dy); overwrites */
+void cg_lower_bn_grad_params(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &L->g->nodes[n->in[0]].shape;
+    int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+    int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]) };
+    cg_kernel(L, id, "bn_grad_params", dimc(C), 4, b, (const char *const[]){ "=dparams", "x", "stats", "dy" })->heavy = true;
+    cg_body(L, "    /* dparams[0] = d gamma = sum(dy * xhat), dparams[1] = d beta = sum(dy), over N, H, W */\n");
+    cg_body(L, "    FOR_EACH(c, %dL) {\n"
+               "        double dg = 0.0, db = 0.0;\n"
+               "        float mean = stats[c], invstd = stats[%d + c];\n"
+               "        for (long k = 0; k < N; k++) {\n"
+               "            const float *xp = x + (k * %d + c) * %d, *dyp = dy + (k * %d + c) * %d;\n"
+               "            for (int j = 0; j < %d; j++) { dg += dyp[j] * (xp[j] - mean) * invstd; db += dyp[j]; }\n"
+               "        }\n"
+               "        dparams[c] = (float)dg;\n        dparams[%d + c] = (float)db;\n    }\n",
+            C, C, C, HW, C, HW, HW, C);
+    cg_end_kernel(L);
+}
+
+/* x, stats, gamma, dy, dparams -> dx (like x); overwrites */
+void cg_lower_bn_grad_x(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &n->shape;
+    int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+    int y = cg_out_buf(L, id);
+    int b[6] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]), buf_of(L, n->in[4]) };
+    cg_kernel(L, id, "bn_grad_x", dimn(C), 6, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy", "dparams" })->grain = HW;
+    cg_body(L, "    /* dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M), M = N*H*W; planes [N*%d, %d] */\n", C, HW);
+    cg_body(L, "    const float inv_m = 1.0f / (float)(%s * %dL);\n"
+               "    FOR_EACH(plane, %s) {\n"
+               "        long c = plane %% %d;\n"
+               "        float invstd = stats[%d + c], mean = stats[c], k1 = gamma[c] * invstd;\n"
+               "        float mdb = dparams[%d + c] * inv_m, mdg = dparams[c] * inv_m;\n"
+               "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n        float *dxp = dx + plane * %d;\n"
+               "        for (int k = 0; k < %d; k++) dxp[k] = k1 * (dyp[k] - mdb - (xp[k] - mean) * invstd * mdg);\n    }\n",
+            n->i[0] ? "a.global_batch" : "N", HW, cg_work_str(L, dimn(C)), C, C, C, HW, HW, HW, HW);
+    cg_end_kernel(L);
+}
+
+/* stats, running_mean, running_var: the running statistics updated in place */
+void cg_lower_bn_running(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Node *st = &L->g->nodes[n->in[0]];
+    int C = st->shape.d[1];
+    int x = st->in[0];   /* bn_stats x, or bn_finish (allreduce (bn_sum x)) */
+    if (st->op == OP_BN_FINISH) x = L->g->nodes[L->g->nodes[x].in[0]].in[0];
+    const Shape *xs = &L->g->nodes[x].shape;
+    int HW = xs->d[2] * xs->d[3];
+    int b[3] = { buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, "bn_running_update", dimc(C), 3, b, (const char *const[]){ "=running_mean", "=running_var", "stats" });
+    cg_body(L, "    /* running = (1 - momentum) * running + momentum * batch; the variance unbiased, as PyTorch */\n");
+    cg_body(L, "    const float m = %#.9gf, count = (float)(%s * %dL);\n", n->f[0], n->i[0] ? "a.global_batch" : "N", HW);
+    cg_body(L, "    FOR_EACH(c, %dL) {\n"
+               "        running_mean[c] = (1.0f - m) * running_mean[c] + m * stats[c];\n"
+               "        float unbiased = count > 1.0f ? stats[%d + c] * count / (count - 1.0f) : stats[%d + c];\n"
+               "        running_var[c] = (1.0f - m) * running_var[c] + m * unbiased;\n    }\n", C, 2 * C, 2 * C);
+    cg_end_kernel(L);
+    L->p->node_buf[id] = buf_of(L, n->in[1]);
+}
+
+/* --sync-bn's statistics: bn_sum and bn_sqdev are this replica's sums over its
+   shard; after their allreduces, bn_finish makes [3,C] stats as bn_stats does,
+   over the global count (a.global_batch examples). */
+void cg_lower_bn_sync(Lower *L, int id)
+{
+    const Graph *g = L->g;
+    const Node *n = &g->nodes[id];
+    int y = cg_out_buf(L, id);
+    if (n->op == OP_BN_FINISH) {
+        const Shape *xs = &g->nodes[g->nodes[g->nodes[n->in[0]].in[0]].in[0]].shape;   /* allreduce(bn_sum(x)) */
+        int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+        int b[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+        cg_kernel(L, id, "bn_finish", dimc(C), 3, b, (const char *const[]){ "=stats", "sum", "sqdev" });
+        cg_body(L, "    /* sum, sqdev: over the global batch (every replica's part added); stats as bn_stats */\n");
+        cg_body(L, "    const double m = (double)a.global_batch * %d;\n"
+                "    FOR_EACH(c, %dL) {\n"
+                "        double var = sqdev[c] / m;\n"
+                "        stats[c] = (float)(sum[c] / m);\n"
+                "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
+                "        stats[%d + c] = (float)var;\n    }\n", HW, C, C, n->f[0], 2 * C);
+        cg_end_kernel(L);
+        return;
+    }
+    const Shape *xs = &g->nodes[n->in[0]].shape;
+    int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+    bool sq = n->op == OP_BN_SQDEV;
+    int b[3] = { y, buf_of(L, n->in[0]), sq ? buf_of(L, n->in[1]) : -1 };
+    Step *s = sq ? cg_kernel(L, id, "bn_sqdev", dimc(C), 3, b, (const char *const[]){ "=sqdev", "x", "sum" })
+                 : cg_kernel(L, id, "bn_sum", dimc(C), 2, b, (const char *const[]){ "=sum", "x" });
+    s->heavy = true;
+    cg_body(L, "    /* x is [N, %d, %d], this replica's part of the global batch; in double, as bn_stats */\n", C, HW);
+    if (sq) cg_body(L, "    const double m = (double)a.global_batch * %d;\n", HW);
+    cg_body(L, "    FOR_EACH(c, %dL) {\n"
+            "        double acc = 0.0%s;\n"
+            "        for (long k = 0; k < N; k++) {\n"
+            "            const float *xp = x + (k * %d + c) * %d;\n"
+            "            for (int j = 0; j < %d; j++) %s\n"
+            "        }\n"
+            "        %s[c] = (float)acc;\n    }\n",
+         C, sq ? ", mean = sum[c] / m" : "", C, HW, HW, sq ? "{ double d = xp[j] - mean; acc += d * d; }" : "acc += xp[j];",
+         sq ? "sqdev" : "sum");
+    cg_end_kernel(L);
+}

@@ -1,0 +1,174 @@
+/*
+** Unit tests of the verifiers: cg_verify (codegen/verify.c) accepts the
+** programs of real nets and rejects each kind of damage done to a copy of
+** one; ir_verify (ir/verify.c) accepts the graphs and rejects damaged nodes.
+** Prints "N passed, M failed"; exit 1 on failure.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "codegen.h"
+#include "frontend.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...) do { \
+    if (cond) passed++; \
+    else { failed++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } \
+} while (0)
+
+/* A net compiled and lowered (with its backward graph and SGD when backward is set). */
+typedef struct Compiled { Arena arena; Diag diag; Graph g; Program p; int rc; } Compiled;
+
+static void compile(Compiled *c, const char *path, bool backward)
+{
+    arena_init(&c->arena);
+    diag_init(&c->diag, stderr);
+    ir_graph_init(&c->g, &c->arena, &c->diag, NULL, backward);
+    IrSgd sgd = { 0.1f, 0.9f, 0.0f };
+    c->rc = fe_compile(&c->g, path, NULL, 0);
+    if (!c->rc && backward) c->rc = ir_autodiff(&c->g, &sgd, false);
+    if (!c->rc) c->rc = cg_lower(&c->g, &c->arena, NULL, &c->p);
+}
+
+/* A copy of the program whose bufs and steps can be damaged. */
+static Program copy(const Program *p)
+{
+    Program q = *p;
+    q.bufs = malloc(sizeof(Buf) * (size_t)p->nbufs);
+    q.steps = malloc(sizeof(Step) * (size_t)p->nsteps);
+    memcpy(q.bufs, p->bufs, sizeof(Buf) * (size_t)p->nbufs);
+    memcpy(q.steps, p->steps, sizeof(Step) * (size_t)p->nsteps);
+    return q;
+}
+
+static void release(Program *q) { free(q->bufs); free(q->steps); }
+
+static int find_step(const Program *p, StepKind kind)
+{
+    for (int k = 0; k < p->nsteps; k++) if (p->steps[k].kind == kind) return k;
+    return -1;
+}
+
+static int find_view(const Program *p)
+{
+    for (int k = 0; k < p->nbufs; k++) if (p->bufs[k].kind == BUF_VIEW) return k;
+    return -1;
+}
+
+/* Applies one damage to a copy and expects cg_verify to name it. */
+#define DAMAGED(what, expect, ...) do { \
+    Program q = copy(&c.p); \
+    char err[256]; \
+    __VA_ARGS__; \
+    int bad = cg_verify(&q, err, sizeof err); \
+    CHECK(bad && strstr(err, expect), "cg_verify %s: got %d \"%s\", want \"%s\"", what, bad, bad ? err : "", expect); \
+    release(&q); \
+} while (0)
+
+static void test_cg_verify(void)
+{
+    Compiled c;
+    for (int train = 0; train < 2; train++) {
+        compile(&c, "nets/lenet.net", train);
+        char err[256];
+        CHECK(c.rc == 0, "lenet compiles");
+        CHECK(cg_verify(&c.p, err, sizeof err) == 0, "lenet (%s) verifies: %s", train ? "train" : "eval", err);
+        if (train) break;
+        arena_free(&c.arena);
+    }
+    int k = find_step(&c.p, STEP_KERNEL), gm = find_step(&c.p, STEP_GEMM), v = find_view(&c.p);
+    CHECK(k >= 0 && gm >= 0 && v >= 0, "lenet has kernels, GEMMs and views");
+    if (k < 0 || gm < 0 || v < 0) return;
+    DAMAGED("kernel argument out of range", "not one of the", q.steps[k].args[0] = q.nbufs);
+    DAMAGED("too many arguments", "arguments, at most", q.steps[k].nargs = CG_MAXARGS + 1);
+    DAMAGED("kernel without a name", "without a name", q.steps[k].fn = "");
+    DAMAGED("kernel not in the source", "no body in the source", q.steps[k].fn = "k999_nowhere");
+    DAMAGED("view of a view", "itself a view", q.bufs[v].alias = v);
+    DAMAGED("view past its base", "does not fit", q.bufs[v].offset = (int)q.bufs[q.bufs[v].alias].size.c);
+    DAMAGED("GEMM lda below its width", "leading dimension", q.steps[gm].lda.c = 0);
+    DAMAGED("GEMM lda not batch-sized", "leading dimension",
+            { Step *s = &q.steps[gm]; s->k = (Dim){ 1, true }; s->m = (Dim){ 1, false }; s->ta = false; s->lda = (Dim){ 1000000, false }; });
+    DAMAGED("GEMM buffer too small", "needs", q.steps[gm].m.c *= 2);
+    DAMAGED("GEMM buffer out of range", "not one of the", q.steps[gm].c = -1);
+    DAMAGED("loss buffer missing", "loss", q.loss = -1);
+    DAMAGED("input buffer not the input's", "does not hold", q.input = q.logits);
+    arena_free(&c.arena);
+}
+
+/* ---- ir_verify ---- */
+
+static int find_op(const Graph *g, Op op)
+{
+    for (int id = 0; id < g->n; id++) if (g->nodes[id].op == op) return id;
+    return -1;
+}
+
+/* Runs ir_verify on a copy of c's graph with one node damaged; want: a phrase of the message. */
+#define IR_DAMAGED(what, want, ...) do { \
+    Graph q = c.g; \
+    q.nodes = malloc(sizeof(Node) * (size_t)q.n); \
+    memcpy(q.nodes, c.g.nodes, sizeof(Node) * (size_t)q.n); \
+    char *msg = NULL; size_t len = 0; \
+    FILE *out = open_memstream(&msg, &len); \
+    Diag d; diag_init(&d, out); \
+    __VA_ARGS__; \
+    int bad = ir_verify(&q, &d); \
+    fclose(out); \
+    CHECK(bad > 0 && strstr(msg, "internal: node %") && strstr(msg, want), \
+          "ir_verify %s: %d problems, \"%s\", want \"%s\"", what, bad, msg, want); \
+    free(msg); free(q.nodes); \
+} while (0)
+
+static void test_ir_verify(void)
+{
+    Compiled c;
+    const char *nets[] = { "nets/lenet.net", "nets/resnet18.net", "tests/nets/small_resnet.net", "tests/nets/op_batchnorm.net",
+                           "tests/nets/op_conv_stride2.net", "tests/nets/op_avgpool.net", "tests/nets/op_gap.net",
+                           "tests/nets/op_dropout.net", "tests/nets/op_add.net" };
+    for (size_t k = 0; k < sizeof nets / sizeof nets[0]; k++)
+        for (int train = 0; train < 2; train++) {
+            compile(&c, nets[k], train);
+            CHECK(c.rc == 0 && ir_verify(&c.g, &c.diag) == 0, "%s (%s) verifies", nets[k], train ? "train" : "eval");
+            arena_free(&c.arena);
+        }
+
+    compile(&c, "nets/lenet.net", true);
+    int conv = find_op(&c.g, OP_CONV2D), relu = find_op(&c.g, OP_RELU), lin = find_op(&c.g, OP_LINEAR);
+    int rs = find_op(&c.g, OP_RESHAPE), sgd = find_op(&c.g, OP_SGD), pool = find_op(&c.g, OP_MAXPOOL);
+    int dw = find_op(&c.g, OP_CONV2D_BWD_W), xent = find_op(&c.g, OP_XENT);
+    CHECK(conv >= 0 && relu >= 0 && lin >= 0 && rs >= 0 && sgd >= 0 && pool >= 0 && dw >= 0 && xent >= 0, "lenet's ops found");
+    if (conv < 0 || relu < 0 || lin < 0 || rs < 0 || sgd < 0 || pool < 0 || dw < 0 || xent < 0) return;
+    IR_DAMAGED("too many inputs", "has 2 inputs, not 1", q.nodes[relu].nin = 2);
+    IR_DAMAGED("a later input", "not an earlier node", q.nodes[relu].in[0] = relu);
+    IR_DAMAGED("a zero dimension", "has dimension 1 = 0", q.nodes[relu].shape.d[1] = 0);
+    IR_DAMAGED("relu changes the shape", "should be the shape of input", q.nodes[relu].shape.d[2] += 1);
+    IR_DAMAGED("conv channels", "input channels", q.nodes[q.nodes[conv].in[1]].shape.d[1] += 1);
+    IR_DAMAGED("conv output size", "window with stride", q.nodes[conv].shape.d[3] -= 1);
+    IR_DAMAGED("conv stride", "window with stride", q.nodes[conv].i[0] = 2);
+    IR_DAMAGED("conv weight grad", "window with stride", q.nodes[dw].i[1] = 1);
+    IR_DAMAGED("pool window", "window with stride", q.nodes[pool].i[0] = 3);
+    IR_DAMAGED("linear features", "does not take", q.nodes[q.nodes[lin].in[1]].shape.d[1] += 1);
+    IR_DAMAGED("reshape elements", "not the same elements", q.nodes[rs].shape.d[1] += 1);
+    IR_DAMAGED("sgd shape", "should be the shape of parameter", q.nodes[sgd].shape.d[0] += 1);
+    IR_DAMAGED("sgd of a non-parameter", "not a parameter", q.nodes[sgd].in[0] = relu);
+    IR_DAMAGED("loss shape", "should be [1]", q.nodes[xent].shape.d[0] = 2);
+    arena_free(&c.arena);
+
+    compile(&c, "tests/nets/op_batchnorm.net", true);
+    int st = find_op(&c.g, OP_BN_STATS), sl = find_op(&c.g, OP_SLICE), ap = find_op(&c.g, OP_BN_APPLY);
+    CHECK(st >= 0 && sl >= 0 && ap >= 0, "op_batchnorm's ops found");
+    if (st < 0 || sl < 0 || ap < 0) return;
+    IR_DAMAGED("bn stats shape", "should be [3,", q.nodes[st].shape.d[0] = 2);
+    IR_DAMAGED("bn gamma", "gamma", q.nodes[q.nodes[ap].in[2]].shape.d[0] += 1);
+    IR_DAMAGED("slice past its input", "not within", q.nodes[sl].i[0] = 1000);
+    arena_free(&c.arena);
+}
+
+int main(void)
+{
+    test_cg_verify();
+    test_ir_verify();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}
