@@ -17,19 +17,25 @@ static int passed, failed;
     else { failed++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } \
 } while (0)
 
-/* A net compiled and lowered (with its backward graph and SGD when backward is set). */
+/* A net compiled and lowered (with its backward graph and SGD when backward
+   is set; with gradient buckets of about bucket_bytes when that is > 0, as
+   for several replicas). */
 typedef struct Compiled { Arena arena; Diag diag; Graph g; Program p; int rc; } Compiled;
 
-static void compile(Compiled *c, const char *path, bool backward)
+static void compile_dp(Compiled *c, const char *path, bool backward, long bucket_bytes)
 {
     arena_init(&c->arena);
     diag_init(&c->diag, stderr);
     ir_graph_init(&c->g, &c->arena, &c->diag, NULL, backward);
     IrSgd sgd = { 0.1f, 0.9f, 0.0f };
     c->rc = fe_compile(&c->g, path, NULL, 0);
-    if (!c->rc && backward) c->rc = ir_autodiff(&c->g, &sgd, false);
+    if (!c->rc && backward) c->rc = ir_gradients(&c->g, false);
+    if (!c->rc && backward && bucket_bytes > 0) c->rc = ir_buckets(&c->g, bucket_bytes, bucket_bytes);
+    if (!c->rc && backward) c->rc = ir_update(&c->g, &sgd);
     if (!c->rc) c->rc = cg_lower(&c->g, &c->arena, NULL, &c->p);
 }
+
+static void compile(Compiled *c, const char *path, bool backward) { compile_dp(c, path, backward, 0); }
 
 /* A copy of the program whose bufs and steps can be damaged. */
 static Program copy(const Program *p)
@@ -39,10 +45,12 @@ static Program copy(const Program *p)
     q.steps = malloc(sizeof(Step) * (size_t)p->nsteps);
     memcpy(q.bufs, p->bufs, sizeof(Buf) * (size_t)p->nbufs);
     memcpy(q.steps, p->steps, sizeof(Step) * (size_t)p->nsteps);
+    q.colls = malloc(sizeof(Collective) * (size_t)(p->ncolls + 1));
+    if (p->ncolls) memcpy(q.colls, p->colls, sizeof(Collective) * (size_t)p->ncolls);
     return q;
 }
 
-static void release(Program *q) { free(q->bufs); free(q->steps); }
+static void release(Program *q) { free(q->bufs); free(q->steps); free(q->colls); }
 
 static int find_step(const Program *p, StepKind kind)
 {
@@ -93,6 +101,21 @@ static void test_cg_verify(void)
     DAMAGED("GEMM buffer out of range", "not one of the", q.steps[gm].c = -1);
     DAMAGED("loss buffer missing", "loss", q.loss = -1);
     DAMAGED("input buffer not the input's", "does not hold", q.input = q.logits);
+    arena_free(&c.arena);
+
+    /* with buckets (several replicas): the collectives' steps */
+    compile_dp(&c, "nets/lenet.net", true, 50000);
+    char err[256];
+    CHECK(c.rc == 0 && c.g.nbuckets >= 2, "lenet in buckets of 50 kB compiles to %d buckets", c.g.nbuckets);
+    CHECK(cg_verify(&c.p, err, sizeof err) == 0, "lenet with buckets verifies: %s", err);
+    int st = find_step(&c.p, STEP_ALLREDUCE), wt = find_step(&c.p, STEP_WAIT);
+    CHECK(st >= 0 && wt > st, "a bucket's allreduce starts before it is waited for");
+    if (st >= 0 && wt > st) {
+        DAMAGED("collective out of range", "not one of the", q.steps[st].coll = q.ncolls);
+        DAMAGED("wait before the start", "waited for but not started", { Step t = q.steps[st]; q.steps[st] = q.steps[wt]; q.steps[wt] = t; });
+        DAMAGED("started twice", "started again", q.steps[wt] = q.steps[st]);
+        DAMAGED("collective larger than its buffer", "does not fit", q.colls[q.steps[st].coll].floats = 1L << 40);
+    }
     arena_free(&c.arena);
 }
 
