@@ -105,22 +105,51 @@ typedef struct Program {
     int nparams;
     long param_scalars;       /* trainable scalars, all parameters */
     int param_tensors;
+    /* the memory plan (cg_plan_memory) */
+    int *slot;                /* per buffer: its slot, or -1 (persistent buffers, views) */
+    size_t *slot_bytes;
+    int nslots;
+    long plan_batch;          /* the examples the slots hold (0: not planned) */
+    size_t plan_bytes, plan_naive_bytes;   /* with and without sharing */
+    int plan_buffers;         /* buffers placed in slots */
 } Program;
 
 /* How a convolution runs (codegen/conv.c says when each is chosen). */
 typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM } ConvStrategy;
 
-/* Choices the driver makes for code generation (runtime/main.c takes them
+/* Choices the driver makes for code generation (driver/main.c takes them
    from MGC_FUSE and MGC_CONV). Codegen reads no environment. */
 typedef struct CgOptions {
     bool fuse;                /* ReLU fusion on */
     int conv;                 /* -1: choose per layer, else a forced ConvStrategy */
 } CgOptions;
 
+/* What the passes before lowering decided, per node (arena memory). */
+typedef struct CgDecisions {
+    int *fused;               /* node -> the node whose kernel computes it too (sharing its buffer), or -1 */
+    bool *relu_out;           /* the node's kernel applies ReLU to what it writes (a fused relu follows) */
+    bool *relu_mask;          /* maxpool2d_grad: routes only where its input was positive (a fused relu_grad) */
+    signed char *conv;        /* convolution nodes and their gradients: a ConvStrategy; others -1 */
+} CgDecisions;
+
+/* Nothing fused, no strategy chosen. */
+void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a);
+/* The fusion pass (codegen/fuse.c): element-wise ReLU and its gradient folded
+   into the kernel before them, when opt->fuse. Requires: a verified graph.
+   Produces: d->fused, d->relu_out, d->relu_mask. */
+void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d);
+/* The convolution pass (codegen/conv.c): how each convolution runs, forward
+   and gradients alike (opt->conv forces one). Produces: d->conv. */
+void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d);
 /* Lowers nodes [0, g->n) of g to steps and buffers; emits the kernel bodies.
-   opt NULL: fusion on, strategies chosen per layer.
+   Requires: the fusion and convolution passes' decisions (NULL: both run
+   with fusion on and strategies chosen per layer).
    Returns 0, or -1 with a message through g->diag. */
-int  cg_lower(const Graph *g, Arena *a, const CgOptions *opt, Program *p);
+int  cg_lower(const Graph *g, Arena *a, const CgDecisions *d, Program *p);
+/* The memory plan pass (codegen/plan.c): activations, scratch and inputs share
+   memory by liveness, for up to max_batch examples. Requires: a lowered
+   Program. Produces: p->slot, p->slot_bytes, p->nslots, p->plan_*. */
+void cg_plan_memory(Program *p, long max_batch);
 /* Checks the program's invariants (codegen/verify.c): buffer ids in range,
    views within their base, GEMM leading dimensions and extents, kernels named
    and present in the source, the host's buffers set. Returns 0, or -1 with

@@ -539,12 +539,22 @@ static void conv_gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy h
 
 /* ------------------------------------------------------------------- dispatch */
 
+void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
+{
+    for (int id = 0; id < g->n; id++) {
+        Op op = g->nodes[id].op;
+        if (op != OP_CONV2D && op != OP_CONV2D_BWD_X && op != OP_CONV2D_BWD_W) continue;
+        ConvGeom G = conv_geom(g, id);   /* the layer's, for its gradients too: one choice per layer */
+        d->conv[id] = (signed char)cg_conv_strategy(opt, G.C, G.K, G.O, G.OW, G.P);
+    }
+}
+
 /* conv2d, conv2d_grad_x, conv2d_grad_w, each the way cg_conv_strategy() picks for the layer. */
 void cg_lower_conv(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     ConvGeom G = conv_geom(L->g, id);
-    ConvStrategy how = cg_conv_strategy(L->opt, G.C, G.K, G.O, G.OW, G.P);
+    ConvStrategy how = (ConvStrategy)L->dec->conv[id];   /* cg_choose_convs() */
     if (n->op == OP_CONV2D) {
         switch (how) {
         case CONV_DIRECT: conv_direct_forward(L, id, &G); break;

@@ -156,71 +156,38 @@ static void lower_view(Lower *L, int id)
     L->p->node_buf[id] = b;
 }
 
-/* Fusion: element-wise ReLU and its gradient folded into the kernel before them.
-   Requires: use counts. Produces: L->fused, L->relu_out, L->relu_mask.
-     conv2d -> relu            the convolution's store applies max(0, .)
-     linear -> relu            the bias epilogue after the GEMM applies it
-     maxpool2d_grad -> relu_grad(y = the pool's input)
-                               the pool gradient is routed only where y > 0
-   A producer is fused only when the ReLU is its one user. With fusion off
-   (opt->fuse false; the driver's MGC_FUSE=0) nothing is: the tests compare both. */
-static void fuse(Lower *L, const CgOptions *opt)
-{
-    const Graph *g = L->g;
-    int *uses = calloc((size_t)g->n + 1, sizeof(int));
-    for (int id = 0; id < g->n; id++)
-        for (int k = 0; k < g->nodes[id].nin; k++) uses[g->nodes[id].in[k]]++;
-    for (int id = 0; opt->fuse && id < g->n; id++) {
-        const Node *n = &g->nodes[id];
-        if (n->op == OP_RELU) {
-            int x = n->in[0];
-            Op op = g->nodes[x].op;
-            if ((op == OP_CONV2D || op == OP_LINEAR) && uses[x] == 1) {
-                L->fused[id] = x;
-                L->relu_out[x] = true;
-            }
-        } else if (n->op == OP_RELU_BWD) {
-            int y = n->in[0], d = n->in[1];
-            const Node *dn = &g->nodes[d];
-            if (dn->op == OP_MAXPOOL_BWD && uses[d] == 1 && dn->in[0] == y) {
-                L->fused[id] = d;
-                L->relu_mask[d] = true;
-            }
-        }
-    }
-    free(uses);
-}
-
 static void pin(Program *p, int b)
 {
     while (b >= 0 && p->bufs[b].kind == BUF_VIEW) b = p->bufs[b].alias;
     if (b >= 0) p->bufs[b].pinned = true;
 }
 
-int cg_lower(const Graph *g, Arena *a, const CgOptions *opt, Program *p)
+int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
 {
-    static const CgOptions defaults = { .fuse = true, .conv = -1 };
-    if (!opt) opt = &defaults;
+    CgDecisions own;
+    if (!dec) {   /* the passes with their defaults: fusion on, strategies chosen per layer */
+        static const CgOptions defaults = { .fuse = true, .conv = -1 };
+        cg_decisions_init(&own, g, a);
+        cg_fuse(g, &defaults, &own);
+        cg_choose_convs(g, &defaults, &own);
+        dec = &own;
+    }
     memset(p, 0, sizeof *p);
     p->arena = a;
     p->graph = g;
     p->node_buf = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    Lower L = { .g = g, .p = p, .opt = opt };
+    Lower L = { .g = g, .p = p, .dec = dec, .fused = dec->fused, .relu_out = dec->relu_out, .relu_mask = dec->relu_mask };
     L.col = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.dyt = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.dyc = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    L.fused = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    L.relu_out = arena_alloc(a, sizeof(bool) * (size_t)g->n);
-    L.relu_mask = arena_alloc(a, sizeof(bool) * (size_t)g->n);
     L.in_bucket = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.bucket_at = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.bucket_coll = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
     L.ready = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
     L.waited = arena_alloc(a, sizeof(bool) * (size_t)(g->nbuckets + 1));
     for (int id = 0; id < g->n; id++)
-        p->node_buf[id] = L.col[id] = L.dyt[id] = L.dyc[id] = L.fused[id] = L.in_bucket[id] = -1;
+        p->node_buf[id] = L.col[id] = L.dyt[id] = L.dyc[id] = L.in_bucket[id] = -1;
     p->control = -1;
-    fuse(&L, opt);
     char *text = NULL;
     size_t len = 0;
     L.src = open_memstream(&text, &len);

@@ -19,14 +19,14 @@
 typedef struct Lower {
     const Graph *g;
     Program *p;
-    const CgOptions *opt;     /* never NULL here */
+    const CgDecisions *dec;   /* the fusion and convolution passes' (never NULL here) */
     FILE *src;        /* kernel bodies (open_memstream) */
     int *col;         /* conv node -> its im2col buffer (kept for the weight gradient) */
     int *dyt;         /* gradient node -> its [O, N*P] transposed copy, made once */
     int *dyc;         /* gradient node -> its [N*P, O] channels-last copy, made once */
-    int *fused;       /* node -> the node whose kernel computes it too (its buffer is shared), or -1 */
-    bool *relu_out;   /* node's kernel applies ReLU to what it writes (a fused relu follows) */
-    bool *relu_mask;  /* maxpool2d_grad: keep only gradients where x > 0 (a fused relu_grad follows) */
+    const int *fused;       /* = dec->fused: node -> the node whose kernel computes it too, or -1 */
+    const bool *relu_out;   /* = dec->relu_out: node's kernel applies ReLU to what it writes */
+    const bool *relu_mask;  /* = dec->relu_mask: maxpool2d_grad keeps only gradients where x > 0 */
     /* data parallelism (codegen/dp.c) */
     int *in_bucket;   /* node -> the bucket buffer its output lives in, or -1 */
     int *bucket_at;   /* node -> its offset in that bucket (floats) */

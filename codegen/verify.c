@@ -180,10 +180,29 @@ static int check_host(const Program *p, char *err, size_t size)
     return 0;
 }
 
+/* The memory plan, when there is one: every placed buffer fits its slot. */
+static int check_plan(const Program *p, char *err, size_t size)
+{
+    if (p->plan_batch <= 0) return 0;
+    for (int b = 0; b < p->nbufs; b++) {
+        int t = p->slot[b];
+        if (t < -1 || t >= p->nslots) return fail(err, size, "buffer %d is in slot %d, not one of the %d", b, t, p->nslots);
+        if (t < 0) continue;
+        if (p->bufs[b].kind == BUF_VIEW || p->bufs[b].kind == BUF_PERSISTENT)
+            return fail(err, size, "buffer %d (%s) has a slot of its own", b, p->bufs[b].kind == BUF_VIEW ? "a view" : "persistent");
+        size_t need = sizeof(float) * (size_t)cg_dim(p->bufs[b].size, p->plan_batch);
+        if (p->slot_bytes[t] < need)
+            return fail(err, size, "buffer %d needs %zu bytes at batch %ld, slot %d has %zu", b, need, p->plan_batch, t, p->slot_bytes[t]);
+    }
+    return 0;
+}
+
 int cg_verify(const Program *p, char *err, size_t err_size)
 {
     if (err_size) err[0] = 0;
     if (p->nbufs < 0 || p->nsteps < 0) return fail(err, err_size, "negative buffer or step count");
-    if (check_bufs(p, err, err_size) || check_steps(p, err, err_size) || check_host(p, err, err_size)) return -1;
+    if (check_bufs(p, err, err_size) || check_steps(p, err, err_size) || check_host(p, err, err_size) ||
+        check_plan(p, err, err_size))
+        return -1;
     return 0;
 }

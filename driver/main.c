@@ -319,7 +319,12 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
     }
     if (p) {
         CgOptions opt = codegen_options();
-        if (cg_lower(g, a, &opt, p)) return -1;
+        CgDecisions dec;
+        cg_decisions_init(&dec, g, a);
+        cg_fuse(g, &opt, &dec);                                             /* ReLU into its producer */
+        cg_choose_convs(g, &opt, &dec);                                     /* each convolution's strategy */
+        if (cg_lower(g, a, &dec, p)) return -1;                            /* kernels, GEMMs, collectives */
+        cg_plan_memory(p, c->cfg.batch_size);                              /* buffers share memory by liveness */
         char err[256];
         if (cg_verify(p, err, sizeof err)) {
             diag_at(d, (Loc){ 0 }, "internal: %s: the generated program is inconsistent: %s", c->net, err);

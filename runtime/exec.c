@@ -2,7 +2,8 @@
 ** The executor: one Program bound to one device's memory, run step by step.
 **
 ** Persistent buffers are the Store's tensors; activations, scratch and inputs
-** get the slots of the memory plan (runtime/plan.c), allocated on the device.
+** get the slots of the program's memory plan (codegen/plan.c), allocated on
+** the device.
 ** A run walks the step list: kernels and GEMMs go to the device; an
 ** allreduce step hands a buffer to the data-parallel group and goes on (the
 ** sum overlaps the steps after it), a wait step blocks until that sum is
@@ -45,27 +46,27 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
         }
         x->ptr[b] = store->e[k].data;
     }
-    MemPlan mp;
-    rt_plan(p, max_batch, &mp);
-    for (int t = 0; t < mp.nslots; t++) {
-        void *mem = dev->ops->alloc(dev, mp.slot_bytes[t]);
+    if (p->plan_batch < max_batch) {
+        snprintf(err, err_size, "internal: the program's memory plan holds %ld examples, not %ld", p->plan_batch, max_batch);
+        return -1;
+    }
+    for (int t = 0; t < p->nslots; t++) {
+        void *mem = dev->ops->alloc(dev, p->slot_bytes[t]);
         if (!mem) {
             snprintf(err, err_size, "out of memory on %s: %zu bytes of activations (%.1f MiB in all at batch %ld; try a smaller --batch-size)",
-                     dev->name, mp.slot_bytes[t], mp.bytes / 1048576.0, max_batch);
-            rt_plan_free(&mp);
+                     dev->name, p->slot_bytes[t], p->plan_bytes / 1048576.0, max_batch);
             return -1;
         }
         x->owned[x->nowned++] = mem;
     }
     for (int b = 0; b < p->nbufs; b++)
-        if (mp.slot[b] >= 0) x->ptr[b] = x->owned[mp.slot[b]];
+        if (p->slot[b] >= 0) x->ptr[b] = x->owned[p->slot[b]];
     for (int b = 0; b < p->nbufs; b++)
         if (p->bufs[b].kind == BUF_VIEW) x->ptr[b] = x->ptr[p->bufs[b].alias] + p->bufs[b].offset;
     if (opt && opt->verbose)
         fprintf(stderr, "mgc: memory plan on %s: %d buffers in %d slots, %.1f MiB (%.1f MiB without reuse) at batch %ld\n",
-                dev->name, mp.planned, mp.nslots, mp.bytes / 1048576.0, mp.naive_bytes / 1048576.0, max_batch);
-    x->activation_bytes = mp.bytes;
-    rt_plan_free(&mp);
+                dev->name, p->plan_buffers, p->nslots, p->plan_bytes / 1048576.0, p->plan_naive_bytes / 1048576.0, p->plan_batch);
+    x->activation_bytes = p->plan_bytes;
     if (dev->ops->load(dev, p, opt && opt->verbose, &x->module, x->fn, err, err_size)) return -1;
     x->seed = 0x5eed;
     for (int k = 0; k < p->nsteps; k++)   /* the net's own until told otherwise */

@@ -8,7 +8,6 @@
 **   Store    (store.c) persistent tensors by name (parameters, running
 **            statistics, momentum), shared by a replica's training and
 **            evaluation programs, initialised as PyTorch initialises them.
-**   MemPlan  (plan.c) buffers sharing memory by liveness.
 **   Exec     (exec.c) one Program bound to one device's buffers: runs its
 **            steps for a batch, starting and waiting for its collectives.
 **   Comm     (comm.h) the collectives of a data-parallel group.
@@ -46,19 +45,6 @@ void  rt_store_init(Store *s, unsigned long long seed);
 /* Copies every entry's values from another store of the same net. */
 void  rt_store_copy(Store *dst, const Store *src);
 
-/* ---- memory plan ---- */
-typedef struct MemPlan {
-    int *slot;               /* per buffer: its slot, or -1 (persistent, views) */
-    size_t *slot_bytes;
-    int nslots;
-    size_t bytes, naive_bytes;   /* with and without reuse */
-    int planned;             /* buffers placed */
-} MemPlan;
-
-/* Plans the activation, scratch and input buffers of p for max_batch examples. */
-void rt_plan(const Program *p, long max_batch, MemPlan *mp);
-void rt_plan_free(MemPlan *mp);
-
 /* ---- executing a program ---- */
 typedef struct Comm Comm;
 
@@ -85,7 +71,9 @@ typedef struct RtOptions {
 } RtOptions;
 
 /* Loads the program's kernels on dev and binds buffers for up to max_batch
-   examples (persistent ones from store). Returns 0, or -1 with a message in err. */
+   examples (persistent ones from store; the others in the slots of the
+   program's memory plan, which must hold max_batch). Returns 0, or -1 with a
+   message in err. */
 int  rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_batch,
                   const RtOptions *opt, char *err, size_t err_size);
 void rt_exec_free(Exec *x);

@@ -116,6 +116,15 @@ static void test_cg_verify(void)
         DAMAGED("started twice", "started again", q.steps[wt] = q.steps[st]);
         DAMAGED("collective larger than its buffer", "does not fit", q.colls[q.steps[st].coll].floats = 1L << 40);
     }
+    /* the memory plan */
+    cg_plan_memory(&c.p, 64);
+    CHECK(c.p.nslots > 0 && cg_verify(&c.p, err, sizeof err) == 0, "lenet's memory plan verifies: %s", err);
+    int placed = -1;
+    for (int b = 0; b < c.p.nbufs && placed < 0; b++) if (c.p.slot[b] >= 0) placed = b;
+    if (placed >= 0) {
+        DAMAGED("slot out of range", "not one of the", { q.slot = malloc(sizeof(int) * (size_t)q.nbufs); memcpy(q.slot, c.p.slot, sizeof(int) * (size_t)q.nbufs); q.slot[placed] = q.nslots; });
+        DAMAGED("slot too small", "needs", { q.plan_batch = 1L << 30; });
+    }
     arena_free(&c.arena);
 }
 

@@ -1,9 +1,11 @@
 /*
-** The memory plan: activation, scratch and input buffers share memory by
-** liveness. It says which buffer goes in which slot and how large each slot
-** is; the executor asks its device for the slots.
+** The memory plan pass: activation, scratch and input buffers share memory by
+** liveness. Requires: a lowered Program (its steps say which buffers each
+** touches). Produces: which buffer goes in which slot, and each slot's size,
+** for up to max_batch examples; a device allocates the slots when it binds
+** the program (runtime/exec.c).
 */
-#include "runtime.h"
+#include "codegen.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,7 @@
    buffers whose lives do not overlap share one allocation ("slot"), chosen
    best-fit. What the host reads after a run is pinned to a slot of its own.
    Sizes are for max_batch examples. */
-void rt_plan(const Program *p, long max_batch, MemPlan *mp)
+void cg_plan_memory(Program *p, long max_batch)
 {
     int nb = p->nbufs;
     int *first = malloc(sizeof(int) * (size_t)nb), *last = malloc(sizeof(int) * (size_t)nb);
@@ -75,20 +77,16 @@ void rt_plan(const Program *p, long max_batch, MemPlan *mp)
         slot_free_after[best] = last[b];
         slot[b] = best;
     }
-    mp->slot = slot;
-    mp->slot_bytes = slot_bytes;
-    mp->nslots = nslots;
-    mp->planned = n;
-    mp->naive_bytes = naive;
-    mp->bytes = 0;
-    for (int t = 0; t < nslots; t++) mp->bytes += slot_bytes[t];
-    free(slot_free_after); free(slot_pinned);
+    p->slot = arena_alloc(p->arena, sizeof(int) * (size_t)(nb + 1));
+    memcpy(p->slot, slot, sizeof(int) * (size_t)nb);
+    p->slot_bytes = arena_alloc(p->arena, sizeof(size_t) * (size_t)(nslots + 1));
+    memcpy(p->slot_bytes, slot_bytes, sizeof(size_t) * (size_t)nslots);
+    p->nslots = nslots;
+    p->plan_batch = max_batch;
+    p->plan_buffers = n;
+    p->plan_naive_bytes = naive;
+    p->plan_bytes = 0;
+    for (int t = 0; t < nslots; t++) p->plan_bytes += slot_bytes[t];
+    free(slot); free(slot_bytes); free(slot_free_after); free(slot_pinned);
     free(first); free(last); free(order);
-}
-
-void rt_plan_free(MemPlan *mp)
-{
-    free(mp->slot);
-    free(mp->slot_bytes);
-    memset(mp, 0, sizeof *mp);
 }
