@@ -87,10 +87,10 @@ def evaluate(model, x, y, batch):
     return correct / x.shape[0]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_options(ap, epochs):
+    """The options every baseline takes (bench/torch_resnet.py too)."""
     ap.add_argument("--data", default=DEFAULT_DATA)
-    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--epochs", type=int, default=epochs)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.0)
@@ -100,21 +100,26 @@ def main():
     ap.add_argument("--limit-train", type=int, default=None)
     ap.add_argument("--limit-test", type=int, default=None)
     ap.add_argument("--log", default=None, help="write one JSON object per epoch here")
-    a = ap.parse_args()
 
+
+def setup(a):
+    """Threads, seeds and the data: (generator, (xtr, ytr), (xte, yte))."""
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     g = torch.Generator().manual_seed(a.seed)
+    return g, load_split(a.data, "train", a.limit_train), load_split(a.data, "t10k", a.limit_test)
 
-    xtr, ytr = load_split(a.data, "train", a.limit_train)
-    xte, yte = load_split(a.data, "t10k", a.limit_test)
+
+def train(model, a, g, train_set, test_set, what="", extra=None):
+    """a.epochs of SGD on train_set (reshuffled every epoch by g), the test
+    accuracy after each (eval mode); prints and logs each epoch, then the
+    summary line `JSON {...}` (with extra's fields). Returns 0."""
+    (xtr, ytr), (xte, yte) = train_set, test_set
     n = xtr.shape[0]
-
-    model = LeNet()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
                           weight_decay=a.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+    print(f"torch {torch.__version__}, {what}threads {torch.get_num_threads()}, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')}, "
           f"train {n}, test {xte.shape[0]}, batch {a.batch_size}", flush=True)
 
@@ -140,7 +145,7 @@ def main():
             seen += b
         train_s = time.perf_counter() - t0
         total_train_s += train_s
-        test_acc = evaluate(model, xte, yte, 1000)
+        test_acc = evaluate(model, xte, yte, 1000)  # eval mode: BatchNorm's running statistics
         rec = {"epoch": epoch, "loss": loss_sum / seen, "train_acc": correct / seen,
                "test_acc": test_acc, "examples_per_s": seen / train_s,
                "seconds": train_s}
@@ -154,7 +159,8 @@ def main():
 
     final = epochs[-1]["test_acc"] if epochs else evaluate(model, xte, yte, 1000)
     trained = n * len(epochs)
-    summary = {
+    summary = dict(extra or {})
+    summary.update({
         "impl": "pytorch", "torch": torch.__version__, "threads": a.threads,
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
         "epochs": len(epochs), "batch_size": a.batch_size, "lr": a.lr,
@@ -162,12 +168,20 @@ def main():
         "final_loss": epochs[-1]["loss"] if epochs else None,
         "examples_per_s": trained / total_train_s if total_train_s else None,
         "train_seconds": total_train_s,
-    }
+    })
     print(f"final test accuracy {final:.4f}")
     print("JSON " + json.dumps(summary), flush=True)
     if logf:
         logf.close()
     return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_options(ap, epochs=10)
+    a = ap.parse_args()
+    g, train_set, test_set = setup(a)
+    return train(LeNet(), a, g, train_set, test_set)
 
 
 if __name__ == "__main__":

@@ -185,21 +185,17 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
         int sq = ir_allreduce(g, loc, binary(g, OP_BN_SQDEV, loc, x, sum, cs));
         g->nodes[sq].name = pname(g, prefix, "sqdev");
         stats = binary(g, OP_BN_FINISH, loc, sum, sq, ir_shape_make(2, sd));
-        g->nodes[stats].f[0] = eps;
-        int rin[3] = { stats, rmean, rvar };
-        int upd = ir_node(g, OP_BN_RUNNING, loc, 3, rin);
-        g->nodes[upd].shape = cs;
-        g->nodes[upd].f[0] = momentum;
-        g->nodes[upd].f[1] = eps;
-        g->nodes[upd].i[0] = 1;   /* unbiased variance over the global count */
     } else if (g->training) {
         stats = unary(g, OP_BN_STATS, loc, x, ir_shape_make(2, sd));
+    }
+    if (g->training) {
         g->nodes[stats].f[0] = eps;
         int rin[3] = { stats, rmean, rvar };
         int upd = ir_node(g, OP_BN_RUNNING, loc, 3, rin);
         g->nodes[upd].shape = cs;
         g->nodes[upd].f[0] = momentum;
         g->nodes[upd].f[1] = eps;
+        g->nodes[upd].i[0] = g->sync_bn;   /* the unbiased variance over the global count */
     } else {
         stats = binary(g, OP_BN_EVAL_STATS, loc, rmean, rvar, ir_shape_make(2, sd));
         g->nodes[stats].f[0] = eps;
