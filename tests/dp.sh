@@ -117,6 +117,21 @@ if command -v mpirun > /dev/null && "$MGC" --help | grep -q mpirun && ldd "$MGC"
     train "$tmp/p4.st" "$MGC" $L $MA --devices cpu:4 &&
         compare "$tmp/m2.st" "$tmp/p4.st" 1e-4 0 "mpirun -np 2 x cpu:2 = cpu:4"
     # a rank that cannot read its data stops every rank, with a message naming it, and no hang
+    # --sync-bn across ranks, in check mode (the dump every rank contributes rows
+    # of): two ranks of cpu:1 give the dump of cpu:2, bit for bit
+    $PY -c "
+import sys, torch; sys.path.insert(0, 'tests'); import st
+g = torch.Generator().manual_seed(5)
+st.save({'x': torch.randn(6, 1, 12, 12, generator=g), 'y': torch.randint(0, 10, (6,), generator=g)}, sys.argv[1])" "$tmp/b.st"
+    S="tests/nets/small_resnet.net --sync-bn --batch-size 6"
+    if "$MGC" $S --epochs 0 --save "$tmp/i.st" > /dev/null 2>&1 &&
+       timeout 120 mpirun -np 2 "$MGC" $S --devices cpu:1 --load "$tmp/i.st" --batch "$tmp/b.st" --steps 2 --dump "$tmp/dm.st" > "$tmp/out" 2>&1 &&
+       "$MGC" $S --devices cpu:2 --load "$tmp/i.st" --batch "$tmp/b.st" --steps 2 --dump "$tmp/dt.st" >> "$tmp/out" 2>&1; then
+        compare "$tmp/dm.st" "$tmp/dt.st" 0 0 "--sync-bn check mode: mpirun -np 2 x cpu:1 = cpu:2, bit for bit"
+    else
+        bad "--sync-bn check mode under mpirun failed"; tail -5 "$tmp/out" | sed 's/^/    /'
+    fi
+    # a rank that cannot read its data stops every rank, with a message naming it, and no hang
     t0=$SECONDS
     timeout 120 mpirun -np 1 "$MGC" $L --epochs 1 : -np 1 "$MGC" $L --epochs 1 --data /nonexistent/dir > "$tmp/out" 2>&1
     rc=$?
