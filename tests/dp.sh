@@ -116,7 +116,6 @@ if command -v mpirun > /dev/null && "$MGC" --help | grep -q mpirun && ldd "$MGC"
     train "$tmp/m2.st" mpirun -np 2 "$MGC" $L $MA --devices cpu:2 &&
     train "$tmp/p4.st" "$MGC" $L $MA --devices cpu:4 &&
         compare "$tmp/m2.st" "$tmp/p4.st" 1e-4 0 "mpirun -np 2 x cpu:2 = cpu:4"
-    # a rank that cannot read its data stops every rank, with a message naming it, and no hang
     # --sync-bn across ranks, in check mode (the dump every rank contributes rows
     # of): two ranks of cpu:1 give the dump of cpu:2, bit for bit
     $PY -c "
