@@ -324,7 +324,8 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
         cg_fuse(g, &opt, &dec);                                             /* ReLU into its producer */
         cg_choose_convs(g, &opt, &dec);                                     /* each convolution's strategy */
         if (cg_lower(g, a, &dec, p)) return -1;                            /* kernels, GEMMs, collectives */
-        cg_plan_memory(p, c->cfg.batch_size);                              /* buffers share memory by liveness */
+        /* buffers share memory by liveness, for the largest shard of a global batch */
+        cg_plan_memory(p, (c->cfg.batch_size + c->total_replicas - 1) / c->total_replicas);
         char err[256];
         if (cg_verify(p, err, sizeof err)) {
             diag_at(d, (Loc){ 0 }, "internal: %s: the generated program is inconsistent: %s", c->net, err);
