@@ -100,6 +100,31 @@ def add_options(ap, epochs):
     ap.add_argument("--limit-train", type=int, default=None)
     ap.add_argument("--limit-test", type=int, default=None)
     ap.add_argument("--log", default=None, help="write one JSON object per epoch here")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="K > 1: data parallelism's semantics on one process, as DDP on K replicas: "
+                         "each batch in K shards (sizes within one), BatchNorm on each shard's own "
+                         "statistics, the running statistics replica 0's")
+
+
+def forward_shards(model, xb, yb, k, loss_fn):
+    """The global batch's mean loss over k shards, each normalised alone (as
+    k DDP replicas do); running statistics from the first shard only."""
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    b = xb.shape[0]
+    q, r = divmod(b, k)
+    parts, loss, first = [], 0, 0
+    for j in range(k):
+        n = q + (1 if j < r else 0)
+        own = [(m, m.running_mean, m.running_var) for m in bns]
+        if j > 0:   # later shards update copies, dropped afterwards
+            for m in bns:
+                m.running_mean, m.running_var = m.running_mean.clone(), m.running_var.clone()
+        parts.append(model(xb[first:first + n]))
+        loss = loss + loss_fn(parts[-1], yb[first:first + n]) * (n / b)
+        for m, rm, rv in own:
+            m.running_mean, m.running_var = rm, rv
+        first += n
+    return torch.cat(parts), loss
 
 
 def setup(a):
@@ -135,8 +160,11 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
         for i in range(0, n, a.batch_size):
             xb, yb = xs[i:i + a.batch_size], ys[i:i + a.batch_size]
             opt.zero_grad(set_to_none=True)
-            logits = model(xb)
-            loss = loss_fn(logits, yb)
+            if a.shards > 1:
+                logits, loss = forward_shards(model, xb, yb, a.shards, loss_fn)
+            else:
+                logits = model(xb)
+                loss = loss_fn(logits, yb)
             loss.backward()
             opt.step()
             b = yb.shape[0]
@@ -163,7 +191,7 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     summary.update({
         "impl": "pytorch", "torch": torch.__version__, "threads": a.threads,
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
-        "epochs": len(epochs), "batch_size": a.batch_size, "lr": a.lr,
+        "epochs": len(epochs), "batch_size": a.batch_size, "lr": a.lr, "shards": a.shards,
         "final_test_acc": final,
         "final_loss": epochs[-1]["loss"] if epochs else None,
         "examples_per_s": trained / total_train_s if total_train_s else None,
