@@ -491,26 +491,49 @@ static void device_list(const Group *g, char *buf, size_t size)
     if (p < (int)size) snprintf(buf + p, size - (size_t)p, "]");
 }
 
+/* The group's communication this epoch, per device of every rank (rank 0 has
+   them all): bytes sent per step against the ring's bound, seconds waiting for
+   sums and computing. The busiest device and the means summarise it. */
+enum { CR_SENT, CR_BOUND, CR_MPI, CR_WAIT, CR_COMPUTE, CR_FIELDS };
 typedef struct CommReport {
+    double *dev;              /* [total][CR_FIELDS] */
+    int total;
     double bytes_per_step, bound_per_step, mpi_bytes_per_step, wait_s, compute_s;
 } CommReport;
 
-/* The group's communication, this epoch: the replica that sent most against the ring's bound. */
 static CommReport comm_report(Group *g, long steps)
 {
-    CommReport c = { 0 };
+    CommReport c = { .total = g->total };
     if (!g->comm || steps == 0) return c;
+    c.dev = calloc((size_t)g->total * CR_FIELDS, sizeof(double));
     for (int k = 0; k < g->n; k++) {
         CommStats st;
         rt_comm_stats(g->comm, k, &st);
-        double sent = st.bytes_sent / (double)steps, bound = st.bytes_bound / (double)steps;
-        if (sent > c.bytes_per_step) c.bytes_per_step = sent;
-        if (bound > c.bound_per_step) c.bound_per_step = bound;
-        if (st.mpi_bytes / (double)steps > c.mpi_bytes_per_step) c.mpi_bytes_per_step = st.mpi_bytes / (double)steps;
-        c.wait_s += g->r[k].wait_seconds / g->n;
-        c.compute_s += g->r[k].compute_seconds / g->n;
+        double *d = c.dev + (size_t)g->r[k].global * CR_FIELDS;
+        d[CR_SENT] = st.bytes_sent / (double)steps;
+        d[CR_BOUND] = st.bytes_bound / (double)steps;
+        d[CR_MPI] = st.mpi_bytes / (double)steps;
+        d[CR_WAIT] = g->r[k].wait_seconds;
+        d[CR_COMPUTE] = g->r[k].compute_seconds;
+    }
+    rt_world_sum_f64(g->world, c.dev, g->total * CR_FIELDS);   /* every rank filled its own devices' rows */
+    for (int r = 0; r < g->total; r++) {
+        const double *d = c.dev + (size_t)r * CR_FIELDS;
+        if (d[CR_SENT] > c.bytes_per_step) c.bytes_per_step = d[CR_SENT];
+        if (d[CR_BOUND] > c.bound_per_step) c.bound_per_step = d[CR_BOUND];
+        if (d[CR_MPI] > c.mpi_bytes_per_step) c.mpi_bytes_per_step = d[CR_MPI];
+        c.wait_s += d[CR_WAIT] / g->total;
+        c.compute_s += d[CR_COMPUTE] / g->total;
     }
     return c;
+}
+
+/* "cpu:1", or "rank 1 cpu:0" in a run of several ranks. */
+static const char *device_name(const Group *g, int global, char *buf, size_t size)
+{
+    if (g->world->size > 1) snprintf(buf, size, "rank %d cpu:%d", global / g->n, global % g->n);
+    else snprintf(buf, size, "cpu:%d", global);
+    return buf;
 }
 
 /* ---------------------------------------------------------------- the job */
@@ -666,11 +689,19 @@ int train_run(const Model *m, const TrainConfig *cfg)
             else snprintf(accs, sizeof accs, "%.3f", test_acc);
             printf("epoch %d/%d  loss %.3f  train acc %.3f  test acc %s  %s examples/s  %.1f s  on %s\n",
                    epoch, cfg->epochs, sums[0] / seen, sums[1] / seen, accs, rt_commas((long)eps, num), secs, devs);
-            if (G.comm)
-                printf("  communication per step: %.2f MB sent by the busiest replica (ring bound 2(N-1)/N S = %.2f MB)%s; "
-                       "waiting %.1f%% of the step, computing %.1f%%\n",
-                       cr.bytes_per_step / 1e6, cr.bound_per_step / 1e6,
-                       world->size > 1 ? "" : "", 100 * cr.wait_s / t_train, 100 * cr.compute_s / t_train);
+            if (cr.dev) {
+                printf("  communication per step: %.2f MB sent by the busiest replica (ring bound 2(N-1)/N S = %.2f MB)",
+                       cr.bytes_per_step / 1e6, cr.bound_per_step / 1e6);
+                if (cr.mpi_bytes_per_step > 0) printf(", %.2f MB summed with the other ranks by MPI", cr.mpi_bytes_per_step / 1e6);
+                printf("; waiting %.1f%% of the step, computing %.1f%%\n", 100 * cr.wait_s / t_train, 100 * cr.compute_s / t_train);
+                if (cfg->verbose)
+                    for (int r = 0; r < G.total; r++) {
+                        const double *d = cr.dev + (size_t)r * CR_FIELDS;
+                        char name[48];
+                        printf("    %-14s sent %.3f MB a step (bound %.3f MB), waited %.2f s, computed %.2f s\n",
+                               device_name(g, r, name, sizeof name), d[CR_SENT] / 1e6, d[CR_BOUND] / 1e6, d[CR_WAIT], d[CR_COMPUTE]);
+                    }
+            }
             fflush(stdout);
             if (log) {
                 fprintf(log, "{\"epoch\": %d, \"loss\": %.6f, \"train_acc\": %.6f, \"test_acc\": ", epoch, sums[0] / seen, sums[1] / seen);
@@ -678,14 +709,25 @@ int train_run(const Model *m, const TrainConfig *cfg)
                 else fprintf(log, "%.6f", test_acc);
                 fprintf(log, ", \"examples_per_s\": %.1f, \"seconds\": %.3f, \"train_seconds\": %.3f, \"replicas\": %d",
                         eps, secs, t_train, G.total);
-                if (G.comm)
+                if (cr.dev) {
                     fprintf(log, ", \"comm\": {\"steps\": %ld, \"bytes_per_step\": %.0f, \"ring_bound_per_step\": %.0f, "
-                                 "\"mpi_bytes_per_step\": %.0f, \"wait_seconds\": %.3f, \"compute_seconds\": %.3f}",
+                                 "\"mpi_bytes_per_step\": %.0f, \"wait_seconds\": %.3f, \"compute_seconds\": %.3f, \"devices\": [",
                             steps, cr.bytes_per_step, cr.bound_per_step, cr.mpi_bytes_per_step, cr.wait_s, cr.compute_s);
+                    for (int r = 0; r < G.total; r++) {
+                        const double *d = cr.dev + (size_t)r * CR_FIELDS;
+                        char name[48];
+                        fprintf(log, "%s{\"device\": \"%s\", \"bytes_per_step\": %.0f, \"ring_bound_per_step\": %.0f, "
+                                     "\"mpi_bytes_per_step\": %.0f, \"wait_seconds\": %.3f, \"compute_seconds\": %.3f}",
+                                r ? ", " : "", device_name(g, r, name, sizeof name), d[CR_SENT], d[CR_BOUND], d[CR_MPI], d[CR_WAIT],
+                                d[CR_COMPUTE]);
+                    }
+                    fprintf(log, "]}");
+                }
                 fprintf(log, "}\n");
                 fflush(log);
             }
         }
+        free(cr.dev);
         if (cfg->save && save_everywhere(g, cfg->save, epoch)) { status = 1; break; }
     }
     sigaction(SIGINT, &old_sa, NULL);
