@@ -97,6 +97,27 @@ train "$tmp/r1.st" "$MGC" $R $RA --devices cpu:1 &&
 train "$tmp/r2.st" "$MGC" $R $RA --devices cpu:2 &&
     compare "$tmp/r2.st" "$tmp/r1.st" 1e-3 0 "ResNet-18 --sync-bn 2 steps: cpu:2 = cpu:1"
 
+# Ctrl-C during an epoch on two devices: both stop at the same step (their
+# votes are summed with the last bucket), exit 130, the checkpoint keeps the
+# last finished epoch; no replica is left waiting for a sum
+"$MGC" $L --devices cpu:2 --epochs 20 --save "$tmp/int.st" > "$tmp/int.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do grep -q "^epoch 1/20" "$tmp/int.out" && break; sleep 0.1; done
+sleep 0.3
+kill -INT $pid
+( sleep 60; kill -9 $pid 2> /dev/null ) &
+watchdog=$!
+wait $pid
+rc=$?
+kill $watchdog 2> /dev/null
+epoch=$($PY -c "import sys; sys.path.insert(0, 'tests'); import st; print(st.load_metadata(sys.argv[1]).get('epoch'))" "$tmp/int.st" 2>/dev/null)
+during=$(sed -n 's/.*interrupted during epoch \([0-9]*\).*/\1/p' "$tmp/int.out")
+if [ $rc -eq 130 ] && [ -n "$during" ] && [ -n "$epoch" ] && [ "$epoch" -ge 1 ] && [ "$epoch" -eq $((during - 1)) ]; then
+    ok "Ctrl-C on cpu:2 during epoch $during: exit 130, the checkpoint holds epoch $epoch"
+else
+    bad "Ctrl-C on cpu:2: exit $rc, checkpoint epoch '$epoch'"; tail -3 "$tmp/int.out" | sed 's/^/    /'
+fi
+
 # --log carries the communication report
 if timeout 300 "$MGC" $L --epochs 1 --limit-train 2048 --limit-test 256 --devices cpu:2 --log "$tmp/log.jsonl" > /dev/null 2>&1 &&
    $PY -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); c=r['comm']; sys.exit(not (r['replicas']==2 and c['steps']==8 and c['bytes_per_step']>0 and abs(c['bytes_per_step']-c['ring_bound_per_step'])<=8))" "$tmp/log.jsonl"; then
