@@ -118,6 +118,9 @@ else
     bad "Ctrl-C on cpu:2: exit $rc, checkpoint epoch '$epoch'"; tail -3 "$tmp/int.out" | sed 's/^/    /'
 fi
 
+# a diverging loss on two devices: both stop at the same step, exit 1, no hang
+expect diverge 1 "training diverged; try a smaller --lr" -- $L --devices cpu:2 --epochs 2 --lr 1e6 --limit-train 20000
+
 # --log carries the communication report
 if timeout 300 "$MGC" $L --epochs 1 --limit-train 2048 --limit-test 256 --devices cpu:2 --log "$tmp/log.jsonl" > /dev/null 2>&1 &&
    $PY -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); c=r['comm']; sys.exit(not (r['replicas']==2 and c['steps']==8 and c['bytes_per_step']>0 and abs(c['bytes_per_step']-c['ring_bound_per_step'])<=8))" "$tmp/log.jsonl"; then
