@@ -32,6 +32,17 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -Wno-format-overflow -
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
+# NVRTC (the CUDA toolkit) when found: mgc --emit ptx compiles the generated
+# CUDA kernels to PTX. No GPU or driver is needed for that. CUDA=0 builds without.
+CUDA_HOME ?= /usr/local/cuda
+ifneq ($(CUDA),0)
+ifneq ($(wildcard $(CUDA_HOME)/include/nvrtc.h),)
+HAVE_NVRTC := 1
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnvrtc
+$(BUILD)/runtime/ptx.o: CPPFLAGS += -DHAVE_NVRTC -I$(CUDA_HOME)/include
+endif
+endif
+
 SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c runtime/*.c driver/*.c)
 OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.o
 
@@ -39,7 +50,7 @@ all: $(BIN)
 
 $(BIN): $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $(OBJ) $(LDLIBS)
-	@echo "mgc: built $@ with CPU devices$(if $(HAVE_MPI), and MPI ($(MPICC)), without MPI ($(if $(filter 0,$(MPI)),MPI=0,no mpicc found)))"
+	@echo "mgc: built $@ with CPU devices$(if $(HAVE_MPI), and MPI ($(MPICC)), without MPI ($(if $(filter 0,$(MPI)),MPI=0,no mpicc found)))$(if $(HAVE_NVRTC), and NVRTC ($(CUDA_HOME)), without NVRTC ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/include/nvrtc.h)))"
 
 
 $(BUILD)/parser.tab.c $(BUILD)/parser.tab.h &: frontend/parser.y

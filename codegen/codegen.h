@@ -72,6 +72,7 @@ typedef struct Step {
     float f[4];               /* run-time scalars (a.f[]): learning rate etc. */
     bool seeded;              /* needs a fresh random seed each run (dropout) */
     bool sgd;                 /* an SGD update: f[] comes from the executor's learning rate etc. */
+    long src_begin, src_end;  /* its text in Program.source: [begin, end) */
     Dim work;                 /* iterations of the kernel's FOR_EACH (threads / grid size) */
     bool heavy;               /* each iteration loops over the batch: worth threads even when few */
     long grain;               /* elements an iteration touches (0: one); the runtime splits work*grain */
@@ -92,6 +93,7 @@ typedef struct Program {
     Step *steps;
     int nsteps, capsteps;
     int *node_buf;            /* node id -> buffer id holding its output (-1: none) */
+    const int *fused_into;    /* node id -> the node whose kernel computes it too (fusion), or -1 */
     char *source;             /* all kernels' bodies, without prelude */
     int input, labels, loss, correct, logits;   /* buffer ids (-1 if absent) */
     int input_grad;           /* buffer of d loss / d input (check mode), or -1 */
@@ -157,6 +159,8 @@ void cg_plan_memory(Program *p, long max_batch);
 int  cg_verify(const Program *p, char *err, size_t err_size);
 /* The whole source for a target: prelude + bodies. */
 char *cg_source(const Program *p, Target t);
+/* One kernel's source for a target: prelude + the body of kernel step k. */
+char *cg_kernel_source(const Program *p, int k, Target t);
 /* The strategy for a convolution of c input channels, k x k, o outputs,
    out_width columns and the padding: opt->conv when forced (CONV_VECTOR falls
    back to CONV_GEMM where it does not apply), else chosen by measurements. */

@@ -60,6 +60,9 @@ Step *cg_kernel(Lower *L, int node, const char *what, Dim work, int nargs, const
 {
     Step *s = cg_new_step(L, STEP_KERNEL, node);
     s->fn = arena_printf(L->p->arena, "k%d_%s", L->p->nsteps - 1, what);
+    fflush(L->src);
+    s->src_begin = ftell(L->src);
+    L->open_kernel = L->p->nsteps - 1;
     s->work = work;
     s->nargs = nargs;
     memcpy(s->args, bufs, sizeof(int) * (size_t)nargs);
@@ -82,7 +85,13 @@ void cg_body(Lower *L, const char *fmt, ...)
     va_end(ap);
 }
 
-void cg_end_kernel(Lower *L) { fputs("}\n", L->src); }
+void cg_end_kernel(Lower *L)
+{
+    fputs("}\n", L->src);
+    fflush(L->src);
+    L->p->steps[L->open_kernel].src_end = ftell(L->src);
+    L->open_kernel = -1;
+}
 
 const char *cg_work_str(Lower *L, Dim d)
 {
@@ -176,7 +185,9 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     p->arena = a;
     p->graph = g;
     p->node_buf = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    Lower L = { .g = g, .p = p, .dec = dec, .fused = dec->fused, .relu_out = dec->relu_out, .relu_mask = dec->relu_mask };
+    p->fused_into = dec->fused;
+    Lower L = { .g = g, .p = p, .dec = dec, .fused = dec->fused, .relu_out = dec->relu_out, .relu_mask = dec->relu_mask,
+                .open_kernel = -1 };
     L.col = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.dyt = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.dyc = arena_alloc(a, sizeof(int) * (size_t)g->n);

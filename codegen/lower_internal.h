@@ -27,6 +27,7 @@ typedef struct Lower {
     const int *fused;       /* = dec->fused: node -> the node whose kernel computes it too, or -1 */
     const bool *relu_out;   /* = dec->relu_out: node's kernel applies ReLU to what it writes */
     const bool *relu_mask;  /* = dec->relu_mask: maxpool2d_grad keeps only gradients where x > 0 */
+    int open_kernel;        /* the kernel step whose text is being written, or -1 */
     /* data parallelism (codegen/dp.c) */
     int *in_bucket;   /* node -> the bucket buffer its output lives in, or -1 */
     int *bucket_at;   /* node -> its offset in that bucket (floats) */

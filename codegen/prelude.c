@@ -65,6 +65,14 @@ char *cg_source(const Program *p, Target t)
     return arena_printf(p->arena, "%s%s%s%s", pre, kargs_text(p->arena), prelude_common, p->source);
 }
 
+char *cg_kernel_source(const Program *p, int k, Target t)
+{
+    const Step *s = &p->steps[k];
+    const char *pre = t == TARGET_C ? prelude_c : prelude_cuda;
+    return arena_printf(p->arena, "%s%s%s%.*s", pre, kargs_text(p->arena), prelude_common,
+                        (int)(s->src_end - s->src_begin), p->source + s->src_begin);
+}
+
 static void print_dim(FILE *out, Dim d)
 {
     if (d.batch) fprintf(out, "%ld*N", d.c);

@@ -120,6 +120,13 @@ static int check_steps(const Program *p, char *err, size_t size)
             snprintf(head, sizeof head, "KERNEL(%s)(", s->fn);
             if (!p->source || !strstr(p->source, head))
                 return fail(err, size, "step %d: kernel %s has no body in the source", k, s->fn);
+            long len = (long)strlen(p->source);
+            if (s->src_begin < 0 || s->src_end > len || s->src_begin >= s->src_end)
+                return fail(err, size, "step %d: kernel %s's text [%ld, %ld) is not within the %ld-byte source", k, s->fn,
+                            s->src_begin, s->src_end, len);
+            const char *at = strstr(p->source + s->src_begin, head);
+            if (!at || at >= p->source + s->src_end)
+                return fail(err, size, "step %d: the text recorded for kernel %s holds another kernel", k, s->fn);
             break;
         }
         case STEP_GEMM: {

@@ -13,6 +13,8 @@
 #include "train.h"
 #include "data.h"
 #include "world.h"
+#include "ptx.h"
+#include <sys/stat.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -23,7 +25,7 @@
 
 #define MGC_VERSION "0.1.0"
 
-typedef enum Emit { EMIT_NONE, EMIT_IR, EMIT_EVAL_IR, EMIT_GRAD, EMIT_KERNELS, EMIT_CUDA, EMIT_DP } Emit;
+typedef enum Emit { EMIT_NONE, EMIT_IR, EMIT_EVAL_IR, EMIT_GRAD, EMIT_KERNELS, EMIT_CUDA, EMIT_DP, EMIT_PTX } Emit;
 
 #define MAX_REPLICAS 64       /* CPU devices in one process */
 
@@ -35,6 +37,8 @@ typedef struct Cli {
     TrainConfig cfg;
     const char *devices;
     float bucket_mb;          /* gradient bucket size, MB (10^6 bytes) */
+    const char *arch;         /* --emit ptx: the GPU architecture, "sm_90" */
+    const char *dump_kernels; /* a directory for one file per kernel, or NULL */
     int total_replicas;       /* over every rank */
 } Cli;
 
@@ -67,6 +71,9 @@ static void usage(FILE *out)
         "                           kernels  the generated C kernels and the step list\n"
         "                           cuda     the same kernels as CUDA C for NVRTC\n"
         "                           dp       the data-parallel plan: replicas, buckets, collectives\n"
+        "                           ptx      the CUDA kernels compiled by NVRTC to PTX (--arch sm_80, sm_90, ...)\n"
+        "  --dump-kernels DIR     write each kernel of the training step to DIR/NAME.c and DIR/NAME.cu,\n"
+        "                         headed by the IR nodes it computes, and exit\n"
         "  --set NAME=VALUE       override a net parameter (repeatable)\n"
         "  --batch FILE --steps K --dump OUT\n"
         "                         check mode: K steps on the batch x, y in FILE.safetensors;\n"
@@ -154,6 +161,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     t->steps = 1;
     c->devices = "cpu";
     c->bucket_mb = 25;
+    c->arch = "sm_90";
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i];
         if (arg[0] != '-' || !arg[1]) {
@@ -185,7 +193,8 @@ static int parse_args(int argc, char **argv, Cli *c)
         }
         static const char *const known[] = { "--devices", "--gpus", "--epochs", "--batch-size", "--lr", "--momentum",
             "--weight-decay", "--seed", "--data", "--limit-train", "--limit-test", "--threads", "--save", "--load",
-            "--log", "--emit", "--set", "--batch", "--steps", "--dump", "--sync-bn", "--bucket-mb", NULL };
+            "--log", "--emit", "--set", "--batch", "--steps", "--dump", "--sync-bn", "--bucket-mb", "--arch",
+            "--dump-kernels", NULL };
         int which = -1;
         for (int k = 0; known[k]; k++)
             if (!strcmp(name, known[k])) which = k;
@@ -246,7 +255,8 @@ static int parse_args(int argc, char **argv, Cli *c)
             else if (!strcmp(val, "kernels")) c->emit = EMIT_KERNELS;
             else if (!strcmp(val, "cuda")) c->emit = EMIT_CUDA;
             else if (!strcmp(val, "dp")) c->emit = EMIT_DP;
-            else return bad("--emit expects ir, eval-ir, grad, kernels, cuda or dp, got '%s'%s", val, "");
+            else if (!strcmp(val, "ptx")) c->emit = EMIT_PTX;
+            else return bad("--emit expects ir, eval-ir, grad, kernels, cuda, ptx or dp, got '%s'%s", val, "");
             break;
         case 16: {
             const char *e = strchr(val, '=');
@@ -260,6 +270,12 @@ static int parse_args(int argc, char **argv, Cli *c)
         case 17: t->batch_file = val; break;
         case 18: rc = parse_long(name, val, 1, 1000000, &v); t->steps = (int)v; break;
         case 19: t->dump = val; break;
+        case 22:
+            if (strncmp(val, "sm_", 3) || !val[3] || strspn(val + 3, "0123456789") != strlen(val + 3))
+                return bad("--arch expects a GPU architecture such as sm_80 or sm_90, got '%s'%s", val, "");
+            c->arch = val;
+            break;
+        case 23: c->dump_kernels = val; break;
         case 21: {
             char *end;
             errno = 0;
@@ -332,6 +348,48 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
             return -1;
         }
     }
+    return 0;
+}
+
+/* --dump-kernels DIR: each kernel of the program as DIR/NAME.c and DIR/NAME.cu
+   (prelude included, so each compiles alone), headed by the IR nodes it
+   computes: the step's node and the nodes fused into its kernel. */
+static int dump_kernels(const Graph *g, const Program *p, const char *dir)
+{
+    if (mkdir(dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "mgc: --dump-kernels %s: cannot create the directory: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    int files = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        if (s->kind != STEP_KERNEL) continue;
+        char *head = NULL;
+        size_t len = 0;
+        FILE *h = open_memstream(&head, &len);
+        fprintf(h, "/* mgc: kernel %s, step %d of the training step of %s, computes\n", s->fn, k, g->net_name);
+        ir_print(g, h, s->node, s->node + 1);
+        for (int id = s->node + 1; id < g->n; id++)
+            if (p->fused_into[id] == s->node) {
+                fprintf(h, "   and, fused into it:\n");
+                ir_print(g, h, id, id + 1);
+            }
+        fprintf(h, "*/\n");
+        fclose(h);
+        for (int t = 0; t < 2; t++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s.%s", dir, s->fn, t ? "cu" : "c");
+            FILE *f = fopen(path, "w");
+            if (!f || fputs(head, f) < 0 || fputs(cg_kernel_source(p, k, t ? TARGET_CUDA : TARGET_C), f) < 0 || fclose(f)) {
+                fprintf(stderr, "mgc: --dump-kernels: cannot write %s: %s\n", path, strerror(errno));
+                free(head);
+                return 1;
+            }
+            files++;
+        }
+        free(head);
+    }
+    printf("mgc: %d kernels of %s written to %s (C and CUDA)\n", files / 2, g->net_name, dir);
     return 0;
 }
 
@@ -422,7 +480,25 @@ int main(int argc, char **argv)
     bool say = world.rank == 0;
     char num[32];
 
+    if (c.dump_kernels) {
+        if (!compile(&c, &arena, &diag, true, true, false, &train, &train_prog))
+            status = say ? dump_kernels(&train, &train_prog, c.dump_kernels) : 0;
+        c.emit = -1;   /* nothing more */
+    }
     switch (c.emit) {
+    case EMIT_PTX: {
+        if (compile(&c, &arena, &diag, true, true, false, &train, &train_prog)) break;
+        char why[8192];
+        char *ptx = rt_nvrtc_ptx(cg_source(&train_prog, TARGET_CUDA), train.net_name, c.arch, why, sizeof why);
+        if (!ptx) {
+            fprintf(stderr, "mgc: --emit ptx: %s\n", why);
+            break;
+        }
+        if (say) fputs(ptx, stdout);
+        free(ptx);
+        status = 0;
+        break;
+    }
     case EMIT_IR: case EMIT_EVAL_IR: {
         bool tr = c.emit == EMIT_IR;
         if (compile(&c, &arena, &diag, tr, false, false, &train, NULL)) break;

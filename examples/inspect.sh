@@ -16,3 +16,11 @@ show --emit grad --momentum 0.9                  # forward, backward and SGD as 
 show --emit dp --devices cpu:2 --bucket-mb 0.1   # replicas, gradient buckets, allreduce steps
 show --emit kernels                              # the step list and the C kernels
 show --emit cuda                                 # the same kernels for NVRTC
+if ./mgc "$NET" --emit ptx --arch sm_90 > /dev/null 2>&1; then
+    show --emit ptx --arch sm_90                 # NVRTC's PTX of them (a build with the CUDA toolkit)
+fi
+dir=$(mktemp -d)
+./mgc "$NET" --dump-kernels "$dir"               # one file per kernel, headed by its IR nodes
+echo "== the first of them, $(ls "$dir" | head -1):"
+sed -n "1,${LINES_EACH:-25}p" "$dir/$(ls "$dir" | head -1)"
+rm -rf "$dir"

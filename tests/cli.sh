@@ -48,7 +48,27 @@ expect lr-negative 2 "--lr must be >= 0" -- $L --lr -1
 expect momentum-range 2 "--momentum must be in [0, 1], got 1.5" -- $L --momentum 1.5
 expect epochs-word 2 "--epochs expects a whole number" -- $L --epochs ten
 expect missing-value 2 "--seed needs a value" -- $L --seed
-expect bad-emit 2 "--emit expects ir, eval-ir, grad, kernels, cuda or dp" -- $L --emit asm
+expect bad-emit 2 "--emit expects ir, eval-ir, grad, kernels, cuda, ptx or dp" -- $L --emit asm
+expect bad-arch 2 "--arch expects a GPU architecture such as sm_80" -- $L --emit ptx --arch 90
+expect dump-kernels-dir 1 "--dump-kernels /nonexistent/x: cannot create the directory" -- $L --dump-kernels /nonexistent/x
+# --dump-kernels: one .c and one .cu a kernel step, each headed by its IR nodes, each C file compiles alone
+if "$MGC" $L --dump-kernels "$tmp/dk" > "$tmp/out" 2>&1; then
+    steps=$("$MGC" $L --emit kernels | grep -c "^  step .* kernel ")
+    nc=$(ls "$tmp/dk"/*.c | wc -l); ncu=$(ls "$tmp/dk"/*.cu | wc -l)
+    bad=0
+    for f in "$tmp/dk"/*.c; do
+        head -2 "$f" | grep -q "^%[0-9]* *= " || bad=$((bad + 1))
+        ${CC:-cc} -std=gnu11 -fsyntax-only "$f" 2> /dev/null || bad=$((bad + 1))
+    done
+    if [ "$nc" -eq "$steps" ] && [ "$ncu" -eq "$steps" ] && [ $bad -eq 0 ] && grep -q "fused into it" "$tmp/dk"/k0_*.c; then
+        pass=$((pass + 1))
+    else
+        echo "FAIL cli dump-kernels: $nc .c and $ncu .cu files for $steps kernel steps, $bad without a header or not compiling"
+        fail=$((fail + 1))
+    fi
+else
+    echo "FAIL cli dump-kernels: mgc failed"; head -3 "$tmp/out"; fail=$((fail + 1))
+fi
 expect bad-set 2 "--set expects NAME=VALUE" -- $L --set classes
 expect two-nets 2 "more than one net" -- $L nets/resnet18.net
 expect devices 2 "unknown device list" -- $L --devices tpu

@@ -23,6 +23,21 @@ for net in nets/lenet.net tests/nets/op_conv.net tests/nets/op_dropout_half.net 
         fi
     done
 done
+# --emit ptx: NVRTC inside mgc, for two architectures: a PTX entry for every kernel step
+steps=$("$MGC" nets/lenet.net --emit kernels | grep -c "^  step .* kernel ")
+for arch in sm_80 sm_90; do
+    if "$MGC" nets/lenet.net --emit ptx --arch $arch > "$tmp/k.ptx" 2> "$tmp/err" && grep -q "^\.target $arch" "$tmp/k.ptx" &&
+       [ "$(grep -c '^\.visible \.entry' "$tmp/k.ptx")" -eq "$steps" ]; then
+        pass=$((pass + 1)); echo "ok   mgc --emit ptx --arch $arch: $steps entries"
+    else
+        echo "FAIL mgc --emit ptx --arch $arch:"; head -5 "$tmp/err"; fail=$((fail + 1))
+    fi
+done
+# --dump-kernels: a kernel's own CUDA file compiles alone
+"$MGC" nets/lenet.net --dump-kernels "$tmp/dk" > /dev/null
+for f in $(ls "$tmp/dk"/*.cu | head -3); do
+    if build/nvrtc_check "$f" sm_90 > "$tmp/out" 2>&1; then pass=$((pass + 1)); else echo "FAIL $f:"; head -5 "$tmp/out"; fail=$((fail + 1)); fi
+done
 # the data-parallel kernels: --sync-bn's statistics, the global batch
 "$MGC" nets/resnet18.net --emit cuda --devices cpu:2 --sync-bn > "$tmp/k.cu" 2> "$tmp/err" &&
 if build/nvrtc_check "$tmp/k.cu" sm_90 > "$tmp/out" 2>&1; then

@@ -1,0 +1,59 @@
+/*
+** The generated CUDA kernels through NVRTC (see nvrtc.h). NVRTC needs no GPU
+** and no driver: it compiles to PTX on any machine with the toolkit.
+*/
+#include "ptx.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef HAVE_NVRTC
+#include <nvrtc.h>
+#endif
+
+bool rt_nvrtc_available(void)
+{
+#ifdef HAVE_NVRTC
+    return true;
+#else
+    return false;
+#endif
+}
+
+char *rt_nvrtc_ptx(const char *source, const char *name, const char *arch, char *err, size_t err_size)
+{
+#ifdef HAVE_NVRTC
+    nvrtcProgram prog;
+    nvrtcResult rc = nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
+    if (rc != NVRTC_SUCCESS) {
+        snprintf(err, err_size, "NVRTC cannot take the program: %s", nvrtcGetErrorString(rc));
+        return NULL;
+    }
+    char opt_arch[64];
+    snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=compute_%s", arch + 3);
+    const char *opts[] = { opt_arch, "--std=c++17", "-default-device" };
+    rc = nvrtcCompileProgram(prog, 3, opts);
+    size_t log_size = 0;
+    nvrtcGetProgramLogSize(prog, &log_size);
+    char *log = malloc(log_size + 1);
+    log[0] = 0;
+    if (log_size > 1) nvrtcGetProgramLog(prog, log);
+    char *ptx = NULL;
+    if (rc != NVRTC_SUCCESS) {
+        snprintf(err, err_size, "NVRTC failed for %s: %s\n%s", arch, nvrtcGetErrorString(rc), log);
+    } else {
+        size_t n = 0;
+        nvrtcGetPTXSize(prog, &n);
+        ptx = malloc(n + 1);
+        nvrtcGetPTX(prog, ptx);
+        ptx[n] = 0;
+    }
+    free(log);
+    nvrtcDestroyProgram(&prog);
+    return ptx;
+#else
+    (void)source; (void)name; (void)arch;
+    snprintf(err, err_size, "this mgc was built without NVRTC (no CUDA toolkit at build time; install it and rebuild: "
+             "make clean && make, or CUDA_HOME=DIR make)");
+    return NULL;
+#endif
+}
