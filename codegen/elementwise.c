@@ -43,7 +43,10 @@ void cg_lower_binary(Lower *L, int id)
     const char *W = cg_work_str(L, work);
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=y", "lhs", "rhs" });
-    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, n->op == OP_ADD ? '+' : '*');
+    if (L->relu_out[id])   /* only add: the fusion pass fuses no relu into mul */
+        cg_body(L, "    FOR_EACH(i, %s) {\n        float v = lhs[i] + rhs[i];\n        y[i] = v > 0.0f ? v : 0.0f;   /* fused relu */\n    }\n", W);
+    else
+        cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, n->op == OP_ADD ? '+' : '*');
     cg_end_kernel(L);
 }
 

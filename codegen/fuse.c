@@ -24,6 +24,8 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
 /* Requires: a verified graph. Produces: d->fused, d->relu_out, d->relu_mask.
      conv2d -> relu            the convolution's store applies max(0, .)
      linear -> relu            the bias epilogue after the GEMM applies it
+     bn_apply -> relu          the normalisation's store applies it (BatchNorm, ReLU)
+     add -> relu               the sum's store applies it (a residual block's end)
      maxpool2d_grad -> relu_grad(y = the pool's input)
                                the pool gradient is routed only where y > 0
    A producer is fused only when the ReLU is its one user. With fusion off
@@ -38,7 +40,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
         if (n->op == OP_RELU) {
             int x = n->in[0];
             Op op = g->nodes[x].op;
-            if ((op == OP_CONV2D || op == OP_LINEAR) && uses[x] == 1) {
+            if ((op == OP_CONV2D || op == OP_LINEAR || op == OP_BN_APPLY || op == OP_ADD) && uses[x] == 1) {
                 d->fused[id] = x;
                 d->relu_out[x] = true;
             }

@@ -66,8 +66,10 @@ void cg_lower_bn_apply(Lower *L, int id)
                "        long c = plane %% %d;\n"
                "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n"
                "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
-               "        for (int k = 0; k < %d; k++) yp[k] = xp[k] * scale + shift;\n    }\n",
-            cg_work_str(L, dimn(C)), C, C, HW, HW, HW);
+               "        for (int k = 0; k < %d; k++) %s\n    }\n",
+            cg_work_str(L, dimn(C)), C, C, HW, HW, HW,
+            L->relu_out[id] ? "{ float v = xp[k] * scale + shift; yp[k] = v > 0.0f ? v : 0.0f; }   /* fused relu */"
+                            : "yp[k] = xp[k] * scale + shift;");
     cg_end_kernel(L);
 }
 
