@@ -609,7 +609,8 @@ int train_run(const Model *m, const TrainConfig *cfg)
     }
     rc = 0;
     if (data_load_fashion_mnist(cfg->data_dir, &train, &test, err, sizeof err)) {
-        fprintf(stderr, world->size > 1 ? "mgc: rank %d: %s\n" : "mgc: %.0d%s\n", world->rank, err);
+        if (world->size > 1) fprintf(stderr, "mgc: rank %d: %s\n", world->rank, err);
+        else fprintf(stderr, "mgc: %s\n", err);
         rc = 1;
     }
     if (!rc && cfg->log && world->rank == 0 && !(log = fopen(cfg->log, "w"))) {
@@ -625,8 +626,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     order = malloc(sizeof(int) * (size_t)(train.n > test.n ? train.n : test.n) + 1);
     device_list(g, devs, sizeof devs);
     if (world->rank == 0) {
-        printf("mgc: %s, %s parameters in %d tensors, on %s%s", tp->net_name, rt_commas(params, num), tp->param_tensors,
-               world->size > 1 ? "" : "", devs);
+        printf("mgc: %s, %s parameters in %d tensors, on %s", tp->net_name, rt_commas(params, num), tp->param_tensors, devs);
         if (world->size > 1) printf(" x %d ranks", world->size);
         printf(" with %d thread%s%s; %s training and %s test examples, batch %d%s\n", G.r[0].dev->threads,
                G.r[0].dev->threads == 1 ? "" : "s", G.n > 1 ? " each" : "", rt_commas(train.n, num2),
