@@ -46,7 +46,6 @@ typedef struct Buf {
 typedef struct Collective {
     int src, dst;             /* buffer ids */
     long floats;
-    int bucket;               /* the IR bucket, or -1 */
     const char *what;         /* "bucket 0: fc3.bias fc3.weight ...", "bn1 sums" */
 } Collective;
 

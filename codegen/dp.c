@@ -13,11 +13,11 @@
 #include <string.h>
 
 
-static int new_coll(Lower *L, int src, int dst, long floats, int bucket, const char *what)
+static int new_coll(Lower *L, int src, int dst, long floats, const char *what)
 {
     Program *p = L->p;
     p->colls = arena_grow(p->arena, p->colls, sizeof(Collective) * (size_t)p->ncolls, sizeof(Collective) * (size_t)(p->ncolls + 1));
-    p->colls[p->ncolls] = (Collective){ src, dst, floats, bucket, what };
+    p->colls[p->ncolls] = (Collective){ src, dst, floats, what };
     return p->ncolls++;
 }
 
@@ -62,7 +62,7 @@ void cg_dp_prepare(Lower *L)
             if (r > L->ready[k]) L->ready[k] = r;
             what = arena_printf(p->arena, "%s %s", what, g->nodes[ar].name);
         }
-        L->bucket_coll[k] = new_coll(L, b, b, bk->floats + 2 * final, k, what);
+        L->bucket_coll[k] = new_coll(L, b, b, bk->floats + 2 * final, what);
         if (final) {
             p->control = cg_new_buf(L, BUF_VIEW, dimc(2), "stop votes", -1);
             p->bufs[p->control].alias = b;
@@ -112,7 +112,7 @@ void cg_lower_allreduce(Lower *L, int id)
     /* on its own (--sync-bn's sums): out of place, waited at once */
     int src = buf_of(L, n->in[0]), dst = cg_out_buf(L, id);
     const char *what = n->name ? n->name : arena_printf(L->p->arena, "%s %%%d", ir_op_name(g->nodes[n->in[0]].op), n->in[0]);
-    int c = new_coll(L, src, dst, ir_numel(&n->shape, 1), -1, what);
+    int c = new_coll(L, src, dst, ir_numel(&n->shape, 1), what);
     coll_step(L, STEP_ALLREDUCE, id, c);
     coll_step(L, STEP_WAIT, id, c);
 }

@@ -189,7 +189,6 @@ int ir_gradients(Graph *g, bool input_grad)
 
     for (int y = nf - 1; y >= 0; y--)
         if (g->grad[y] >= 0 && ad.needs[y]) backward_rule(&ad, y);
-    g->n_backward = g->n;
     return 0;
 }
 

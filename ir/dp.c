@@ -1,7 +1,7 @@
 /*
 ** The data-parallel pass: gradients summed across replicas, in buckets.
 **
-** Requires: the gradient pass (g->grad[], g->n_backward). Runs before the
+** Requires: the gradient pass (g->grad[]). Runs before the
 ** update pass, and only for runs with more than one replica.
 ** Produces: one allreduce node per gradient tensor, tagged with its bucket
 ** and its offset in the bucket; g->grad[param] then names the summed

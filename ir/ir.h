@@ -79,7 +79,6 @@ typedef struct Graph {
     bool sync_bn;             /* training BatchNorm normalises over the global batch (set before the front end) */
     /* set by ir_gradients: */
     int *grad;                /* grad[id] = node holding d loss / d node id, or -1 */
-    int n_backward;           /* nodes [n_forward, n_backward) are the gradient pass's */
     /* set by ir_buckets (data-parallel runs only): */
     IrBucket *buckets;
     int nbuckets;
@@ -130,7 +129,7 @@ int  ir_verify(const Graph *g, Diag *d);
 /* SGD hyper-parameters, with PyTorch's semantics (dampening 0, no Nesterov). */
 typedef struct IrSgd { float lr, momentum, weight_decay; } IrSgd;
 /* The gradient pass: appends the backward graph as ordinary nodes.
-   Requires: a loss. Produces: g->grad[], g->n_forward, g->n_backward. With
+   Requires: a loss. Produces: g->grad[], g->n_forward. With
    input_grad the gradient of the input is computed too (for checks).
    Returns 0 or -1. */
 int  ir_gradients(Graph *g, bool input_grad);

@@ -122,7 +122,6 @@ static void *comm_main(void *arg)
         pthread_mutex_unlock(&c->mu);
         if (quit) break;
         atomic_store(&me->taken, seq);
-        double t0 = now();
         ring(c, r, op.data, op.n, seq);
         if (c->world && c->world->size > 1) {
             /* across ranks: local replica 0 sums with the other ranks, the others copy its result */
@@ -141,7 +140,6 @@ static void *comm_main(void *arg)
         for (int k = 0; k < N; k++) await(c, &c->m[k].finished, seq);
         me->st.ops++;
         me->st.bytes_bound += 2.0 * (N - 1) / N * 4.0 * (double)op.n;
-        me->st.busy_seconds += now() - t0;
         publish(c, &me->done, seq);
     }
     return NULL;
@@ -182,8 +180,6 @@ void rt_comm_free(Comm *c)
     free(c->m);
     free(c);
 }
-
-int rt_comm_size(const Comm *c) { return c->n * (c->world ? c->world->size : 1); }
 
 void rt_comm_start(Comm *c, int replica, int coll, float *data, long n)
 {

@@ -29,14 +29,12 @@ typedef struct CommStats {
     double bytes_sent;        /* to the next replica of the ring */
     double bytes_bound;       /* what the ring must send at least: 2(N-1)/N of every sum's bytes */
     double mpi_bytes;         /* handed to MPI (local replica 0 only) */
-    double busy_seconds;      /* the communication thread at work (not idle) */
 } CommStats;
 
 /* A group of `local` replicas in this process, joined with the other ranks of
    world (which must all have as many), for collectives 0..ncolls-1. */
 Comm *rt_comm_new(int local, World *world, int ncolls);
 void  rt_comm_free(Comm *c);
-int   rt_comm_size(const Comm *c);          /* replicas in the whole group */
 /* Starts summing data[0, n) over the group, in place; returns at once.
    data must not be touched by the replica until rt_comm_wait returns. */
 void  rt_comm_start(Comm *c, int replica, int coll, float *data, long n);

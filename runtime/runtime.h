@@ -42,8 +42,6 @@ StoreEntry *rt_store_find(Store *s, const char *name);
 void  rt_store_free(Store *s);
 /* Initialises every entry as PyTorch does (uniform fan-in bounds, ones, zeros) from the seed. */
 void  rt_store_init(Store *s, unsigned long long seed);
-/* Copies every entry's values from another store of the same net. */
-void  rt_store_copy(Store *dst, const Store *src);
 
 /* ---- executing a program ---- */
 typedef struct Comm Comm;

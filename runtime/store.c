@@ -67,8 +67,3 @@ void rt_store_init(Store *s, unsigned long long seed)
     }
 }
 
-void rt_store_copy(Store *dst, const Store *src)
-{
-    for (int k = 0; k < dst->n && k < src->n; k++)
-        memcpy(dst->e[k].data, src->e[k].data, sizeof(float) * (size_t)dst->e[k].numel);
-}

@@ -207,7 +207,7 @@ static int load_checkpoint(Store *s, const char *path)
         StoreEntry *e = &s->e[k];
         const StTensor *t = st_find(&f, e->name);
         if (!t) {
-            if (e->trainable || strstr(e->name, "running_")) {
+            if (e->trainable || is_running_stat(e)) {
                 fprintf(stderr, "mgc: %s: checkpoint has no tensor '%s' (was it saved from another net?)\n", path, e->name);
                 bad++;
             }

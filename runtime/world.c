@@ -10,15 +10,6 @@
 #include <mpi.h>
 #endif
 
-bool rt_world_has_mpi(void)
-{
-#ifdef HAVE_MPI
-    return true;
-#else
-    return false;
-#endif
-}
-
 /* Started by a process manager (mpirun, srun) rather than by hand? */
 static bool launched(void)
 {
@@ -66,19 +57,6 @@ void rt_world_finalize(World *w)
     if (w->mpi) MPI_Finalize();
 #endif
     w->mpi = false;
-}
-
-void rt_world_abort(World *w, int status)
-{
-#ifdef HAVE_MPI
-    if (w->mpi) {
-        fflush(stdout);
-        fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, status);
-    }
-#endif
-    (void)w;
-    exit(status);
 }
 
 int rt_world_max_status(World *w, int status)
@@ -133,26 +111,3 @@ void rt_world_bcast(World *w, void *data, size_t bytes)
     (void)w; (void)data; (void)bytes;
 }
 
-void rt_world_allgather_f32(World *w, const float *mine, long n, float *all)
-{
-#ifdef HAVE_MPI
-    if (w->mpi) {
-        MPI_Allgather(mine, (int)n, MPI_FLOAT, all, (int)n, MPI_FLOAT, MPI_COMM_WORLD);
-        return;
-    }
-#endif
-    (void)w;
-    memcpy(all, mine, sizeof(float) * (size_t)n);
-}
-
-void rt_world_allgather_int(World *w, int mine, int *all)
-{
-#ifdef HAVE_MPI
-    if (w->mpi) {
-        MPI_Allgather(&mine, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD);
-        return;
-    }
-#endif
-    (void)w;
-    all[0] = mine;
-}

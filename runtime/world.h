@@ -19,10 +19,6 @@ typedef struct World {
 /* Joins the other ranks when started by mpirun. Returns 0, or -1 with err. */
 int  rt_world_init(World *w, int *argc, char ***argv, char *err, size_t err_size);
 void rt_world_finalize(World *w);
-/* Ends every rank at once (after this rank said why). */
-void rt_world_abort(World *w, int status);
-/* Whether this binary can join ranks (built with MPI). */
-bool rt_world_has_mpi(void);
 /* The largest status of all ranks: every rank learns whether one failed. */
 int  rt_world_max_status(World *w, int status);
 /* In-place sums over the ranks. */
@@ -31,9 +27,5 @@ void rt_world_sum_f64(World *w, double *v, int n);
 void rt_world_max_f64(World *w, double *v, int n);
 /* Rank 0's bytes to every rank. */
 void rt_world_bcast(World *w, void *data, size_t bytes);
-/* Every rank's n floats, rank after rank, into all (size * n floats) on every rank. */
-void rt_world_allgather_f32(World *w, const float *mine, long n, float *all);
-/* Every rank's int, into all[size]. */
-void rt_world_allgather_int(World *w, int mine, int *all);
 
 #endif
