@@ -60,6 +60,7 @@ typedef enum StepKind {
 } StepKind;
 
 #define CG_MAXARGS 8
+#define CG_BLOCK 256          /* CUDA threads per block (FOR_EACH_BLOCK kernels and grid-stride ones) */
 typedef struct Step {
     StepKind kind;
     int node;                 /* IR node this step implements (part of) */
@@ -75,6 +76,8 @@ typedef struct Step {
     Dim work;                 /* iterations of the kernel's FOR_EACH (threads / grid size) */
     bool heavy;               /* each iteration loops over the batch: worth threads even when few */
     long grain;               /* elements an iteration touches (0: one); the runtime splits work*grain */
+    bool blocks;              /* a reduction kernel (FOR_EACH_BLOCK): on CUDA each iteration is one block of
+                                 CG_BLOCK threads that share its inner loops (BLOCK_LOOP, BLOCK_SUM) */
     /* STEP_GEMM, row-major: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C */
     bool ta, tb;
     Dim m, n, k, lda, ldb, ldc;
