@@ -40,6 +40,8 @@ typedef struct Cli {
     const char *arch;         /* --emit ptx: the GPU architecture, "sm_90" */
     const char *dump_kernels; /* a directory for one file per kernel, or NULL */
     int total_replicas;       /* over every rank */
+    bool devices_given;       /* --devices was given (else --gpus, or the default) */
+    const char *gpus_arg;     /* --gpus's value as given */
 } Cli;
 
 static void usage(FILE *out)
@@ -47,8 +49,11 @@ static void usage(FILE *out)
     fprintf(out,
         "usage: mgc NET.net [options]\n"
         "Compiles a network described in NET.net and trains it on Fashion-MNIST.\n\n"
-        "  --devices LIST         where to train: cpu (default, one CPU device) or cpu:N (N data-parallel\n"
-        "                         replicas sharing this machine's cores); under mpirun, on every rank\n"
+        "  --devices LIST         where to train: cpu (default, one CPU device), cpu:N (N data-parallel\n"
+        "                         replicas sharing this machine's cores) or GPUs, cuda:0,cuda:1 (a GPU named\n"
+        "                         twice holds two replicas); under mpirun, on every rank\n"
+        "  --gpus N               train on the first N GPUs: --devices cuda:0,...,cuda:N-1\n"
+        "  --tf32                 GPUs: GEMMs may round their inputs to TF32 (faster; default full fp32)\n"
         "  --sync-bn              BatchNorm statistics over the global batch (all replicas), as SyncBatchNorm\n"
         "  --bucket-mb X          gradients are summed in buckets of about X MB (default 25; the first at most 1)\n"
         "  --epochs N             passes over the training set (default 10; 0: initialise only)\n"
@@ -123,17 +128,43 @@ static int parse_float(const char *opt, const char *s, double min, bool min_open
     return 0;
 }
 
-/* --devices: "cpu" (one device) or "cpu:N" (N replicas). */
-static int parse_devices(const char *list, int *replicas)
+/* --devices: "cpu" (one device), "cpu:N" (N replicas), or a list of GPUs
+   "cuda:0,cuda:1" ("cuda" alone: cuda:0; a GPU may repeat: several replicas on it). */
+static int parse_devices(const char *list, TrainConfig *t)
 {
     if (!strcmp(list, "cpu")) {
-        *replicas = 1;
+        t->replicas = 1;
+        t->devices[0] = (DeviceSpec){ DEV_CPU, 0 };
         return 0;
     }
-    if (!strncmp(list, "cuda", 4) || !strncmp(list, "gpu", 3))
-        return bad("--devices %s: this mgc has no CUDA device support yet; train on CPU devices, e.g. --devices cpu:2%s", list, "");
+    if (!strncmp(list, "cuda", 4) || !strncmp(list, "gpu", 3)) {
+        if (!strcmp(list, "cuda")) list = "cuda:0";
+        int n = 0;
+        for (const char *p = list; *p;) {
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            char item[32];
+            snprintf(item, sizeof item, "%.*s", (int)(len < 31 ? len : 31), p);
+            char *end;
+            long k = -1;
+            if (!strncmp(item, "cuda:", 5) && item[5] >= '0' && item[5] <= '9') k = strtol(item + 5, &end, 10);
+            if (k < 0 || *end || k > 1023)
+                return bad("--devices: '%s' is not a GPU; write cuda:K (K = 0, 1, ...), e.g. --devices cuda:0,cuda:1%s", item, "");
+            if (n == MAX_REPLICAS) {
+                fprintf(stderr, "mgc: --devices: at most %d devices in one process\n(see mgc --help)\n", MAX_REPLICAS);
+                return 2;
+            }
+            t->devices[n++] = (DeviceSpec){ DEV_CUDA, (int)k };
+            p += len;
+            if (*p == ',') p++;
+        }
+        if (n == 0) return bad("--devices %s: no devices to train on%s", list, "");
+        t->replicas = n;
+        return 0;
+    }
     if (strncmp(list, "cpu:", 4))
-        return bad("--devices %s: unknown device list; use cpu (one CPU device) or cpu:N (N data-parallel CPU devices)%s", list, "");
+        return bad("--devices %s: unknown device list; use cpu (one CPU device), cpu:N (N data-parallel CPU devices) "
+                   "or cuda:0,cuda:1 (GPUs)%s", list, "");
     const char *num = list + 4;
     char *end;
     errno = 0;
@@ -146,7 +177,8 @@ static int parse_devices(const char *list, int *replicas)
                 list, MAX_REPLICAS);
         return 2;
     }
-    *replicas = (int)n;
+    t->replicas = (int)n;
+    for (int k = 0; k < n; k++) t->devices[k] = (DeviceSpec){ DEV_CPU, k };
     return 0;
 }
 
@@ -162,6 +194,8 @@ static int parse_args(int argc, char **argv, Cli *c)
     c->devices = "cpu";
     c->bucket_mb = 25;
     c->arch = "sm_90";
+    int gpus = 0;
+    bool devices_given = false;
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i];
         if (arg[0] != '-' || !arg[1]) {
@@ -194,7 +228,7 @@ static int parse_args(int argc, char **argv, Cli *c)
         static const char *const known[] = { "--devices", "--gpus", "--epochs", "--batch-size", "--lr", "--momentum",
             "--weight-decay", "--seed", "--data", "--limit-train", "--limit-test", "--threads", "--save", "--load",
             "--log", "--emit", "--set", "--batch", "--steps", "--dump", "--sync-bn", "--bucket-mb", "--arch",
-            "--dump-kernels", NULL };
+            "--dump-kernels", "--tf32", NULL };
         int which = -1;
         for (int k = 0; known[k]; k++)
             if (!strcmp(name, known[k])) which = k;
@@ -208,9 +242,10 @@ static int parse_args(int argc, char **argv, Cli *c)
             if (best) return bad("unknown option '%s'; did you mean '%s'?", name, best);
             return bad("unknown option '%s'%s", name, "");
         }
-        if (which == 20) {   /* a flag */
+        if (which == 20 || which == 24) {   /* a flag */
             if (val) return bad("%s takes no value, got '%s'", name, val);
-            t->sync_bn = true;
+            if (which == 20) t->sync_bn = true;
+            else t->tf32 = true;
             continue;
         }
         if (!val) {
@@ -220,13 +255,10 @@ static int parse_args(int argc, char **argv, Cli *c)
         long v;
         int rc = 0;
         switch (which) {
-        case 0: c->devices = val; break;
+        case 0: c->devices = val; devices_given = c->devices_given = true; break;
         case 1:
-            rc = parse_long(name, val, 0, 1024, &v);
-            if (!rc && v > 0) {
-                fprintf(stderr, "mgc: --gpus %ld: this mgc has no CUDA device support yet; train on CPU devices with --devices cpu:%ld\n", v, v);
-                return 2;
-            }
+            rc = parse_long(name, val, 1, MAX_REPLICAS, &v);
+            if (!rc) gpus = (int)v, c->gpus_arg = val;
             break;
         case 2: rc = parse_long(name, val, 0, 1000000, &v); t->epochs = (int)v; break;
         case 3: rc = parse_long(name, val, 1, 1 << 20, &v); t->batch_size = (int)v; break;
@@ -292,8 +324,17 @@ static int parse_args(int argc, char **argv, Cli *c)
         if (rc) return rc;
     }
     if (!c->net) return bad("no net given: mgc NET.net [options], e.g. mgc nets/lenet.net%s%s", "", "");
-    int rc2 = parse_devices(c->devices, &t->replicas);
+    if (gpus && devices_given) return bad("--gpus and --devices both say where to train: give one%s%s", "", "");
+    static char gpu_list[MAX_REPLICAS * 9];
+    if (gpus) {   /* --gpus N: the first N GPUs */
+        int p = 0;
+        for (int k = 0; k < gpus; k++) p += snprintf(gpu_list + p, sizeof gpu_list - (size_t)p, "%scuda:%d", k ? "," : "", k);
+        c->devices = gpu_list;
+    }
+    int rc2 = parse_devices(c->devices, t);
     if (rc2) return rc2;
+    t->cpu_own_memory = getenv("MGC_CPU_OWN_MEMORY") && !strcmp(getenv("MGC_CPU_OWN_MEMORY"), "1");
+    t->no_graphs = getenv("MGC_CUDA_GRAPHS") && !strcmp(getenv("MGC_CUDA_GRAPHS"), "0");
     if (t->dump && !t->batch_file) return bad("--dump needs --batch FILE (check mode)%s%s", "", "");
     return 0;
 }
@@ -401,7 +442,7 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
     char num[32], num2[32];
     printf("# net %s: the data-parallel training step on %d replica%s (", g->net_name, total, total == 1 ? "" : "s");
     if (w->size > 1) printf("%d ranks x ", w->size);
-    printf("cpu:%d), BatchNorm %s\n", t->replicas, t->sync_bn ? "over the global batch (--sync-bn)" : "per replica");
+    printf("%s), BatchNorm %s\n", c->devices, t->sync_bn ? "over the global batch (--sync-bn)" : "per replica");
     printf("# One program, run by every replica on its shard of each global batch (SPMD).\n"
            "# softmax_cross_entropy_grad divides by the global batch, so each replica's gradient\n"
            "# is its share of the global mean's, and the buckets' sums are the global gradient.\n");
@@ -409,8 +450,9 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
     for (int r = 0; r < total; r++) {
         long first, n;
         train_shard(t->batch_size, total, r, &first, &n);
-        printf("  replica %-3d rank %d cpu:%d  examples [%ld, %ld) of each batch: %ld\n", r, r / t->replicas,
-               r % t->replicas, first, first + n, n);
+        const DeviceSpec *ds = &t->devices[r % t->replicas];
+        printf("  replica %-3d rank %d %s:%d  examples [%ld, %ld) of each batch: %ld\n", r, r / t->replicas,
+               ds->kind == DEV_CUDA ? "cuda" : "cpu", ds->index, first, first + n, n);
     }
     printf("buckets (about %g MB each, the first at most %g MB; the last layers' gradients first):\n",
            c->bucket_mb, c->bucket_mb < 1 ? c->bucket_mb : 1.0);
@@ -447,6 +489,30 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
     if (!ncoll) printf("  none\n");
 }
 
+/* The GPUs asked for exist: said before anything is compiled. 0, or -1 said. */
+static int check_gpus(const Cli *c, const World *w)
+{
+    char err[512];
+    int count = rt_cuda_device_count(err, sizeof err), most = -1;
+    for (int k = 0; k < c->cfg.replicas; k++)
+        if (c->cfg.devices[k].index > most) most = c->cfg.devices[k].index;
+    if (count >= 0 && most < count) return 0;
+    if (w->rank != 0) return -1;
+    fprintf(stderr, "mgc: --%s %s: ", c->devices_given ? "devices" : "gpus", c->devices_given ? c->devices : c->gpus_arg);
+    if (count < 0)
+        fprintf(stderr, "%s; train on CPU devices with --devices cpu:%d\n", err, c->cfg.replicas);
+    else if (count == 0)
+        fprintf(stderr, "the CUDA driver sees no GPU on this machine; train on CPU devices with --devices cpu:%d\n", c->cfg.replicas);
+    else {
+        char have[64];
+        if (count == 1) snprintf(have, sizeof have, "1 GPU (cuda:0)");
+        else snprintf(have, sizeof have, "%d GPUs (cuda:0 to cuda:%d)", count, count - 1);
+        fprintf(stderr, "there is no cuda:%d: this machine has %s; ask for fewer%s\n", most, have,
+                c->cfg.replicas > count ? ", or put several replicas on one GPU, e.g. --devices cuda:0,cuda:0" : "");
+    }
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     Cli c;
@@ -465,6 +531,16 @@ int main(int argc, char **argv)
             fprintf(stderr, "mgc: --batch-size %d is smaller than the %d devices (%s%s): every device needs an example; "
                     "use --batch-size %d or more\n(see mgc --help)\n", c.cfg.batch_size, c.total_replicas, c.devices,
                     world.size > 1 ? " on every rank" : "", c.total_replicas);
+        rt_world_finalize(&world);
+        return 2;
+    }
+    /* under mpirun, the ranks on one machine take its GPUs in turn: the k-th
+       local rank's cuda:j is GPU k * (its devices) + j */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = getenv("MPI_LOCALRANKID");
+    if (c.cfg.devices[0].kind == DEV_CUDA && world.size > 1 && local)
+        for (int k = 0; k < c.cfg.replicas; k++) c.cfg.devices[k].index += atoi(local) * c.cfg.replicas;
+    if (c.cfg.devices[0].kind == DEV_CUDA && c.emit == EMIT_NONE && !c.dump_kernels && check_gpus(&c, &world)) {
         rt_world_finalize(&world);
         return 2;
     }

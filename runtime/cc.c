@@ -23,7 +23,7 @@ const char *rt_cache_dir(char *buf, size_t size)
     return buf;
 }
 
-static uint64_t fnv1a(uint64_t h, const char *s)
+uint64_t rt_fnv1a(uint64_t h, const char *s)
 {
     for (; *s; s++) {
         h ^= (unsigned char)*s;
@@ -43,6 +43,19 @@ static int mkdirs(const char *path)
             *p = '/';
         }
     if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
+    return 0;
+}
+
+int rt_kernel_cache(char *kdir, size_t size, char *err, size_t err_size)
+{
+    char dir[4096];
+    rt_cache_dir(dir, sizeof dir);
+    snprintf(kdir, size, "%s/kernels", dir);
+    if (mkdirs(kdir)) {
+        snprintf(err, err_size, "cannot create the kernel cache directory '%s': %s (set XDG_CACHE_HOME to a writable place)",
+                 kdir, strerror(errno));
+        return -1;
+    }
     return 0;
 }
 
@@ -71,20 +84,14 @@ static int compile_kernels(const char *source, bool verbose, char *so_path, size
         return -1;
     }
     uint64_t h = 0xcbf29ce484222325ULL;
-    h = fnv1a(h, source);
-    h = fnv1a(h, "\n--flags ");
-    h = fnv1a(h, kernel_flags);
-    h = fnv1a(h, "\n--cc ");
-    h = fnv1a(h, cc);
-    h = fnv1a(h, id);
-    char dir[4096], kdir[4200];
-    rt_cache_dir(dir, sizeof dir);
-    snprintf(kdir, sizeof kdir, "%s/kernels", dir);
-    if (mkdirs(kdir)) {
-        snprintf(err, err_size, "cannot create the kernel cache directory '%s': %s (set XDG_CACHE_HOME to a writable place)",
-                 kdir, strerror(errno));
-        return -1;
-    }
+    h = rt_fnv1a(h, source);
+    h = rt_fnv1a(h, "\n--flags ");
+    h = rt_fnv1a(h, kernel_flags);
+    h = rt_fnv1a(h, "\n--cc ");
+    h = rt_fnv1a(h, cc);
+    h = rt_fnv1a(h, id);
+    char kdir[4200];
+    if (rt_kernel_cache(kdir, sizeof kdir, err, err_size)) return -1;
     snprintf(so_path, so_size, "%s/%016llx.so", kdir, (unsigned long long)h);
     if (access(so_path, R_OK) == 0) {
         if (verbose) fprintf(stderr, "mgc: kernels found in cache %s\n", so_path);

@@ -28,6 +28,11 @@ typedef struct DeviceOps {
     /* memory: zeroed, 64-byte aligned; NULL when out of memory */
     void *(*alloc)(Device *d, size_t bytes);
     void  (*release)(Device *d, void *mem);
+    /* host memory the device copies from and to fastest (CUDA: pinned); NULL when out of memory */
+    void *(*alloc_host)(Device *d, size_t bytes);
+    void  (*release_host)(Device *d, void *mem);
+    /* copies, ordered with the device's work: upload returns at once (src must
+       stay unchanged until the next synchronize), download when the bytes are there */
     void  (*upload)(Device *d, void *dst, const void *src, size_t bytes);
     void  (*download)(Device *d, void *dst, const void *src, size_t bytes);
     void  (*copy)(Device *d, void *dst, const void *src, size_t bytes);   /* within the device */
@@ -35,26 +40,49 @@ typedef struct DeviceOps {
        fills fns[step] for its kernel steps; 0, or -1 with a message */
     int   (*load)(Device *d, const Program *p, bool verbose, void **module, KernelFn *fns, char *err, size_t err_size);
     void  (*unload)(Device *d, void *module);
-    /* runs a kernel over `work` iterations of its FOR_EACH (each touching `grain` elements; heavy: each is a loop over the batch) */
-    void  (*launch)(Device *d, KernelFn fn, const KArgs *a, long work, long grain, bool heavy);
+    /* runs kernel step s over `work` iterations of its FOR_EACH (s->grain,
+       s->heavy and s->blocks say how to split them) */
+    void  (*launch)(Device *d, KernelFn fn, const KArgs *a, const Step *s, long work);
     void  (*gemm)(Device *d, const GemmArgs *g);
     void  (*synchronize)(Device *d);
-    /* collectives: starts summing data[0, n) over every replica of comm (in
-       place), and waits for that sum; returns the seconds spent waiting */
+    /* collectives: starts summing data[0, n) over every replica of the group
+       (in place), and waits for that sum; wait returns the seconds the host
+       spent waiting. The CPU device's group is comm; a CUDA device has its own. */
     void   (*allreduce_start)(Device *d, Comm *c, int replica, int coll, float *data, long n);
     double (*allreduce_wait)(Device *d, Comm *c, int replica, int coll);
+    /* optional (NULL: none), used where the device's can_record is set: a
+       run's steps recorded once and replayed (CUDA graphs). A run is named by
+       two keys: shape (the program and the batch: what decides which steps
+       run) and values (the scalars the kernels get). replay runs what was
+       recorded under both keys and returns true, or returns false having
+       nothing for them; between record_begin and record_end the device
+       records instead of running, and record_end runs the recording once and
+       keeps it (updating one of the same shape when it can). record_end
+       returns -1 when recording failed and nothing ran. */
+    bool  (*replay)(Device *d, unsigned long long shape, unsigned long long values);
+    void  (*record_begin)(Device *d);
+    int   (*record_end)(Device *d, unsigned long long shape, unsigned long long values);
+    void  (*destroy)(Device *d);
 } DeviceOps;
+
+typedef enum DeviceKind { DEV_CPU, DEV_CUDA } DeviceKind;
 
 struct Device {
     const DeviceOps *ops;
-    char name[24];            /* "cpu:0" */
+    DeviceKind kind;
+    char name[24];            /* "cpu:0", "cuda:1" */
+    char model[64];           /* "NVIDIA H200 (sm_90)"; empty on CPU devices */
     int threads;              /* CPU: the threads it computes with */
     bool host_memory;         /* its memory is the host's: the Store's tensors are used in place */
+    bool can_record;          /* replay/record_* may be used (see DeviceOps) */
     void *impl;
 };
 
-/* A CPU device computing with `threads` threads (the calling thread is one of them). */
-Device *rt_device_cpu_new(int index, int threads);
+/* A CPU device computing with `threads` threads (the calling thread is one
+   of them). own_memory: it keeps its buffers apart from the host's and
+   copies through upload and download, as a GPU does (tests use it to run the
+   executor's device-memory paths without a GPU). */
+Device *rt_device_cpu_new(int index, int threads, bool own_memory);
 void    rt_device_free(Device *d);
 
 #endif

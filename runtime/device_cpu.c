@@ -68,6 +68,8 @@ static void *cpu_alloc(Device *d, size_t bytes)
 
 static void cpu_release(Device *d, void *mem) { (void)d; free(mem); }
 
+static void *cpu_alloc_host(Device *d, size_t bytes) { return cpu_alloc(d, bytes); }
+
 static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes)
 {
     (void)d;
@@ -97,11 +99,12 @@ static void cpu_unload(Device *d, void *module)
     if (module) dlclose(module);
 }
 
-static void cpu_launch(Device *d, KernelFn fn, const KArgs *a, long work, long grain, bool heavy)
+static void cpu_launch(Device *d, KernelFn fn, const KArgs *a, const Step *s, long work)
 {
     KernelJob job = { .a = *a };
     memcpy(&job.fn, &fn, sizeof job.fn);
-    rt_pool_run(d->impl, kernel_job, &job, heavy ? work >= 2 : work * (grain > 0 ? grain : 1) >= 8192 && work >= 2);
+    bool heavy = s->heavy || s->blocks;   /* a reduction per iteration: worth threads even when few */
+    rt_pool_run(d->impl, kernel_job, &job, heavy ? work >= 2 : work * (s->grain > 0 ? s->grain : 1) >= 8192 && work >= 2);
 }
 
 static void cpu_gemm(Device *d, const GemmArgs *g)
@@ -124,12 +127,20 @@ static double cpu_allreduce_wait(Device *d, Comm *c, int replica, int coll)
     return rt_comm_wait(c, replica, coll);
 }
 
+static void cpu_destroy(Device *d)
+{
+    rt_pool_free(d->impl);
+    free(d);
+}
+
 static const DeviceOps cpu_ops = {
-    cpu_alloc, cpu_release, cpu_copy, cpu_copy, cpu_copy, cpu_load, cpu_unload, cpu_launch, cpu_gemm, cpu_synchronize,
-    cpu_allreduce_start, cpu_allreduce_wait,
+    .alloc = cpu_alloc, .release = cpu_release, .alloc_host = cpu_alloc_host, .release_host = cpu_release,
+    .upload = cpu_copy, .download = cpu_copy, .copy = cpu_copy, .load = cpu_load, .unload = cpu_unload,
+    .launch = cpu_launch, .gemm = cpu_gemm, .synchronize = cpu_synchronize,
+    .allreduce_start = cpu_allreduce_start, .allreduce_wait = cpu_allreduce_wait, .destroy = cpu_destroy,
 };
 
-Device *rt_device_cpu_new(int index, int threads)
+Device *rt_device_cpu_new(int index, int threads, bool own_memory)
 {
     openblas_set_num_threads(1);   /* the pool parallelises GEMMs itself */
     Device *d = calloc(1, sizeof *d);
@@ -137,13 +148,12 @@ Device *rt_device_cpu_new(int index, int threads)
     snprintf(d->name, sizeof d->name, "cpu:%d", index);
     d->impl = rt_pool_new(threads);
     d->threads = rt_pool_threads(d->impl);
-    d->host_memory = true;
+    d->kind = DEV_CPU;
+    d->host_memory = !own_memory;
     return d;
 }
 
 void rt_device_free(Device *d)
 {
-    if (!d) return;
-    rt_pool_free(d->impl);
-    free(d);
+    if (d) d->ops->destroy(d);
 }

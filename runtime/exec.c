@@ -8,11 +8,20 @@
 ** allreduce step hands a buffer to the data-parallel group and goes on (the
 ** sum overlaps the steps after it), a wait step blocks until that sum is
 ** done. Alone (no group), a collective is the identity.
+**
+** On a device with memory of its own (a GPU, or a CPU device told to act like
+** one), the buffers the host fills or reads have a host staging copy
+** (Exec.host): a run uploads the input, labels and control votes first and
+** brings back the loss, the correct count and the votes last; anything else
+** (logits, gradients) comes back on request (rt_exec_fetch). A device that
+** records runs (CUDA graphs) records the steps once per key (the batch, the
+** learning rate, the seed when a step is seeded) and replays them after.
 */
 #include "runtime.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <time.h>
 
 static double seconds(void)
@@ -32,10 +41,8 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
     x->ptr = calloc((size_t)p->nbufs, sizeof(float *));
     x->owned = calloc((size_t)p->nbufs + 1, sizeof(void *));
     x->fn = calloc((size_t)p->nsteps + 1, sizeof(KernelFn));
-    if (!dev->host_memory) {
-        snprintf(err, err_size, "%s: devices with memory of their own are not supported by this executor yet", dev->name);
-        return -1;
-    }
+    x->host = calloc((size_t)p->nbufs, sizeof(float *));
+    x->host_owned = calloc((size_t)p->nbufs + 1, sizeof(void *));
     for (int b = 0; b < p->nbufs; b++) {
         const Buf *buf = &p->bufs[b];
         if (buf->kind != BUF_PERSISTENT) continue;
@@ -44,7 +51,11 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
             snprintf(err, err_size, "internal: '%s' has two shapes", buf->name);
             return -1;
         }
-        x->ptr[b] = store->e[k].data;
+        x->ptr[b] = rt_store_bind(store, k, dev);
+        if (!x->ptr[b]) {
+            snprintf(err, err_size, "out of memory on %s for the parameter '%s' (%ld floats)", dev->name, buf->name, store->e[k].numel);
+            return -1;
+        }
     }
     if (p->plan_batch < max_batch) {
         snprintf(err, err_size, "internal: the program's memory plan holds %ld examples, not %ld", p->plan_batch, max_batch);
@@ -67,8 +78,30 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
         fprintf(stderr, "mgc: memory plan on %s: %d buffers in %d slots, %.1f MiB (%.1f MiB without reuse) at batch %ld\n",
                 dev->name, p->plan_buffers, p->nslots, p->plan_bytes / 1048576.0, p->plan_naive_bytes / 1048576.0, p->plan_batch);
     x->activation_bytes = p->plan_bytes;
+    /* what the host sees: in place, or staged */
+    int seen[8 + CG_MAXARGS], nseen = 0;
+    int fixed[] = { p->input, p->labels, p->loss, p->correct, p->logits, p->input_grad, p->control };
+    for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) seen[nseen++] = fixed[k];
+    for (int b = 0; b < p->nbufs; b++) {
+        bool wanted = false;
+        for (int k = 0; k < nseen; k++) wanted |= seen[k] == b;
+        for (int k = 0; k < p->nparams; k++) wanted |= p->params[k].grad == b;
+        if (!wanted || !x->ptr[b]) continue;
+        if (dev->host_memory) {
+            x->host[b] = x->ptr[b];
+            continue;
+        }
+        void *h = dev->ops->alloc_host(dev, sizeof(float) * (size_t)cg_dim(p->bufs[b].size, max_batch));
+        if (!h) {
+            snprintf(err, err_size, "out of host memory for the staging copy of %s", p->bufs[b].name);
+            return -1;
+        }
+        x->host[b] = x->host_owned[x->nhost_owned++] = h;
+    }
+    for (int k = 0; k < p->nsteps; k++) x->seeded |= p->steps[k].kind == STEP_KERNEL && p->steps[k].seeded;
     if (dev->ops->load(dev, p, opt && opt->verbose, &x->module, x->fn, err, err_size)) return -1;
     x->seed = 0x5eed;
+    x->record = !(opt && opt->no_record);
     for (int k = 0; k < p->nsteps; k++)   /* the net's own until told otherwise */
         if (p->steps[k].sgd) {
             memcpy(x->sgd, p->steps[k].f, sizeof x->sgd);
@@ -80,8 +113,11 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
 void rt_exec_free(Exec *x)
 {
     for (int k = 0; k < x->nowned; k++) x->dev->ops->release(x->dev, x->owned[k]);
+    for (int k = 0; k < x->nhost_owned; k++) x->dev->ops->release_host(x->dev, x->host_owned[k]);
     if (x->module) x->dev->ops->unload(x->dev, x->module);
     free(x->owned);
+    free(x->host_owned);
+    free(x->host);
     free(x->ptr);
     free(x->fn);
     free(x->step_seconds);
@@ -116,16 +152,17 @@ void rt_exec_profile_report(const Exec *x, FILE *out)
     }
 }
 
-void rt_exec_run(Exec *x, long n, long global_n, long first)
+static void run_steps(Exec *x, long n, long global_n, long first)
 {
     const Program *p = x->prog;
     Device *dev = x->dev;
-    x->runs++;
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
         double t0 = x->step_seconds ? seconds() : 0;
         switch (s->kind) {
         case STEP_KERNEL: {
+            long work = cg_dim(s->work, n);
+            if (work <= 0) break;
             KArgs a;
             memset(&a, 0, sizeof a);
             for (int j = 0; j < s->nargs; j++) a.t[j] = s->args[j] >= 0 ? x->ptr[s->args[j]] : NULL;
@@ -136,7 +173,7 @@ void rt_exec_run(Exec *x, long n, long global_n, long first)
             if (s->sgd) memcpy(a.f, x->sgd, sizeof x->sgd);
             /* the same masks on every replica count: seeded by run, step and the global example index */
             a.seed = s->seeded ? x->seed * 0x9E3779B97F4A7C15ULL + x->runs * 0xD1B54A32D192ED03ULL + (unsigned long long)k : 0;
-            dev->ops->launch(dev, x->fn[k], &a, cg_dim(s->work, n), s->grain, s->heavy);
+            dev->ops->launch(dev, x->fn[k], &a, s, work);
             break;
         }
         case STEP_GEMM: {
@@ -149,13 +186,75 @@ void rt_exec_run(Exec *x, long n, long global_n, long first)
         case STEP_ALLREDUCE: {
             const Collective *c = &p->colls[s->coll];
             if (c->src != c->dst) dev->ops->copy(dev, x->ptr[c->dst], x->ptr[c->src], sizeof(float) * (size_t)c->floats);
-            if (x->comm) dev->ops->allreduce_start(dev, x->comm, x->replica, s->coll, x->ptr[c->dst], c->floats);
+            if (x->grouped) dev->ops->allreduce_start(dev, x->comm, x->replica, s->coll, x->ptr[c->dst], c->floats);
             break;
         }
         case STEP_WAIT:
-            if (x->comm) x->wait_seconds += dev->ops->allreduce_wait(dev, x->comm, x->replica, s->coll);
+            if (x->grouped) x->wait_seconds += dev->ops->allreduce_wait(dev, x->comm, x->replica, s->coll);
             break;
         }
-        if (x->step_seconds) x->step_seconds[k] += seconds() - t0;
+        if (x->step_seconds) {
+            dev->ops->synchronize(dev);   /* a device that queues work is timed by what it did */
+            x->step_seconds[k] += seconds() - t0;
+        }
     }
+}
+
+static unsigned long long mix(unsigned long long h, unsigned long long v)
+{
+    h ^= v + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    return h;
+}
+
+/* host -> device before a run, device -> host after: the buffers the host fills and reads each step */
+static void stage(Exec *x, int buf, long floats, bool up)
+{
+    if (buf < 0 || !x->host[buf] || x->dev->host_memory) return;
+    if (up) x->dev->ops->upload(x->dev, x->ptr[buf], x->host[buf], sizeof(float) * (size_t)floats);
+    else x->dev->ops->download(x->dev, x->host[buf], x->ptr[buf], sizeof(float) * (size_t)floats);
+}
+
+void rt_exec_run(Exec *x, long n, long global_n, long first)
+{
+    const Program *p = x->prog;
+    Device *dev = x->dev;
+    x->runs++;
+    if (p->input >= 0) stage(x, p->input, cg_dim(p->bufs[p->input].size, n), true);
+    if (p->labels >= 0) stage(x, p->labels, n, true);
+    stage(x, p->control, 2, true);
+    bool ran = false;
+    if (dev->ops->replay && dev->can_record && x->record && !x->step_seconds) {
+        unsigned long long shape = mix(mix(mix(mix(0x6d6763, (unsigned long long)(uintptr_t)p), (unsigned long long)n),
+                                           (unsigned long long)global_n), (unsigned long long)first);
+        unsigned int bits[3];
+        memcpy(bits, x->sgd, sizeof bits);
+        unsigned long long values = 0x76616c;
+        for (int k = 0; k < 3; k++) values = mix(values, bits[k]);
+        if (x->seeded) values = mix(values, x->runs);
+        ran = dev->ops->replay(dev, shape, values);
+        if (!ran) {
+            dev->ops->record_begin(dev);
+            run_steps(x, n, global_n, first);
+            ran = dev->ops->record_end(dev, shape, values) == 0;
+            if (!ran) x->record = false;   /* this device cannot record this program: run the steps from now on */
+        }
+    }
+    if (!ran) run_steps(x, n, global_n, first);
+    if (p->loss >= 0) stage(x, p->loss, 1, false);
+    if (p->correct >= 0) stage(x, p->correct, 1, false);
+    stage(x, p->control, 2, false);
+    dev->ops->synchronize(dev);
+}
+
+float *rt_exec_host(Exec *x, int buf)
+{
+    return buf >= 0 ? x->host[buf] : NULL;
+}
+
+float *rt_exec_fetch(Exec *x, int buf, long n)
+{
+    if (buf < 0 || !x->host[buf]) return NULL;
+    stage(x, buf, cg_dim(x->prog->bufs[buf].size, n), false);
+    x->dev->ops->synchronize(x->dev);
+    return x->host[buf];
 }

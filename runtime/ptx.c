@@ -19,8 +19,39 @@ bool rt_nvrtc_available(void)
 #endif
 }
 
+/* Compiles source for arch: PTX (cubin false, "compute_XX") or a cubin ("sm_XX"). */
+static char *nvrtc_compile(const char *source, const char *name, const char *arch, bool cubin, size_t *size,
+                           char *err, size_t err_size);
+
 char *rt_nvrtc_ptx(const char *source, const char *name, const char *arch, char *err, size_t err_size)
 {
+    size_t n;
+    return nvrtc_compile(source, name, arch, false, &n, err, err_size);
+}
+
+void *rt_nvrtc_cubin(const char *source, const char *name, const char *arch, size_t *size, char *err, size_t err_size)
+{
+    return nvrtc_compile(source, name, arch, true, size, err, err_size);
+}
+
+const char *rt_nvrtc_version(char *buf, size_t size)
+{
+#ifdef HAVE_NVRTC
+    int major = 0, minor = 0;
+    nvrtcVersion(&major, &minor);
+    snprintf(buf, size, "NVRTC %d.%d", major, minor);
+#else
+    snprintf(buf, size, "no NVRTC");
+#endif
+    return buf;
+}
+
+const char *const rt_nvrtc_options[] = { "--std=c++17", "-default-device" };
+
+static char *nvrtc_compile(const char *source, const char *name, const char *arch, bool cubin, size_t *size,
+                           char *err, size_t err_size)
+{
+    *size = 0;
 #ifdef HAVE_NVRTC
     nvrtcProgram prog;
     nvrtcResult rc = nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
@@ -29,8 +60,8 @@ char *rt_nvrtc_ptx(const char *source, const char *name, const char *arch, char 
         return NULL;
     }
     char opt_arch[64];
-    snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=compute_%s", arch + 3);
-    const char *opts[] = { opt_arch, "--std=c++17", "-default-device" };
+    snprintf(opt_arch, sizeof opt_arch, "--gpu-architecture=%s_%s", cubin ? "sm" : "compute", arch + 3);
+    const char *opts[] = { opt_arch, rt_nvrtc_options[0], rt_nvrtc_options[1] };
     rc = nvrtcCompileProgram(prog, 3, opts);
     size_t log_size = 0;
     nvrtcGetProgramLogSize(prog, &log_size);
@@ -40,18 +71,25 @@ char *rt_nvrtc_ptx(const char *source, const char *name, const char *arch, char 
     char *ptx = NULL;
     if (rc != NVRTC_SUCCESS) {
         snprintf(err, err_size, "NVRTC failed for %s: %s\n%s", arch, nvrtcGetErrorString(rc), log);
+    } else if (cubin) {
+        size_t n = 0;
+        nvrtcGetCUBINSize(prog, &n);
+        ptx = malloc(n + 1);
+        nvrtcGetCUBIN(prog, ptx);
+        *size = n;
     } else {
         size_t n = 0;
         nvrtcGetPTXSize(prog, &n);
         ptx = malloc(n + 1);
         nvrtcGetPTX(prog, ptx);
         ptx[n] = 0;
+        *size = n;
     }
     free(log);
     nvrtcDestroyProgram(&prog);
     return ptx;
 #else
-    (void)source; (void)name; (void)arch;
+    (void)source; (void)name; (void)arch; (void)cubin;
     snprintf(err, err_size, "this mgc was built without NVRTC (no CUDA toolkit at build time; install it and rebuild: "
              "make clean && make, or CUDA_HOME=DIR make)");
     return NULL;

@@ -12,5 +12,11 @@ bool rt_nvrtc_available(void);
 /* Compiles CUDA source for arch ("sm_90") to PTX. Returns the PTX (malloc'd),
    or NULL with NVRTC's message (and log) in err. */
 char *rt_nvrtc_ptx(const char *source, const char *name, const char *arch, char *err, size_t err_size);
+/* The same to a cubin (machine code for arch), *size bytes (malloc'd). */
+void *rt_nvrtc_cubin(const char *source, const char *name, const char *arch, size_t *size, char *err, size_t err_size);
+/* "NVRTC 13.0" (part of the kernel cache's key), or "no NVRTC". */
+const char *rt_nvrtc_version(char *buf, size_t size);
+/* The options every compile gets beside the architecture. */
+extern const char *const rt_nvrtc_options[2];
 
 #endif

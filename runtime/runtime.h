@@ -18,6 +18,7 @@
 #define MGC_RUNTIME_H
 #include "codegen.h"
 #include "device.h"
+#include <stdint.h>
 
 /* ---- persistent tensors ---- */
 typedef struct StoreEntry {
@@ -25,6 +26,7 @@ typedef struct StoreEntry {
     Shape shape;
     long numel;
     float *data;             /* host memory (the CPU device computes in it directly) */
+    float *mem;              /* the device's copy, on a device with memory of its own (else NULL) */
     InitKind init;
     int fan_in;
     bool trainable;
@@ -33,12 +35,26 @@ typedef struct StoreEntry {
 typedef struct Store {
     StoreEntry *e;
     int n, cap;
+    Device *dev;             /* the device holding the entries' mem, or NULL */
 } Store;
+
+typedef enum StoreWhich { STORE_ALL, STORE_RUNNING, STORE_NOT_RUNNING } StoreWhich;
 
 /* Finds or creates the entry of a persistent buffer; its index, or -1 when
    the name exists with another shape. */
 int   rt_store_add(Store *s, const Buf *b);
 StoreEntry *rt_store_find(Store *s, const char *name);
+/* The memory entry k is computed in on device d: its host data when d
+   computes in host memory, else its device copy (allocated here; NULL when
+   the device is out of memory). */
+float *rt_store_bind(Store *s, int k, Device *d);
+/* Host to device and back, for the entries that have a device copy: every
+   one, the BatchNorm running statistics, or all but those. No-ops on a device
+   that computes in host memory. Both return when the copy is done. */
+void  rt_store_upload(Store *s, StoreWhich which);
+/* A BatchNorm running statistic (state that evaluation reads, not a parameter). */
+bool  rt_store_is_running(const StoreEntry *e);
+void  rt_store_download(Store *s, StoreWhich which);
 void  rt_store_free(Store *s);
 /* Initialises every entry as PyTorch does (uniform fan-in bounds, ones, zeros) from the seed. */
 void  rt_store_init(Store *s, unsigned long long seed);
@@ -50,12 +66,20 @@ typedef struct Exec {
     const Program *prog;
     Device *dev;
     long max_batch;
-    float **ptr;             /* per buffer: its memory (views resolved) */
+    float **ptr;             /* per buffer: its memory on the device (views resolved) */
+    float **host;            /* per buffer the host reads or writes (input, labels, loss, logits,
+                                gradients, ...): where the host sees it; the same as ptr on a device
+                                that computes in host memory, else a staging copy */
     void **owned;            /* allocations to release */
     int nowned;
+    void **host_owned;       /* staging allocations to release */
+    int nhost_owned;
+    bool seeded;             /* some step takes a fresh seed each run (dropout) */
+    bool record;             /* record runs and replay them, where the device can (CUDA graphs) */
     KernelFn *fn;            /* per step: the kernel, or NULL */
     void *module;            /* the device's loaded kernels */
-    Comm *comm;              /* the data-parallel group, or NULL when alone */
+    Comm *comm;              /* the CPU devices' data-parallel group, or NULL */
+    bool grouped;            /* in a data-parallel group (comm, or the device's own): collectives sum */
     int replica;             /* this replica's index in comm */
     float sgd[3];            /* learning rate, momentum, weight decay of every SGD step */
     unsigned long long seed, runs;
@@ -66,6 +90,7 @@ typedef struct Exec {
 
 typedef struct RtOptions {
     bool verbose;            /* say when kernels are compiled or found in the cache, print the memory plan */
+    bool no_record;          /* never record and replay runs (CUDA graphs off) */
 } RtOptions;
 
 /* Loads the program's kernels on dev and binds buffers for up to max_batch
@@ -78,6 +103,13 @@ void rt_exec_free(Exec *x);
 /* Runs every step for this replica's n examples, the first-th of the
    global_n examples of the step on every replica together (n <= max_batch). */
 void rt_exec_run(Exec *x, long n, long global_n, long first);
+/* Where the host writes a buffer it fills before a run (input, labels,
+   control): uploaded by the next rt_exec_run. After a run, loss, correct and
+   control are there too. NULL for a buffer the host never sees. */
+float *rt_exec_host(Exec *x, int buf);
+/* After a run of n examples: buffer buf (logits, a gradient, ...) brought to
+   the host, and where it is there. */
+float *rt_exec_fetch(Exec *x, int buf, long n);
 /* Sets the learning rate, momentum and weight decay of every SGD step. */
 void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay);
 /* Times every step from now on; rt_exec_profile_report prints the table. */
@@ -86,6 +118,10 @@ void rt_exec_profile_report(const Exec *x, FILE *out);
 
 /* Cache directory for compiled kernels: $XDG_CACHE_HOME/mgc, else ~/.cache/mgc. */
 const char *rt_cache_dir(char *buf, size_t size);
+/* The kernel cache's directory (made if missing): 0, or -1 with err. */
+int  rt_kernel_cache(char *dir, size_t size, char *err, size_t err_size);
+/* FNV-1a over a string, from h (0xcbf29ce484222325 to start): the caches' keys. */
+uint64_t rt_fnv1a(uint64_t h, const char *s);
 /* Compiles C kernel source with the system compiler (or finds it in the
    cache) and loads it; *so is the dlopen handle. Returns 0 or -1 with err. */
 int  rt_cc_load(const char *source, bool verbose, void **so, char *err, size_t err_size);

@@ -2,6 +2,12 @@
 ** The Store: persistent tensors by name (parameters, BatchNorm running
 ** statistics, momentum buffers), shared by the training and evaluation
 ** programs of one replica, so evaluation sees the current weights with no copy.
+**
+** Every tensor has host memory (data: initialised, loaded, saved, copied
+** between replicas there). On a device with memory of its own it also has a
+** device copy (mem), which is what the programs compute with; upload and
+** download move them across when the host needs them (the training loop says
+** when: after initialising, before evaluating, saving or comparing).
 */
 #include "runtime.h"
 #include "rng.h"
@@ -29,10 +35,42 @@ int rt_store_add(Store *s, const Buf *n)
     e->shape = n->shape;
     e->numel = ir_numel(&n->shape, 1);
     e->data = calloc((size_t)e->numel, sizeof(float));
+    e->mem = NULL;
     e->init = n->init;
     e->fan_in = n->fan_in;
     e->trainable = n->trainable;
     return s->n++;
+}
+
+float *rt_store_bind(Store *s, int k, Device *d)
+{
+    StoreEntry *e = &s->e[k];
+    if (d->host_memory) return e->data;
+    s->dev = d;
+    if (!e->mem) e->mem = d->ops->alloc(d, sizeof(float) * (size_t)e->numel);
+    return e->mem;
+}
+
+bool rt_store_is_running(const StoreEntry *e) { return !e->trainable && strstr(e->name, "running_"); }
+
+static bool wanted(const StoreEntry *e, StoreWhich which)
+{
+    return which == STORE_ALL || (which == STORE_RUNNING) == rt_store_is_running(e);
+}
+
+void rt_store_upload(Store *s, StoreWhich which)
+{
+    for (int k = 0; s->dev && k < s->n; k++)
+        if (s->e[k].mem && wanted(&s->e[k], which))
+            s->dev->ops->upload(s->dev, s->e[k].mem, s->e[k].data, sizeof(float) * (size_t)s->e[k].numel);
+    if (s->dev) s->dev->ops->synchronize(s->dev);
+}
+
+void rt_store_download(Store *s, StoreWhich which)
+{
+    for (int k = 0; s->dev && k < s->n; k++)
+        if (s->e[k].mem && wanted(&s->e[k], which))
+            s->dev->ops->download(s->dev, s->e[k].data, s->e[k].mem, sizeof(float) * (size_t)s->e[k].numel);
 }
 
 void rt_store_free(Store *s)
@@ -40,6 +78,7 @@ void rt_store_free(Store *s)
     for (int k = 0; k < s->n; k++) {
         free((char *)s->e[k].name);
         free(s->e[k].data);
+        if (s->e[k].mem) s->dev->ops->release(s->dev, s->e[k].mem);
     }
     free(s->e);
     memset(s, 0, sizeof *s);

@@ -125,19 +125,21 @@ static void on_every_replica(Group *g, void (*fn)(Group *, Replica *))
     free(tid);
 }
 
-static bool is_running_stat(const StoreEntry *e) { return !e->trainable && strstr(e->name, "running_"); }
-
-/* Every replica's tensors from replica 0 of rank 0: all of them, or the running statistics only. */
-static void from_replica0(Group *g, bool all)
+/* Every replica's tensors from replica 0 of rank 0 (all of them, or the
+   running statistics only), on the host and on the devices. at_start: replica
+   0's host copy is the truth (initialised or loaded); else its device's is. */
+static void from_replica0(Group *g, StoreWhich which, bool at_start)
 {
     Store *s0 = &g->r[0].store;
+    if (!at_start) rt_store_download(s0, which);
     for (int k = 0; k < s0->n; k++) {
         StoreEntry *e = &s0->e[k];
-        if (!all && !is_running_stat(e)) continue;
+        if (which == STORE_RUNNING && !rt_store_is_running(e)) continue;
         rt_world_bcast(g->world, e->data, sizeof(float) * (size_t)e->numel);
         for (int r = 1; r < g->n; r++)
             memcpy(g->r[r].store.e[k].data, e->data, sizeof(float) * (size_t)e->numel);
     }
+    for (int r = at_start || g->world->rank ? 0 : 1; r < g->n; r++) rt_store_upload(&g->r[r].store, which);
 }
 
 /* The largest difference between any replica's tensors and replica 0's of rank 0, over all
@@ -146,9 +148,10 @@ static double replica_diff(Group *g, bool running)
 {
     double worst = 0;
     Store *s0 = &g->r[0].store;
+    for (int r = 0; r < g->n; r++) rt_store_download(&g->r[r].store, running ? STORE_RUNNING : STORE_NOT_RUNNING);
     for (int k = 0; k < s0->n; k++) {
         StoreEntry *e = &s0->e[k];
-        if (is_running_stat(e) != running) continue;
+        if (rt_store_is_running(e) != running) continue;
         float *ref = malloc(sizeof(float) * (size_t)e->numel);
         memcpy(ref, e->data, sizeof(float) * (size_t)e->numel);
         rt_world_bcast(g->world, ref, sizeof(float) * (size_t)e->numel);
@@ -190,7 +193,10 @@ static int save_checkpoint(Store *s, const char *path, const char *net, int epoc
 static int save_everywhere(Group *g, const char *path, int epoch)
 {
     int rc = 0;
-    if (g->world->rank == 0) rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch) ? 1 : 0;
+    if (g->world->rank == 0) {
+        rt_store_download(&g->r[0].store, STORE_ALL);
+        rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch) ? 1 : 0;
+    }
     return rt_world_max_status(g->world, rc);
 }
 
@@ -207,7 +213,7 @@ static int load_checkpoint(Store *s, const char *path)
         StoreEntry *e = &s->e[k];
         const StTensor *t = st_find(&f, e->name);
         if (!t) {
-            if (e->trainable || is_running_stat(e)) {
+            if (e->trainable || rt_store_is_running(e)) {
                 fprintf(stderr, "mgc: %s: checkpoint has no tensor '%s' (was it saved from another net?)\n", path, e->name);
                 bad++;
             }
@@ -248,7 +254,7 @@ static int check_input(const Program *p, int c, int h, int w, const char *what)
     return -1;
 }
 
-static float read1(const Exec *x, int buf) { return x->ptr[buf][0]; }
+static float read1(const Exec *x, int buf) { return x->host[buf][0]; }
 
 static void progress(const TrainConfig *cfg, int epoch, long done, long total, double loss, double t0)
 {
@@ -267,7 +273,7 @@ static void epoch_on_replica(Group *g, Replica *r)
     const Program *p = g->m->train;
     const TrainConfig *cfg = g->cfg;
     int B = cfg->batch_size, W = g->total;
-    float *control = p->control >= 0 ? r->tr.ptr[p->control] : NULL;
+    float *control = rt_exec_host(&r->tr, p->control);
     r->loss_sum = r->correct = 0;
     r->seen = 0;
     r->compute_seconds = 0;
@@ -279,7 +285,7 @@ static void epoch_on_replica(Group *g, Replica *r)
         long first, n;
         train_shard(b, W, r->global, &first, &n);
         double t0 = now();
-        data_gather(g->data, g->order + at + first, (int)n, r->tr.ptr[p->input], r->tr.ptr[p->labels]);
+        data_gather(g->data, g->order + at + first, (int)n, rt_exec_host(&r->tr, p->input), rt_exec_host(&r->tr, p->labels));
         if (control) {
             control[0] = interrupted ? 1.0f : 0.0f;
             control[1] = r->diverged ? 1.0f : 0.0f;
@@ -312,7 +318,7 @@ static void eval_on_replica(Group *g, Replica *r)
         long b = g->count - at < B ? g->count - at : B, first, n;
         train_shard(b, W, r->global, &first, &n);
         if (n == 0) continue;
-        data_gather(g->data, g->order + at + first, (int)n, r->ev.ptr[p->input], r->ev.ptr[p->labels]);
+        data_gather(g->data, g->order + at + first, (int)n, rt_exec_host(&r->ev, p->input), rt_exec_host(&r->ev, p->labels));
         rt_exec_run(&r->ev, n, b, first);
         r->eval_correct += read1(&r->ev, p->correct);
     }
@@ -322,7 +328,7 @@ static void eval_on_replica(Group *g, Replica *r)
 static double evaluate(Group *g, const Dataset *test, int *order)
 {
     if (test->n == 0) return NAN;
-    from_replica0(g, false);
+    from_replica0(g, STORE_RUNNING, false);
     for (int i = 0; i < test->n; i++) order[i] = i;
     g->data = test;
     g->order = order;
@@ -349,19 +355,19 @@ static void check_on_replica(Group *g, Replica *r)
     train_shard(b, g->total, r->global, &first, &n);
     long per_x = cg_dim(tp->bufs[tp->input].size, 1);
     int classes = tp->classes;
-    memcpy(r->tr.ptr[tp->input], g->x + first * per_x, sizeof(float) * (size_t)(n * per_x));
-    memcpy(r->tr.ptr[tp->labels], g->y + first, sizeof(float) * (size_t)n);
     for (int step = 0; step < g->cfg->steps; step++) {
+        memcpy(rt_exec_host(&r->tr, tp->input), g->x + first * per_x, sizeof(float) * (size_t)(n * per_x));
+        memcpy(rt_exec_host(&r->tr, tp->labels), g->y + first, sizeof(float) * (size_t)n);
         rt_exec_run(&r->tr, n, b, first);
         float l = read1(&r->tr, tp->loss);
         /* the global batch's mean: this replica's mean weighted by its share */
         g->losses[(long)step * g->total + r->global] = l * (float)n / (float)b;
         if (step == 0) {
-            memcpy(g->logits + first * classes, r->tr.ptr[tp->logits], sizeof(float) * (size_t)(n * classes));
+            memcpy(g->logits + first * classes, rt_exec_fetch(&r->tr, tp->logits, n), sizeof(float) * (size_t)(n * classes));
             if (tp->input_grad >= 0)
-                memcpy(g->grad_x + first * per_x, r->tr.ptr[tp->input_grad], sizeof(float) * (size_t)(n * per_x));
+                memcpy(g->grad_x + first * per_x, rt_exec_fetch(&r->tr, tp->input_grad, n), sizeof(float) * (size_t)(n * per_x));
             for (int k = 0; r->index == 0 && k < tp->nparams; k++)
-                memcpy(g->grads[k], r->tr.ptr[tp->params[k].grad], sizeof(float) * (size_t)cg_dim(tp->bufs[tp->params[k].grad].size, 1));
+                memcpy(g->grads[k], rt_exec_fetch(&r->tr, tp->params[k].grad, n), sizeof(float) * (size_t)cg_dim(tp->bufs[tp->params[k].grad].size, 1));
         }
     }
     r->steps = g->cfg->steps;
@@ -373,10 +379,10 @@ static void check_eval_on_replica(Group *g, Replica *r)
     long first, n, b = g->b;
     train_shard(b, g->total, r->global, &first, &n);
     long per_x = cg_dim(ep->bufs[ep->input].size, 1);
-    memcpy(r->ev.ptr[ep->input], g->x + first * per_x, sizeof(float) * (size_t)(n * per_x));
-    memcpy(r->ev.ptr[ep->labels], g->y + first, sizeof(float) * (size_t)n);
+    memcpy(rt_exec_host(&r->ev, ep->input), g->x + first * per_x, sizeof(float) * (size_t)(n * per_x));
+    memcpy(rt_exec_host(&r->ev, ep->labels), g->y + first, sizeof(float) * (size_t)n);
     rt_exec_run(&r->ev, n, b, first);
-    memcpy(g->eval_logits + first * ep->classes, r->ev.ptr[ep->logits], sizeof(float) * (size_t)(n * ep->classes));
+    memcpy(g->eval_logits + first * ep->classes, rt_exec_fetch(&r->ev, ep->logits, n), sizeof(float) * (size_t)(n * ep->classes));
 }
 
 static int check_mode(Group *g)
@@ -436,7 +442,7 @@ static int check_mode(Group *g)
     rt_world_sum_f32(g->world, g->logits, b * classes);
     rt_world_sum_f32(g->world, g->grad_x, b * per_x);
     double state_diff = replica_diff(g, true), param_diff = replica_diff(g, false);
-    from_replica0(g, false);
+    from_replica0(g, STORE_RUNNING, false);
     on_every_replica(g, check_eval_on_replica);
     rt_world_sum_f32(g->world, g->eval_logits, b * classes);
 
@@ -528,11 +534,11 @@ static CommReport comm_report(Group *g, long steps)
     return c;
 }
 
-/* "cpu:1", or "rank 1 cpu:0" in a run of several ranks. */
+/* "cpu:1", or "rank 1 cpu:0" in a run of several ranks (which all have this rank's devices). */
 static const char *device_name(const Group *g, int global, char *buf, size_t size)
 {
-    if (g->world->size > 1) snprintf(buf, size, "rank %d cpu:%d", global / g->n, global % g->n);
-    else snprintf(buf, size, "cpu:%d", global);
+    if (g->world->size > 1) snprintf(buf, size, "rank %d %s", global / g->n, g->r[global % g->n].dev->name);
+    else snprintf(buf, size, "%s", g->r[global].dev->name);
     return buf;
 }
 
@@ -555,16 +561,35 @@ int train_run(const Model *m, const TrainConfig *cfg)
 
     /* the cores of this process, shared out between its replicas */
     int threads = cfg->threads > 0 ? cfg->threads : rt_cores();
+    int rc = 0;
+    bool cuda = cfg->devices[0].kind == DEV_CUDA;
     for (int k = 0; k < G.n; k++) {
         Replica *r = &G.r[k];
         r->index = k;
         r->global = world->rank * G.n + k;
-        int t = threads / G.n + (k < threads % G.n);
-        r->dev = rt_device_cpu_new(k, t > 0 ? t : 1);
+        if (cuda) {
+            CudaOptions co = { .tf32 = cfg->tf32, .verbose = opt.verbose && k == 0 };
+            if (!(r->dev = rt_device_cuda_new(cfg->devices[k].index, &co, err, sizeof err))) {
+                fprintf(stderr, "mgc: %s\n", err);
+                rc = 1;
+                break;
+            }
+        } else {
+            int t = threads / G.n + (k < threads % G.n);
+            r->dev = rt_device_cpu_new(k, t > 0 ? t : 1, cfg->cpu_own_memory);
+        }
     }
-    if (G.total > 1) G.comm = rt_comm_new(G.n, world, tp->ncolls);
+    if (!rc && G.total > 1 && !cuda) G.comm = rt_comm_new(G.n, world, tp->ncolls);
+    if (!rc && G.total > 1 && cuda) {
+        Device **gd = calloc((size_t)G.n, sizeof *gd);   /* kept by the group */
+        for (int k = 0; k < G.n; k++) gd[k] = G.r[k].dev;
+        if (rt_cuda_group(gd, G.n, world, tp->ncolls, err, sizeof err)) {
+            fprintf(stderr, "mgc: %s\n", err);
+            rc = 1;
+        }
+    }
+    opt.no_record = cfg->no_graphs;
     long shard = (cfg->batch_size + G.total - 1) / G.total;   /* the most examples a replica gets */
-    int rc = 0;
     for (int k = 0; k < G.n && !rc; k++) {
         Replica *r = &G.r[k];
         if (rt_exec_init(&r->tr, tp, r->dev, &r->store, shard, &opt, err, sizeof err)) rc = 1;
@@ -574,6 +599,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
         if (rc) fprintf(stderr, "mgc: %s\n", err);
         if (rc) break;
         r->tr.comm = G.comm;
+        r->tr.grouped = G.total > 1;
         r->tr.replica = k;
         rt_exec_set_sgd(&r->tr, cfg->lr, cfg->momentum, cfg->weight_decay);
         if (getenv("MGC_PROFILE") && k == 0 && world->rank == 0) rt_exec_profile(&r->tr);
@@ -585,7 +611,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     rc = 0;
     if (cfg->load && world->rank == 0 && load_checkpoint(&G.r[0].store, cfg->load)) rc = 1;
     if (rt_world_max_status(world, rc)) goto out;
-    from_replica0(g, true);   /* every replica starts from replica 0's parameters */
+    from_replica0(g, STORE_ALL, true);   /* every replica starts from replica 0's parameters */
 
     if (cfg->batch_file) {
         status = check_mode(g);
@@ -628,10 +654,11 @@ int train_run(const Model *m, const TrainConfig *cfg)
     if (world->rank == 0) {
         printf("mgc: %s, %s parameters in %d tensors, on %s", tp->net_name, rt_commas(params, num), tp->param_tensors, devs);
         if (world->size > 1) printf(" x %d ranks", world->size);
-        printf(" with %d thread%s%s; %s training and %s test examples, batch %d%s\n", G.r[0].dev->threads,
-               G.r[0].dev->threads == 1 ? "" : "s", G.n > 1 ? " each" : "", rt_commas(train.n, num2),
+        if (cuda) printf(" (%s)", G.r[0].dev->model);
+        else printf(" with %d thread%s%s", G.r[0].dev->threads, G.r[0].dev->threads == 1 ? "" : "s", G.n > 1 ? " each" : "");
+        printf("; %s training and %s test examples, batch %d%s\n", rt_commas(train.n, num2),
                rt_commas(test.n, num3), cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
-        if (threads < G.n)
+        if (!cuda && threads < G.n)
             printf("mgc: %d devices on %d thread%s: they share the cores (the numbers are the same, the speed is not)\n",
                    G.n, threads, threads == 1 ? "" : "s");
         long last = train.n % cfg->batch_size;

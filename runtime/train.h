@@ -7,6 +7,12 @@
 #define MGC_TRAIN_H
 #include "runtime.h"
 #include "world.h"
+#include "device_cuda.h"
+
+#define TRAIN_MAX_DEVICES 64  /* devices in one process */
+
+/* One device of this process: cpu (its index numbers the replica) or cuda:index (a GPU). */
+typedef struct DeviceSpec { DeviceKind kind; int index; } DeviceSpec;
 
 typedef struct TrainConfig {
     int epochs;               /* 0: initialise (and --save) only */
@@ -20,7 +26,11 @@ typedef struct TrainConfig {
     int steps;                /* check mode: SGD steps on it */
     const char *dump;         /* check mode: where the results go */
     int threads;              /* CPU threads of this process, shared out between its replicas (0: all cores) */
-    int replicas;             /* CPU devices (replicas) in this process */
+    int replicas;             /* devices (replicas) in this process */
+    DeviceSpec devices[TRAIN_MAX_DEVICES];   /* which, [0, replicas) */
+    bool cpu_own_memory;      /* CPU devices keep memory apart from the host's, as a GPU does (testing) */
+    bool tf32;                /* CUDA: GEMMs may use TF32 tensor cores */
+    bool no_graphs;           /* CUDA: launch every step (no CUDA graph) */
     bool sync_bn;             /* BatchNorm statistics over the global batch */
     World *world;             /* the ranks of an MPI run, or this process alone */
     bool verbose;

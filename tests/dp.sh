@@ -35,8 +35,14 @@ expect too-many 2 "at most 64 CPU devices in one process" -- $L --devices cpu:65
 expect batch-small 2 "--batch-size 2 is smaller than the 3 devices" -- $L --batch-size 2 --devices cpu:3
 expect bucket-zero 2 "--bucket-mb must be more than 0" -- $L --bucket-mb 0
 expect bucket-word 2 "--bucket-mb expects a number of megabytes" -- $L --bucket-mb big
-expect cuda 2 "no CUDA device support yet; train on CPU devices" -- $L --devices cuda:0
-expect gpus 2 "train on CPU devices with --devices cpu:2" -- $L --gpus 2
+if ! ldconfig -p 2> /dev/null | grep -q "libcuda.so.1 "; then   # no GPU driver here (CI): GPUs are refused at once
+    expect cuda 2 "train on CPU devices with --devices cpu:1" -- $L --devices cuda:0
+    expect gpus 2 "train on CPU devices with --devices cpu:2" -- $L --gpus 2
+    expect gpus-same 2 "train on CPU devices with --devices cpu:2" -- $L --devices cuda:0,cuda:0
+fi
+expect cuda-bad 2 "'cuda:x' is not a GPU; write cuda:K" -- $L --devices cuda:0,cuda:x
+expect gpus-zero 2 "--gpus must be in 1..64, got 0" -- $L --gpus 0
+expect gpus-and-devices 2 "--gpus and --devices both say where to train: give one" -- $L --gpus 2 --devices cpu:2
 expect sync-value 2 "--sync-bn takes no value" -- $L --sync-bn=yes
 
 if [ -z "${MGC_DATA:-}" ]; then
@@ -86,6 +92,13 @@ train "$tmp/l3.st" "$MGC" $L $LA --devices cpu:3 && {
     compare "$tmp/l3.st" "$tmp/l1.st" 1e-4 0 "LeNet 201 steps: cpu:3 = cpu:1"
 }
 grep -q "communication per step" "$tmp/log" && ok "cpu:3 prints the communication report" || bad "no communication report on cpu:3"
+
+# CPU devices that keep their memory apart from the host's (MGC_CPU_OWN_MEMORY=1)
+# take the paths a GPU takes: parameters uploaded after initialising, staged
+# input, labels and votes, running statistics and checkpoints downloaded.
+# Nothing else changes, so the numbers must be the same bits.
+[ -f "$tmp/l2.st" ] && MGC_CPU_OWN_MEMORY=1 train "$tmp/l2own.st" "$MGC" $L $LA --devices cpu:2 &&
+    compare "$tmp/l2own.st" "$tmp/l2.st" 0 0 "LeNet 201 steps on cpu:2 with device memory of their own = in host memory, bit for bit"
 
 # ResNet-18, BatchNorm over the global batch: 2 steps of 32, running statistics
 # included (about 1e-6 apart). Its 1x1 maps make the BatchNorms of stage 4
@@ -149,8 +162,10 @@ st.save({'x': torch.randn(6, 1, 12, 12, generator=g), 'y': torch.randint(0, 10, 
     S="tests/nets/small_resnet.net --sync-bn --batch-size 6"
     if "$MGC" $S --epochs 0 --save "$tmp/i.st" > /dev/null 2>&1 &&
        timeout 120 mpirun -np 2 "$MGC" $S --devices cpu:1 --load "$tmp/i.st" --batch "$tmp/b.st" --steps 2 --dump "$tmp/dm.st" > "$tmp/out" 2>&1 &&
-       "$MGC" $S --devices cpu:2 --load "$tmp/i.st" --batch "$tmp/b.st" --steps 2 --dump "$tmp/dt.st" >> "$tmp/out" 2>&1; then
+       "$MGC" $S --devices cpu:2 --load "$tmp/i.st" --batch "$tmp/b.st" --steps 2 --dump "$tmp/dt.st" >> "$tmp/out" 2>&1 &&
+       MGC_CPU_OWN_MEMORY=1 "$MGC" $S --devices cpu:2 --load "$tmp/i.st" --batch "$tmp/b.st" --steps 2 --dump "$tmp/do.st" >> "$tmp/out" 2>&1; then
         compare "$tmp/dm.st" "$tmp/dt.st" 0 0 "--sync-bn check mode: mpirun -np 2 x cpu:1 = cpu:2, bit for bit"
+        compare "$tmp/do.st" "$tmp/dt.st" 0 0 "--sync-bn check mode on cpu:2 with device memory of their own = in host memory, bit for bit"
     else
         bad "--sync-bn check mode under mpirun failed"; tail -5 "$tmp/out" | sed 's/^/    /'
     fi

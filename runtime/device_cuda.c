@@ -1,0 +1,809 @@
+/*
+** The CUDA device: a GPU behind the device interface (device.h).
+**
+**   memory      device memory from cuMemAlloc, in the slots of the program's
+**               memory plan (the executor allocates them); pinned host memory
+**               for the buffers the host fills and reads (input, labels, loss)
+**   kernels     the program's CUDA source (the same bodies as the C target)
+**               compiled by NVRTC to a cubin for this GPU's own architecture,
+**               cached on disk beside the CPU kernels (keyed by source,
+**               options, NVRTC version and architecture), loaded with
+**               cuModuleLoadData; launched as CG_BLOCK-thread blocks: one
+**               block per iteration for reductions (Step.blocks), a
+**               grid-stride loop otherwise
+**   GEMMs       cuBLAS, row-major through the transposed column-major
+**               product; fp32 unless --tf32
+**   streams     compute; copy (uploads from pinned memory, ordered before
+**               the compute that follows by an event); communication
+**               (collectives, ordered by events both ways, so a bucket's sum
+**               overlaps the rest of the backward pass)
+**   graphs      a run's steps captured once per batch shape into a CUDA
+**               graph and replayed; new scalars (learning rate, dropout
+**               seed) update the instantiated graph in place
+**   collectives NCCL between GPUs (one communicator over every replica of
+**               every rank; the unique id goes out by MPI); several replicas
+**               on one GPU (cuda:0,cuda:0), which NCCL cannot do, sum on that
+**               GPU: each replica owns a chunk of every bucket and writes its
+**               sum into every replica's copy (a reduce-scatter and an
+**               all-gather in one pass)
+**
+** The driver, cuBLAS and NCCL are opened with dlopen on first use, so a
+** binary built with CUDA runs on machines without them (CPU devices only).
+*/
+#include "runtime.h"
+#include "device_cuda.h"
+#include "ptx.h"
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef HAVE_CUDA
+
+static const char no_cuda[] = "this mgc was built without CUDA (no CUDA toolkit headers at build time; install the "
+                              "toolkit and rebuild: make clean && make, or CUDA_HOME=DIR make)";
+
+int rt_cuda_device_count(char *err, size_t err_size)
+{
+    snprintf(err, err_size, "%s", no_cuda);
+    return -1;
+}
+
+Device *rt_device_cuda_new(int gpu, const CudaOptions *opt, char *err, size_t err_size)
+{
+    (void)gpu; (void)opt;
+    snprintf(err, err_size, "%s", no_cuda);
+    return NULL;
+}
+
+int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, size_t err_size)
+{
+    (void)devs; (void)n; (void)world; (void)ncolls;
+    snprintf(err, err_size, "%s", no_cuda);
+    return -1;
+}
+
+#else
+
+#include <cuda.h>
+#include <cublas_v2.h>
+#ifdef HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#define STR_(x) #x
+#define STR(x) STR_(x)   /* after macro expansion: cuMemAlloc -> "cuMemAlloc_v2", the exported name */
+
+#ifndef MGC_CUDA_LIB
+#define MGC_CUDA_LIB "/usr/local/cuda/lib64"
+#endif
+
+/* ------------------------------------------------------------ the libraries */
+
+#define CU_FUNCS(X)                                                                                       \
+    X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet)                \
+    X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)   \
+    X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD8Async) X(cuMemHostAlloc) X(cuMemFreeHost)   \
+    X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuStreamCreate) X(cuStreamDestroy)   \
+    X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
+    X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel)                        \
+    X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphExecUpdate)              \
+    X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)
+
+#define CUBLAS_FUNCS(X) \
+    X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSgemm) X(cublasSetMathMode) X(cublasSetWorkspace)
+
+#ifdef HAVE_NCCL
+#define NCCL_FUNCS(X) \
+    X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclAllReduce) X(ncclGroupStart) X(ncclGroupEnd) X(ncclCommDestroy) \
+    X(ncclGetErrorString)
+#else
+typedef void *ncclComm_t;
+#endif
+
+#define DECLARE(f) __typeof__(f) *f;
+static struct { CU_FUNCS(DECLARE) } cu;
+static struct { CUBLAS_FUNCS(DECLARE) } blas;
+#ifdef HAVE_NCCL
+static struct { NCCL_FUNCS(DECLARE) } nccl;
+#endif
+#undef DECLARE
+
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT, blas_once = PTHREAD_ONCE_INIT, nccl_once = PTHREAD_ONCE_INIT;
+static char cu_error[512], blas_error[512], nccl_error[512];   /* empty: loaded */
+
+/* dlopen name, else the toolkit's directory + name; NULL with why in err */
+/* dlopen name (or $env), else the toolkit's directory + name; NULL with why in err */
+static void *open_lib(const char *name, const char *env, bool toolkit, char *err, size_t err_size)
+{
+    const char *path = env ? getenv(env) : NULL;
+    void *h = dlopen(path && *path ? path : name, RTLD_NOW | RTLD_LOCAL);
+    if (!h) snprintf(err, err_size, "%s", dlerror());
+    if (!h && toolkit && !(path && *path)) {
+        char full[512];
+        snprintf(full, sizeof full, "%s/%s", MGC_CUDA_LIB, name);
+        h = dlopen(full, RTLD_NOW | RTLD_LOCAL);
+    }
+    return h;
+}
+
+static void cu_load(void)
+{
+    char why[400];
+    void *h = open_lib("libcuda.so.1", NULL, false, why, sizeof why);
+    if (!h) {
+        snprintf(cu_error, sizeof cu_error, "no CUDA driver on this machine (%s)", why);
+        return;
+    }
+#define LOAD(f)                                                                                                   \
+    if (!(cu.f = (__typeof__(cu.f))dlsym(h, STR(f)))) {                                                            \
+        snprintf(cu_error, sizeof cu_error, "the CUDA driver has no %s: it is older than the CUDA %d.%d this mgc " \
+                 "was built with; update the driver", STR(f), CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);      \
+        return;                                                                                                   \
+    }
+    CU_FUNCS(LOAD)
+#undef LOAD
+    CUresult r = cu.cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        const char *m = NULL;
+        cu.cuGetErrorString(r, &m);
+        snprintf(cu_error, sizeof cu_error, "the CUDA driver did not start: %s", m ? m : "unknown error");
+    }
+}
+
+static void blas_load(void)
+{
+    char why[400];
+    void *h = open_lib("libcublas.so." STR(CUBLAS_VER_MAJOR), "MGC_CUBLAS", true, why, sizeof why);
+    if (!h) {
+        snprintf(blas_error, sizeof blas_error, "cannot open cuBLAS (%s); install the CUDA toolkit's cuBLAS or set MGC_CUBLAS to its path", why);
+        return;
+    }
+#define LOAD(f)                                                                                    \
+    if (!(blas.f = (__typeof__(blas.f))dlsym(h, STR(f)))) {                                         \
+        snprintf(blas_error, sizeof blas_error, "cuBLAS has no %s (another version than this mgc's %d)", \
+                 STR(f), CUBLAS_VER_MAJOR);                                                         \
+        return;                                                                                    \
+    }
+    CUBLAS_FUNCS(LOAD)
+#undef LOAD
+}
+
+static void nccl_load(void)
+{
+#ifdef HAVE_NCCL
+    char why[400];
+    void *h = open_lib("libnccl.so." STR(NCCL_MAJOR), "MGC_NCCL", true, why, sizeof why);
+    if (!h) {
+        snprintf(nccl_error, sizeof nccl_error, "cannot open NCCL (%s); install NCCL or set MGC_NCCL to libnccl.so.%d's path", why, NCCL_MAJOR);
+        return;
+    }
+#define LOAD(f)                                                                                         \
+    if (!(nccl.f = (__typeof__(nccl.f))dlsym(h, STR(f)))) {                                              \
+        snprintf(nccl_error, sizeof nccl_error, "NCCL has no %s (this mgc was built with NCCL %d.%d)",    \
+                 STR(f), NCCL_MAJOR, NCCL_MINOR);                                                        \
+        return;                                                                                         \
+    }
+    NCCL_FUNCS(LOAD)
+#undef LOAD
+#else
+    snprintf(nccl_error, sizeof nccl_error, "this mgc was built without NCCL (no nccl.h at build time): it cannot sum "
+             "across GPUs; install NCCL and rebuild, or put every replica on one GPU (--devices cuda:0,cuda:0)");
+#endif
+}
+
+static const char *cu_msg(CUresult r)
+{
+    const char *m = NULL;
+    if (cu.cuGetErrorString(r, &m) != CUDA_SUCCESS || !m) m = "unknown CUDA error";
+    return m;
+}
+
+/* ---------------------------------------------------------------- the device */
+
+enum { GRAPH_SLOTS = 4 };   /* training and evaluation, at the full and the last batch */
+
+typedef struct GraphSlot {
+    unsigned long long shape, values, used;
+    CUgraphExec exec;
+} GraphSlot;
+
+typedef struct CudaGroup CudaGroup;
+
+typedef struct CudaDev {
+    int gpu, sms, major, minor;
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream s, cs, ms;        /* compute, copy, communication */
+    CUevent up;                /* the last upload is done */
+    CUevent comp;              /* the compute stream's work queued before an upload */
+    cublasHandle_t blas;
+    CUdeviceptr workspace;
+    GraphSlot graphs[GRAPH_SLOTS];
+    unsigned long long clock;
+    bool recording;
+    /* the data-parallel group */
+    CudaGroup *group;
+    int replica;
+    ncclComm_t comm;
+    CUevent *ready, *done;     /* per collective: its data is computed; its sum is in place */
+    long *calls;               /* per collective: the times this replica waited for it */
+    CUmodule util;             /* the same-GPU reduction's kernel */
+    CUfunction ring_sum;
+} CudaDev;
+
+/* A failed CUDA call in the middle of a run leaves the GPU in an unknown
+   state: say where, and stop (the last epoch's checkpoint is on disk). */
+static void fail(Device *d, const char *what, const char *msg)
+{
+    fprintf(stderr, "mgc: %s: %s failed: %s\n", d->name, what, msg);
+    exit(1);
+}
+
+#define CU(d, call)                                                \
+    do {                                                           \
+        CUresult cu_rc_ = (call);                                  \
+        if (cu_rc_ != CUDA_SUCCESS) fail(d, #call, cu_msg(cu_rc_)); \
+    } while (0)
+
+static CudaDev *cur(Device *d)
+{
+    CudaDev *c = d->impl;
+    cu.cuCtxSetCurrent(c->ctx);
+    return c;
+}
+
+static void *cuda_alloc(Device *d, size_t bytes)
+{
+    CudaDev *c = cur(d);
+    CUdeviceptr p;
+    if (!bytes) bytes = 64;
+    if (cu.cuMemAlloc(&p, bytes) != CUDA_SUCCESS) return NULL;
+    CU(d, cu.cuMemsetD8Async(p, 0, bytes, c->s));
+    return (void *)(uintptr_t)p;
+}
+
+static void cuda_release(Device *d, void *mem)
+{
+    cur(d);
+    cu.cuMemFree((CUdeviceptr)(uintptr_t)mem);
+}
+
+static void *cuda_alloc_host(Device *d, size_t bytes)
+{
+    cur(d);
+    void *p = NULL;
+    if (cu.cuMemHostAlloc(&p, bytes ? bytes : 64, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) return NULL;
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void cuda_release_host(Device *d, void *mem)
+{
+    cur(d);
+    cu.cuMemFreeHost(mem);
+}
+
+static void cuda_upload(Device *d, void *dst, const void *src, size_t bytes)
+{
+    CudaDev *c = cur(d);
+    /* after what the compute stream has queued (the zeroing of a new buffer, a kernel still reading dst) */
+    CU(d, cu.cuEventRecord(c->comp, c->s));
+    CU(d, cu.cuStreamWaitEvent(c->cs, c->comp, 0));
+    CU(d, cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, bytes, c->cs));
+    CU(d, cu.cuEventRecord(c->up, c->cs));
+    CU(d, cu.cuStreamWaitEvent(c->s, c->up, 0));
+}
+
+static void cuda_download(Device *d, void *dst, const void *src, size_t bytes)
+{
+    CudaDev *c = cur(d);
+    CU(d, cu.cuMemcpyDtoHAsync(dst, (CUdeviceptr)(uintptr_t)src, bytes, c->s));
+    CU(d, cu.cuStreamSynchronize(c->s));
+}
+
+static void cuda_copy(Device *d, void *dst, const void *src, size_t bytes)
+{
+    CudaDev *c = cur(d);
+    if (dst != src) CU(d, cu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes, c->s));
+}
+
+/* The cubin of source for this GPU: from the cache, else NVRTC (then cached,
+   written to a temporary file and renamed, so no reader sees half of it). */
+static void *cubin_for(CudaDev *c, const char *source, bool verbose, bool fresh, size_t *size, char *path, size_t path_size,
+                       char *err, size_t err_size)
+{
+    char arch[16], ver[64], kdir[4200];
+    snprintf(arch, sizeof arch, "sm_%d%d", c->major, c->minor);
+    rt_nvrtc_version(ver, sizeof ver);
+    uint64_t h = rt_fnv1a(0xcbf29ce484222325ULL, source);
+    h = rt_fnv1a(h, "\n--nvrtc ");
+    h = rt_fnv1a(h, ver);
+    h = rt_fnv1a(h, arch);
+    for (int k = 0; k < 2; k++) h = rt_fnv1a(h, rt_nvrtc_options[k]);
+    if (rt_kernel_cache(kdir, sizeof kdir, err, err_size)) return NULL;
+    snprintf(path, path_size, "%s/%016llx.%s.cubin", kdir, (unsigned long long)h, arch);
+    FILE *f = fresh ? NULL : fopen(path, "rb");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        void *img = n > 0 ? malloc((size_t)n) : NULL;
+        bool ok = img && fread(img, 1, (size_t)n, f) == (size_t)n;
+        fclose(f);
+        if (ok) {
+            if (verbose) fprintf(stderr, "mgc: CUDA kernels found in cache %s\n", path);
+            *size = (size_t)n;
+            return img;
+        }
+        free(img);
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    void *img = rt_nvrtc_cubin(source, "mgc_kernels.cu", arch, size, err, err_size);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!img) return NULL;
+    char tmp[4700];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    f = fopen(tmp, "wb");
+    if (f && fwrite(img, 1, *size, f) == *size && fclose(f) == 0) {
+        if (rename(tmp, path)) unlink(tmp);
+    } else {
+        if (f) fclose(f);
+        unlink(tmp);   /* the cache is an optimisation: run without it */
+    }
+    if (verbose)
+        fprintf(stderr, "mgc: NVRTC compiled the CUDA kernels for %s in %.2f s -> %s\n", arch,
+                (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), path);
+    return img;
+}
+
+/* Loads source as a module: the cached cubin, or a fresh one if the cached does not load. */
+static int load_module(Device *d, const char *source, bool verbose, CUmodule *mod, char *err, size_t err_size)
+{
+    CudaDev *c = cur(d);
+    char path[4600];
+    for (int fresh = 0; fresh < 2; fresh++) {
+        size_t size;
+        void *img = cubin_for(c, source, verbose, fresh, &size, path, sizeof path, err, err_size);
+        if (!img) return -1;
+        CUresult r = cu.cuModuleLoadData(mod, img);
+        free(img);
+        if (r == CUDA_SUCCESS) return 0;
+        snprintf(err, err_size, "%s: cannot load the CUDA kernels (%s): %s", d->name, path, cu_msg(r));
+    }
+    return -1;
+}
+
+static int cuda_load(Device *d, const Program *p, bool verbose, void **module, KernelFn *fns, char *err, size_t err_size)
+{
+    CUmodule mod;
+    if (load_module(d, cg_source(p, TARGET_CUDA), verbose, &mod, err, err_size)) return -1;
+    *module = mod;
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        if (s->kind != STEP_KERNEL) continue;
+        CUfunction f;
+        CUresult r = cu.cuModuleGetFunction(&f, mod, s->fn);
+        if (r != CUDA_SUCCESS) {
+            snprintf(err, err_size, "kernel %s missing from the CUDA module: %s", s->fn, cu_msg(r));
+            return -1;
+        }
+        memcpy(&fns[k], &f, sizeof f);
+    }
+    return 0;
+}
+
+static void cuda_unload(Device *d, void *module)
+{
+    cur(d);
+    if (module) cu.cuModuleUnload(module);
+}
+
+static void cuda_launch(Device *d, KernelFn fn, const KArgs *a, const Step *s, long work)
+{
+    CudaDev *c = cur(d);
+    CUfunction f;
+    memcpy(&f, &fn, sizeof f);
+    long grid;
+    if (s->blocks) grid = work < (1L << 20) ? work : (1L << 20);   /* a block per reduction, looping past 2^20 */
+    else {
+        grid = (work + CG_BLOCK - 1) / CG_BLOCK;
+        long most = (long)c->sms * 32;   /* full occupancy and then some; the grid-stride loop does the rest */
+        if (grid > most) grid = most;
+    }
+    if (grid <= 0) return;
+    KArgs args = *a;
+    void *params[] = { &args };
+    CUresult r = cu.cuLaunchKernel(f, (unsigned)grid, 1, 1, CG_BLOCK, 1, 1, 0, c->s, params, NULL);
+    if (r != CUDA_SUCCESS) {
+        char what[160];
+        snprintf(what, sizeof what, "launching kernel %s", s->fn);
+        fail(d, what, cu_msg(r));
+    }
+}
+
+static void cuda_gemm(Device *d, const GemmArgs *g)
+{
+    CudaDev *c = cur(d);
+    if (g->m <= 0 || g->n <= 0) return;
+    /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
+    cublasStatus_t st = blas.cublasSgemm(c->blas, g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         g->n, g->m, g->k, &g->alpha, g->b, g->ldb, g->a, g->lda, &g->beta, g->c, g->ldc);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "cuBLAS status %d", (int)st);
+        fail(d, "cublasSgemm", msg);
+    }
+}
+
+static void cuda_synchronize(Device *d)
+{
+    CudaDev *c = cur(d);
+    if (c->recording) return;   /* nothing has run yet */
+    CU(d, cu.cuStreamSynchronize(c->s));
+}
+
+/* ------------------------------------------------------------- collectives */
+
+struct CudaGroup {
+    int n;                     /* replicas in this process */
+    bool same_gpu;             /* the on-GPU reduction, else NCCL */
+    CudaDev **dev;
+    Device **devs;
+    int ncolls;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    float **ptr;               /* [coll * n + replica]: each replica's bucket, this step */
+    long *count;               /* [coll]: floats */
+    long *arrived, *finished;  /* [coll]: replicas that started and that summed, over all steps */
+};
+
+typedef struct RingArgs {
+    float *p[8];
+    int n;
+    long begin, end;
+} RingArgs;
+
+/* every replica's copy of [begin, end) becomes their sum, added in replica order (the same bits everywhere) */
+static const char ring_source[] =
+    "struct RingArgs { float *p[8]; int n; long begin, end; };\n"
+    "extern \"C\" __global__ void mgc_ring_sum(RingArgs a)\n"
+    "{\n"
+    "    for (long i = a.begin + (long)blockIdx.x * blockDim.x + threadIdx.x; i < a.end; i += (long)blockDim.x * gridDim.x) {\n"
+    "        float s = 0.0f;\n"
+    "        for (int j = 0; j < a.n; j++) s += a.p[j][i];\n"
+    "        for (int j = 0; j < a.n; j++) a.p[j][i] = s;\n"
+    "    }\n"
+    "}\n";
+
+static void cuda_allreduce_start(Device *d, Comm *comm, int replica, int coll, float *data, long n)
+{
+    (void)comm; (void)replica;
+    CudaDev *c = cur(d);
+    CudaGroup *g = c->group;
+    CU(d, cu.cuEventRecord(c->ready[coll], c->s));
+    if (!g->same_gpu) {
+#ifdef HAVE_NCCL
+        CU(d, cu.cuStreamWaitEvent(c->ms, c->ready[coll], 0));
+        ncclResult_t r = nccl.ncclAllReduce(data, data, (size_t)n, ncclFloat, ncclSum, c->comm, (cudaStream_t)c->ms);
+        if (r != ncclSuccess) fail(d, "ncclAllReduce", nccl.ncclGetErrorString(r));
+        CU(d, cu.cuEventRecord(c->done[coll], c->ms));
+#endif
+        return;
+    }
+    pthread_mutex_lock(&g->mu);
+    g->ptr[(size_t)coll * g->n + c->replica] = data;
+    g->count[coll] = n;
+    g->arrived[coll]++;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static double cuda_allreduce_wait(Device *d, Comm *comm, int replica, int coll)
+{
+    (void)comm; (void)replica;
+    CudaDev *c = cur(d);
+    CudaGroup *g = c->group;
+    if (!g->same_gpu) {
+        CU(d, cu.cuStreamWaitEvent(c->s, c->done[coll], 0));
+        return 0;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long gen = ++c->calls[coll];
+    pthread_mutex_lock(&g->mu);
+    while (g->arrived[coll] < gen * g->n) pthread_cond_wait(&g->cv, &g->mu);
+    RingArgs a = { .n = g->n };
+    for (int j = 0; j < g->n; j++) a.p[j] = g->ptr[(size_t)coll * g->n + j];
+    long n = g->count[coll];
+    pthread_mutex_unlock(&g->mu);
+    /* this replica's chunk, once every replica's data is computed */
+    a.begin = n * c->replica / g->n;
+    a.end = n * (c->replica + 1) / g->n;
+    for (int j = 0; j < g->n; j++) CU(d, cu.cuStreamWaitEvent(c->ms, g->dev[j]->ready[coll], 0));
+    if (a.end > a.begin) {
+        long grid = (a.end - a.begin + CG_BLOCK - 1) / CG_BLOCK;
+        if (grid > (long)c->sms * 8) grid = (long)c->sms * 8;
+        void *params[] = { &a };
+        CU(d, cu.cuLaunchKernel(c->ring_sum, (unsigned)grid, 1, 1, CG_BLOCK, 1, 1, 0, c->ms, params, NULL));
+    }
+    CU(d, cu.cuEventRecord(c->done[coll], c->ms));
+    pthread_mutex_lock(&g->mu);
+    g->finished[coll]++;
+    pthread_cond_broadcast(&g->cv);
+    while (g->finished[coll] < gen * g->n) pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+    for (int j = 0; j < g->n; j++) CU(d, cu.cuStreamWaitEvent(c->s, g->dev[j]->done[coll], 0));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
+int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, size_t err_size)
+{
+    CudaGroup *g = calloc(1, sizeof *g);
+    g->n = n;
+    g->ncolls = ncolls;
+    g->devs = devs;
+    g->dev = calloc((size_t)n, sizeof *g->dev);
+    bool same = true, distinct = true;
+    for (int k = 0; k < n; k++) {
+        g->dev[k] = devs[k]->impl;
+        same &= g->dev[k]->gpu == g->dev[0]->gpu;
+        for (int j = 0; j < k; j++) distinct &= g->dev[k]->gpu != g->dev[j]->gpu;
+    }
+    g->same_gpu = same && n > 1 && world->size == 1;
+    if (!g->same_gpu && !distinct) {
+        snprintf(err, err_size, "NCCL cannot put two replicas on one GPU: give each replica its own GPU (--gpus N), or, "
+                 "in one process without mpirun, put every replica on the same GPU (--devices cuda:0,cuda:0)");
+        return -1;
+    }
+    if (g->same_gpu && n > 8) {
+        snprintf(err, err_size, "at most 8 replicas on one GPU (asked for %d)", n);
+        return -1;
+    }
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->ptr = calloc((size_t)ncolls * (size_t)n + 1, sizeof(float *));
+    g->count = calloc((size_t)ncolls + 1, sizeof(long));
+    g->arrived = calloc((size_t)ncolls + 1, sizeof(long));
+    g->finished = calloc((size_t)ncolls + 1, sizeof(long));
+    for (int k = 0; k < n; k++) {
+        CudaDev *c = g->dev[k];
+        Device *d = devs[k];
+        cur(d);
+        c->group = g;
+        c->replica = k;
+        c->ready = calloc((size_t)ncolls + 1, sizeof(CUevent));
+        c->done = calloc((size_t)ncolls + 1, sizeof(CUevent));
+        c->calls = calloc((size_t)ncolls + 1, sizeof(long));
+        for (int j = 0; j < ncolls; j++) {
+            CU(d, cu.cuEventCreate(&c->ready[j], CU_EVENT_DISABLE_TIMING));
+            CU(d, cu.cuEventCreate(&c->done[j], CU_EVENT_DISABLE_TIMING));
+        }
+        if (g->same_gpu) {
+            if (load_module(d, ring_source, false, &c->util, err, err_size)) return -1;
+            CU(d, cu.cuModuleGetFunction(&c->ring_sum, c->util, "mgc_ring_sum"));
+            d->can_record = false;   /* its replicas wait for each other's events: not one graph each */
+        }
+    }
+    if (g->same_gpu) return 0;
+    pthread_once(&nccl_once, nccl_load);
+    if (nccl_error[0]) {
+        snprintf(err, err_size, "%s", nccl_error);
+        return -1;
+    }
+#ifdef HAVE_NCCL
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    ncclResult_t r = ncclSuccess;
+    if (world->rank == 0) r = nccl.ncclGetUniqueId(&id);
+    if (rt_world_max_status(world, r != ncclSuccess)) {
+        snprintf(err, err_size, "NCCL could not start: %s", r != ncclSuccess ? nccl.ncclGetErrorString(r) : "rank 0 failed");
+        return -1;
+    }
+    rt_world_bcast(world, &id, sizeof id);
+    int total = n * world->size;
+    nccl.ncclGroupStart();
+    for (int k = 0; k < n && r == ncclSuccess; k++) {
+        cur(devs[k]);
+        r = nccl.ncclCommInitRank(&g->dev[k]->comm, total, id, world->rank * n + k);
+    }
+    ncclResult_t r2 = nccl.ncclGroupEnd();
+    if (r == ncclSuccess) r = r2;
+    if (r != ncclSuccess) {
+        snprintf(err, err_size, "NCCL could not join the %d replicas: %s", total, nccl.ncclGetErrorString(r));
+        return -1;
+    }
+#endif
+    return 0;
+}
+
+/* ------------------------------------------------------------------- graphs */
+
+static GraphSlot *slot_for(CudaDev *c, unsigned long long shape)
+{
+    for (int k = 0; k < GRAPH_SLOTS; k++)
+        if (c->graphs[k].exec && c->graphs[k].shape == shape) return &c->graphs[k];
+    return NULL;
+}
+
+static bool cuda_replay(Device *d, unsigned long long shape, unsigned long long values)
+{
+    CudaDev *c = cur(d);
+    GraphSlot *g = slot_for(c, shape);
+    if (!g || g->values != values) return false;
+    g->used = ++c->clock;
+    CU(d, cu.cuGraphLaunch(g->exec, c->s));
+    return true;
+}
+
+static void cuda_record_begin(Device *d)
+{
+    CudaDev *c = cur(d);
+    /* thread-local: the other replicas' threads go on calling CUDA meanwhile */
+    if (cu.cuStreamBeginCapture(c->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) == CUDA_SUCCESS) c->recording = true;
+}
+
+static int cuda_record_end(Device *d, unsigned long long shape, unsigned long long values)
+{
+    CudaDev *c = cur(d);
+    if (!c->recording) return -1;
+    c->recording = false;
+    CUgraph graph = NULL;
+    if (cu.cuStreamEndCapture(c->s, &graph) != CUDA_SUCCESS || !graph) return -1;
+    GraphSlot *g = slot_for(c, shape);
+    bool updated = false;
+    if (g) {   /* same steps, new scalars: update in place */
+        CUgraphExecUpdateResultInfo info;
+        updated = cu.cuGraphExecUpdate(g->exec, graph, &info) == CUDA_SUCCESS;
+        if (!updated) {
+            cu.cuGraphExecDestroy(g->exec);
+            g->exec = NULL;
+        }
+    } else {   /* the least recently used slot */
+        g = &c->graphs[0];
+        for (int k = 1; k < GRAPH_SLOTS; k++)
+            if (!c->graphs[k].exec || (g->exec && c->graphs[k].used < g->used)) g = &c->graphs[k];
+        if (g->exec) cu.cuGraphExecDestroy(g->exec);
+        g->exec = NULL;
+    }
+    if (!updated && cu.cuGraphInstantiate(&g->exec, graph, 0) != CUDA_SUCCESS) {
+        g->exec = NULL;
+        cu.cuGraphDestroy(graph);
+        return -1;
+    }
+    cu.cuGraphDestroy(graph);
+    g->shape = shape;
+    g->values = values;
+    g->used = ++c->clock;
+    CU(d, cu.cuGraphLaunch(g->exec, c->s));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ devices */
+
+static void cuda_destroy(Device *d)
+{
+    CudaDev *c = cur(d);
+    cu.cuStreamSynchronize(c->s);
+    for (int k = 0; k < GRAPH_SLOTS; k++)
+        if (c->graphs[k].exec) cu.cuGraphExecDestroy(c->graphs[k].exec);
+#ifdef HAVE_NCCL
+    if (c->comm) nccl.ncclCommDestroy(c->comm);
+#endif
+    for (int j = 0; c->group && j < c->group->ncolls; j++) {
+        cu.cuEventDestroy(c->ready[j]);
+        cu.cuEventDestroy(c->done[j]);
+    }
+    free(c->ready);
+    free(c->done);
+    free(c->calls);
+    if (c->util) cu.cuModuleUnload(c->util);
+    if (c->blas) blas.cublasDestroy(c->blas);
+    if (c->workspace) cu.cuMemFree(c->workspace);
+    if (c->up) cu.cuEventDestroy(c->up);
+    if (c->comp) cu.cuEventDestroy(c->comp);
+    if (c->s) cu.cuStreamDestroy(c->s);
+    if (c->cs) cu.cuStreamDestroy(c->cs);
+    if (c->ms) cu.cuStreamDestroy(c->ms);
+    cu.cuDevicePrimaryCtxRelease(c->dev);
+    free(c);
+    free(d);
+}
+
+static const DeviceOps cuda_ops = {
+    .alloc = cuda_alloc, .release = cuda_release, .alloc_host = cuda_alloc_host, .release_host = cuda_release_host,
+    .upload = cuda_upload, .download = cuda_download, .copy = cuda_copy, .load = cuda_load, .unload = cuda_unload,
+    .launch = cuda_launch, .gemm = cuda_gemm, .synchronize = cuda_synchronize,
+    .allreduce_start = cuda_allreduce_start, .allreduce_wait = cuda_allreduce_wait,
+    .replay = cuda_replay, .record_begin = cuda_record_begin, .record_end = cuda_record_end, .destroy = cuda_destroy,
+};
+
+int rt_cuda_device_count(char *err, size_t err_size)
+{
+    pthread_once(&cu_once, cu_load);
+    if (cu_error[0]) {
+        snprintf(err, err_size, "%s", cu_error);
+        return -1;
+    }
+    int n = 0;
+    CUresult r = cu.cuDeviceGetCount(&n);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, err_size, "the CUDA driver cannot count the GPUs: %s", cu_msg(r));
+        return -1;
+    }
+    return n;
+}
+
+Device *rt_device_cuda_new(int gpu, const CudaOptions *opt, char *err, size_t err_size)
+{
+    int count = rt_cuda_device_count(err, err_size);
+    if (count < 0) return NULL;
+    if (gpu < 0 || gpu >= count) {
+        snprintf(err, err_size, "there is no GPU cuda:%d: this machine has %d; use --gpus %d or fewer, or train on CPU devices "
+                 "with --devices cpu:N", gpu, count, count);
+        return NULL;
+    }
+    pthread_once(&blas_once, blas_load);
+    if (blas_error[0]) {
+        snprintf(err, err_size, "%s", blas_error);
+        return NULL;
+    }
+    CudaDev *c = calloc(1, sizeof *c);
+    Device *d = calloc(1, sizeof *d);
+    d->ops = &cuda_ops;
+    d->impl = c;
+    d->kind = DEV_CUDA;
+    d->host_memory = false;
+    d->can_record = true;
+    snprintf(d->name, sizeof d->name, "cuda:%d", gpu);
+    c->gpu = gpu;
+    CUresult r;
+#define TRY(call)                                                                                     \
+    if ((r = (call)) != CUDA_SUCCESS) {                                                               \
+        snprintf(err, err_size, "cuda:%d: %s failed: %s", gpu, #call, cu_msg(r));                    \
+        free(c);                                                                                      \
+        free(d);                                                                                      \
+        return NULL;                                                                                  \
+    }
+    TRY(cu.cuDeviceGet(&c->dev, gpu));
+    TRY(cu.cuDevicePrimaryCtxRetain(&c->ctx, c->dev));
+    TRY(cu.cuCtxSetCurrent(c->ctx));
+    TRY(cu.cuDeviceGetAttribute(&c->major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->dev));
+    TRY(cu.cuDeviceGetAttribute(&c->minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->dev));
+    TRY(cu.cuDeviceGetAttribute(&c->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->dev));
+    char name[48];
+    TRY(cu.cuDeviceGetName(name, sizeof name, c->dev));
+    snprintf(d->model, sizeof d->model, "%.40s, sm_%d%d", name, c->major, c->minor);
+    TRY(cu.cuStreamCreate(&c->s, CU_STREAM_NON_BLOCKING));
+    TRY(cu.cuStreamCreate(&c->cs, CU_STREAM_NON_BLOCKING));
+    TRY(cu.cuStreamCreate(&c->ms, CU_STREAM_NON_BLOCKING));
+    TRY(cu.cuEventCreate(&c->up, CU_EVENT_DISABLE_TIMING));
+    TRY(cu.cuEventCreate(&c->comp, CU_EVENT_DISABLE_TIMING));
+    /* cuBLAS on the compute stream, with a workspace of its own so that graph capture allocates nothing */
+    size_t ws = 32u << 20;
+    TRY(cu.cuMemAlloc(&c->workspace, ws));
+#undef TRY
+    if (blas.cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || blas.cublasSetStream(c->blas, (cudaStream_t)c->s) != CUBLAS_STATUS_SUCCESS ||
+        blas.cublasSetWorkspace(c->blas, (void *)(uintptr_t)c->workspace, ws) != CUBLAS_STATUS_SUCCESS ||
+        blas.cublasSetMathMode(c->blas, opt && opt->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(err, err_size, "cuda:%d: cuBLAS could not start", gpu);
+        cuda_destroy(d);
+        return NULL;
+    }
+    if (opt && opt->verbose) {
+        int v = 0;
+        cu.cuDriverGetVersion(&v);
+        fprintf(stderr, "mgc: cuda:%d is %s, %d multiprocessors; driver CUDA %d.%d; GEMMs in %s\n", gpu, d->model, c->sms,
+                v / 1000, v % 1000 / 10, opt->tf32 ? "TF32" : "fp32");
+    }
+    return d;
+}
+
+#endif
