@@ -100,6 +100,7 @@ def add_options(ap, epochs):
     ap.add_argument("--limit-train", type=int, default=None)
     ap.add_argument("--limit-test", type=int, default=None)
     ap.add_argument("--log", default=None, help="write one JSON object per epoch here")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU check, tests/gpu/check.sh)")
     ap.add_argument("--shards", type=int, default=1,
                     help="K > 1: data parallelism's semantics on one process, as DDP on K replicas: "
                          "each batch in K shards (sizes within one), BatchNorm on each shard's own "
@@ -140,11 +141,14 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     accuracy after each (eval mode); prints and logs each epoch, then the
     summary line `JSON {...}` (with extra's fields). Returns 0."""
     (xtr, ytr), (xte, yte) = train_set, test_set
+    dev = torch.device(a.device)
+    model.to(dev)
+    xtr, ytr, xte, yte = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
     n = xtr.shape[0]
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
                           weight_decay=a.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
-    print(f"torch {torch.__version__}, {what}threads {torch.get_num_threads()}, "
+    print(f"torch {torch.__version__} on {a.device}, {what}threads {torch.get_num_threads()}, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')}, "
           f"train {n}, test {xte.shape[0]}, batch {a.batch_size}", flush=True)
 
@@ -153,7 +157,7 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     total_train_s = 0.0
     for epoch in range(1, a.epochs + 1):
         model.train()
-        perm = torch.randperm(n, generator=g)
+        perm = torch.randperm(n, generator=g).to(dev)
         xs, ys = xtr[perm], ytr[perm]  # shuffle outside the timed loop
         loss_sum, correct, seen = 0.0, 0, 0
         t0 = time.perf_counter()
@@ -171,6 +175,8 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
             loss_sum += loss.item() * b
             correct += (logits.argmax(1) == yb).sum().item()
             seen += b
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         train_s = time.perf_counter() - t0
         total_train_s += train_s
         test_acc = evaluate(model, xte, yte, 1000)  # eval mode: BatchNorm's running statistics
@@ -189,7 +195,7 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     trained = n * len(epochs)
     summary = dict(extra or {})
     summary.update({
-        "impl": "pytorch", "torch": torch.__version__, "threads": a.threads,
+        "impl": "pytorch", "torch": torch.__version__, "device": a.device, "threads": a.threads,
         "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
         "epochs": len(epochs), "batch_size": a.batch_size, "lr": a.lr, "shards": a.shards,
         "final_test_acc": final,

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with an NVIDIA GPU and its driver (the project's
+# CI has none). Under five minutes on one H200:
+#   1. builds mgc with CUDA (MPI off), from .gpu/ where the machine lacks
+#      flex, bison, OpenBLAS or zlib's headers (bash tests/gpu/prepare.sh
+#      makes .gpu/ on a machine that has them; carry it);
+#   2. every op's forward and backward on cuda:0 against PyTorch, through the
+#      same reference suite the CPU backend passes (tests/torch/ref.py);
+#   3. the GPU against the CPU backend on whole nets, in check mode: LeNet
+#      and ResNet-18 on cuda:0 = cpu, and two replicas on one GPU
+#      (cuda:0,cuda:0) = cpu:2, --sync-bn included;
+#   4. one epoch of LeNet and of ResNet-18 on cuda:0 and on cuda:0,cuda:0,
+#      and PyTorch on the same GPU, nets and batch;
+# and prints one table: examples/s, seconds per epoch, test accuracy, ratio to
+# PyTorch. Everything goes to $OUT (default /tmp/mgc-gpu): check.log, table.txt,
+# profile.txt (mgc's per-step profile of ResNet-18 on the GPU).
+#   bash tests/gpu/check.sh
+set -u
+cd "$(dirname "$0")/../.."
+R=${OUT:-/tmp/mgc-gpu}
+mkdir -p "$R"
+exec > >(tee "$R/check.log") 2>&1
+T0=$SECONDS
+PY=${PY:-python3}
+DATA=${MGC_DATA:-}
+[ -z "$DATA" ] && for d in .gpu/data ../shared/data/fashion-mnist; do [ -f "$d/train-images-idx3-ubyte.gz" ] && DATA=$d && break; done
+export MGC_DATA=$DATA
+export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/mgc-gpu-cache}
+step() { echo; echo "== $* ($((SECONDS - T0)) s)"; }
+fails=0
+failed() { fails=$((fails + 1)); echo "FAIL $*"; }
+
+step "the machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2> /dev/null || echo "nvidia-smi: none"
+command -v nvcc > /dev/null && nvcc --version | tail -1
+$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" 2>&1 | tail -1
+
+step "build"
+# flex/bison missing: the carried generated parser and lexer, newer than their sources
+if ! command -v bison > /dev/null || ! command -v flex > /dev/null; then
+    mkdir -p build && cp .gpu/gen/* build/ && touch build/parser.tab.h build/parser.tab.c && sleep 1 && touch build/lexer.c
+fi
+EXTRA_C="" EXTRA_L=""
+if [ -n "${MGC_SYSROOT:-}" ] || ! printf '#include <cblas.h>\n#include <zlib.h>\nint main(void) { return 0; }\n' |
+        cc -x c -o /dev/null - -lopenblas -lz > /dev/null 2>&1; then
+    SYS=/tmp/mgc-sysroot
+    mkdir -p $SYS
+    for f in .gpu/debs/*.deb; do dpkg -x "$f" $SYS; done
+    OB=$SYS/usr/lib/x86_64-linux-gnu/openblas-pthread
+    ln -sf libopenblas.so.0 $OB/libopenblas.so 2> /dev/null
+    [ -e $SYS/usr/lib/x86_64-linux-gnu/libz.so ] || ln -sf "$(ls /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1 2> /dev/null | head -1)" $SYS/usr/lib/x86_64-linux-gnu/libz.so
+    EXTRA_C="-I$SYS/usr/include -I$SYS/usr/include/x86_64-linux-gnu/openblas-pthread"
+    EXTRA_L="-L$OB -L$SYS/usr/lib/x86_64-linux-gnu -Wl,-rpath,$OB -Wl,-rpath,$SYS/usr/lib/x86_64-linux-gnu"
+    export LD_LIBRARY_PATH=$OB:$SYS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    echo "OpenBLAS and zlib headers from .gpu/debs (unpacked in $SYS)"
+fi
+make -j"$(nproc)" MPI=0 CFLAGS="-O2 -g $EXTRA_C" LDFLAGS="$EXTRA_L" 2>&1 | grep -E "error|warning|^mgc:|^     " || true
+[ -x ./mgc ] || { echo "FAIL build"; exit 1; }
+# NCCL: the toolkit's, else PyTorch's wheel's
+if [ -z "${MGC_NCCL:-}" ] && ! ldconfig -p | grep -q libnccl.so.2 && [ ! -f /usr/local/cuda/lib64/libnccl.so.2 ]; then
+    n=$($PY -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" 2> /dev/null)
+    [ -n "$n" ] && [ -f "$n" ] && export MGC_NCCL=$n && echo "NCCL: $n"
+fi
+if ! ./mgc nets/lenet.net --gpus 1 --epochs 0 > "$R/probe" 2>&1; then
+    cat "$R/probe"; echo "FAIL: mgc sees no GPU here"; exit 1
+fi
+
+step "every op on cuda:0 against PyTorch (tests/torch/ref.py)"
+cases=$($PY tests/torch/ref.py --list 2> /dev/null | awk '$1 !~ /^dp_/ {print "--only " $1}')
+# shellcheck disable=SC2086
+MGC="./mgc --devices cuda:0" REF_OUT=/tmp/mgc-gpu-ref timeout 150 $PY tests/torch/ref.py $cases > "$R/ref.txt" 2>&1
+rc=$?
+grep -E "FAIL" "$R/ref.txt" | head -20
+tail -1 "$R/ref.txt"
+[ $rc -eq 0 ] || failed "ref.py on cuda:0 (exit $rc)"
+
+step "the GPU against the CPU backend, check mode"
+$PY - "$R" <<'EOF' || fails=$((fails + 1))
+import os, subprocess, sys, torch
+sys.path.insert(0, "tests")
+import st
+R = sys.argv[1]
+def mgc(*a):
+    p = subprocess.run(["./mgc"] + [str(x) for x in a], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    if p.returncode: raise SystemExit(f"FAIL mgc {' '.join(map(str, a))}:\n{p.stdout.decode()[-800:]}")
+bad = 0
+for net, b, steps, extra, dev_a, dev_b, tol in [
+        ("nets/lenet.net", 64, 3, [], "cuda:0", "cpu", 1e-4),
+        ("nets/resnet18.net", 32, 2, [], "cuda:0", "cpu", 2e-3),
+        ("nets/lenet.net", 64, 3, [], "cuda:0,cuda:0", "cpu:2", 1e-4),
+        ("tests/nets/small_resnet.net", 6, 2, ["--sync-bn"], "cuda:0,cuda:0", "cpu:2", 1e-4),
+        ("tests/nets/small_resnet.net", 6, 2, ["--sync-bn"], "cuda:0,cuda:0", "cuda:0", 1e-4)]:
+    g = torch.Generator().manual_seed(1)
+    shape = (1, 12, 12) if "small" in net else (1, 28, 28)
+    x, y = torch.randn((b,) + shape, generator=g), torch.randint(0, 10, (b,), generator=g)
+    st.save({"x": x, "y": y}, f"{R}/batch.st")
+    mgc(net, "--epochs", 0, "--batch-size", b, *extra, "--save", f"{R}/init.st")
+    for dev, out in ((dev_a, "a"), (dev_b, "b")):
+        mgc(net, "--devices", dev, "--batch-size", b, *extra, "--load", f"{R}/init.st", "--batch", f"{R}/batch.st",
+            "--steps", steps, "--lr", 0.01, "--dump", f"{R}/{out}.st")
+    A, B = st.load(f"{R}/a.st"), st.load(f"{R}/b.st")
+    worst, name = 0.0, ""
+    for k in B:
+        if k.startswith("replicas."): continue
+        e = float((A[k].double() - B[k].double()).norm()) / max(float(B[k].double().norm()), 1e-6)
+        if e > worst: worst, name = e, k
+    ok = worst <= tol
+    bad += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {net} {' '.join(extra)}: {dev_a} against {dev_b}, {steps} steps of {b}: "
+          f"worst relative difference {worst:.1e} ({name}), tolerance {tol:g}")
+sys.exit(bad > 0)
+EOF
+
+step "one epoch each, and PyTorch on the same GPU"
+for net in lenet resnet18; do
+    for devs in cuda:0 cuda:0,cuda:0; do
+        timeout 150 ./mgc nets/$net.net --devices $devs --epochs 1 --log "$R/$net-$devs.jsonl" > "$R/run.txt" 2>&1 ||
+            { failed "mgc $net on $devs"; tail -5 "$R/run.txt"; }
+        tail -2 "$R/run.txt"
+    done
+    script=bench/torch_lenet.py
+    [ $net = resnet18 ] && script=bench/torch_resnet.py
+    timeout 150 $PY $script --device cuda --epochs 1 --data "$DATA" --log "$R/$net-torch.jsonl" > "$R/run.txt" 2>&1 ||
+        { failed "PyTorch $net"; tail -5 "$R/run.txt"; }
+    tail -2 "$R/run.txt"
+done
+MGC_PROFILE=1 timeout 60 ./mgc nets/resnet18.net --devices cuda:0 --epochs 1 --limit-train 5120 --limit-test 0 > /dev/null 2> "$R/profile.txt"
+
+step "table"
+$PY - "$R" <<'EOF' | tee "$R/table.txt"
+import json, os, sys
+R = sys.argv[1]
+def rec(f):
+    try: return json.loads(open(os.path.join(R, f)).readline())
+    except Exception: return None
+print(f"{'net':10} {'run':22} {'examples/s':>11} {'s/epoch':>8} {'test acc':>9} {'x PyTorch':>10}")
+for net in ("lenet", "resnet18"):
+    t = rec(f"{net}-torch.jsonl")
+    for run, f in (("mgc cuda:0", f"{net}-cuda:0.jsonl"), ("mgc cuda:0,cuda:0", f"{net}-cuda:0,cuda:0.jsonl"),
+                   ("PyTorch cuda", f"{net}-torch.jsonl")):
+        r = rec(f)
+        if not r:
+            print(f"{net:10} {run:22} {'(failed)':>11}"); continue
+        s = r.get("train_seconds", r.get("seconds"))
+        ratio = r["examples_per_s"] / t["examples_per_s"] if t else float("nan")
+        print(f"{net:10} {run:22} {r['examples_per_s']:11,.0f} {s:8.2f} {r['test_acc']:9.3f} {ratio:10.2f}")
+EOF
+echo
+echo "gpu check: $fails failed, $((SECONDS - T0)) s; results in $R"
+[ $fails -eq 0 ]
