@@ -33,6 +33,7 @@
 #include "runtime.h"
 #include "device_cuda.h"
 #include "ptx.h"
+#include "rendezvous.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -232,7 +233,6 @@ typedef struct CudaDev {
     int replica;
     ncclComm_t comm;
     CUevent *ready, *done;     /* per collective: its data is computed; its sum is in place */
-    long *calls;               /* per collective: the times this replica waited for it */
     CUmodule util;             /* the same-GPU reduction's kernel */
     CUfunction ring_sum;
 } CudaDev;
@@ -453,24 +453,20 @@ static void cuda_synchronize(Device *d)
 
 struct CudaGroup {
     int n;                     /* replicas in this process */
-    bool same_gpu;             /* the on-GPU reduction, else NCCL */
+    bool same_gpu;             /* the on-GPU sum (rendezvous.h), else NCCL */
     CudaDev **dev;
-    Device **devs;
     int ncolls;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    float **ptr;               /* [coll * n + replica]: each replica's bucket, this step */
-    long *count;               /* [coll]: floats */
-    long *arrived, *finished;  /* [coll]: replicas that started and that summed, over all steps */
+    Rendezvous *rv;
 };
 
 typedef struct RingArgs {
-    float *p[8];
+    float *p[RV_MAX];
     int n;
     long begin, end;
 } RingArgs;
 
-/* every replica's copy of [begin, end) becomes their sum, added in replica order (the same bits everywhere) */
+/* every replica's copy of [begin, end) becomes their sum, added in replica order (the same bits
+   everywhere): rt_rv_sum_chunk on the GPU */
 static const char ring_source[] =
     "struct RingArgs { float *p[8]; int n; long begin, end; };\n"
     "extern \"C\" __global__ void mgc_ring_sum(RingArgs a)\n"
@@ -497,12 +493,7 @@ static void cuda_allreduce_start(Device *d, Comm *comm, int replica, int coll, f
 #endif
         return;
     }
-    pthread_mutex_lock(&g->mu);
-    g->ptr[(size_t)coll * g->n + c->replica] = data;
-    g->count[coll] = n;
-    g->arrived[coll]++;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
+    rt_rv_arrive(g->rv, c->replica, coll, data, n);
 }
 
 static double cuda_allreduce_wait(Device *d, Comm *comm, int replica, int coll)
@@ -516,16 +507,9 @@ static double cuda_allreduce_wait(Device *d, Comm *comm, int replica, int coll)
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    long gen = ++c->calls[coll];
-    pthread_mutex_lock(&g->mu);
-    while (g->arrived[coll] < gen * g->n) pthread_cond_wait(&g->cv, &g->mu);
     RingArgs a = { .n = g->n };
-    for (int j = 0; j < g->n; j++) a.p[j] = g->ptr[(size_t)coll * g->n + j];
-    long n = g->count[coll];
-    pthread_mutex_unlock(&g->mu);
+    rt_rv_gather(g->rv, c->replica, coll, a.p, &a.begin, &a.end);
     /* this replica's chunk, once every replica's data is computed */
-    a.begin = n * c->replica / g->n;
-    a.end = n * (c->replica + 1) / g->n;
     for (int j = 0; j < g->n; j++) CU(d, cu.cuStreamWaitEvent(c->ms, g->dev[j]->ready[coll], 0));
     if (a.end > a.begin) {
         long grid = (a.end - a.begin + CG_BLOCK - 1) / CG_BLOCK;
@@ -534,11 +518,7 @@ static double cuda_allreduce_wait(Device *d, Comm *comm, int replica, int coll)
         CU(d, cu.cuLaunchKernel(c->ring_sum, (unsigned)grid, 1, 1, CG_BLOCK, 1, 1, 0, c->ms, params, NULL));
     }
     CU(d, cu.cuEventRecord(c->done[coll], c->ms));
-    pthread_mutex_lock(&g->mu);
-    g->finished[coll]++;
-    pthread_cond_broadcast(&g->cv);
-    while (g->finished[coll] < gen * g->n) pthread_cond_wait(&g->cv, &g->mu);
-    pthread_mutex_unlock(&g->mu);
+    rt_rv_finish(g->rv, c->replica, coll);
     for (int j = 0; j < g->n; j++) CU(d, cu.cuStreamWaitEvent(c->s, g->dev[j]->done[coll], 0));
     clock_gettime(CLOCK_MONOTONIC, &t1);
     return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
@@ -549,7 +529,6 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
     CudaGroup *g = calloc(1, sizeof *g);
     g->n = n;
     g->ncolls = ncolls;
-    g->devs = devs;
     g->dev = calloc((size_t)n, sizeof *g->dev);
     bool same = true, distinct = true;
     for (int k = 0; k < n; k++) {
@@ -563,16 +542,11 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
                  "in one process without mpirun, put every replica on the same GPU (--devices cuda:0,cuda:0)");
         return -1;
     }
-    if (g->same_gpu && n > 8) {
-        snprintf(err, err_size, "at most 8 replicas on one GPU (asked for %d)", n);
+    if (g->same_gpu && n > RV_MAX) {
+        snprintf(err, err_size, "at most %d replicas on one GPU (asked for %d)", RV_MAX, n);
         return -1;
     }
-    pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
-    g->ptr = calloc((size_t)ncolls * (size_t)n + 1, sizeof(float *));
-    g->count = calloc((size_t)ncolls + 1, sizeof(long));
-    g->arrived = calloc((size_t)ncolls + 1, sizeof(long));
-    g->finished = calloc((size_t)ncolls + 1, sizeof(long));
+    if (g->same_gpu) g->rv = rt_rv_new(n, ncolls);
     for (int k = 0; k < n; k++) {
         CudaDev *c = g->dev[k];
         Device *d = devs[k];
@@ -581,7 +555,6 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
         c->replica = k;
         c->ready = calloc((size_t)ncolls + 1, sizeof(CUevent));
         c->done = calloc((size_t)ncolls + 1, sizeof(CUevent));
-        c->calls = calloc((size_t)ncolls + 1, sizeof(long));
         for (int j = 0; j < ncolls; j++) {
             CU(d, cu.cuEventCreate(&c->ready[j], CU_EVENT_DISABLE_TIMING));
             CU(d, cu.cuEventCreate(&c->done[j], CU_EVENT_DISABLE_TIMING));
@@ -703,7 +676,6 @@ static void cuda_destroy(Device *d)
     }
     free(c->ready);
     free(c->done);
-    free(c->calls);
     if (c->util) cu.cuModuleUnload(c->util);
     if (c->blas) blas.cublasDestroy(c->blas);
     if (c->workspace) cu.cuMemFree(c->workspace);

@@ -7,8 +7,10 @@
 ** global batch into shards. Prints "N passed, M failed".
 */
 #include "comm.h"
+#include "rendezvous.h"
 #include "train.h"
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +33,81 @@ static double uniform(void)
     return (double)(rng >> 11) / 9007199254740992.0;
 }
 
+/* The shared-memory sum's protocol (runtime/rendezvous.c, what the CUDA
+   device runs for replicas on one GPU), with the owner's pass on the host:
+   n threads, several collectives in order, many rounds, buffers refilled
+   every round, so a replica that ran ahead into the next round would show. */
+enum { RV_COLLS = 3, RV_ROUNDS = 200 };
+typedef struct RvArg { Rendezvous *rv; int n, r; float **bufs; const long *len; double *worst; int *same; } RvArg;
+
+static float rv_value(int round, int coll, int r, long i) { return (float)((round * 7 + coll * 3 + r + 1) * 0.5 + (i % 5) * 0.25); }
+
+static void *rv_thread(void *p)
+{
+    RvArg *a = p;
+    for (int round = 0; round < RV_ROUNDS; round++)
+        for (int coll = 0; coll < RV_COLLS; coll++) {
+            float *mine = a->bufs[coll * RV_MAX + a->r];
+            for (long i = 0; i < a->len[coll]; i++) mine[i] = rv_value(round, coll, a->r, i);
+            rt_rv_arrive(a->rv, a->r, coll, mine, a->len[coll]);
+            float *all[RV_MAX];
+            long begin, end;
+            rt_rv_gather(a->rv, a->r, coll, all, &begin, &end);
+            rt_rv_sum_chunk(all, a->n, begin, end);
+            rt_rv_finish(a->rv, a->r, coll);
+            for (long i = 0; i < a->len[coll]; i++) {   /* every replica's sum is in place now */
+                double want = 0;
+                for (int j = 0; j < a->n; j++) want += rv_value(round, coll, j, i);
+                double e = fabs(mine[i] - want) / (fabs(want) + 1);
+                if (e > a->worst[a->r]) a->worst[a->r] = e;
+            }
+            /* before the next arrival of any replica, nobody writes: all must hold the same bits */
+            rt_rv_arrive(a->rv, a->r, coll, mine, a->len[coll]);
+            rt_rv_gather(a->rv, a->r, coll, all, &begin, &end);
+            for (int j = 0; j < a->n; j++)
+                a->same[a->r] &= memcmp(all[j], mine, sizeof(float) * (size_t)a->len[coll]) == 0;
+            rt_rv_finish(a->rv, a->r, coll);
+        }
+    return NULL;
+}
+
+static void rendezvous_tests(void)
+{
+    static const long lens[RV_COLLS] = { 1, 7, 1003 };
+    for (int n = 1; n <= RV_MAX; n++) {
+        Rendezvous *rv = rt_rv_new(n, RV_COLLS);
+        float *bufs[RV_COLLS * RV_MAX];
+        for (int c = 0; c < RV_COLLS; c++)
+            for (int r = 0; r < n; r++) bufs[c * RV_MAX + r] = calloc((size_t)lens[c], sizeof(float));
+        double worst[RV_MAX] = { 0 };
+        int same[RV_MAX];
+        pthread_t t[RV_MAX];
+        RvArg args[RV_MAX];
+        for (int r = 0; r < n; r++) {
+            same[r] = 1;
+            args[r] = (RvArg){ rv, n, r, bufs, lens, worst, same };
+            pthread_create(&t[r], NULL, rv_thread, &args[r]);
+        }
+        double w = 0;
+        int all_same = 1;
+        for (int r = 0; r < n; r++) {
+            pthread_join(t[r], NULL);
+            if (worst[r] > w) w = worst[r];
+            all_same &= same[r];
+        }
+        char detail[96];
+        snprintf(detail, sizeof detail, "worst relative error %.2g over %d rounds of 3 sums", w, RV_ROUNDS);
+        check(w < 1e-6, "shared-memory sum (rendezvous) against double", n, 1003, detail);
+        check(all_same, "shared-memory sum: every replica the same bits", n, 1003, "");
+        for (int c = 0; c < RV_COLLS; c++)
+            for (int r = 0; r < n; r++) free(bufs[c * RV_MAX + r]);
+        rt_rv_free(rv);
+    }
+}
+
 int main(void)
 {
+    rendezvous_tests();
     static const long sizes[] = { 1, 2, 3, 5, 7, 8, 9, 13, 64, 1000, 1001, 65539 };
     for (int n = 1; n <= 8; n++)
         for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
