@@ -16,6 +16,10 @@
 ** KERNEL(name), FOR_EACH(i, n), DEVICE, RESTRICT, MGC_INF, mgc_uniform().
 ** Each kernel has exactly one FOR_EACH, whose iterations are independent: the
 ** CPU splits them over threads, CUDA over a grid, with no barrier inside.
+** A reduction kernel (its step's `blocks` set) has one FOR_EACH_BLOCK instead:
+** its iterations are independent too, each one reduction whose inner loops
+** (BLOCK_LOOP, BLOCK_LOOP2) a CUDA block shares, summed with BLOCK_SUM and
+** written under BLOCK_LEADER (the prelude says how each target expands them).
 */
 #include "lower_internal.h"
 #include <stdarg.h>
