@@ -34,8 +34,8 @@ for net in nets/*.net; do
     check "$base.ir" "$net" --emit ir
     check "$base.eval-ir" "$net" --emit eval-ir
     check "$base.grad" "$net" --emit grad --momentum 0.9 --weight-decay 5e-4
+    check "$base.kernels" "$net" --emit kernels
 done
-check lenet.kernels nets/lenet.net --emit kernels
 check lenet.cuda nets/lenet.net --emit cuda
 check resnet18-small-stem.ir nets/resnet18.net --emit ir --set small_stem=true
 # data parallelism: the plan on two devices; small buckets on three; --sync-bn's graph
