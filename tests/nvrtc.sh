@@ -43,8 +43,8 @@ for f in $(ls "$tmp/dk"/*.cu | head -3) $(ls "$tmp/dk"/*bias_grad*.cu | head -1)
         if build/nvrtc_check "$f" $arch > "$tmp/out" 2>&1; then pass=$((pass + 1)); else echo "FAIL $f ($arch):"; head -5 "$tmp/out"; fail=$((fail + 1)); fi
     done
 done
-# the data-parallel kernels: --sync-bn's statistics, the global batch
-"$MGC" nets/resnet18.net --emit cuda --devices cpu:2 --sync-bn > "$tmp/k.cu" 2> "$tmp/err" &&
+# the data-parallel kernels: --sync-bn's statistics, the global batch, the SGD fused per bucket (with momentum)
+"$MGC" nets/resnet18.net --emit cuda --devices cpu:2 --sync-bn --momentum 0.9 > "$tmp/k.cu" 2> "$tmp/err" &&
 for arch in sm_80 sm_90; do
     if build/nvrtc_check "$tmp/k.cu" $arch > "$tmp/out" 2>&1; then
         pass=$((pass + 1)); echo "ok   nets/resnet18.net (cpu:2 --sync-bn, $arch): $(sed 's/.*NVRTC //' "$tmp/out")"
