@@ -4,8 +4,9 @@
 **
 ** A step is either a generated kernel (source text, compiled at run time) or
 ** a GEMM (BLAS on the CPU, cuBLAS on CUDA). Kernel bodies are written once,
-** against a small set of macros (KERNEL, FOR_EACH, KArgs); a per-target
-** prelude defines them: a parallel loop in C, a grid-stride loop in CUDA.
+** against a small set of macros (KERNEL, FOR_EACH, KArgs; FOR_EACH_BLOCK,
+** BLOCK_LOOP, BLOCK_SUM for reductions); a per-target prelude defines them: a
+** parallel loop in C, a grid-stride loop (a block per reduction) in CUDA.
 ** So the CPU backend runs the very kernel text that NVRTC compiles.
 **
 ** Sizes that depend on the batch are Dims: c, or c * N when batch is set.

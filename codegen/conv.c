@@ -15,7 +15,12 @@
 ** CONV_DIRECT: loops over whole planes, nothing materialised;
 ** CONV_VECTOR: all output channels in a vector (see cg_conv_strategy()).
 **
-** The gradients overwrite dx and dw (they do not accumulate).
+** The gradients overwrite dx and dw (they do not accumulate). The direct and
+** vector weight gradients sum over the batch: they are reductions (the
+** prelude's FOR_EACH_BLOCK), a CUDA block per (o, c) pair or row of taps, its
+** threads over the images (and rows); on the C target the same loops as a
+** thread's. Their CUDA reads are not coalesced (a thread walks its own rows)
+** and each result is one BLOCK_SUM; CONV_GEMM is the way on a GPU.
 */
 #include "lower_internal.h"
 
@@ -267,18 +272,18 @@ static void conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
     if (P == 0 && K <= 7) {
         /* No padding: every tap of a row of taps reads the same output columns, so one
            pass over dy serves all K taps (kx), each with a row of partial sums. */
-        cg_kernel(L, id, "conv2d_grad_w_rows", dimc((long)O * C * K), 3, b, (const char *const[]){ "=dw", "dy", "x" })->heavy = true;
+        Step *st = cg_kernel(L, id, "conv2d_grad_w_rows", dimc((long)O * C * K), 3, b, (const char *const[]){ "=dw", "dy", "x" });
+        st->heavy = st->blocks = true;
         cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %d, %d, %d]; stride %d, no padding;\n"
                    "       one row of taps (o, c, ky) per iteration, partial sums per kx and output column */\n",
                 O, OH, OW, C, H, W, O, C, K, K, S);
-        cg_body(L, "    FOR_EACH(i, %dL) {\n"
+        cg_body(L, "    FOR_EACH_BLOCK(i, %dL) {\n"
                    "        long o = i / %d, c = (i / %d) %% %d; int ky = (int)(i %% %d);\n", O * C * K, C * K, K, C, K);
         for (int j = 0; j < K; j++) cg_body(L, "        float k%d[%d];\n", j, OW);
         cg_body(L, "        for (int ox = 0; ox < %d; ox++) {\n", OW);
         for (int j = 0; j < K; j++) cg_body(L, "            k%d[ox] = 0.0f;\n", j);
         cg_body(L, "        }\n"
-                   "        for (long n = 0; n < N; n++)\n"
-                   "            for (int oy = 0; oy < %d; oy++) {\n"
+                   "        BLOCK_LOOP2(n, N, oy, %dL) {\n"
                    "                const float *yr = dy + ((n * %d + o) * %d + oy) * %d;\n"
                    "                const float *xr = x + ((n * %d + c) * %d + oy * %d + ky) * %d;\n"
                    "                for (int ox = 0; ox < %d; ox++) {\n"
@@ -286,20 +291,22 @@ static void conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
         for (int j = 0; j < K; j++) cg_body(L, "                    k%d[ox] += g * xr[ox * %d + %d];\n", j, S, j);
         cg_body(L, "                }\n            }\n");
         for (int j = 0; j < K; j++)
-            cg_body(L, "        { float acc = 0.0f; for (int ox = 0; ox < %d; ox++) acc += k%d[ox]; dw[i * %d + %d] = acc; }\n", OW, j, K, j);
+            cg_body(L, "        { float acc = 0.0f; for (int ox = 0; ox < %d; ox++) acc += k%d[ox];\n"
+                       "          acc = BLOCK_SUM(acc); if (BLOCK_LEADER) dw[i * %d + %d] = acc; }\n", OW, j, K, j);
         cg_body(L, "    }\n");
         cg_end_kernel(L);
         return;
     }
-    cg_kernel(L, id, "conv2d_grad_w_direct", dimc((long)O * C), 3, b, (const char *const[]){ "=dw", "dy", "x" })->heavy = true;
+    Step *st = cg_kernel(L, id, "conv2d_grad_w_direct", dimc((long)O * C), 3, b, (const char *const[]){ "=dw", "dy", "x" });
+    st->heavy = st->blocks = true;
     cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %d, %d, %d]; stride %d, padding %d;\n"
                "       one (o, c) pair per iteration; partial sums per (ky, kx, output column) over the batch */\n",
             O, OH, OW, C, H, W, O, C, K, K, S, P);
-    cg_body(L, "    FOR_EACH(i, %dL) {\n"
+    cg_body(L, "    FOR_EACH_BLOCK(i, %dL) {\n"
                "        long o = i / %d, c = i %% %d;\n"
                "        float part[%d][%d];\n"
                "        for (int k = 0; k < %d; k++) for (int j = 0; j < %d; j++) part[k][j] = 0.0f;\n"
-               "        for (long n = 0; n < N; n++) {\n"
+               "        BLOCK_LOOP(n, N) {\n"
                "            const float *dyp = dy + (n * %d + o) * %d, *xp = x + (n * %d + c) * %d;\n"
                "            for (int ky = 0; ky < %d; ky++)\n"
                "            for (int kx = 0; kx < %d; kx++) {\n"
@@ -315,7 +322,8 @@ static void conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
                "        for (int k = 0; k < %d; k++) {\n"
                "            float acc = 0.0f;\n"
                "            for (int j = 0; j < %d; j++) acc += part[k][j];\n"
-               "            dw[i * %d + k] = acc;\n"
+               "            acc = BLOCK_SUM(acc);\n"
+               "            if (BLOCK_LEADER) dw[i * %d + k] = acc;\n"
                "        }\n    }\n", S, P, W, P, OW, S, K * K, OW, K * K);
     cg_end_kernel(L);
 }
@@ -395,19 +403,19 @@ static void conv_vector_grad_w(Lower *L, int id, const ConvGeom *G)
     long CKK = (long)C * K * K;
     int dyt = channels_last_grad(L, id, n->in[0]);
     int b[3] = { cg_out_buf(L, id), dyt, buf_of(L, n->in[1]) };
-    cg_kernel(L, id, "conv2d_grad_w_vector", dimc((long)C * K), 3, b, (const char *const[]){ "=dw", "t", "x" })->heavy = true;
+    Step *st = cg_kernel(L, id, "conv2d_grad_w_vector", dimc((long)C * K), 3, b, (const char *const[]){ "=dw", "t", "x" });
+    st->heavy = st->blocks = true;
     cg_body(L, "    /* t [N, %d, %d, %d] (dy, channels last), x [N, %d, %d, %d], dw [%d, %ld]; stride %d, no padding;\n"
                "       one row of taps (c, ky) per iteration: each gradient row of t is read once for all %d kx,\n"
                "       which keep their own %d sums */\n",
             OH, OW, O, C, H, W, O, CKK, S, K, O);
-    cg_body(L, "    FOR_EACH(row, %dL) {\n"
+    cg_body(L, "    FOR_EACH_BLOCK(row, %dL) {\n"
                "        int c = (int)(row / %d), ky = (int)(row %% %d);\n", C * K, K, K);
     for (int j = 0; j < K; j++) cg_body(L, "        float k%d[%d];\n", j, O);
     cg_body(L, "        for (int o = 0; o < %d; o++) {\n", O);
     for (int j = 0; j < K; j++) cg_body(L, "            k%d[o] = 0.0f;\n", j);
     cg_body(L, "        }\n"
-               "        for (long n = 0; n < N; n++)\n"
-               "            for (int oy = 0; oy < %d; oy++) {\n"
+               "        BLOCK_LOOP2(n, N, oy, %dL) {\n"
                "                const float *xr = x + ((n * %d + c) * %d + oy * %d + ky) * %d;\n"
                "                const float *tr = t + (n * %d + oy) * %d * %d;\n"
                "                for (int ox = 0; ox < %d; ox++) {\n"
@@ -419,7 +427,7 @@ static void conv_vector_grad_w(Lower *L, int id, const ConvGeom *G)
     cg_body(L, "                    }\n                }\n            }\n"
                "        for (int o = 0; o < %d; o++) {\n"
                "            float *dr = dw + o * %ldL + row * %d;\n", O, CKK, K);
-    for (int j = 0; j < K; j++) cg_body(L, "            dr[%d] = k%d[o];\n", j, j);
+    for (int j = 0; j < K; j++) cg_body(L, "            { float v = BLOCK_SUM(k%d[o]); if (BLOCK_LEADER) dr[%d] = v; }\n", j, j);
     cg_body(L, "        }\n    }\n");
     cg_end_kernel(L);
 }

@@ -55,26 +55,22 @@ void cg_lower_bias_grad(Lower *L, int id)
     int inner = 1;
     for (int k = 2; k < ds->nd; k++) inner *= ds->d[k];
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
-    cg_kernel(L, id, "bias_grad", dimc(O), 2, b, (const char *const[]){ "=db", "dy" })->heavy = true;
+    Step *s = cg_kernel(L, id, "bias_grad", dimc(O), 2, b, (const char *const[]){ "=db", "dy" });
+    s->heavy = s->blocks = true;
+    /* A reduction per output (FOR_EACH_BLOCK; the limit is as BatchNorm's, codegen/norm.c).
+       C: MGC_LANES (16) running sums side by side, a sum the compiler may vectorise without
+       reordering a chain, then each row's last inner % 16 positions; CUDA: one lane, the
+       block's threads over consecutive positions of the flattened (n, inner) loop. */
     cg_body(L, "    /* dy is [N, %d, %d]; db[o] = sum over n and the inner positions */\n", O, inner);
-    if (inner >= 16) {
-        /* 16 running sums side by side: a sum the compiler may vectorise without reordering a chain */
-        cg_body(L, "    FOR_EACH(o, %dL) {\n        float part[16];\n"
-                   "        for (int l = 0; l < 16; l++) part[l] = 0.0f;\n"
-                   "        for (long k = 0; k < N; k++) {\n"
-                   "            const float *dyp = dy + (k * %d + o) * %d;\n"
-                   "            for (int j = 0; j < %d; j += 16)\n"
-                   "                for (int l = 0; l < 16; l++) part[l] += dyp[j + l];\n"
-                   "            for (int j = %d; j < %d; j++) part[0] += dyp[j];\n"
-                   "        }\n"
-                   "        float acc = 0.0f;\n        for (int l = 0; l < 16; l++) acc += part[l];\n"
-                   "        db[o] = acc;\n    }\n", O, O, inner, inner / 16 * 16, inner / 16 * 16, inner);
-    } else {
-        cg_body(L, "    FOR_EACH(o, %dL) {\n        float acc = 0.0f;\n"
-                   "        for (long k = 0; k < N; k++) {\n"
-                   "            const float *dyp = dy + (k * %d + o) * %d;\n"
-                   "            for (int j = 0; j < %d; j++) acc += dyp[j];\n"
-                   "        }\n        db[o] = acc;\n    }\n", O, O, inner, inner);
-    }
+    cg_body(L, "    FOR_EACH_BLOCK(o, %dL) {\n        float part[MGC_LANES];\n"
+               "        for (int l = 0; l < MGC_LANES; l++) part[l] = 0.0f;\n"
+               "        BLOCK_LOOP2(k, N, j, %d / MGC_LANES) {\n"
+               "            const float *dyp = dy + (k * %d + o) * %d + j * MGC_LANES;\n"
+               "            for (int l = 0; l < MGC_LANES; l++) part[l] += dyp[l];\n"
+               "        }\n"
+               "        BLOCK_LOOP2(k, N, j, %d %% MGC_LANES) part[0] += dy[(k * %d + o) * %d + %d / MGC_LANES * MGC_LANES + j];\n"
+               "        float acc = 0.0f;\n        for (int l = 0; l < MGC_LANES; l++) acc += part[l];\n"
+               "        acc = BLOCK_SUM(acc);\n"
+               "        if (BLOCK_LEADER) db[o] = acc;\n    }\n", O, inner, O, inner, inner, O, inner, inner);
     cg_end_kernel(L);
 }

@@ -6,7 +6,7 @@
 #include "lower_internal.h"
 
 /* logits [N, K], labels [N] -> loss [1] (softmax_cross_entropy) or correct [1] (accuracy);
-   one iteration: the whole batch, summed in order */
+   one reduction over the whole batch (on the C target summed in order) */
 void cg_lower_xent(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
@@ -14,23 +14,28 @@ void cg_lower_xent(Lower *L, int id)
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     bool acc = n->op == OP_ACCURACY;
     cg_kernel(L, id, acc ? "correct" : "softmax_cross_entropy", dimc(1), 3, b,
-              (const char *const[]){ acc ? "=correct" : "=loss", "logits", "labels" });
+              (const char *const[]){ acc ? "=correct" : "=loss", "logits", "labels" })->blocks = true;
     cg_body(L, "    /* logits [N, %d], labels [N] (class index as float) */\n", K);
+    /* One reduction over the rows (FOR_EACH_BLOCK of 1): C: one thread, the rows in order;
+       CUDA: one block, a row per thread. The limit: one block, for N rows of K classes. */
     if (acc)
-        cg_body(L, "    FOR_EACH(unused, 1L) {\n        float hits = 0.0f;\n"
-                   "        for (long r = 0; r < N; r++) {\n"
+        cg_body(L, "    FOR_EACH_BLOCK(unused, 1L) {\n        float hits = 0.0f;\n"
+                   "        BLOCK_LOOP(r, N) {\n"
                    "            const float *l = logits + r * %d;\n            int best = 0;\n"
                    "            for (int k = 1; k < %d; k++) if (l[k] > l[best]) best = k;\n"
-                   "            hits += best == (int)labels[r];\n        }\n        correct[0] = hits;\n    }\n", K, K);
+                   "            hits += best == (int)labels[r];\n        }\n"
+                   "        hits = BLOCK_SUM(hits);\n"
+                   "        if (BLOCK_LEADER) correct[0] = hits;\n    }\n", K, K);
     else
-        cg_body(L, "    FOR_EACH(unused, 1L) {\n        double total = 0.0;\n"
-                   "        for (long r = 0; r < N; r++) {\n"
+        cg_body(L, "    FOR_EACH_BLOCK(unused, 1L) {\n        double total = 0.0;\n"
+                   "        BLOCK_LOOP(r, N) {\n"
                    "            const float *l = logits + r * %d;\n            float mx = l[0];\n"
                    "            for (int k = 1; k < %d; k++) mx = l[k] > mx ? l[k] : mx;\n"
                    "            float s = 0.0f;\n"
                    "            for (int k = 0; k < %d; k++) s += expf(l[k] - mx);\n"
                    "            total += (double)(logf(s) + mx - l[(int)labels[r]]);\n"
-                   "        }\n        loss[0] = (float)(total / (double)N);\n    }\n", K, K, K);
+                   "        }\n        total = BLOCK_SUM(total);\n"
+                   "        if (BLOCK_LEADER) loss[0] = (float)(total / (double)N);\n    }\n", K, K, K);
     cg_end_kernel(L);
 }
 

@@ -10,12 +10,18 @@
 ** This file is the driver: it walks the nodes in order and calls the one
 ** lowering function of each op (the op families are listed in
 ** codegen/lower_internal.h), and it holds what they share: buffers, steps,
-** the kernel text, views, SGD, fusion and pinning.
+** the kernel text, views, SGD (one parameter, or a fused group of a bucket),
+** fusion and pinning.
 **
 ** Kernel bodies use only the macros of the prelude (codegen/prelude.c):
 ** KERNEL(name), FOR_EACH(i, n), DEVICE, RESTRICT, MGC_INF, mgc_uniform().
 ** Each kernel has exactly one FOR_EACH, whose iterations are independent: the
-** CPU splits them over threads, CUDA over a grid, with no barrier inside.
+** CPU splits them over threads, CUDA over a grid, with no barrier inside (a
+** fused group of SGD updates has one after another, each as independent).
+** A reduction kernel (its step's `blocks` set) has one FOR_EACH_BLOCK instead:
+** its iterations are independent too, each one reduction whose inner loops
+** (BLOCK_LOOP, BLOCK_LOOP2) a CUDA block shares, summed with BLOCK_SUM and
+** written under BLOCK_LEADER (the prelude says how each target expands them).
 */
 #include "lower_internal.h"
 #include <stdarg.h>
@@ -148,6 +154,65 @@ static void lower_sgd(Lower *L, int id)
     L->p->node_buf[id] = buf_of(L, n->in[0]);
 }
 
+/* The SGD updates of a group in one bucket (the fusion pass's; codegen/fuse.c says why groups):
+   one kernel, one FOR_EACH a member one after another (their elements are independent, so no
+   barrier between: on the C target each thread updates its contiguous share of each member, a
+   loop the compiler vectorises; on CUDA each is a grid-stride loop), each element with
+   lower_sgd's arithmetic. Its work (the launch's size): all the members' elements.
+   first: the group's first update; lowered at its last, with first as its node. */
+static void lower_sgd_group(Lower *L, int first)
+{
+    const Graph *g = L->g;
+    Program *p = L->p;
+    int members[CG_MAXARGS], nm = 0;
+    for (int id = first; id < g->n; id++)
+        if (id == first || (g->nodes[id].op == OP_SGD && L->fused[id] == first)) members[nm++] = id;
+    const Node *n0 = &g->nodes[first];
+    bool mom = n0->nin == 3;
+    int b[CG_MAXARGS], na = 0;
+    const char *names[CG_MAXARGS];
+    long offset[CG_MAXARGS], total = 0;   /* offset: the member's gradient in the bucket */
+    int bucket = -1;
+    for (int m = 0; m < nm; m++) {
+        const Node *n = &g->nodes[members[m]];
+        int gb = buf_of(L, n->in[1]);
+        long off = 0;
+        while (p->bufs[gb].kind == BUF_VIEW) {
+            off += p->bufs[gb].offset;
+            gb = p->bufs[gb].alias;
+        }
+        bucket = gb;   /* the same for every member: one IR bucket is one buffer */
+        offset[m] = off;
+        b[na] = buf_of(L, n->in[0]);
+        names[na++] = arena_printf(p->arena, "=param%d", m);
+        if (mom) {
+            b[na] = buf_of(L, n->in[2]);
+            names[na++] = arena_printf(p->arena, "=velocity%d", m);
+        }
+    }
+    b[na] = bucket;
+    names[na++] = "grads";
+    for (int m = 0; m < nm; m++) total += dim_of(&g->nodes[members[m]].shape).c;
+    Step *s = cg_kernel(L, first, "sgd_bucket", dimc(total), na, b, names);
+    s->nf = 3;
+    s->sgd = true;
+    memcpy(s->f, n0->f, sizeof(float) * 3);
+    cg_body(L, "    /* PyTorch's SGD (as sgd) for %d parameters, their gradients in %s at their offsets:\n", nm, p->bufs[bucket].name);
+    for (int m = 0; m < nm; m++) {
+        const Node *pn = &g->nodes[g->nodes[members[m]].in[0]];
+        cg_body(L, "       %%%d %s: param%d, grads + %ld\n", members[m], pn->name ? pn->name : "", m, offset[m]);
+    }
+    cg_body(L, "       a.f = lr, momentum, weight decay */\n");
+    cg_body(L, "    const float lr = a.f[0], momentum = a.f[1], wd = a.f[2];\n    (void)momentum;\n");
+    for (int m = 0; m < nm; m++) {   /* one loop a member: each thread's share of each, contiguous (C) */
+        cg_body(L, "    FOR_EACH(i, %ldL) {\n        float gi = grads[%ldL + i] + wd * param%d[i];\n",
+                dim_of(&g->nodes[members[m]].shape).c, offset[m], m);
+        if (mom) cg_body(L, "        gi = velocity%d[i] = momentum * velocity%d[i] + gi;\n", m, m);
+        cg_body(L, "        param%d[i] -= lr * gi;\n    }\n", m);
+    }
+    cg_end_kernel(L);
+}
+
 /* ----------------------------------------------------------------------- driver */
 
 static void lower_view(Lower *L, int id)
@@ -204,10 +269,21 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     L.src = open_memstream(&text, &len);
     if (!L.src) return -1;
     cg_dp_prepare(&L);
+    /* groups of SGD updates (fusion): first member -> last member */
+    int *sgd_last = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
+    for (int id = 0; id < g->n; id++) sgd_last[id] = -1;
+    for (int id = 0; id < g->n; id++)
+        if (g->nodes[id].op == OP_SGD && L.fused[id] >= 0) sgd_last[L.fused[id]] = id;
 
     for (int id = 0; id < g->n; id++) {
         const Node *n = &g->nodes[id];
         cg_dp_before(&L, id);
+        if (L.fused[id] >= 0 && n->op == OP_SGD) {   /* a member of a group of updates: its parameter */
+            p->node_buf[id] = p->node_buf[n->in[0]];
+            if (sgd_last[L.fused[id]] == id) lower_sgd_group(&L, L.fused[id]);   /* the group's last: its kernel */
+            cg_dp_after(&L, id);
+            continue;
+        }
         if (L.fused[id] >= 0) {   /* computed by the kernel of the node it was fused into */
             p->node_buf[id] = p->node_buf[L.fused[id]];
             cg_dp_after(&L, id);
@@ -254,7 +330,10 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
         case OP_XENT_BWD:      cg_lower_xent_grad(&L, id); break;
         case OP_RESHAPE: case OP_SLICE:
                                lower_view(&L, id); break;
-        case OP_SGD:           lower_sgd(&L, id); break;
+        case OP_SGD:
+            if (sgd_last[id] > id) p->node_buf[id] = p->node_buf[n->in[0]];   /* a group's first: lowered at its last */
+            else lower_sgd(&L, id);
+            break;
         case OP_ALLREDUCE:     cg_lower_allreduce(&L, id); break;
         case OP_BN_SUM: case OP_BN_SQDEV: case OP_BN_FINISH:
                                cg_lower_bn_sync(&L, id); break;

@@ -4,7 +4,14 @@
 **
 ** x, y, dx, dy are [N, C, H, W], read as N*C planes of H*W; stats is [3, C]
 ** (mean, 1/sqrt(var + eps), biased var); dparams is [2, C] (d gamma, d beta).
-** The per-channel sums run over N, H, W in double. With --sync-bn the
+** The per-channel sums run over N, H, W in double, as reductions (the
+** prelude's FOR_EACH_BLOCK): on the C target one thread per channel, as
+** before; on CUDA one block of CG_BLOCK threads per channel, its threads
+** reading consecutive positions of the flattened (n, h, w) loop. The limit:
+** C blocks per kernel (64 to 512 in ResNet-18), so a channel's N*H*W floats go
+** through one block, and a layer with few channels leaves most of the GPU
+** idle; splitting each channel over several blocks (partial sums, then a
+** second pass or atomics) is the later optimisation. With --sync-bn the
 ** statistics are over the global batch: bn_sum, bn_sqdev and bn_finish (at the
 ** end), and bn_grad_x and the running update count a.global_batch examples.
 */
@@ -17,24 +24,20 @@ void cg_lower_bn_stats(Lower *L, int id)
     const Shape *xs = &L->g->nodes[n->in[0]].shape;
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
-    cg_kernel(L, id, "bn_stats", dimc(C), 2, b, (const char *const[]){ "=stats", "x" })->heavy = true;
+    Step *k = cg_kernel(L, id, "bn_stats", dimc(C), 2, b, (const char *const[]){ "=stats", "x" });
+    k->heavy = k->blocks = true;
     cg_body(L, "    /* x is [N, %d, %d]: per channel mean, 1/sqrt(biased var + eps), biased var; two passes in double */\n", C, HW);
-    cg_body(L, "    FOR_EACH(c, %dL) {\n"
+    cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n"
                "        double sum = 0.0, sq = 0.0, m = (double)N * %d;\n"
-               "        for (long k = 0; k < N; k++) {\n"
-               "            const float *xp = x + (k * %d + c) * %d;\n"
-               "            for (int j = 0; j < %d; j++) sum += xp[j];\n"
-               "        }\n"
-               "        double mean = sum / m;\n"
-               "        for (long k = 0; k < N; k++) {\n"
-               "            const float *xp = x + (k * %d + c) * %d;\n"
-               "            for (int j = 0; j < %d; j++) { double d = xp[j] - mean; sq += d * d; }\n"
-               "        }\n"
-               "        double var = sq / m;\n"
-               "        stats[c] = (float)mean;\n"
-               "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
-               "        stats[%d + c] = (float)var;\n    }\n",
-            C, HW, C, HW, HW, C, HW, HW, C, n->f[0], 2 * C);
+               "        BLOCK_LOOP2(k, N, j, %dL) sum += x[(k * %d + c) * %d + j];\n"
+               "        double mean = BLOCK_SUM(sum) / m;\n"
+               "        BLOCK_LOOP2(k, N, j, %dL) { double d = x[(k * %d + c) * %d + j] - mean; sq += d * d; }\n"
+               "        double var = BLOCK_SUM(sq) / m;\n"
+               "        if (BLOCK_LEADER) {\n"
+               "            stats[c] = (float)mean;\n"
+               "            stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
+               "            stats[%d + c] = (float)var;\n        }\n    }\n",
+            C, HW, HW, C, HW, HW, C, HW, C, n->f[0], 2 * C);
     cg_end_kernel(L);
 }
 
@@ -80,17 +83,20 @@ void cg_lower_bn_grad_params(Lower *L, int id)
     const Shape *xs = &L->g->nodes[n->in[0]].shape;
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]) };
-    cg_kernel(L, id, "bn_grad_params", dimc(C), 4, b, (const char *const[]){ "=dparams", "x", "stats", "dy" })->heavy = true;
+    Step *k = cg_kernel(L, id, "bn_grad_params", dimc(C), 4, b, (const char *const[]){ "=dparams", "x", "stats", "dy" });
+    k->heavy = k->blocks = true;
     cg_body(L, "    /* dparams[0] = d gamma = sum(dy * xhat), dparams[1] = d beta = sum(dy), over N, H, W */\n");
-    cg_body(L, "    FOR_EACH(c, %dL) {\n"
+    cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n"
                "        double dg = 0.0, db = 0.0;\n"
                "        float mean = stats[c], invstd = stats[%d + c];\n"
-               "        for (long k = 0; k < N; k++) {\n"
-               "            const float *xp = x + (k * %d + c) * %d, *dyp = dy + (k * %d + c) * %d;\n"
-               "            for (int j = 0; j < %d; j++) { dg += dyp[j] * (xp[j] - mean) * invstd; db += dyp[j]; }\n"
+               "        BLOCK_LOOP2(k, N, j, %dL) {\n"
+               "            long at = (k * %d + c) * %d + j;\n"
+               "            dg += dy[at] * (x[at] - mean) * invstd;\n            db += dy[at];\n"
                "        }\n"
-               "        dparams[c] = (float)dg;\n        dparams[%d + c] = (float)db;\n    }\n",
-            C, C, C, HW, C, HW, HW, C);
+               "        dg = BLOCK_SUM(dg);\n        db = BLOCK_SUM(db);\n"
+               "        if (BLOCK_LEADER) {\n"
+               "            dparams[c] = (float)dg;\n            dparams[%d + c] = (float)db;\n        }\n    }\n",
+            C, C, HW, C, HW, C);
     cg_end_kernel(L);
 }
 
@@ -166,17 +172,17 @@ void cg_lower_bn_sync(Lower *L, int id)
     int b[3] = { y, buf_of(L, n->in[0]), sq ? buf_of(L, n->in[1]) : -1 };
     Step *s = sq ? cg_kernel(L, id, "bn_sqdev", dimc(C), 3, b, (const char *const[]){ "=sqdev", "x", "sum" })
                  : cg_kernel(L, id, "bn_sum", dimc(C), 2, b, (const char *const[]){ "=sum", "x" });
-    s->heavy = true;
+    s->heavy = s->blocks = true;
     cg_body(L, "    /* x is [N, %d, %d], this replica's part of the global batch; in double, as bn_stats */\n", C, HW);
     if (sq) cg_body(L, "    const double m = (double)a.global_batch * %d;\n", HW);
-    cg_body(L, "    FOR_EACH(c, %dL) {\n"
+    cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n"
             "        double acc = 0.0%s;\n"
-            "        for (long k = 0; k < N; k++) {\n"
-            "            const float *xp = x + (k * %d + c) * %d;\n"
-            "            for (int j = 0; j < %d; j++) %s\n"
-            "        }\n"
-            "        %s[c] = (float)acc;\n    }\n",
-         C, sq ? ", mean = sum[c] / m" : "", C, HW, HW, sq ? "{ double d = xp[j] - mean; acc += d * d; }" : "acc += xp[j];",
+            "        BLOCK_LOOP2(k, N, j, %dL) %s\n"
+            "        acc = BLOCK_SUM(acc);\n"
+            "        if (BLOCK_LEADER) %s[c] = (float)acc;\n    }\n",
+         C, sq ? ", mean = sum[c] / m" : "", HW,
+         sq ? arena_printf(L->p->arena, "{ double d = x[(k * %d + c) * %d + j] - mean; acc += d * d; }", C, HW)
+            : arena_printf(L->p->arena, "acc += x[(k * %d + c) * %d + j];", C, HW),
          sq ? "sqdev" : "sum");
     cg_end_kernel(L);
 }

@@ -6,7 +6,30 @@
 **                    C: this thread's contiguous share of [0, n) (the runtime
 **                       calls the kernel once per thread, a.thread of a.nthreads);
 **                    CUDA: a grid-stride loop
-**   RESTRICT, DEVICE, MGC_INF, mgc_uniform(seed, i) (counter-based, in [0, 1))
+**   RESTRICT, DEVICE, DEVICE_FN (a helper function's head), MGC_INF, mgc_uniform(seed, i) (counter-based, in [0, 1))
+**
+** Reductions (a kernel whose step has `blocks` set): one reduction per
+** iteration of FOR_EACH_BLOCK, its inner loop shared by a block of threads.
+**   FOR_EACH_BLOCK(c, n)   one reduction per c in [0, n): C: as FOR_EACH (a
+**                          thread's contiguous share); CUDA: a blockIdx-stride
+**                          loop, uniform over the block, so barriers inside are safe
+**   BLOCK_LOOP(j, n)       the inner loop the block shares: C: all of [0, n);
+**                          CUDA: this thread's j, strided by blockDim.x
+**   BLOCK_LOOP2(k, nk, p, np)  the same over the pairs [0, nk) x [0, np), p
+**                          fastest: C: two nested loops (the inner one
+**                          contiguous, as before); CUDA: one flat loop over
+**                          nk * np, so consecutive threads read consecutive p
+**   BLOCK_SUM(v)           the sum of v (float or double) over the block, to
+**                          every thread: C: (v); CUDA: warp shuffles, then the
+**                          warps' sums through shared memory. Every thread of
+**                          the block must call it (never under a condition that
+**                          differs between threads); it may be called several
+**                          times in a row (it waits before reusing its scratch)
+**   BLOCK_LEADER           the one thread that writes a reduction's result:
+**                          C: 1; CUDA: (threadIdx.x == 0)
+**   MGC_LANES              independent partial sums a C thread keeps side by
+**                          side (16: a sum the compiler may vectorise without
+**                          reordering one chain); CUDA: 1 (the block is the lanes)
 **
 ** The bodies (codegen/lower.c and the op families beside it) are the same
 ** text for both targets.
@@ -29,7 +52,7 @@ static const char *kargs_text(Arena *a)
 
 static const char prelude_common[] =
     "/* splitmix64 finaliser of (seed, i): a counter-based uniform in [0, 1) */\n"
-    "static DEVICE inline float mgc_uniform(unsigned long long seed, unsigned long long i)\n"
+    "DEVICE_FN float mgc_uniform(unsigned long long seed, unsigned long long i)\n"
     "{\n"
     "    unsigned long long z = seed + (i + 1) * 0x9E3779B97F4A7C15ULL;\n"
     "    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;\n"
@@ -42,22 +65,74 @@ static const char prelude_c[] =
     "/* mgc generated kernels, target C */\n"
     "#include <math.h>\n"
     "#define DEVICE\n"
+    "#define DEVICE_FN static inline\n"
     "#define RESTRICT restrict\n"
     "#define MGC_INF INFINITY\n"
     "#define KERNEL(name) void name\n"
     "#define FOR_EACH(i, n) \\\n"
     "    for (long i##_n = (n), i = i##_n * a.thread / a.nthreads, i##_end = i##_n * (a.thread + 1) / a.nthreads; \\\n"
-    "         i < i##_end; i++)\n";
+    "         i < i##_end; i++)\n"
+    "#define FOR_EACH_BLOCK(c, n) FOR_EACH(c, n)\n"
+    "#define BLOCK_LOOP(j, n) for (long j = 0; j < (n); j++)\n"
+    "#define BLOCK_LOOP2(k, nk, p, np) \\\n"
+    "    for (long k = 0, k##_n = (nk), k##_np = (np); k < k##_n; k++) \\\n"
+    "        for (long p = 0; p < k##_np; p++)\n"
+    "#define BLOCK_SUM(v) (v)\n"
+    "#define BLOCK_LEADER 1\n"
+    "#define MGC_LANES 16\n";
 
 static const char prelude_cuda[] =
     "/* mgc generated kernels, target CUDA (NVRTC) */\n"
     "#define DEVICE __device__\n"
+    "#define DEVICE_FN __device__ inline   /* not static: NVRTC warns of an unused static function */\n"
     "#define RESTRICT __restrict__\n"
     "#define MGC_INF __int_as_float(0x7f800000)\n"
     "#define KERNEL(name) extern \"C\" __global__ void name\n"
     "#define FOR_EACH(i, n) \\\n"
     "    for (long i##_n = (n), i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < i##_n; \\\n"
-    "         i += (long)blockDim.x * gridDim.x)\n";
+    "         i += (long)blockDim.x * gridDim.x)\n"
+    "#define FOR_EACH_BLOCK(c, n) for (long c = blockIdx.x; c < (n); c += gridDim.x)\n"
+    "#define BLOCK_LOOP(j, n) for (long j = threadIdx.x; j < (n); j += blockDim.x)\n"
+    "#define BLOCK_LOOP2(k, nk, p, np) \\\n"
+    "    for (long k##_j = threadIdx.x, k##_np = (np), k##_end = (nk) * k##_np; k##_j < k##_end; k##_j += blockDim.x) \\\n"
+    "        for (long k = k##_j / k##_np, p = k##_j - k * k##_np, k##_once = 1; k##_once; k##_once = 0)\n"
+    "#define BLOCK_SUM(v) mgc_block_sum(v)\n"
+    "#define BLOCK_LEADER (threadIdx.x == 0)\n"
+    "#define MGC_LANES 1\n"
+    "/* The block's sum, to every thread: a butterfly in each warp (every lane ends\n"
+    "   with the same bits), the warps' sums through shared memory, a butterfly over\n"
+    "   those. blockDim.x: a multiple of 32, at most 1024. The first barrier lets a\n"
+    "   previous call's readers finish with the scratch before it is rewritten. */\n"
+    "__device__ __forceinline__ float mgc_warp_sum(float v)\n"
+    "{\n"
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+    "    return v;\n"
+    "}\n"
+    "__device__ __forceinline__ double mgc_warp_sum(double v)\n"
+    "{\n"
+    "    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+    "    return v;\n"
+    "}\n"
+    "DEVICE_FN float mgc_block_sum(float v)\n"
+    "{\n"
+    "    __shared__ float part[32];\n"
+    "    unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;\n"
+    "    v = mgc_warp_sum(v);\n"
+    "    __syncthreads();\n"
+    "    if (lane == 0) part[warp] = v;\n"
+    "    __syncthreads();\n"
+    "    return mgc_warp_sum(lane < (blockDim.x >> 5) ? part[lane] : 0.0f);\n"
+    "}\n"
+    "DEVICE_FN double mgc_block_sum(double v)\n"
+    "{\n"
+    "    __shared__ double part[32];\n"
+    "    unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;\n"
+    "    v = mgc_warp_sum(v);\n"
+    "    __syncthreads();\n"
+    "    if (lane == 0) part[warp] = v;\n"
+    "    __syncthreads();\n"
+    "    return mgc_warp_sum(lane < (blockDim.x >> 5) ? part[lane] : 0.0);\n"
+    "}\n";
 
 char *cg_source(const Program *p, Target t)
 {
@@ -94,6 +169,7 @@ void cg_print_steps(const Program *p, FILE *out)
             for (int j = 0; j < s->nargs; j++) fprintf(out, "%sb%d", j ? ", " : "", s->args[j]);
             fprintf(out, ") over ");
             print_dim(out, s->work);
+            if (s->blocks) fprintf(out, " (blocks)");
         } else {
             fprintf(out, "gemm b%d[", s->c);
             print_dim(out, s->m);

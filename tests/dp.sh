@@ -142,6 +142,28 @@ else
     bad "--log lacks a sound communication report: $(head -c 400 "$tmp/log.jsonl" 2>/dev/null)"
 fi
 
+# The fused SGD update of a bucket (codegen/fuse.c: one kernel per group of a
+# bucket's parameters) gives the numbers of one kernel per parameter, bit for bit:
+# small ResNet on cpu:2 with momentum and weight decay, fused and unfused
+$PY -c "
+import sys, torch; sys.path.insert(0, 'tests'); import st
+g = torch.Generator().manual_seed(7)
+st.save({'x': torch.randn(8, 1, 12, 12, generator=g), 'y': torch.randint(0, 10, (8,), generator=g)}, sys.argv[1])" "$tmp/fb.st"
+F="tests/nets/small_resnet.net --devices cpu:2 --momentum 0.9 --weight-decay 5e-4"
+if "$MGC" tests/nets/small_resnet.net --epochs 0 --batch-size 8 --save "$tmp/fi.st" > "$tmp/out" 2>&1 &&
+   MGC_FUSE=1 "$MGC" $F --load "$tmp/fi.st" --batch "$tmp/fb.st" --steps 3 --dump "$tmp/f1.st" >> "$tmp/out" 2>&1 &&
+   MGC_FUSE=0 "$MGC" $F --load "$tmp/fi.st" --batch "$tmp/fb.st" --steps 3 --dump "$tmp/f0.st" >> "$tmp/out" 2>&1; then
+    nf=$(MGC_FUSE=1 "$MGC" $F --emit kernels | grep -c "kernel k[0-9]*_sgd_bucket(")
+    nu=$(MGC_FUSE=0 "$MGC" $F --emit kernels | grep -c "kernel k[0-9]*_sgd(")
+    if [ "$nf" -gt 0 ] && [ "$nf" -lt "$nu" ]; then
+        compare "$tmp/f1.st" "$tmp/f0.st" 0 0 "SGD fused per bucket ($nf kernels) = unfused ($nu kernels), bit for bit"
+    else
+        bad "fused SGD: $nf bucket kernels fused, $nu unfused"
+    fi
+else
+    bad "fused SGD: a run failed"; tail -5 "$tmp/out" | sed 's/^/    /'
+fi
+
 # MPI: two ranks of cpu:1 are cpu:2 in one process; two ranks of cpu:2 are cpu:4
 if command -v mpirun > /dev/null && "$MGC" --help | grep -q mpirun && ldd "$MGC" | grep -q libmpi; then
     # Open MPI's own components leak at MPI_Finalize: not ours to report (sanitizer builds)

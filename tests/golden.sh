@@ -34,12 +34,13 @@ for net in nets/*.net; do
     check "$base.ir" "$net" --emit ir
     check "$base.eval-ir" "$net" --emit eval-ir
     check "$base.grad" "$net" --emit grad --momentum 0.9 --weight-decay 5e-4
+    check "$base.kernels" "$net" --emit kernels
 done
-check lenet.kernels nets/lenet.net --emit kernels
 check lenet.cuda nets/lenet.net --emit cuda
 check resnet18-small-stem.ir nets/resnet18.net --emit ir --set small_stem=true
 # data parallelism: the plan on two devices; small buckets on three; --sync-bn's graph
 check lenet-cpu2.dp nets/lenet.net --emit dp --devices cpu:2
+check resnet18-cpu2.kernels nets/resnet18.net --emit kernels --devices cpu:2 --momentum 0.9   # the SGD fused per bucket
 check lenet-cpu3-buckets.dp nets/lenet.net --emit dp --devices cpu:3 --bucket-mb 0.05 --batch-size 100
 check small-resnet-syncbn.grad tests/nets/small_resnet.net --emit grad --devices cpu:2 --sync-bn
 echo "$pass passed, $fail failed"

@@ -1,7 +1,8 @@
 /*
 ** nvrtc_check: compiles a file of generated CUDA kernels (mgc --emit=cuda)
 ** with NVRTC, as the CUDA backend will at run time, to a cubin for sm_90 (or
-** the architecture given). Needs no GPU. Prints the NVRTC log on failure.
+** the architecture given). Needs no GPU. Fails, printing the NVRTC log, when
+** the compilation fails or its log is not empty (a warning).
 **
 **   cc -I/usr/local/cuda/include tests/nvrtc_check.c -L/usr/local/cuda/lib64 -lnvrtc -o build/nvrtc_check
 **   build/nvrtc_check kernels.cu [sm_90]
@@ -40,12 +41,18 @@ int main(int argc, char **argv)
     nvrtcResult rc = nvrtcCompileProgram(prog, 3, opts);
     size_t logsize = 0;
     nvrtcGetProgramLogSize(prog, &logsize);
+    char *log = malloc(logsize + 1);
+    log[0] = 0;
+    if (logsize > 0) nvrtcGetProgramLog(prog, log);
     if (rc != NVRTC_SUCCESS) {
-        char *log = malloc(logsize + 1);
-        nvrtcGetProgramLog(prog, log);
         fprintf(stderr, "%s: NVRTC failed: %s\n%s\n", argv[1], nvrtcGetErrorString(rc), log);
         return 1;
     }
+    if (log[strspn(log, " \t\r\n")]) {   /* compiled, but with warnings: a failure too */
+        fprintf(stderr, "%s: NVRTC compiled with warnings (%s):\n%s\n", argv[1], argc > 2 ? argv[2] : "sm_90", log);
+        return 1;
+    }
+    free(log);
     size_t cubin = 0;
     nvrtcGetCUBINSize(prog, &cubin);
     int kernels = 0;
