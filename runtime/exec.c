@@ -42,7 +42,8 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
     x->owned = calloc((size_t)p->nbufs + 1, sizeof(void *));
     x->fn = calloc((size_t)p->nsteps + 1, sizeof(KernelFn));
     x->host = calloc((size_t)p->nbufs, sizeof(float *));
-    x->host_owned = calloc((size_t)p->nbufs + 1, sizeof(void *));
+    x->host_alt = calloc((size_t)p->nbufs, sizeof(float *));
+    x->host_owned = calloc(2 * (size_t)p->nbufs + 1, sizeof(void *));
     for (int b = 0; b < p->nbufs; b++) {
         const Buf *buf = &p->bufs[b];
         if (buf->kind != BUF_PERSISTENT) continue;
@@ -91,12 +92,15 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
             x->host[b] = x->ptr[b];
             continue;
         }
-        void *h = dev->ops->alloc_host(dev, sizeof(float) * (size_t)cg_dim(p->bufs[b].size, max_batch));
-        if (!h) {
+        size_t bytes = sizeof(float) * (size_t)cg_dim(p->bufs[b].size, max_batch);
+        void *h = dev->ops->alloc_host(dev, bytes);
+        void *h2 = b == p->input || b == p->labels ? dev->ops->alloc_host(dev, bytes) : NULL;
+        if (!h || (!h2 && (b == p->input || b == p->labels))) {
             snprintf(err, err_size, "out of host memory for the staging copy of %s", p->bufs[b].name);
             return -1;
         }
         x->host[b] = x->host_owned[x->nhost_owned++] = h;
+        if (h2) x->host_alt[b] = x->host_owned[x->nhost_owned++] = h2;
     }
     for (int k = 0; k < p->nsteps; k++) x->seeded |= p->steps[k].kind == STEP_KERNEL && p->steps[k].seeded;
     if (dev->ops->load(dev, p, opt && opt->verbose, &x->module, x->fn, err, err_size)) return -1;
@@ -118,6 +122,7 @@ void rt_exec_free(Exec *x)
     free(x->owned);
     free(x->host_owned);
     free(x->host);
+    free(x->host_alt);
     free(x->ptr);
     free(x->fn);
     free(x->step_seconds);
@@ -214,13 +219,32 @@ static void stage(Exec *x, int buf, long floats, bool up)
     else x->dev->ops->download(x->dev, x->host[buf], x->ptr[buf], sizeof(float) * (size_t)floats);
 }
 
+/* The input and labels are uploaded from one of two staging copies: the host
+   fills the other (the next batch) while the device computes. */
+static void stage_batch(Exec *x, int buf, long floats)
+{
+    if (buf < 0) return;
+    stage(x, buf, floats, true);
+    if (x->host_alt[buf]) {
+        float *t = x->host[buf];
+        x->host[buf] = x->host_alt[buf];
+        x->host_alt[buf] = t;
+    }
+}
+
 void rt_exec_run(Exec *x, long n, long global_n, long first)
+{
+    rt_exec_start(x, n, global_n, first);
+    rt_exec_finish(x);
+}
+
+void rt_exec_start(Exec *x, long n, long global_n, long first)
 {
     const Program *p = x->prog;
     Device *dev = x->dev;
     x->runs++;
-    if (p->input >= 0) stage(x, p->input, cg_dim(p->bufs[p->input].size, n), true);
-    if (p->labels >= 0) stage(x, p->labels, n, true);
+    if (p->input >= 0) stage_batch(x, p->input, cg_dim(p->bufs[p->input].size, n));
+    stage_batch(x, p->labels, n);
     stage(x, p->control, 2, true);
     bool ran = false;
     if (dev->ops->replay && dev->can_record && x->record && !x->step_seconds) {
@@ -240,6 +264,12 @@ void rt_exec_run(Exec *x, long n, long global_n, long first)
         }
     }
     if (!ran) run_steps(x, n, global_n, first);
+}
+
+void rt_exec_finish(Exec *x)
+{
+    const Program *p = x->prog;
+    Device *dev = x->dev;
     if (p->loss >= 0) stage(x, p->loss, 1, false);
     if (p->correct >= 0) stage(x, p->correct, 1, false);
     stage(x, p->control, 2, false);

@@ -72,6 +72,7 @@ typedef struct Exec {
                                 that computes in host memory, else a staging copy */
     void **owned;            /* allocations to release */
     int nowned;
+    float **host_alt;        /* input and labels: the second staging copy (the next batch's) */
     void **host_owned;       /* staging allocations to release */
     int nhost_owned;
     bool seeded;             /* some step takes a fresh seed each run (dropout) */
@@ -103,6 +104,13 @@ void rt_exec_free(Exec *x);
 /* Runs every step for this replica's n examples, the first-th of the
    global_n examples of the step on every replica together (n <= max_batch). */
 void rt_exec_run(Exec *x, long n, long global_n, long first);
+/* rt_exec_run in two halves: start queues the run on the device (and
+   returns at once on a device that queues work); finish waits for it and
+   brings back the loss, the correct count and the votes. Between them the
+   host may fill the next batch: rt_exec_host(input or labels) then gives the
+   other staging copy. */
+void rt_exec_start(Exec *x, long n, long global_n, long first);
+void rt_exec_finish(Exec *x);
 /* Where the host writes a buffer it fills before a run (input, labels,
    control): uploaded by the next rt_exec_run. After a run, loss, correct and
    control are there too. NULL for a buffer the host never sees. */

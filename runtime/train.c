@@ -268,6 +268,21 @@ static void progress(const TrainConfig *cfg, int epoch, long done, long total, d
 
 /* ------------------------------------------------------------------ one epoch */
 
+/* The batch of B examples from `at` (fewer at the end): false when there is
+   none, or it has fewer than min_b examples (dropped: said at the start).
+   Else its size b, and this replica's shard of it [first, first + n), read
+   into x's input and labels when n > 0. */
+static bool gather_shard(Group *g, Replica *r, Exec *x, int B, int min_b, long at, long *b, long *first, long *n)
+{
+    if (at >= g->count) return false;
+    *b = g->count - at < B ? g->count - at : B;
+    if (*b < min_b) return false;
+    train_shard(*b, g->total, r->global, first, n);
+    const Program *p = x->prog;
+    if (*n > 0) data_gather(g->data, g->order + at + *first, (int)*n, rt_exec_host(x, p->input), rt_exec_host(x, p->labels));
+    return true;
+}
+
 static void epoch_on_replica(Group *g, Replica *r)
 {
     const Program *p = g->m->train;
@@ -279,19 +294,22 @@ static void epoch_on_replica(Group *g, Replica *r)
     r->compute_seconds = 0;
     r->stop = false;
     double wait0 = r->tr.wait_seconds;
-    for (long at = 0; at < g->count && !r->stop; at += B) {
-        long b = g->count - at < B ? g->count - at : B;
-        if (b < W) break;   /* fewer examples than replicas: dropped (said at the start) */
-        long first, n;
-        train_shard(b, W, r->global, &first, &n);
-        double t0 = now();
-        data_gather(g->data, g->order + at + first, (int)n, rt_exec_host(&r->tr, p->input), rt_exec_host(&r->tr, p->labels));
+    long at = 0, b, first, n;
+    double t0 = now();
+    bool have = gather_shard(g, r, &r->tr, B, W, at, &b, &first, &n);
+    while (have && !r->stop) {
         if (control) {
             control[0] = interrupted ? 1.0f : 0.0f;
             control[1] = r->diverged ? 1.0f : 0.0f;
         }
-        rt_exec_run(&r->tr, n, b, first);
-        r->compute_seconds += now() - t0;
+        rt_exec_start(&r->tr, n, b, first);
+        /* the next batch is read while the device computes this one (where it queues work) */
+        long nb = 0, nfirst = 0, nn = 0;
+        bool more = gather_shard(g, r, &r->tr, B, W, at + B, &nb, &nfirst, &nn);
+        rt_exec_finish(&r->tr);
+        double t1 = now();
+        r->compute_seconds += t1 - t0;
+        t0 = t1;
         r->steps++;
         float l = read1(&r->tr, p->loss);
         if (!isfinite(l)) r->diverged = true;
@@ -304,6 +322,8 @@ static void epoch_on_replica(Group *g, Replica *r)
             progress(cfg, g->epoch, at + b, g->count, r->loss_sum / r->seen, g->t0);
             g->last_draw = now();
         }
+        at += B;
+        have = more, b = nb, first = nfirst, n = nn;
     }
     r->wait_seconds = r->tr.wait_seconds - wait0;
     r->compute_seconds -= r->wait_seconds;
@@ -313,14 +333,20 @@ static void eval_on_replica(Group *g, Replica *r)
 {
     const Program *p = g->m->eval;
     int B = g->cfg->batch_size, W = g->total;
+    (void)W;
     r->eval_correct = 0;
-    for (long at = 0; at < g->count; at += B) {
-        long b = g->count - at < B ? g->count - at : B, first, n;
-        train_shard(b, W, r->global, &first, &n);
-        if (n == 0) continue;
-        data_gather(g->data, g->order + at + first, (int)n, rt_exec_host(&r->ev, p->input), rt_exec_host(&r->ev, p->labels));
-        rt_exec_run(&r->ev, n, b, first);
-        r->eval_correct += read1(&r->ev, p->correct);
+    long at = 0, b, first, n;
+    bool have = gather_shard(g, r, &r->ev, B, 1, at, &b, &first, &n);
+    while (have) {
+        if (n > 0) rt_exec_start(&r->ev, n, b, first);   /* a last batch smaller than the replicas leaves some none */
+        long nb = 0, nfirst = 0, nn = 0;
+        bool more = gather_shard(g, r, &r->ev, B, 1, at + B, &nb, &nfirst, &nn);
+        if (n > 0) {
+            rt_exec_finish(&r->ev);
+            r->eval_correct += read1(&r->ev, p->correct);
+        }
+        at += B;
+        have = more, b = nb, first = nfirst, n = nn;
     }
 }
 

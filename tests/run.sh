@@ -41,6 +41,7 @@ suite golden bash tests/golden.sh
 suite cli bash tests/cli.sh
 suite dp bash tests/dp.sh
 suite examples bash tests/examples.sh
+suite builds bash tests/builds.sh
 if [ -f /usr/local/cuda/include/nvrtc.h ]; then
     suite nvrtc bash tests/nvrtc.sh
 else
