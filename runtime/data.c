@@ -13,6 +13,7 @@
 #include "rng.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -195,23 +196,10 @@ static int load_pair(const char *img_path, const char *lab_path, Dataset *d,
                     lab[i], i, DATA_CLASSES - 1);
             goto fail;
         }
-    size_t total = (size_t)ni * rows * cols;
-    float *images = malloc(total * sizeof *images);
-    if (!images) {
-        set_err(err, err_size, "%s: out of memory for %zu floats", img_path, total);
-        goto fail;
-    }
-    /* Table lookup: exact byte/255.0f, and fast. */
-    float table[256];
-    for (int v = 0; v < 256; v++)
-        table[v] = (float)v / 255.0f;
-    for (size_t i = 0; i < total; i++)
-        images[i] = table[pix[i]];
-    free(pix);
     d->n = (int)ni;
     d->rows = (int)rows;
     d->cols = (int)cols;
-    d->images = images;
+    d->pixels = pix;
     d->labels = lab;
     return 0;
 fail:
@@ -262,7 +250,7 @@ void data_free(Dataset *d)
 {
     if (!d)
         return;
-    free(d->images);
+    free(d->pixels);
     free(d->labels);
     memset(d, 0, sizeof *d);
 }
@@ -300,12 +288,23 @@ void data_epoch_order(int n, unsigned long long seed, int epoch, int *order)
     }
 }
 
+/* byte / 255.0f, exactly, by table */
+static float pixel_value[256];
+static pthread_once_t pixel_once = PTHREAD_ONCE_INIT;
+static void pixel_table(void)
+{
+    for (int v = 0; v < 256; v++) pixel_value[v] = (float)v / 255.0f;
+}
+
 void data_gather(const Dataset *d, const int *order, int b, float *x, float *y)
 {
+    pthread_once(&pixel_once, pixel_table);
     size_t per = (size_t)d->rows * d->cols;
     for (int i = 0; i < b; i++) {
         int k = order[i];
-        memcpy(x + (size_t)i * per, d->images + (size_t)k * per, per * sizeof *x);
+        const unsigned char *src = d->pixels + (size_t)k * per;
+        float *dst = x + (size_t)i * per;
+        for (size_t j = 0; j < per; j++) dst[j] = pixel_value[src[j]];
         y[i] = (float)d->labels[k];
     }
 }

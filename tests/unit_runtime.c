@@ -317,7 +317,7 @@ static int synthetic_ok(const Dataset *tr, const Dataset *te)
             if (ds[s]->labels[i] != syn[2 * s + 1][8 + i])
                 return 0;
             for (int p = 0; p < PIX; p++)
-                if (ds[s]->images[(size_t)i * PIX + p] != syn[2 * s][16 + (size_t)i * PIX + p] / 255.0f)
+                if (ds[s]->pixels[(size_t)i * PIX + p] != syn[2 * s][16 + (size_t)i * PIX + p])
                     return 0;
         }
     return 1;
@@ -341,9 +341,11 @@ static void test_data_crafted(void)
         int order[3] = {5, 0, 99};
         float x[3 * PIX], y[3];
         data_gather(&tr, order, 3, x, y);
-        CHECK(y[0] == 5 && y[1] == 0 && y[2] == 9 &&
-              memcmp(x + PIX, tr.images, PIX * sizeof(float)) == 0 &&
-              memcmp(x + 2 * PIX, tr.images + 99 * PIX, PIX * sizeof(float)) == 0, "data_gather");
+        int same = 1;   /* floats byte / 255.0f, as PyTorch's ToTensor makes them */
+        for (int p = 0; p < PIX; p++)
+            same &= x[PIX + p] == tr.pixels[p] / 255.0f && x[2 * PIX + p] == tr.pixels[99 * PIX + p] / 255.0f &&
+                    x[p] == tr.pixels[5 * PIX + p] / 255.0f;
+        CHECK(y[0] == 5 && y[1] == 0 && y[2] == 9 && same, "data_gather");
         data_limit(&tr, 10);
         CHECK(tr.n == 10, "data_limit(10)");
         data_limit(&tr, 50);
@@ -381,7 +383,7 @@ static void test_data_crafted(void)
     EXPECT_ERR(rc, err, "missing file", "missing t10k-labels-idx1-ubyte", "train-images-idx3-ubyte",
                "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", dir, "--data", "MGC_DATA",
                "https://github.com/zalandoresearch/fashion-mnist");
-    CHECK(tr.images == NULL && te.images == NULL && tr.n == 0, "datasets empty after an error");
+    CHECK(tr.pixels == NULL && te.pixels == NULL && tr.n == 0, "datasets empty after an error");
     rc = data_load_fashion_mnist("/nonexistent/mgc-data", &tr, &te, err, sizeof err);
     EXPECT_ERR(rc, err, "missing dir", "/nonexistent/mgc-data", "no such directory", "--data");
 
@@ -465,7 +467,7 @@ static void test_data_crafted(void)
     rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
     EXPECT_ERR(rc, err, "label range", "t10k-labels-idx1-ubyte.gz", "label 10 of example 7",
                "out of range");
-    CHECK(tr.images == NULL && tr.n == 0, "train freed when test fails");
+    CHECK(tr.pixels == NULL && tr.n == 0, "train freed when test fails");
     free(v);
 
     /* default dir */
@@ -521,14 +523,23 @@ static void test_data_real(const char *dir)
         unsigned char *bytes = malloc(total);
         int range_ok = 1, exact = 1;
         unsigned long long sum = 0;
+        /* every example through data_gather, as training reads them */
+        float *xs = malloc(sizeof(float) * total), *ys = malloc(sizeof(float) * (size_t)d->n);
+        int *order = malloc(sizeof(int) * (size_t)d->n);
+        for (int i = 0; i < d->n; i++) order[i] = i;
+        data_gather(d, order, d->n, xs, ys);
         for (size_t i = 0; i < total; i++) {
-            float x = d->images[i];
+            float x = xs[i];
             range_ok &= x >= 0.0f && x <= 1.0f;
             long b = lrintf(x * 255.0f);
-            exact &= x == (float)b / 255.0f;
+            exact &= x == (float)b / 255.0f && b == d->pixels[i];
             bytes[i] = (unsigned char)b;
             sum += (unsigned long long)b;
         }
+        for (int i = 0; i < d->n; i++) exact &= ys[i] == (float)d->labels[i];
+        free(xs);
+        free(ys);
+        free(order);
         unsigned long adler = adler32(adler32(0L, Z_NULL, 0), bytes, (uInt)total);
         long lsum = 0;
         int counts[10] = {0};
