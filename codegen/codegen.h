@@ -120,7 +120,7 @@ typedef struct Program {
 } Program;
 
 /* How a convolution runs (codegen/conv.c says when each is chosen). */
-typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM } ConvStrategy;
+typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM, CONV_DENSE } ConvStrategy;
 
 /* Choices the driver makes for code generation (driver/main.c takes them
    from MGC_FUSE and MGC_CONV). Codegen reads no environment. */
@@ -165,9 +165,10 @@ char *cg_source(const Program *p, Target t);
 /* One kernel's source for a target: prelude + the body of kernel step k. */
 char *cg_kernel_source(const Program *p, int k, Target t);
 /* The strategy for a convolution of c input channels, k x k, o outputs,
-   out_width columns and the padding: opt->conv when forced (CONV_VECTOR falls
-   back to CONV_GEMM where it does not apply), else chosen by measurements. */
-ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding);
+   out_width columns, the padding, and the input and output positions per
+   map: opt->conv when forced (CONV_VECTOR and CONV_DENSE fall back to
+   CONV_GEMM where they do not apply), else chosen by measurements. */
+ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding, int in_pixels, int out_pixels);
 /* Prints the program's steps (for --emit=kernels). */
 void cg_print_steps(const Program *p, FILE *out);
 

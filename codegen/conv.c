@@ -12,6 +12,13 @@
 **   grad    dyt[O, N*P] = dy permuted                      (pack kernel, once per dy)
 **           dW[O, CKK] = dyt . col^T                       (GEMM; col kept from forward)
 **           dcol[CKK, N*P] = W^T . dyt ; dx = col2im(dcol) (GEMM + gather kernel)
+** CONV_DENSE: small maps (fewer input positions than taps) as a dense layer
+**   over the whole map: only the multiply-adds that touch data, no im2col
+**           wd[C*HW, O*P] = w where a tap joins (c, in) to (o, out), else 0
+**                                                   (gather kernel, each step)
+**   conv2d  y[N, O*P] = x[N, C*HW] . wd                (GEMM, then bias/relu)
+**   grad    dx[N, C*HW] = dy . wd^T                    (GEMM)
+**           dwd[C*HW, O*P] = x^T . dy ; dw = the taps of dwd summed   (GEMM + kernel)
 ** CONV_DIRECT: loops over whole planes, nothing materialised;
 ** CONV_VECTOR: all output channels in a vector (see cg_conv_strategy()).
 **
@@ -63,17 +70,31 @@ static ConvGeom conv_geom(const Graph *g, int id)
                   for 8..64 outputs, no padding, kernels up to 7, short rows (LeNet's conv2);
                   the input gradient is one GEMM on the channels-last gradient;
      CONV_GEMM    im2col + one GEMM over the whole batch: wide layers (ResNet).
+     CONV_DENSE   a dense layer over the whole map, when the input map has
+                  fewer positions than the kernel has taps (ResNet-18's 2x2 and
+                  1x1 maps with 3x3 kernels): a 3x3 convolution with padding 1
+                  on a 1x1 map touches data with its centre tap only, and im2col
+                  would multiply 8 of 9 columns of zero padding; dense does
+                  H*W*OH*OW*C*O multiply-adds, exactly those that touch data
+                  when every output sees every input (a 2x2 map), and never
+                  more than im2col's K*K*OH*OW*C*O.
    opt->conv forces one everywhere (the driver takes it from MGC_CONV=direct|vector|gemm;
    the tests run each). */
-ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding)
+/* The dense weight matrix's floats at most (64 MB): beyond it, im2col. */
+#define CG_DENSE_MAX (16L << 20)
+
+ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding, int in_pixels, int out_pixels)
 {
+    bool dense_fits = (long)c * in_pixels * o * out_pixels <= CG_DENSE_MAX;
     if (opt && opt->conv >= 0) {
         switch ((ConvStrategy)opt->conv) {
         case CONV_GEMM: return CONV_GEMM;
         case CONV_DIRECT: return CONV_DIRECT;
         case CONV_VECTOR: return padding == 0 && k <= 7 ? CONV_VECTOR : CONV_GEMM;   /* written for these */
+        case CONV_DENSE: return dense_fits ? CONV_DENSE : CONV_GEMM;
         }
     }
+    if (in_pixels < k * k && dense_fits) return CONV_DENSE;   /* fewer multiply-adds than im2col's, and no im2col */
     /* Measured on LeNet: direct wins for conv1 (1x5x5 -> 6, 24 wide); for conv2
        (6x5x5 -> 16, 8 wide) its rows are too short, and the channel vector wins. */
     if ((long)c * k * k * o <= 4096 && out_width >= 16) return CONV_DIRECT;
@@ -545,6 +566,98 @@ static void conv_gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy h
     cg_end_kernel(L);
 }
 
+/* ------------------------------------------------------------- dense over the map */
+
+/* w [O, C, K, K] -> wd [C*HW, O*P]: tap (ky, kx) of w where it joins input
+   position (iy, ix) to output (oy, ox) (iy = oy*S - pad + ky, ...), else 0.
+   Made each step, by the forward (the gradients read it: w does not change
+   until the update). */
+static int dense_weights(Lower *L, int id, int w_node, const ConvGeom *G)
+{
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, Pd = G->P, OW = G->OW;
+    long HW = (long)H * W, OP = (long)O * G->OH * G->OW;
+    int wd = cg_new_buf(L, BUF_WORK, dimc(C * HW * OP), "conv weights over the whole map", id);
+    int b[2] = { wd, buf_of(L, w_node) };
+    cg_kernel(L, id, "conv2d_dense_weights", dimc(C * HW), 2, b, (const char *const[]){ "=wd", "w" })->grain = OP;
+    cg_body(L, "    /* w [%d, %d, %d, %d] -> wd [%d*%ld, %d*%d]; stride %d, padding %d; one row (c, input position) per iteration */\n",
+            O, C, K, K, C, HW, O, G->OH * G->OW, S, Pd);
+    cg_body(L, "    FOR_EACH(r, %ldL) {\n"
+               "        long c = r / %ld, iy = (r %% %ld) / %d, ix = r %% %d;\n"
+               "        float *row = wd + r * %ldL;\n"
+               "        for (long j = 0; j < %ldL; j++) {\n"
+               "            long o = j / %d, oy = (j %% %d) / %d, ox = j %% %d;\n"
+               "            long ky = iy - oy * %d + %d, kx = ix - ox * %d + %d;\n"
+               "            row[j] = ky >= 0 && ky < %d && kx >= 0 && kx < %d ? w[((o * %d + c) * %d + ky) * %d + kx] : 0.0f;\n"
+               "        }\n    }\n",
+            C * HW, HW, HW, W, W, OP, OP, G->OH * OW, G->OH * OW, OW, OW, S, Pd, S, Pd, K, K, C, K, K);
+    cg_end_kernel(L);
+    return wd;
+}
+
+/* x, w, bias? -> y[N, O*P] = x[N, C*HW] . wd (GEMM straight into y), then the bias and a fused relu */
+static void conv_dense_forward(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    long HW = (long)G->H * G->W, P = (long)G->OH * G->OW, CHW = G->C * HW, OP = G->O * P;
+    int wd = dense_weights(L, id, n->in[1], G);
+    L->col[id] = wd;
+    int y = cg_out_buf(L, id);
+    cg_gemm(L, id, false, false, dimn(1), dimc(OP), dimc(CHW), buf_of(L, n->in[0]), dimc(CHW), wd, dimc(OP), 0.0f, y, dimc(OP));
+    bool bias = n->nin == 3, relu = L->relu_out[id];
+    if (!bias && !relu) return;
+    int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
+    cg_kernel(L, id, "conv2d_dense_epilogue", dimn(G->O), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" })->grain = P;
+    cg_body(L, "    /* y is [N, %d, %ld]; one (n, o) plane per iteration */\n", G->O, P);
+    cg_body(L, "    FOR_EACH(i, %s) {\n        float *yp = y + i * %ld;\n        const float b = %s;\n"
+               "        for (int p = 0; p < %ld; p++) { float v = yp[p] + b; yp[p] = %s; }\n    }\n",
+            cg_work_str(L, dimn(G->O)), P, bias ? arena_printf(L->p->arena, "bias[i %% %d]", G->O) : "0.0f", P,
+            relu ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
+    cg_end_kernel(L);
+}
+
+/* dy, w -> dx[N, C*HW] = dy[N, O*P] . wd^T (GEMM), with the forward's wd */
+static void conv_dense_grad_x(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    long CHW = (long)G->C * G->H * G->W, OP = (long)G->O * G->OH * G->OW;
+    int wd = L->col[n->grad_of];
+    if (wd < 0) wd = dense_weights(L, id, n->in[1], G);
+    int dx = cg_out_buf(L, id);
+    cg_gemm(L, id, false, true, dimn(1), dimc(CHW), dimc(OP), buf_of(L, n->in[0]), dimc(OP), wd, dimc(OP), 0.0f, dx, dimc(CHW));
+}
+
+/* dy, x -> dwd[C*HW, O*P] = x^T . dy (GEMM), then dw[o, c, ky, kx] = the sum of dwd where that tap joins */
+static void conv_dense_grad_w(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW;
+    long HW = (long)H * W, P = (long)OH * OW, CHW = C * HW, OP = O * P;
+    int dwd = cg_new_buf(L, BUF_WORK, dimc(CHW * OP), "conv weight gradient over the whole map", id);
+    cg_gemm(L, id, true, false, dimc(CHW), dimc(OP), dimn(1), buf_of(L, n->in[1]), dimc(CHW), buf_of(L, n->in[0]), dimc(OP),
+            0.0f, dwd, dimc(OP));
+    int b[2] = { cg_out_buf(L, id), dwd };
+    cg_kernel(L, id, "conv2d_dense_grad_w", dimc((long)O * C), 2, b, (const char *const[]){ "=dw", "dwd" })->grain = (long)K * K * P;
+    cg_body(L, "    /* dwd [%d*%ld, %d*%ld] -> dw [%d, %d, %d, %d]: each tap's sum over the output positions it reaches;\n"
+               "       one (o, c) pair per iteration */\n", C, HW, O, P, O, C, K, K);
+    cg_body(L, "    FOR_EACH(i, %dL) {\n"
+               "        long o = i / %d, c = i %% %d;\n"
+               "        for (int ky = 0; ky < %d; ky++)\n"
+               "            for (int kx = 0; kx < %d; kx++) {\n"
+               "                float acc = 0.0f;\n"
+               "                for (int oy = 0; oy < %d; oy++) {\n"
+               "                    int iy = oy * %d - %d + ky;\n"
+               "                    if (iy < 0 || iy >= %d) continue;\n"
+               "                    for (int ox = 0; ox < %d; ox++) {\n"
+               "                        int ix = ox * %d - %d + kx;\n"
+               "                        if (ix >= 0 && ix < %d) acc += dwd[(c * %ldL + iy * %d + ix) * %ldL + o * %ldL + oy * %d + ox];\n"
+               "                    }\n"
+               "                }\n"
+               "                dw[(i * %d + ky) * %d + kx] = acc;\n"
+               "            }\n    }\n",
+            O * C, C, C, K, K, OH, S, Pd, H, OW, S, Pd, W, HW, W, OP, P, OW, K, K);
+    cg_end_kernel(L);
+}
+
 /* ------------------------------------------------------------------- dispatch */
 
 void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
@@ -553,7 +666,7 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
         Op op = g->nodes[id].op;
         if (op != OP_CONV2D && op != OP_CONV2D_BWD_X && op != OP_CONV2D_BWD_W) continue;
         ConvGeom G = conv_geom(g, id);   /* the layer's, for its gradients too: one choice per layer */
-        d->conv[id] = (signed char)cg_conv_strategy(opt, G.C, G.K, G.O, G.OW, G.P);
+        d->conv[id] = (signed char)cg_conv_strategy(opt, G.C, G.K, G.O, G.OW, G.P, G.H * G.W, G.OH * G.OW);
     }
 }
 
@@ -568,17 +681,20 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_DIRECT: conv_direct_forward(L, id, &G); break;
         case CONV_VECTOR: conv_vector_forward(L, id, &G); break;
         case CONV_GEMM: conv_gemm_forward(L, id, &G); break;
+        case CONV_DENSE: conv_dense_forward(L, id, &G); break;
         }
     } else if (n->op == OP_CONV2D_BWD_W) {
         switch (how) {
         case CONV_DIRECT: conv_direct_grad_w(L, id, &G); break;
         case CONV_VECTOR: conv_vector_grad_w(L, id, &G); break;
         case CONV_GEMM: conv_gemm_grad_w(L, id, &G); break;
+        case CONV_DENSE: conv_dense_grad_w(L, id, &G); break;
         }
     } else {   /* OP_CONV2D_BWD_X */
         switch (how) {
         case CONV_DIRECT: conv_direct_grad_x(L, id, &G); break;
         case CONV_VECTOR: case CONV_GEMM: conv_gemm_grad_x(L, id, &G, how); break;
+        case CONV_DENSE: conv_dense_grad_x(L, id, &G); break;
         }
     }
 }

@@ -340,7 +340,7 @@ static int parse_args(int argc, char **argv, Cli *c)
 }
 
 /* Code generation options from the environment: MGC_FUSE=0 turns ReLU fusion
-   off, MGC_CONV=direct|vector|gemm forces one convolution strategy everywhere
+   off, MGC_CONV=direct|vector|gemm|dense forces one convolution strategy everywhere
    (anything else: chosen per layer). The tests run each. */
 static CgOptions codegen_options(void)
 {
@@ -350,6 +350,7 @@ static CgOptions codegen_options(void)
     if (conv && !strcmp(conv, "direct")) o.conv = CONV_DIRECT;
     if (conv && !strcmp(conv, "vector")) o.conv = CONV_VECTOR;
     if (conv && !strcmp(conv, "gemm")) o.conv = CONV_GEMM;
+    if (conv && !strcmp(conv, "dense")) o.conv = CONV_DENSE;
     return o;
 }
 

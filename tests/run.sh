@@ -34,7 +34,7 @@ mkdir -p build
 OBJ_FE="build/frontend/*.o build/parser.tab.o build/lexer.o build/ir/*.o"
 suite frontend sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Ibuild -o build/unit_frontend tests/unit_frontend.c $OBJ_FE -lm && ./build/unit_frontend"
 suite verify sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Ibuild -o build/unit_verify tests/unit_verify.c $OBJ_FE build/codegen/*.o -lm && ./build/unit_verify"
-suite runtime sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Iruntime -o build/unit_runtime tests/unit_runtime.c runtime/data.c runtime/safetensors.c runtime/rng.c -lz -lm && ./build/unit_runtime"
+suite runtime sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Iruntime -o build/unit_runtime tests/unit_runtime.c runtime/data.c runtime/safetensors.c runtime/rng.c -lz -lm -lpthread && ./build/unit_runtime"
 suite comm sh -c "make -s build/unit_comm && ./build/unit_comm"
 suite bad bash tests/bad.sh
 suite golden bash tests/golden.sh
@@ -52,6 +52,7 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
     # The same checks with fusion off and every convolution through im2col + GEMM.
     suite unfused env MGC_FUSE=0 MGC_CONV=gemm /usr/bin/python3 tests/torch/ref.py --out "$log/ref-unfused" --only 'op_*' --only 'lenet*' --only small_resnet
     suite direct env MGC_CONV=direct /usr/bin/python3 tests/torch/ref.py --out "$log/ref-direct" --only 'op_conv*' --only small_resnet --only fd_small_resnet
+    suite dense env MGC_CONV=dense /usr/bin/python3 tests/torch/ref.py --out "$log/ref-dense" --only 'op_conv*' --only small_resnet --only fd_small_resnet
     suite vector env MGC_CONV=vector /usr/bin/python3 tests/torch/ref.py --out "$log/ref-vector" --only 'op_conv*' --only small_resnet --only fd_small_resnet --only lenet_sgd5
 else
     echo "torch      skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"
