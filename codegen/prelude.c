@@ -30,6 +30,7 @@
 **   MGC_LANES              independent partial sums a C thread keeps side by
 **                          side (16: a sum the compiler may vectorise without
 **                          reordering one chain); CUDA: 1 (the block is the lanes)
+**   MGC_DLANES             the same for sums in double (8 on C)
 **
 ** The bodies (codegen/lower.c and the op families beside it) are the same
 ** text for both targets.
@@ -79,7 +80,8 @@ static const char prelude_c[] =
     "        for (long p = 0; p < k##_np; p++)\n"
     "#define BLOCK_SUM(v) (v)\n"
     "#define BLOCK_LEADER 1\n"
-    "#define MGC_LANES 16\n";
+    "#define MGC_LANES 16\n"
+    "#define MGC_DLANES 8\n";
 
 static const char prelude_cuda[] =
     "/* mgc generated kernels, target CUDA (NVRTC) */\n"
@@ -99,6 +101,7 @@ static const char prelude_cuda[] =
     "#define BLOCK_SUM(v) mgc_block_sum(v)\n"
     "#define BLOCK_LEADER (threadIdx.x == 0)\n"
     "#define MGC_LANES 1\n"
+    "#define MGC_DLANES 1\n"
     "/* The block's sum, to every thread: a butterfly in each warp (every lane ends\n"
     "   with the same bits), the warps' sums through shared memory, a butterfly over\n"
     "   those. blockDim.x: a multiple of 32, at most 1024. The first barrier lets a\n"
