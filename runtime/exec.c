@@ -86,7 +86,7 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
     for (int b = 0; b < p->nbufs; b++) {
         bool wanted = false;
         for (int k = 0; k < nseen; k++) wanted |= seen[k] == b;
-        for (int k = 0; k < p->nparams; k++) wanted |= p->params[k].grad == b;
+        for (int k = 0; k < p->nparams; k++) wanted |= p->params[k].grad == b && dev->host_memory;   /* else staged when fetched */
         if (!wanted || !x->ptr[b]) continue;
         if (dev->host_memory) {
             x->host[b] = x->ptr[b];
@@ -283,7 +283,12 @@ float *rt_exec_host(Exec *x, int buf)
 
 float *rt_exec_fetch(Exec *x, int buf, long n)
 {
-    if (buf < 0 || !x->host[buf]) return NULL;
+    if (buf < 0 || !x->ptr[buf]) return NULL;
+    if (!x->host[buf]) {   /* a buffer read only now and then (a gradient, in check mode): staged on first use */
+        void *h = x->dev->ops->alloc_host(x->dev, sizeof(float) * (size_t)cg_dim(x->prog->bufs[buf].size, x->max_batch));
+        if (!h) return NULL;
+        x->host[buf] = x->host_owned[x->nhost_owned++] = h;
+    }
     stage(x, buf, cg_dim(x->prog->bufs[buf].size, n), false);
     x->dev->ops->synchronize(x->dev);
     return x->host[buf];
