@@ -10,20 +10,25 @@ pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ${CC:-cc} -I"$CUDA/include" tests/nvrtc_check.c -L"$CUDA/lib64" -Wl,-rpath,"$CUDA/lib64" -lnvrtc -o build/nvrtc_check || { echo "0 passed, 1 failed"; exit 1; }
-# Both convolution strategies on LeNet and a conv test net; ResNet-18 (300 kernels) as chosen; each for two architectures.
+# nvrtc FILE LABEL: FILE compiles for sm_80 and sm_90, without a warning
+nvrtc() {
+    local arch
+    for arch in sm_80 sm_90; do
+        if build/nvrtc_check "$1" $arch > "$tmp/out" 2>&1; then
+            pass=$((pass + 1)); [ -n "$2" ] && echo "ok   $2 ($arch): $(sed 's/.*NVRTC //' "$tmp/out")"
+        else
+            echo "FAIL ${2:-$1} ($arch):"; head -20 "$tmp/out"; fail=$((fail + 1))
+        fi
+    done
+}
+# Every convolution strategy on LeNet and a conv test net; ResNet-18 (300 kernels) as chosen; each for two architectures.
 for net in nets/lenet.net tests/nets/op_conv.net tests/nets/op_dropout_half.net nets/resnet18.net; do
-    for conv in direct vector gemm; do
+    for conv in direct vector gemm dense; do
         [ "$net" = nets/resnet18.net ] && [ $conv != direct ] && continue
         [ -f "$net" ] || continue
         MGC_CONV=$([ "$net" = nets/resnet18.net ] || echo $conv) "$MGC" "$net" --emit cuda > "$tmp/k.cu" 2> "$tmp/err" || { echo "FAIL $net: mgc --emit cuda"; cat "$tmp/err"; fail=$((fail + 1)); continue; }
         [ "$net" = nets/resnet18.net ] && conv=default
-        for arch in sm_80 sm_90; do
-            if build/nvrtc_check "$tmp/k.cu" $arch > "$tmp/out" 2>&1; then
-                pass=$((pass + 1)); echo "ok   $net ($conv convs, $arch): $(sed 's/.*NVRTC //' "$tmp/out")"
-            else
-                echo "FAIL $net ($conv convs, $arch):"; head -20 "$tmp/out"; fail=$((fail + 1))
-            fi
-        done
+        nvrtc "$tmp/k.cu" "$net ($conv convs)"
     done
 done
 # --emit ptx: NVRTC inside mgc, for two architectures: a PTX entry for every kernel step
@@ -38,19 +43,9 @@ for arch in sm_80 sm_90; do
 done
 # --dump-kernels: a kernel's own CUDA file compiles alone (a reduction's too), without a warning
 "$MGC" nets/lenet.net --dump-kernels "$tmp/dk" > /dev/null
-for f in $(ls "$tmp/dk"/*.cu | head -3) $(ls "$tmp/dk"/*bias_grad*.cu | head -1); do
-    for arch in sm_80 sm_90; do
-        if build/nvrtc_check "$f" $arch > "$tmp/out" 2>&1; then pass=$((pass + 1)); else echo "FAIL $f ($arch):"; head -5 "$tmp/out"; fail=$((fail + 1)); fi
-    done
-done
+for f in $(ls "$tmp/dk"/*.cu | head -3) $(ls "$tmp/dk"/*bias_grad*.cu | head -1); do nvrtc "$f" ""; done
 # the data-parallel kernels: --sync-bn's statistics, the global batch, the SGD fused per bucket (with momentum)
 "$MGC" nets/resnet18.net --emit cuda --devices cpu:2 --sync-bn --momentum 0.9 > "$tmp/k.cu" 2> "$tmp/err" &&
-for arch in sm_80 sm_90; do
-    if build/nvrtc_check "$tmp/k.cu" $arch > "$tmp/out" 2>&1; then
-        pass=$((pass + 1)); echo "ok   nets/resnet18.net (cpu:2 --sync-bn, $arch): $(sed 's/.*NVRTC //' "$tmp/out")"
-    else
-        echo "FAIL nets/resnet18.net (cpu:2 --sync-bn, $arch):"; head -20 "$tmp/out"; fail=$((fail + 1))
-    fi
-done
+    nvrtc "$tmp/k.cu" "nets/resnet18.net (cpu:2 --sync-bn)"
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
