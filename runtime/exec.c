@@ -31,7 +31,7 @@ static double seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_batch,
+int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_batch, const Exec *share,
                  const RtOptions *opt, char *err, size_t err_size)
 {
     memset(x, 0, sizeof *x);
@@ -62,22 +62,36 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
         snprintf(err, err_size, "internal: the program's memory plan holds %ld examples, not %ld", p->plan_batch, max_batch);
         return -1;
     }
+    /* every slot in one region, 64-byte aligned; another program's region when
+       it is large enough (share: programs that never run at the same time) */
+    size_t *at = calloc((size_t)p->nslots + 1, sizeof(size_t)), need = 0;
     for (int t = 0; t < p->nslots; t++) {
-        void *mem = dev->ops->alloc(dev, p->slot_bytes[t]);
-        if (!mem) {
-            snprintf(err, err_size, "out of memory on %s: %zu bytes of activations (%.1f MiB in all at batch %ld; try a smaller --batch-size)",
-                     dev->name, p->slot_bytes[t], p->plan_bytes / 1048576.0, max_batch);
+        at[t] = need;
+        need += (p->slot_bytes[t] + 63) / 64 * 64;
+    }
+    if (share && share->dev == dev && share->region && share->region_bytes >= need) {
+        x->region = share->region;
+        x->region_bytes = share->region_bytes;
+    } else if (need > 0) {
+        x->region = dev->ops->alloc(dev, need);
+        x->region_bytes = need;
+        if (!x->region) {
+            snprintf(err, err_size, "out of memory on %s: %.1f MiB of activations at batch %ld (try a smaller --batch-size)",
+                     dev->name, need / 1048576.0, max_batch);
+            free(at);
             return -1;
         }
-        x->owned[x->nowned++] = mem;
+        x->owned[x->nowned++] = x->region;
     }
     for (int b = 0; b < p->nbufs; b++)
-        if (p->slot[b] >= 0) x->ptr[b] = x->owned[p->slot[b]];
+        if (p->slot[b] >= 0) x->ptr[b] = (float *)((char *)x->region + at[p->slot[b]]);
+    free(at);
     for (int b = 0; b < p->nbufs; b++)
         if (p->bufs[b].kind == BUF_VIEW) x->ptr[b] = x->ptr[p->bufs[b].alias] + p->bufs[b].offset;
     if (opt && opt->verbose)
-        fprintf(stderr, "mgc: memory plan on %s: %d buffers in %d slots, %.1f MiB (%.1f MiB without reuse) at batch %ld\n",
-                dev->name, p->plan_buffers, p->nslots, p->plan_bytes / 1048576.0, p->plan_naive_bytes / 1048576.0, p->plan_batch);
+        fprintf(stderr, "mgc: memory plan on %s: %d buffers in %d slots, %.1f MiB (%.1f MiB without reuse) at batch %ld%s\n",
+                dev->name, p->plan_buffers, p->nslots, p->plan_bytes / 1048576.0, p->plan_naive_bytes / 1048576.0, p->plan_batch,
+                share && x->region == share->region ? ", in the memory of the program before it" : "");
     x->activation_bytes = p->plan_bytes;
     /* what the host sees: in place, or staged */
     int seen[8 + CG_MAXARGS], nseen = 0;

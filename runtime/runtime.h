@@ -70,6 +70,8 @@ typedef struct Exec {
     float **host;            /* per buffer the host reads or writes (input, labels, loss, logits,
                                 gradients, ...): where the host sees it; the same as ptr on a device
                                 that computes in host memory, else a staging copy */
+    void *region;            /* the memory plan's slots, one allocation (perhaps another Exec's) */
+    size_t region_bytes;
     void **owned;            /* allocations to release */
     int nowned;
     float **host_alt;        /* input and labels: the second staging copy (the next batch's) */
@@ -96,9 +98,12 @@ typedef struct RtOptions {
 
 /* Loads the program's kernels on dev and binds buffers for up to max_batch
    examples (persistent ones from store; the others in the slots of the
-   program's memory plan, which must hold max_batch). Returns 0, or -1 with a
-   message in err. */
-int  rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_batch,
+   program's memory plan, which must hold max_batch). With share (an Exec on
+   the same device whose runs never overlap this one's, as evaluation and
+   training), the slots go in share's memory when it is large enough: nothing
+   in them outlives a run but what the host reads right after it. Returns 0,
+   or -1 with a message in err. */
+int  rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_batch, const Exec *share,
                   const RtOptions *opt, char *err, size_t err_size);
 void rt_exec_free(Exec *x);
 /* Runs every step for this replica's n examples, the first-th of the
