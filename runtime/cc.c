@@ -6,6 +6,7 @@
 #include "runtime.h"
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,16 +60,57 @@ int rt_kernel_cache(char *kdir, size_t size, char *err, size_t err_size)
     return 0;
 }
 
+/* Runs argv (no shell: paths with quotes or $(...) in them are only paths)
+   with stdout and stderr to out_path (or /dev/null). Returns the exit status,
+   or -1 when it could not run. */
+static int run_program(char *const *argv, const char *out_path)
+{
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        int fd = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* MGC_CC (default cc) as an argument vector: words split at spaces ("ccache gcc"). */
+static int compiler_words(const char *cc, char *buf, size_t size, char **words, int most)
+{
+    snprintf(buf, size, "%s", cc);
+    int n = 0;
+    for (char *w = strtok(buf, " \t"); w && n < most; w = strtok(NULL, " \t")) words[n++] = w;
+    return n;
+}
+
 /* The first line of `cc --version`, part of the cache key. */
 static void compiler_id(const char *cc, char *buf, size_t size)
 {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s --version 2>/dev/null", cc);
+    char words_buf[512], *argv[18];
+    int n = compiler_words(cc, words_buf, sizeof words_buf, argv, 16);
     buf[0] = 0;
-    FILE *f = popen(cmd, "r");
-    if (!f) return;
-    if (!fgets(buf, (int)size, f)) buf[0] = 0;
-    pclose(f);
+    if (n == 0) return;
+    argv[n] = "--version";
+    argv[n + 1] = NULL;
+    char tmp[] = "/tmp/mgc-cc-version-XXXXXX";
+    int fd = mkstemp(tmp);
+    if (fd < 0) return;
+    close(fd);
+    if (run_program(argv, tmp) == 0) {
+        FILE *f = fopen(tmp, "r");
+        if (f && !fgets(buf, (int)size, f)) buf[0] = 0;
+        if (f) fclose(f);
+    }
+    unlink(tmp);
 }
 
 static const char kernel_flags[] = "-O3 -march=native -std=gnu11 -fPIC -shared -fno-math-errno -Wno-unused";
@@ -106,15 +148,21 @@ static int compile_kernels(const char *source, bool verbose, char *so_path, size
         snprintf(err, err_size, "cannot write kernel source '%s': %s", c_path, strerror(errno));
         return -1;
     }
-    char cmd[16384];
-    snprintf(cmd, sizeof cmd, "%s %s -o '%s' '%s' > '%s' 2>&1", cc, kernel_flags, tmp_so, c_path, log_path);
+    char words_buf[512], flags_buf[sizeof kernel_flags], *argv[48];
+    int n = compiler_words(cc, words_buf, sizeof words_buf, argv, 16);
+    snprintf(flags_buf, sizeof flags_buf, "%s", kernel_flags);
+    for (char *w = strtok(flags_buf, " "); w && n < 40; w = strtok(NULL, " ")) argv[n++] = w;
+    argv[n++] = "-o";
+    argv[n++] = tmp_so;
+    argv[n++] = c_path;
+    argv[n] = NULL;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = system(cmd);
+    int rc = run_program(argv, log_path);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (rc != 0) {
         snprintf(err, err_size, "the C compiler failed on the generated kernels (exit %d); source %s, messages %s",
-                 WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, c_path, log_path);
+                 rc, c_path, log_path);
         unlink(tmp_so);
         return -1;
     }

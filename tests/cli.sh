@@ -37,7 +37,17 @@ if "$MGC" $L --epochs 0 -v 2>&1 | grep -q "compiled kernels"; then
 else
     pass=$((pass + 1))
 fi
-
+# A cache directory whose name holds quotes and $(...) is only a name: the
+# compiler runs without a shell, so nothing in the path is executed.
+odd="$tmp/c'x \$(touch $tmp/pwned) \"y \`touch $tmp/pwned2\`"
+if XDG_CACHE_HOME="$odd" "$MGC" $L --epochs 0 -v > "$tmp/out" 2>&1 && grep -q "compiled kernels" "$tmp/out" &&
+   [ ! -e "$tmp/pwned" ] && [ ! -e "$tmp/pwned2" ] && ls "$odd/mgc/kernels/"*.so > /dev/null 2>&1; then
+    pass=$((pass + 1))
+else
+    echo "FAIL cli cache-dir-quotes: a cache path with quotes and \$(...) ran something or failed"; head -3 "$tmp/out"; fail=$((fail + 1))
+fi
+# MGC_CC that is not a compiler: a clear message, no crash
+MGC_CC=no-such-cc expect cc-missing 1 "cannot run the C compiler 'no-such-cc'" -- $L --epochs 0
 expect help 0 "usage: mgc NET.net" -- --help
 expect version 0 "mgc " -- --version
 expect no-net 2 "no net given" -- --epochs 1
