@@ -115,6 +115,43 @@ static void compiler_id(const char *cc, char *buf, size_t size)
 
 static const char kernel_flags[] = "-O3 -march=native -std=gnu11 -fPIC -shared -fno-math-errno -Wno-unused";
 
+/* A cache entry's seal: "<size> <FNV-1a of its bytes>" of the file, or 0 when
+   it cannot be read. */
+static int seal_of(const char *path, char *out, size_t size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    long n = 0;
+    unsigned char buf[65536];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+        for (size_t i = 0; i < got; i++) {
+            h ^= buf[i];
+            h *= 0x100000001b3ULL;
+        }
+        n += (long)got;
+    }
+    int ok = !ferror(f);
+    fclose(f);
+    if (ok) snprintf(out, size, "%ld %016llx\n", n, (unsigned long long)h);
+    return ok;
+}
+
+/* The entry so_path is whole: its seal matches the one written beside it
+   (so_path + ".seal") when it was compiled. A truncated or garbage shared
+   object would crash dlopen (SIGBUS, SIGSEGV) on every later run. */
+static bool entry_sound(const char *so_path)
+{
+    char seal_path[4700], want[64] = "", have[64];
+    snprintf(seal_path, sizeof seal_path, "%s.seal", so_path);
+    FILE *f = fopen(seal_path, "r");
+    if (!f) return false;
+    if (!fgets(want, sizeof want, f)) want[0] = 0;
+    fclose(f);
+    return want[0] && seal_of(so_path, have, sizeof have) && strcmp(want, have) == 0;
+}
+
 static int compile_kernels(const char *source, bool verbose, char *so_path, size_t so_size, char *err, size_t err_size)
 {
     const char *cc = getenv("MGC_CC");
@@ -136,8 +173,11 @@ static int compile_kernels(const char *source, bool verbose, char *so_path, size
     if (rt_kernel_cache(kdir, sizeof kdir, err, err_size)) return -1;
     snprintf(so_path, so_size, "%s/%016llx.so", kdir, (unsigned long long)h);
     if (access(so_path, R_OK) == 0) {
-        if (verbose) fprintf(stderr, "mgc: kernels found in cache %s\n", so_path);
-        return 0;
+        if (entry_sound(so_path)) {
+            if (verbose) fprintf(stderr, "mgc: kernels found in cache %s\n", so_path);
+            return 0;
+        }
+        fprintf(stderr, "mgc: the cached kernels %s are damaged (or from an older mgc): compiling them again\n", so_path);
     }
     char c_path[4800], tmp_so[4800], log_path[4800];
     snprintf(c_path, sizeof c_path, "%s/%016llx.c", kdir, (unsigned long long)h);
@@ -166,8 +206,15 @@ static int compile_kernels(const char *source, bool verbose, char *so_path, size
         unlink(tmp_so);
         return -1;
     }
-    if (rename(tmp_so, so_path)) {
-        snprintf(err, err_size, "cannot move compiled kernels into the cache '%s': %s", so_path, strerror(errno));
+    /* the seal first, then the entry, each by rename: a reader sees a whole seal, and an entry only with one */
+    char seal[64], seal_path[4700], tmp_seal[4800];
+    snprintf(seal_path, sizeof seal_path, "%s.seal", so_path);
+    snprintf(tmp_seal, sizeof tmp_seal, "%s.%d.tmp", seal_path, (int)getpid());
+    FILE *sf = seal_of(tmp_so, seal, sizeof seal) ? fopen(tmp_seal, "w") : NULL;
+    if (!sf || fputs(seal, sf) < 0 || fclose(sf) || rename(tmp_seal, seal_path) || rename(tmp_so, so_path)) {
+        snprintf(err, err_size, "cannot put compiled kernels into the cache '%s': %s", so_path, strerror(errno));
+        unlink(tmp_seal);
+        unlink(tmp_so);
         return -1;
     }
     unlink(log_path);

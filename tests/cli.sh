@@ -37,6 +37,17 @@ if "$MGC" $L --epochs 0 -v 2>&1 | grep -q "compiled kernels"; then
 else
     pass=$((pass + 1))
 fi
+# A damaged cache entry (truncated, then garbage) is found out by its seal and
+# compiled again: no crash in dlopen, the run succeeds, and says so.
+for damage in "truncate -s 1000" "dd if=/dev/urandom bs=4096 count=1 status=none of="; do
+    so=$(ls "$XDG_CACHE_HOME/mgc/kernels/"*.so | head -1)
+    if [ "${damage%=}" != "$damage" ]; then $damage"$so"; else $damage "$so"; fi
+    if "$MGC" $L --epochs 0 > "$tmp/out" 2>&1 && grep -q "are damaged" "$tmp/out" && "$MGC" $L --epochs 0 -v 2>&1 | grep -q "found in cache $so"; then
+        pass=$((pass + 1))
+    else
+        echo "FAIL cli cache-damaged ($damage): $(head -3 "$tmp/out")"; fail=$((fail + 1))
+    fi
+done
 # A cache directory whose name holds quotes and $(...) is only a name: the
 # compiler runs without a shell, so nothing in the path is executed.
 odd="$tmp/c'x \$(touch $tmp/pwned) \"y \`touch $tmp/pwned2\`"
