@@ -177,7 +177,12 @@ static int compile_kernels(const char *source, bool verbose, char *so_path, size
             if (verbose) fprintf(stderr, "mgc: kernels found in cache %s\n", so_path);
             return 0;
         }
-        fprintf(stderr, "mgc: the cached kernels %s are damaged (or from an older mgc): compiling them again\n", so_path);
+        char seal_path[4700];
+        snprintf(seal_path, sizeof seal_path, "%s.seal", so_path);
+        if (access(seal_path, F_OK) == 0)
+            fprintf(stderr, "mgc: the cached kernels %s are damaged: compiling them again\n", so_path);
+        else if (verbose)
+            fprintf(stderr, "mgc: the cached kernels %s have no seal (an older mgc made them): compiling them again\n", so_path);
     }
     char c_path[4800], tmp_so[4800], log_path[4800];
     snprintf(c_path, sizeof c_path, "%s/%016llx.c", kdir, (unsigned long long)h);

@@ -584,6 +584,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     Dataset train = { 0 }, test = { 0 };
     int *order = NULL;
     FILE *log = NULL;
+    bool log_failed = false;
 
     /* the cores of this process, shared out between its replicas */
     int threads = cfg->threads > 0 ? cfg->threads : rt_cores();
@@ -777,7 +778,12 @@ int train_run(const Model *m, const TrainConfig *cfg)
                     fprintf(log, "]}");
                 }
                 fprintf(log, "}\n");
-                fflush(log);
+                if (fflush(log) || ferror(log)) {   /* a full disk: said now, and the run ends with status 1 */
+                    fprintf(stderr, "mgc: cannot write --log %s: %s; training goes on without the log\n", cfg->log, strerror(errno));
+                    fclose(log);
+                    log = NULL;
+                    log_failed = true;
+                }
             }
         }
         free(cr.dev);
@@ -792,7 +798,11 @@ int train_run(const Model *m, const TrainConfig *cfg)
     }
 out:
     if (G.n > 0 && G.r[0].have_tr && G.r[0].tr.step_seconds && G.r[0].tr.runs) rt_exec_profile_report(&G.r[0].tr, stderr);
-    if (log) fclose(log);
+    if (log && fclose(log)) {
+        fprintf(stderr, "mgc: cannot write --log %s: %s\n", cfg->log, strerror(errno));
+        log_failed = true;
+    }
+    if (log_failed && status == 0) status = 1;
     free(order);
     data_free(&train);
     data_free(&test);

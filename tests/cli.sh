@@ -140,6 +140,8 @@ for r in rows:
         assert k in r, k
 PY
     then pass=$((pass + 1)); else echo "FAIL log: --log jsonl lacks fields"; fail=$((fail + 1)); fi
+    # A log that cannot be written (a full disk) is said at once, and the run ends with status 1
+    expect log-full 1 "cannot write --log /dev/full: No space left on device" -- $L --epochs 1 --limit-train 512 --limit-test 64 --log /dev/full
     # Resuming from the checkpoint gives the same test accuracy as the run that saved it.
     "$MGC" $L --epochs 1 --lr 1e-9 --limit-train 256 --limit-test 2000 --load "$tmp/e2e.safetensors" > "$tmp/resume" 2>&1
     got=$(sed -n 's/.*test acc \([0-9.]*\).*/\1/p' "$tmp/resume" | tail -1)
