@@ -619,10 +619,13 @@ int train_run(const Model *m, const TrainConfig *cfg)
     long shard = (cfg->batch_size + G.total - 1) / G.total;   /* the most examples a replica gets */
     for (int k = 0; k < G.n && !rc; k++) {
         Replica *r = &G.r[k];
+        /* an Exec that failed half-way still holds memory: freed with the others */
+        r->have_tr = true;
         if (rt_exec_init(&r->tr, tp, r->dev, &r->store, shard, NULL, &opt, err, sizeof err)) rc = 1;
-        else r->have_tr = true;
-        if (!rc && rt_exec_init(&r->ev, m->eval, r->dev, &r->store, shard, &r->tr, &opt, err, sizeof err)) rc = 1;
-        else if (!rc) r->have_ev = true;
+        if (!rc) {
+            r->have_ev = true;
+            if (rt_exec_init(&r->ev, m->eval, r->dev, &r->store, shard, &r->tr, &opt, err, sizeof err)) rc = 1;
+        }
         if (rc) fprintf(stderr, "mgc: %s\n", err);
         if (rc) break;
         r->tr.comm = G.comm;
