@@ -332,8 +332,7 @@ static void epoch_on_replica(Group *g, Replica *r)
 static void eval_on_replica(Group *g, Replica *r)
 {
     const Program *p = g->m->eval;
-    int B = g->cfg->batch_size, W = g->total;
-    (void)W;
+    int B = g->cfg->batch_size;
     r->eval_correct = 0;
     long at = 0, b, first, n;
     bool have = gather_shard(g, r, &r->ev, B, 1, at, &b, &first, &n);
