@@ -24,14 +24,17 @@ const char *rt_cache_dir(char *buf, size_t size)
     return buf;
 }
 
-uint64_t rt_fnv1a(uint64_t h, const char *s)
+uint64_t rt_fnv1a_bytes(uint64_t h, const void *data, size_t n)
 {
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
         h *= 0x100000001b3ULL;
     }
     return h;
 }
+
+uint64_t rt_fnv1a(uint64_t h, const char *s) { return rt_fnv1a_bytes(h, s, strlen(s)); }
 
 static int mkdirs(const char *path)
 {
@@ -126,10 +129,7 @@ static int seal_of(const char *path, char *out, size_t size)
     unsigned char buf[65536];
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-        for (size_t i = 0; i < got; i++) {
-            h ^= buf[i];
-            h *= 0x100000001b3ULL;
-        }
+        h = rt_fnv1a_bytes(h, buf, got);
         n += (long)got;
     }
     int ok = !ferror(f);
