@@ -61,16 +61,9 @@ void cg_lower_bias_grad(Lower *L, int id)
        C: MGC_LANES (16) running sums side by side, a sum the compiler may vectorise without
        reordering a chain, then each row's last inner % 16 positions; CUDA: one lane, the
        block's threads over consecutive positions of the flattened (n, inner) loop. */
-    cg_body(L, "    /* dy is [N, %d, %d]; db[o] = sum over n and the inner positions */\n", O, inner);
-    cg_body(L, "    FOR_EACH_BLOCK(o, %dL) {\n        float part[MGC_LANES];\n"
-               "        for (int l = 0; l < MGC_LANES; l++) part[l] = 0.0f;\n"
-               "        BLOCK_LOOP2(k, N, j, %d / MGC_LANES) {\n"
-               "            const float *dyp = dy + (k * %d + o) * %d + j * MGC_LANES;\n"
-               "            for (int l = 0; l < MGC_LANES; l++) part[l] += dyp[l];\n"
-               "        }\n"
-               "        BLOCK_LOOP2(k, N, j, %d %% MGC_LANES) part[0] += dy[(k * %d + o) * %d + %d / MGC_LANES * MGC_LANES + j];\n"
-               "        float acc = 0.0f;\n        for (int l = 0; l < MGC_LANES; l++) acc += part[l];\n"
-               "        acc = BLOCK_SUM(acc);\n"
-               "        if (BLOCK_LEADER) db[o] = acc;\n    }\n", O, inner, O, inner, inner, O, inner, inner);
+    cg_body(L, "    /* dy is [N, %d, %d]; db[c] = sum over n and the inner positions */\n", O, inner);
+    cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n", O);
+    cg_lane_sums(L, "float", "MGC_LANES", O, inner, 1, (const char *const[]){ "acc" }, "A0 += dy[at];");
+    cg_body(L, "        if (BLOCK_LEADER) db[c] = acc;\n    }\n");
     cg_end_kernel(L);
 }

@@ -132,6 +132,39 @@ int cg_out_buf(Lower *L, int node)
     return b;
 }
 
+/* A block's sums over one channel c's N*HW elements, into the accumulators
+   named in accs, of type `type` (declared and summed over the block here).
+   Each element is `at` (its index in an [N, C, HW] tensor), and body is what
+   it adds: "A0 += x[at]; A1 += ..." with A0, A1, ... standing for accs[0],
+   .... C: `lanes` (a prelude macro, MGC_LANES or MGC_DLANES) independent
+   partial sums per accumulator (chains the compiler can vectorise; one chain
+   is bound by the add's latency), then the rows' last HW % lanes; CUDA: one
+   lane, the block's threads over consecutive elements. */
+void cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, int nacc, const char *const *accs, const char *body)
+{
+    /* body with An -> accs[n]_l[l] (lanes), and -> accs[n]_l[0] (the tail) */
+    char *in_lanes = arena_printf(L->p->arena, "%s", body), *tail = arena_printf(L->p->arena, "%s", body);
+    for (int a = 0; a < nacc; a++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "A%d", a);
+        for (char *hit; (hit = strstr(in_lanes, tag));)
+            in_lanes = arena_printf(L->p->arena, "%.*s%s_l[l]%s", (int)(hit - in_lanes), in_lanes, accs[a], hit + strlen(tag));
+        for (char *hit; (hit = strstr(tail, tag));)
+            tail = arena_printf(L->p->arena, "%.*s%s_l[0]%s", (int)(hit - tail), tail, accs[a], hit + strlen(tag));
+    }
+    for (int a = 0; a < nacc; a++)
+        cg_body(L, "        %s %s_l[%s];\n        for (int l = 0; l < %s; l++) %s_l[l] = 0;\n", type, accs[a], lanes, lanes, accs[a]);
+    cg_body(L, "        BLOCK_LOOP2(k, N, j, %d / %s) {\n"
+               "            long at0 = (k * %d + c) * %d + j * %s;\n"
+               "            for (int l = 0; l < %s; l++) { long at = at0 + l; %s }\n"
+               "        }\n"
+               "        BLOCK_LOOP2(k, N, j, %d %% %s) { long at = (k * %d + c) * %d + %d / %s * %s + j; %s }\n",
+            HW, lanes, C, HW, lanes, lanes, in_lanes, HW, lanes, C, HW, HW, lanes, lanes, tail);
+    for (int a = 0; a < nacc; a++)
+        cg_body(L, "        %s %s = 0;\n        for (int l = 0; l < %s; l++) %s += %s_l[l];\n"
+                   "        %s = BLOCK_SUM(%s);\n", type, accs[a], lanes, accs[a], accs[a], accs[a], accs[a]);
+}
+
 /* ------------------------------------------------------------------- the update */
 
 /* param, grad, velocity? : PyTorch's SGD, in place; run-time scalars lr, momentum, weight decay */

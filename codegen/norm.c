@@ -16,40 +16,6 @@
 ** end), and bn_grad_x and the running update count a.global_batch examples.
 */
 #include "lower_internal.h"
-#include <string.h>
-
-/* A block's sums over one channel's N*HW elements, in double, into the
-   doubles named in accs (declared and summed over the block here). Each
-   element is `at` (its index in an [N, C, HW] tensor), and body is what it
-   adds: "A0 += x[at]; A1 += ..." with A0, A1, ... standing for accs[0], ....
-   C: MGC_DLANES independent partial sums per accumulator (chains the compiler
-   can vectorise; one chain is bound by the add's latency), then the rows'
-   last HW % MGC_DLANES; CUDA: one lane, the block's threads over consecutive
-   elements. */
-static void lane_sums(Lower *L, int C, int HW, int nacc, const char *const *accs, const char *body)
-{
-    /* body with An -> accs[n]_l[l] (lanes) */
-    char *lanes = arena_printf(L->p->arena, "%s", body), *tail = arena_printf(L->p->arena, "%s", body);
-    for (int a = 0; a < nacc; a++) {
-        char tag[8];
-        snprintf(tag, sizeof tag, "A%d", a);
-        for (char *hit; (hit = strstr(lanes, tag));)
-            lanes = arena_printf(L->p->arena, "%.*s%s_l[l]%s", (int)(hit - lanes), lanes, accs[a], hit + strlen(tag));
-        for (char *hit; (hit = strstr(tail, tag));)
-            tail = arena_printf(L->p->arena, "%.*s%s_l[0]%s", (int)(hit - tail), tail, accs[a], hit + strlen(tag));
-    }
-    for (int a = 0; a < nacc; a++)
-        cg_body(L, "        double %s_l[MGC_DLANES];\n        for (int l = 0; l < MGC_DLANES; l++) %s_l[l] = 0.0;\n", accs[a], accs[a]);
-    cg_body(L, "        BLOCK_LOOP2(k, N, j, %d / MGC_DLANES) {\n"
-               "            long at0 = (k * %d + c) * %d + j * MGC_DLANES;\n"
-               "            for (int l = 0; l < MGC_DLANES; l++) { long at = at0 + l; %s }\n"
-               "        }\n"
-               "        BLOCK_LOOP2(k, N, j, %d %% MGC_DLANES) { long at = (k * %d + c) * %d + %d / MGC_DLANES * MGC_DLANES + j; %s }\n",
-            HW, C, HW, lanes, HW, C, HW, HW, tail);
-    for (int a = 0; a < nacc; a++)
-        cg_body(L, "        double %s = 0.0;\n        for (int l = 0; l < MGC_DLANES; l++) %s += %s_l[l];\n"
-                   "        %s = BLOCK_SUM(%s);\n", accs[a], accs[a], accs[a], accs[a], accs[a]);
-}
 
 /* x [N, C, H, W] -> stats [3, C]: mean, 1/sqrt(biased var + eps), biased var */
 void cg_lower_bn_stats(Lower *L, int id)
@@ -62,9 +28,9 @@ void cg_lower_bn_stats(Lower *L, int id)
     k->heavy = k->blocks = true;
     cg_body(L, "    /* x is [N, %d, %d]: per channel mean, 1/sqrt(biased var + eps), biased var; two passes in double */\n", C, HW);
     cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n        const double m = (double)N * %d;\n", C, HW);
-    lane_sums(L, C, HW, 1, (const char *const[]){ "sum" }, "A0 += x[at];");
+    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 1, (const char *const[]){ "sum" }, "A0 += x[at];");
     cg_body(L, "        const double mean = sum / m;\n");
-    lane_sums(L, C, HW, 1, (const char *const[]){ "sq" }, "double d = x[at] - mean; A0 += d * d;");
+    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 1, (const char *const[]){ "sq" }, "double d = x[at] - mean; A0 += d * d;");
     cg_body(L, "        double var = sq / m;\n"
                "        if (BLOCK_LEADER) {\n"
                "            stats[c] = (float)mean;\n"
@@ -122,7 +88,7 @@ void cg_lower_bn_grad_params(Lower *L, int id)
     cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n"
                "        const float mean = stats[c], invstd = stats[%d + c];\n", C, C);
     /* d gamma = invstd * (sum(dy * x) - mean * sum(dy)): two plain sums (products exact in double) */
-    lane_sums(L, C, HW, 2, (const char *const[]){ "dyx", "db" }, "A0 += (double)dy[at] * x[at]; A1 += dy[at];");
+    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 2, (const char *const[]){ "dyx", "db" }, "A0 += (double)dy[at] * x[at]; A1 += dy[at];");
     cg_body(L, "        if (BLOCK_LEADER) {\n"
                "            dparams[c] = (float)(invstd * (dyx - (double)mean * db));\n            dparams[%d + c] = (float)db;\n        }\n    }\n", C);
     cg_end_kernel(L);
@@ -205,7 +171,7 @@ void cg_lower_bn_sync(Lower *L, int id)
     if (sq) cg_body(L, "    const double m = (double)a.global_batch * %d;\n", HW);
     cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n", C);
     if (sq) cg_body(L, "        const double mean = sum[c] / m;\n");
-    lane_sums(L, C, HW, 1, (const char *const[]){ "acc" }, sq ? "double d = x[at] - mean; A0 += d * d;" : "A0 += x[at];");
+    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 1, (const char *const[]){ "acc" }, sq ? "double d = x[at] - mean; A0 += d * d;" : "A0 += x[at];");
     cg_body(L, "        if (BLOCK_LEADER) %s[c] = (float)acc;\n    }\n", sq ? "sqdev" : "sum");
     cg_end_kernel(L);
 }
