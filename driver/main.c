@@ -626,6 +626,7 @@ int main(int argc, char **argv)
         break;
     }
     }
+    if (status && diag.usage) status = 2;   /* a bad --set is a command-line error */
     arena_free(&arena);
     if (quiet) fclose(quiet);
     for (int k = 0; k < c.nsets; k++) free((char *)c.sets[k].name);

@@ -1078,6 +1078,7 @@ static int run_net(Elab *E, const FeOverride *sets, int nsets)
                     name, net->name, name, list);
         bad++;
     }
+    d->usage += bad;
     if (bad) return -1;
 
     Scope S = { net, "", NULL, false, { 0 }, no_loc };
@@ -1098,6 +1099,7 @@ static int run_net(Elab *E, const FeOverride *sets, int nsets)
                 (v.k == V_FLOAT && !is_num(nv))) {
                 diag_at(d, no_loc, "--set %s=%s: bad value '%s'; parameter '%s' of net '%s' expects %s",
                         p->name, val, val, p->name, net->name, want);
+                d->usage++;
                 return -1;
             }
             if (v.k == V_FLOAT) nv = vfloat(num(nv));

@@ -10,6 +10,7 @@ void diag_init(Diag *d, FILE *out)
 {
     d->out = out ? out : stderr;
     d->errors = 0;
+    d->usage = 0;
 }
 
 static void show_line(FILE *out, Loc loc)

@@ -23,6 +23,7 @@ typedef struct Loc {
 typedef struct Diag {
     FILE *out;      /* where messages go (stderr by default) */
     int errors;     /* number of errors reported */
+    int usage;      /* of them, errors in the command line (--set): mgc exits 2 */
 } Diag;
 
 void diag_init(Diag *d, FILE *out);

@@ -39,20 +39,21 @@ static uint32_t be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static int is_regular_file(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* Path of file `which` in dir: NAME.gz if present, else NAME; 0 if neither. */
+/* Path of file `which` in dir: NAME.gz if present, else NAME; 1 if found, 0 if
+   neither exists, -1 if one exists but is not a regular file (then path names it). */
 static int find_file(const char *dir, int which, char *path, size_t size)
 {
-    snprintf(path, size, "%s/%s.gz", dir, file_names[which]);
-    if (is_regular_file(path))
-        return 1;
-    snprintf(path, size, "%s/%s", dir, file_names[which]);
-    return is_regular_file(path);
+    struct stat st;
+    int other = -1;   /* the first name that exists but is no regular file */
+    for (int gz = 1; gz >= 0; gz--) {
+        snprintf(path, size, "%s/%s%s", dir, file_names[which], gz ? ".gz" : "");
+        if (stat(path, &st) != 0) continue;
+        if (S_ISREG(st.st_mode)) return 1;
+        if (other < 0) other = gz;
+    }
+    if (other < 0) return 0;
+    snprintf(path, size, "%s/%s%s", dir, file_names[which], other ? ".gz" : "");
+    return -1;
 }
 
 /* Reads up to len bytes; returns bytes read, or -1 with err set on a zlib error. */
@@ -218,16 +219,30 @@ int data_load_fashion_mnist(const char *dir, Dataset *train, Dataset *test,
     char paths[F_COUNT][4096];
     int missing = 0;
     char missing_list[512] = "";
-    for (int i = 0; i < F_COUNT; i++)
-        if (!find_file(dir, i, paths[i], sizeof paths[i])) {
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        set_err(err, err_size,
+                "--data '%s' is a file, not a directory: point --data (or MGC_DATA) at the directory "
+                "that holds the four Fashion-MNIST IDX files", dir);
+        return -1;
+    }
+    for (int i = 0; i < F_COUNT; i++) {
+        int found = find_file(dir, i, paths[i], sizeof paths[i]);
+        if (found < 0) {
+            set_err(err, err_size,
+                    "Fashion-MNIST file '%s' is not a regular file (a directory?): replace it with the "
+                    "IDX file %s.gz from %s (data/fashion/)", paths[i], file_names[i], DATA_URL);
+            return -1;
+        }
+        if (!found) {
             missing++;
             size_t len = strlen(missing_list);
             snprintf(missing_list + len, sizeof missing_list - len, "%s%s[.gz]",
                      len ? ", " : "", file_names[i]);
         }
+    }
     if (missing) {
-        struct stat st;
-        int dir_exists = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+        int dir_exists = stat(dir, &st) == 0;
         set_err(err, err_size,
                 "Fashion-MNIST not found in '%s'%s: missing %s. "
                 "mgc needs the four IDX files train-images-idx3-ubyte.gz, "

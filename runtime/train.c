@@ -208,7 +208,7 @@ static int load_checkpoint(Store *s, const char *path)
         fprintf(stderr, "mgc: cannot load checkpoint: %s\n", err);
         return -1;
     }
-    int bad = 0;
+    int bad = 0, nonfinite_tensors = 0;
     for (int k = 0; k < s->n; k++) {
         StoreEntry *e = &s->e[k];
         const StTensor *t = st_find(&f, e->name);
@@ -234,8 +234,17 @@ static int load_checkpoint(Store *s, const char *path)
         if (st_to_f32(t, e->data)) {
             fprintf(stderr, "mgc: %s: tensor '%s' has dtype %s, which cannot be converted to float32\n", path, e->name, t->dtype);
             bad++;
+            continue;
         }
+        long n = e->numel, nonfinite = 0;
+        for (long i = 0; i < n; i++) nonfinite += !isfinite(e->data[i]);
+        if (nonfinite && nonfinite_tensors++ < 4)
+            fprintf(stderr, "mgc: warning: %s: tensor '%s' holds %ld values that are not finite (NaN or infinity) "
+                    "of %ld\n", path, e->name, nonfinite, n);
     }
+    if (nonfinite_tensors)
+        fprintf(stderr, "mgc: warning: %s: %d tensors hold NaN or infinity: the checkpoint was saved from a run that "
+                "diverged, or is damaged; the net's outputs will not be finite\n", path, nonfinite_tensors);
     st_free(&f);
     return bad ? -1 : 0;
 }
@@ -587,6 +596,13 @@ int train_run(const Model *m, const TrainConfig *cfg)
 
     /* the cores of this process, shared out between its replicas */
     int threads = cfg->threads > 0 ? cfg->threads : rt_cores();
+    if (cfg->devices[0].kind == DEV_CPU && threads > rt_cores()) {
+        if (world->rank == 0)
+            fprintf(stderr, "mgc: warning: --threads %d is more than the %d core%s this process may use; using %d "
+                    "(threads beyond the cores wait for each other at every barrier and run far slower)\n",
+                    threads, rt_cores(), rt_cores() == 1 ? "" : "s", rt_cores());
+        threads = rt_cores();
+    }
     int rc = 0;
     bool cuda = cfg->devices[0].kind == DEV_CUDA;
     for (int k = 0; k < G.n; k++) {
@@ -649,9 +665,12 @@ int train_run(const Model *m, const TrainConfig *cfg)
     long params = tp->param_scalars;
     if (cfg->epochs == 0) {
         status = cfg->save && save_everywhere(g, cfg->save, 0) ? 1 : 0;
-        if (!status && world->rank == 0)
-            printf("%s: %s parameters in %d tensors initialised (seed %llu)%s%s\n", tp->net_name,
-                   rt_commas(params, num), tp->param_tensors, cfg->seed, cfg->save ? ", saved to " : "", cfg->save ? cfg->save : "");
+        if (!status && world->rank == 0) {
+            printf("%s: %s parameters in %d tensors ", tp->net_name, rt_commas(params, num), tp->param_tensors);
+            if (cfg->load) printf("loaded from %s", cfg->load);
+            else printf("initialised (seed %llu)", cfg->seed);
+            printf("%s%s\n", cfg->save ? ", saved to " : "", cfg->save ? cfg->save : "");
+        }
         goto out;
     }
 

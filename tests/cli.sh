@@ -96,13 +96,16 @@ expect devices 2 "unknown device list" -- $L --devices tpu
 ldconfig -p 2> /dev/null | grep -q "libcuda.so.1 " || expect gpus 2 "train on CPU devices with --devices cpu:2" -- $L --gpus 2
 expect dump-alone 2 "--dump needs --batch" -- $L --dump x.st
 expect missing-net 1 "cannot open 'nope.net'" -- nope.net --emit ir
-expect unknown-param 1 "clases" -- $L --set clases=5 --emit ir
-expect set-type 1 "classes" -- $L --set classes=abc --emit ir
+expect unknown-param 2 "clases" -- $L --set clases=5 --emit ir
+expect set-type 2 "classes" -- $L --set classes=abc --emit ir
 expect set-ok 0 "[N,5]" -- $L --set classes=5 --emit ir
 expect few-classes 1 "use --set classes=10" -- $L --set classes=5 --epochs 1 --data "$tmp/none"
 expect wrong-input 1 "does not match Fashion-MNIST images" -- nets/resnet18.net --set in_channels=3 --epochs 1 --data "$tmp/none"
 expect missing-data 1 "t10k-labels-idx1-ubyte" -- $L --epochs 1 --data "$tmp/none"
 expect missing-data-url 1 "github.com/zalandoresearch/fashion-mnist" -- $L --epochs 1 --data "$tmp/none"
+expect data-is-file 1 "--data 'nets/lenet.net' is a file, not a directory" -- $L --epochs 1 --data nets/lenet.net
+# More threads than cores: said, and capped at the cores
+expect threads-cap 0 "is more than the" -- $L --epochs 0 --threads 1024
 expect load-missing 1 "cannot load checkpoint" -- $L --epochs 0 --load "$tmp/none.safetensors"
 expect save-unwritable 1 "cannot save checkpoint" -- $L --epochs 0 --save "$tmp/no/such/dir/x.safetensors"
 expect init-save 0 "saved to" -- $L --epochs 0 --save "$tmp/lenet.safetensors"
@@ -110,6 +113,19 @@ expect load-other-net 1 "checkpoint has no tensor 'bn1.weight'" -- nets/resnet18
 expect load-wrong-shape 1 "has shape [6,1,5,5] but the net needs [6,3,5,5]" -- $L --set in_channels=3 --epochs 0 --load "$tmp/lenet.safetensors"
 printf 'not a checkpoint at all' > "$tmp/junk.safetensors"
 expect load-junk 1 "cannot load checkpoint" -- $L --epochs 0 --load "$tmp/junk.safetensors"
+# A checkpoint holding NaN (the first value of every tensor) loads, with a warning that says so.
+python3 - "$tmp/lenet.safetensors" "$tmp/nan.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head, data = json.loads(raw[8:8 + n]), bytearray(raw[8 + n:])
+for name, t in head.items():
+    if name != "__metadata__":
+        data[t["data_offsets"][0]:t["data_offsets"][0] + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(raw[:8 + n] + bytes(data))
+PY
+expect load-nan 0 "tensor 'conv1.weight' holds 1 values that are not finite (NaN or infinity) of 150" -- $L --epochs 0 --load "$tmp/nan.safetensors"
+expect load-nan-summary 0 "tensors hold NaN or infinity" -- $L --epochs 0 --load "$tmp/nan.safetensors"
 
 if [ -n "${MGC_DATA:-}" ] && [ -d "$MGC_DATA" ]; then
     # Corrupt copies of the data set, each named as such before training starts.
@@ -122,6 +138,8 @@ if [ -n "${MGC_DATA:-}" ] && [ -d "$MGC_DATA" ]; then
     expect bad-magic 1 "magic" -- $L --epochs 1 --data "$tmp/d"
     mk; printf 'garbage, not gzip and not IDX' > "$tmp/d/train-labels-idx1-ubyte.gz"
     expect garbage 1 "train-labels-idx1-ubyte" -- $L --epochs 1 --data "$tmp/d"
+    mk; rm "$tmp/d/t10k-labels-idx1-ubyte.gz"; mkdir "$tmp/d/t10k-labels-idx1-ubyte.gz"
+    expect data-entry-dir 1 "t10k-labels-idx1-ubyte.gz' is not a regular file" -- $L --epochs 1 --data "$tmp/d"
 
     # A short run on a subset must learn: chance is 0.10.
     "$MGC" $L --epochs 3 --limit-train 10000 --limit-test 2000 --lr 0.05 --momentum 0.9 --log "$tmp/log.jsonl" --save "$tmp/e2e.safetensors" > "$tmp/e2e" 2>&1
@@ -140,6 +158,10 @@ for r in rows:
         assert k in r, k
 PY
     then pass=$((pass + 1)); else echo "FAIL log: --log jsonl lacks fields"; fail=$((fail + 1)); fi
+    # No test examples: the log says null for the accuracy, and stays JSON
+    "$MGC" $L --epochs 1 --limit-train 512 --limit-test 0 --log "$tmp/notest.jsonl" > "$tmp/notest" 2>&1
+    if python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).read()); sys.exit(0 if r['test_acc'] is None else 1)" "$tmp/notest.jsonl"; then
+        pass=$((pass + 1)); else echo "FAIL log-null: --limit-test 0 did not log test_acc null"; fail=$((fail + 1)); fi
     # A log that cannot be written (a full disk) is said at once, and the run ends with status 1
     expect log-full 1 "cannot write --log /dev/full: No space left on device" -- $L --epochs 1 --limit-train 512 --limit-test 64 --log /dev/full
     # Resuming from the checkpoint gives the same test accuracy as the run that saved it.
