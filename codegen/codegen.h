@@ -33,6 +33,7 @@ typedef struct Buf {
     Dim size;                 /* floats */
     const char *name;         /* BUF_PERSISTENT: parameter name; else a description */
     int node;                 /* IR node it holds, or -1 */
+    const char *origin;       /* that node as the user sees it: "%12 conv2d [N,64,7,7] (net.net:9)", or NULL */
     int alias, offset;        /* BUF_VIEW: base buffer id and offset in floats */
     bool pinned;              /* read by the host after a run (loss, logits, gradients): never shared */
     /* BUF_PERSISTENT: what the runtime needs to create and initialise it */
@@ -155,6 +156,11 @@ int  cg_lower(const Graph *g, Arena *a, const CgDecisions *d, Program *p);
    memory by liveness, for up to max_batch examples. Requires: a lowered
    Program. Produces: p->slot, p->slot_bytes, p->nslots, p->plan_*. */
 void cg_plan_memory(Program *p, long max_batch);
+/* The bytes the plan's slots take at `batch` examples (the same slots, each
+   as large as its largest buffer at that batch), and the bytes of the
+   program's persistent buffers (parameters and state). */
+size_t cg_plan_bytes(const Program *p, long batch);
+size_t cg_persistent_bytes(const Program *p);
 /* Checks the program's invariants (codegen/verify.c): buffer ids in range,
    views within their base, GEMM leading dimensions and extents, kernels named
    and present in the source, the host's buffers set. Returns 0, or -1 with

@@ -44,6 +44,14 @@ int cg_new_buf(Lower *L, BufKind kind, Dim size, const char *name, int node)
     b->name = name;
     b->node = node;
     b->alias = -1;
+    b->origin = NULL;
+    if (node >= 0) {
+        const Node *n = &L->g->nodes[node];
+        b->origin = n->loc.file
+            ? arena_printf(p->arena, "%%%d %s %s (%s:%d)", node, ir_op_name(n->op), ir_shape_str(p->arena, &n->shape),
+                           n->loc.file->name, n->loc.line)
+            : arena_printf(p->arena, "%%%d %s %s", node, ir_op_name(n->op), ir_shape_str(p->arena, &n->shape));
+    }
     return p->nbufs++;
 }
 

@@ -90,3 +90,25 @@ void cg_plan_memory(Program *p, long max_batch)
     free(slot); free(slot_bytes); free(slot_free_after); free(slot_pinned);
     free(first); free(last); free(order);
 }
+
+size_t cg_plan_bytes(const Program *p, long batch)
+{
+    size_t *bytes = calloc((size_t)p->nslots + 1, sizeof(size_t)), total = 0;
+    for (int b = 0; b < p->nbufs; b++) {
+        int t = p->slot ? p->slot[b] : -1;
+        if (t < 0) continue;
+        size_t n = sizeof(float) * (size_t)cg_dim(p->bufs[b].size, batch) + 64;
+        if (bytes[t] < n) bytes[t] = n;
+    }
+    for (int t = 0; t < p->nslots; t++) total += (bytes[t] + 63) / 64 * 64;
+    free(bytes);
+    return total;
+}
+
+size_t cg_persistent_bytes(const Program *p)
+{
+    size_t total = 0;
+    for (int b = 0; b < p->nbufs; b++)
+        if (p->bufs[b].kind == BUF_PERSISTENT) total += sizeof(float) * (size_t)cg_dim(p->bufs[b].size, 1);
+    return total;
+}

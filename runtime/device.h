@@ -31,6 +31,9 @@ typedef struct DeviceOps {
     /* host memory the device copies from and to fastest (CUDA: pinned); NULL when out of memory */
     void *(*alloc_host)(Device *d, size_t bytes);
     void  (*release_host)(Device *d, void *mem);
+    /* bytes the device can still allocate (the host's available memory for a
+       CPU device); 0 when it cannot tell */
+    size_t (*memory_free)(Device *d);
     /* copies, ordered with the device's work: upload returns at once (src must
        stay unchanged until the next synchronize), download when the bytes are there */
     void  (*upload)(Device *d, void *dst, const void *src, size_t bytes);

@@ -70,6 +70,12 @@ static void cpu_release(Device *d, void *mem) { (void)d; free(mem); }
 
 static void *cpu_alloc_host(Device *d, size_t bytes) { return cpu_alloc(d, bytes); }
 
+static size_t cpu_memory_free(Device *d)
+{
+    (void)d;
+    return rt_memory_available();
+}
+
 static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes)
 {
     (void)d;
@@ -135,6 +141,7 @@ static void cpu_destroy(Device *d)
 
 static const DeviceOps cpu_ops = {
     .alloc = cpu_alloc, .release = cpu_release, .alloc_host = cpu_alloc_host, .release_host = cpu_release,
+    .memory_free = cpu_memory_free,
     .upload = cpu_copy, .download = cpu_copy, .copy = cpu_copy, .load = cpu_load, .unload = cpu_unload,
     .launch = cpu_launch, .gemm = cpu_gemm, .synchronize = cpu_synchronize,
     .allreduce_start = cpu_allreduce_start, .allreduce_wait = cpu_allreduce_wait, .destroy = cpu_destroy,

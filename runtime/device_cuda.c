@@ -90,6 +90,7 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
     X(cuGetErrorString) X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet)                \
     X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)   \
     X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD8Async) X(cuMemHostAlloc) X(cuMemFreeHost)   \
+    X(cuMemGetInfo)                                                                                       \
     X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuStreamCreate) X(cuStreamDestroy)   \
     X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
     X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel)                        \
@@ -272,6 +273,13 @@ static void cuda_release(Device *d, void *mem)
 {
     cur(d);
     cu.cuMemFree((CUdeviceptr)(uintptr_t)mem);
+}
+
+static size_t cuda_memory_free(Device *d)
+{
+    cur(d);
+    size_t free_bytes = 0, total = 0;
+    return cu.cuMemGetInfo(&free_bytes, &total) == CUDA_SUCCESS ? free_bytes : 0;
 }
 
 static void *cuda_alloc_host(Device *d, size_t bytes)
@@ -691,6 +699,7 @@ static void cuda_destroy(Device *d)
 
 static const DeviceOps cuda_ops = {
     .alloc = cuda_alloc, .release = cuda_release, .alloc_host = cuda_alloc_host, .release_host = cuda_release_host,
+    .memory_free = cuda_memory_free,
     .upload = cuda_upload, .download = cuda_download, .copy = cuda_copy, .load = cuda_load, .unload = cuda_unload,
     .launch = cuda_launch, .gemm = cuda_gemm, .synchronize = cuda_synchronize,
     .allreduce_start = cuda_allreduce_start, .allreduce_wait = cuda_allreduce_wait,

@@ -5,7 +5,9 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 struct Pool {
@@ -116,4 +118,39 @@ int rt_cores(void)
     }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
+}
+
+/* The first number in a file, or -1 (a missing file, or "max") */
+static long long read_number(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[256];
+    long long v = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (key && strncmp(line, key, strlen(key))) continue;
+        char *p = line + (key ? strlen(key) : 0);
+        char *end;
+        long long x = strtoll(p, &end, 10);
+        if (end != p) v = key ? x * 1024 : x;   /* /proc/meminfo counts kB */
+        break;
+    }
+    fclose(f);
+    return v;
+}
+
+size_t rt_memory_available(void)
+{
+    long long avail = read_number("/proc/meminfo", "MemAvailable:");
+    /* cgroup v2, then v1: what is left under the limit */
+    long long lim = read_number("/sys/fs/cgroup/memory.max", NULL), used = read_number("/sys/fs/cgroup/memory.current", NULL);
+    if (lim < 0) {
+        lim = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL);
+        used = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes", NULL);
+    }
+    if (lim > 0 && used >= 0 && lim < (1LL << 60)) {
+        long long left = lim > used ? lim - used : 0;
+        if (avail < 0 || left < avail) avail = left;
+    }
+    return avail > 0 ? (size_t)avail : 0;
 }

@@ -7,6 +7,7 @@
 #ifndef MGC_POOL_H
 #define MGC_POOL_H
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct Pool Pool;
 
@@ -18,5 +19,8 @@ int   rt_pool_threads(const Pool *p);
 void  rt_pool_run(Pool *p, void (*job)(void *ctx, int thread, int nthreads), void *ctx, bool parallel);
 /* Cores this process may run on. */
 int   rt_cores(void);
+/* Bytes of memory this process can still get without swapping: the kernel's
+   MemAvailable, lowered by a cgroup's limit; 0 when neither can be read. */
+size_t rt_memory_available(void);
 
 #endif

@@ -578,6 +578,88 @@ static const char *device_name(const Group *g, int global, char *buf, size_t siz
 
 /* ---------------------------------------------------------------- the job */
 
+static const char *bytes_str(double b, char *buf, size_t size)
+{
+    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    int u = 0;
+    while (b >= 1024 && u < 5) b /= 1024, u++;
+    snprintf(buf, size, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+    return buf;
+}
+
+/* One replica's memory at `shard` examples: the training program's slots,
+   the evaluation program's where they do not fit in those, and the
+   parameters and state. */
+static size_t replica_bytes(const Model *m, long shard)
+{
+    size_t t = cg_plan_bytes(m->train, shard), e = cg_plan_bytes(m->eval, shard);
+    return t + (e > t ? e : 0) + cg_persistent_bytes(m->train);
+}
+
+/* Before anything is allocated or compiled: does every replica's memory fit
+   where it goes? The CPU devices of a process share the host's memory; a GPU
+   has its own. When not, says which buffers are largest and which batch would
+   fit, and returns -1. */
+static int check_memory(const Group *g, long shard)
+{
+    const Model *m = g->m;
+    const TrainConfig *cfg = g->cfg;
+    for (int k = 0; k < g->n; k++) {
+        Device *d = g->r[k].dev;
+        int sharing = 0;   /* replicas in d's memory; checked at the first of them */
+        bool first = true;
+        for (int j = 0; j < g->n; j++) {
+            bool same = d->kind == DEV_CPU ? g->r[j].dev->kind == DEV_CPU
+                                           : cfg->devices[j].kind == DEV_CUDA && cfg->devices[j].index == cfg->devices[k].index;
+            if (same && j < k) first = false;
+            sharing += same;
+        }
+        size_t avail = d->ops->memory_free ? d->ops->memory_free(d) : 0;
+        size_t need = (size_t)sharing * replica_bytes(m, shard);
+        if (!first || !avail || need <= avail) continue;
+        char b1[32], b2[32], b3[32], b4[32];
+        const char *where = d->kind == DEV_CPU ? "this machine" : d->name;
+        fprintf(stderr, "mgc: not enough memory: training %s at batch %d needs %s on %s (%d device%s x (%s of activations "
+                "and scratch for %ld examples + %s of parameters and state)), but %s is available\n",
+                m->train->net_name, cfg->batch_size, bytes_str((double)need, b1, sizeof b1), where, sharing,
+                sharing == 1 ? "" : "s", bytes_str((double)(replica_bytes(m, shard) - cg_persistent_bytes(m->train)), b2, sizeof b2),
+                shard, bytes_str((double)cg_persistent_bytes(m->train), b3, sizeof b3), bytes_str((double)avail, b4, sizeof b4));
+        /* the three largest buffers of the training program */
+        const Program *p = m->train;
+        int top[3] = { -1, -1, -1 };
+        for (int b = 0; b < p->nbufs; b++) {
+            if (p->slot[b] < 0) continue;
+            long sz = cg_dim(p->bufs[b].size, shard);
+            for (int t = 0; t < 3; t++)
+                if (top[t] < 0 || sz > cg_dim(p->bufs[top[t]].size, shard)) {
+                    for (int u = 2; u > t; u--) top[u] = top[u - 1];
+                    top[t] = b;
+                    break;
+                }
+        }
+        fprintf(stderr, "mgc: the largest buffers at %ld examples:\n", shard);
+        for (int t = 0; t < 3 && top[t] >= 0; t++) {
+            const Buf *b = &p->bufs[top[t]];
+            fprintf(stderr, "    %10s  %s%s%s\n", bytes_str(4.0 * (double)cg_dim(b->size, shard), b1, sizeof b1), b->name,
+                    b->origin ? ", of " : "", b->origin ? b->origin : "");
+        }
+        /* the largest shard that fits in nine tenths of what is there */
+        long lo = 0, hi = shard;
+        while (lo < hi) {
+            long mid = (lo + hi + 1) / 2;
+            if ((double)sharing * (double)replica_bytes(m, mid) <= 0.9 * (double)avail) lo = mid;
+            else hi = mid - 1;
+        }
+        if (lo > 0)
+            fprintf(stderr, "mgc: --batch-size %ld would fit (%ld examples per device)\n", lo * g->total, lo);
+        else
+            fprintf(stderr, "mgc: even one example per device does not fit: make the net smaller, or train on a "
+                    "device with more memory\n");
+        return -1;
+    }
+    return 0;
+}
+
 int train_run(const Model *m, const TrainConfig *cfg)
 {
     const Program *tp = m->train;
@@ -632,6 +714,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     }
     opt.no_record = cfg->no_graphs;
     long shard = (cfg->batch_size + G.total - 1) / G.total;   /* the most examples a replica gets */
+    if (!rc && check_memory(g, shard)) rc = 1;
     for (int k = 0; k < G.n && !rc; k++) {
         Replica *r = &G.r[k];
         /* an Exec that failed half-way still holds memory: freed with the others */

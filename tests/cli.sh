@@ -104,6 +104,20 @@ expect wrong-input 1 "does not match Fashion-MNIST images" -- nets/resnet18.net 
 expect missing-data 1 "t10k-labels-idx1-ubyte" -- $L --epochs 1 --data "$tmp/none"
 expect missing-data-url 1 "github.com/zalandoresearch/fashion-mnist" -- $L --epochs 1 --data "$tmp/none"
 expect data-is-file 1 "--data 'nets/lenet.net' is a file, not a directory" -- $L --epochs 1 --data nets/lenet.net
+# A memory plan larger than the machine is refused before anything is allocated,
+# with the largest buffers and a batch that fits (40 TiB at the largest batch)
+cat > "$tmp/wide.net" <<'NET'
+net wide(classes = 10) {
+    input x[N, 1, 28, 28]
+    return x -> c1: conv2d(1024, kernel = 3, padding = 1) -> relu
+             -> c2: conv2d(1024, kernel = 3, padding = 1) -> relu
+             -> global_avgpool -> flatten -> fc: linear(classes) -> softmax_cross_entropy
+}
+NET
+expect memory-plan 1 "mgc: not enough memory: training wide at batch 1048576" -- "$tmp/wide.net" --epochs 0 --batch-size 1048576
+expect memory-largest 1 "of %7 conv2d [N,1024,28,28] ($tmp/wide.net:4)" -- "$tmp/wide.net" --epochs 0 --batch-size 1048576
+expect memory-fits 1 "would fit" -- "$tmp/wide.net" --epochs 0 --batch-size 1048576 --devices cpu:2
+expect memory-small-ok 0 "initialised" -- "$tmp/wide.net" --epochs 0 --batch-size 2
 # More threads than cores: said, and capped at the cores
 expect threads-cap 0 "is more than the" -- $L --epochs 0 --threads 1024
 expect load-missing 1 "cannot load checkpoint" -- $L --epochs 0 --load "$tmp/none.safetensors"
