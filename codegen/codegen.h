@@ -170,6 +170,11 @@ int  cg_verify(const Program *p, char *err, size_t err_size);
 char *cg_source(const Program *p, Target t);
 /* One kernel's source for a target: prelude + the body of kernel step k. */
 char *cg_kernel_source(const Program *p, int k, Target t);
+/* The source for a target in up to `most` pieces of about equal size, cut
+   between kernels, each headed by the prelude so that each compiles alone
+   (translation units compiled side by side, none too large). Fills parts[]
+   and returns how many (at least 1, at most most and the kernels there are). */
+int cg_source_parts(const Program *p, Target t, int most, char **parts);
 /* The strategy for a convolution of c input channels, k x k, o outputs,
    out_width columns, the padding, and the input and output positions per
    map: opt->conv when forced (CONV_VECTOR and CONV_DENSE fall back to

@@ -151,6 +151,32 @@ char *cg_kernel_source(const Program *p, int k, Target t)
                         (int)(s->src_end - s->src_begin), p->source + s->src_begin);
 }
 
+int cg_source_parts(const Program *p, Target t, int most, char **parts)
+{
+    const char *pre = t == TARGET_C ? prelude_c : prelude_cuda, *kargs = kargs_text(p->arena);
+    long len = (long)strlen(p->source), kernels = 0;
+    for (int k = 0; k < p->nsteps; k++) kernels += p->steps[k].kind == STEP_KERNEL;
+    int n = most < 1 ? 1 : most;
+    if (n > kernels) n = kernels > 0 ? (int)kernels : 1;
+    /* piece j starts at the first kernel that begins at or after j * len / n */
+    long start = 0;
+    int made = 0;
+    for (int j = 1; j <= n; j++) {
+        long cut = len, at = (long)((double)len * j / n);
+        if (j < n)   /* steps need not be in the order of their text */
+            for (int k = 0; k < p->nsteps; k++) {
+                long b = p->steps[k].src_begin;
+                if (p->steps[k].kind == STEP_KERNEL && b > start && b >= at && b < cut) cut = b;
+            }
+        if (cut <= start) continue;
+        parts[made++] = arena_printf(p->arena, "%s%s%s%.*s", pre, kargs, prelude_common, (int)(cut - start), p->source + start);
+        start = cut;
+        if (cut == len) break;
+    }
+    if (!made) parts[made++] = cg_source(p, t);
+    return made;
+}
+
 static void print_dim(FILE *out, Dim d)
 {
     if (d.batch) fprintf(out, "%ld*N", d.c);

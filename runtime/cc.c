@@ -4,6 +4,7 @@
 ** and compiler, and loaded with dlopen.
 */
 #include "runtime.h"
+#include "pool.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -116,7 +117,8 @@ static void compiler_id(const char *cc, char *buf, size_t size)
     unlink(tmp);
 }
 
-static const char kernel_flags[] = "-O3 -march=native -std=gnu11 -fPIC -shared -fno-math-errno -Wno-unused";
+/* each piece compiled to an object, then the objects linked into one shared object */
+static const char kernel_flags[] = "-O3 -march=native -std=gnu11 -fPIC -fno-math-errno -Wno-unused";
 
 /* A cache entry's seal: "<size> <FNV-1a of its bytes>" of the file, or 0 when
    it cannot be read. */
@@ -152,7 +154,42 @@ static bool entry_sound(const char *so_path)
     return want[0] && seal_of(so_path, have, sizeof have) && strcmp(want, have) == 0;
 }
 
-static int compile_kernels(const char *source, bool verbose, char *so_path, size_t so_size, char *err, size_t err_size)
+/* Runs the compiler on every piece, `jobs` at a time (each waited for by
+   its own pid, in order: other children of the process are not ours to
+   reap); the index of the first piece that failed, or -1 when all compiled. */
+static int compile_pieces(char ***argvs, const char *const *logs, int n, int jobs)
+{
+    pid_t *pid = calloc((size_t)n + 1, sizeof *pid);
+    int failed = -1, next = 0, first = 0;
+    while (first < next || (next < n && failed < 0)) {
+        while (next < n && next - first < jobs && failed < 0) {
+            pid[next] = fork();
+            if (pid[next] == 0) {
+                int fd = open(logs[next], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                if (fd >= 0) {
+                    dup2(fd, 1);
+                    dup2(fd, 2);
+                    close(fd);
+                }
+                execvp(argvs[next][0], argvs[next]);
+                _exit(127);
+            }
+            if (pid[next] < 0) failed = next;
+            else next++;
+        }
+        if (first == next) break;
+        int st;
+        pid_t w;
+        while ((w = waitpid(pid[first], &st, 0)) < 0 && errno == EINTR) {}
+        if ((w < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) && (failed < 0 || first < failed)) failed = first;
+        first++;
+    }
+    free(pid);
+    return failed;
+}
+
+static int compile_kernels(const char *const *parts, int nparts, bool verbose, char *so_path, size_t so_size,
+                           char *err, size_t err_size)
 {
     const char *cc = getenv("MGC_CC");
     if (!cc || !*cc) cc = "cc";
@@ -163,7 +200,10 @@ static int compile_kernels(const char *source, bool verbose, char *so_path, size
         return -1;
     }
     uint64_t h = 0xcbf29ce484222325ULL;
-    h = rt_fnv1a(h, source);
+    for (int k = 0; k < nparts; k++) {
+        h = rt_fnv1a(h, parts[k]);
+        h = rt_fnv1a(h, "\n--piece\n");
+    }
     h = rt_fnv1a(h, "\n--flags ");
     h = rt_fnv1a(h, kernel_flags);
     h = rt_fnv1a(h, "\n--cc ");
@@ -184,33 +224,74 @@ static int compile_kernels(const char *source, bool verbose, char *so_path, size
         else if (verbose)
             fprintf(stderr, "mgc: the cached kernels %s have no seal (an older mgc made them): compiling them again\n", so_path);
     }
-    char c_path[4800], tmp_so[4800], log_path[4800];
-    snprintf(c_path, sizeof c_path, "%s/%016llx.c", kdir, (unsigned long long)h);
-    snprintf(tmp_so, sizeof tmp_so, "%s.%d.tmp", so_path, (int)getpid());
-    snprintf(log_path, sizeof log_path, "%s/%016llx.log", kdir, (unsigned long long)h);
-    FILE *f = fopen(c_path, "w");
-    if (!f || fputs(source, f) < 0 || fclose(f)) {
-        snprintf(err, err_size, "cannot write kernel source '%s': %s", c_path, strerror(errno));
-        return -1;
-    }
-    char words_buf[512], flags_buf[sizeof kernel_flags], *argv[48];
-    int n = compiler_words(cc, words_buf, sizeof words_buf, argv, 16);
+    /* HASH.K.c -> HASH.K.PID.o (log HASH.K.log), side by side; then linked */
+    int n = nparts;
+    char (*c_path)[4800] = calloc((size_t)n + 1, sizeof *c_path), (*o_path)[4800] = calloc((size_t)n + 1, sizeof *o_path);
+    char (*log_path)[4800] = calloc((size_t)n + 1, sizeof *log_path);
+    char ***argvs = calloc((size_t)n + 1, sizeof *argvs);
+    const char **logs = calloc((size_t)n + 1, sizeof *logs);
+    char words_buf[512], flags_buf[sizeof kernel_flags], *base[48];
+    int nb = compiler_words(cc, words_buf, sizeof words_buf, base, 16);
     snprintf(flags_buf, sizeof flags_buf, "%s", kernel_flags);
-    for (char *w = strtok(flags_buf, " "); w && n < 40; w = strtok(NULL, " ")) argv[n++] = w;
-    argv[n++] = "-o";
-    argv[n++] = tmp_so;
-    argv[n++] = c_path;
-    argv[n] = NULL;
+    for (char *w = strtok(flags_buf, " "); w && nb < 40; w = strtok(NULL, " ")) base[nb++] = w;
+    int rc = 0;
+    for (int k = 0; k < n && !rc; k++) {
+        snprintf(c_path[k], sizeof c_path[k], "%s/%016llx.%d.c", kdir, (unsigned long long)h, k);
+        snprintf(o_path[k], sizeof o_path[k], "%s/%016llx.%d.%d.o", kdir, (unsigned long long)h, k, (int)getpid());
+        snprintf(log_path[k], sizeof log_path[k], "%s/%016llx.%d.log", kdir, (unsigned long long)h, k);
+        FILE *f = fopen(c_path[k], "w");
+        if (!f || fputs(parts[k], f) < 0 || fclose(f)) {
+            snprintf(err, err_size, "cannot write kernel source '%s': %s", c_path[k], strerror(errno));
+            rc = -1;
+            break;
+        }
+        char **argv = argvs[k] = calloc(48, sizeof *argv);
+        memcpy(argv, base, sizeof(char *) * (size_t)nb);
+        int a = nb;
+        argv[a++] = "-c";
+        argv[a++] = "-o";
+        argv[a++] = o_path[k];
+        argv[a++] = c_path[k];
+        logs[k] = log_path[k];
+    }
+    char tmp_so[4800], link_log[4800];
+    snprintf(tmp_so, sizeof tmp_so, "%s.%d.tmp", so_path, (int)getpid());
+    snprintf(link_log, sizeof link_log, "%s/%016llx.link.log", kdir, (unsigned long long)h);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = run_program(argv, log_path);
+    int bad = rc ? -1 : compile_pieces(argvs, logs, n, rt_cores());
+    if (!rc && bad >= 0) {
+        snprintf(err, err_size, "the C compiler failed on the generated kernels; source %s, messages %s",
+                 c_path[bad], log_path[bad]);
+        rc = -1;
+    }
+    if (!rc) {   /* cc -shared -o tmp.so *.o */
+        char **argv = calloc((size_t)n + 24, sizeof *argv);
+        int a = compiler_words(cc, words_buf, sizeof words_buf, argv, 16);
+        argv[a++] = "-shared";
+        argv[a++] = "-o";
+        argv[a++] = tmp_so;
+        for (int k = 0; k < n; k++) argv[a++] = o_path[k];
+        argv[a] = NULL;
+        int st = run_program(argv, link_log);
+        free(argv);
+        if (st != 0) {
+            snprintf(err, err_size, "the C compiler could not link the compiled kernels (exit %d); messages %s", st, link_log);
+            rc = -1;
+        }
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (rc != 0) {
-        snprintf(err, err_size, "the C compiler failed on the generated kernels (exit %d); source %s, messages %s",
-                 rc, c_path, log_path);
+    for (int k = 0; k < n; k++) {
+        unlink(o_path[k]);
+        if (!rc) unlink(log_path[k]);
+        free(argvs[k]);
+    }
+    free(c_path); free(o_path); free(log_path); free(argvs); free(logs);
+    if (rc) {
         unlink(tmp_so);
         return -1;
     }
+    unlink(link_log);
     /* the seal first, then the entry, each by rename: a reader sees a whole seal, and an entry only with one */
     char seal[64], seal_path[4700], tmp_seal[4800];
     snprintf(seal_path, sizeof seal_path, "%s.seal", so_path);
@@ -222,17 +303,16 @@ static int compile_kernels(const char *source, bool verbose, char *so_path, size
         unlink(tmp_so);
         return -1;
     }
-    unlink(log_path);
     if (verbose)
-        fprintf(stderr, "mgc: compiled kernels in %.2f s -> %s\n",
+        fprintf(stderr, "mgc: compiled kernels (%d translation unit%s, side by side) in %.2f s -> %s\n", n, n == 1 ? "" : "s",
                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), so_path);
     return 0;
 }
 
-int rt_cc_load(const char *source, bool verbose, void **so, char *err, size_t err_size)
+int rt_cc_load(const char *const *parts, int nparts, bool verbose, void **so, char *err, size_t err_size)
 {
     char so_path[4608];
-    if (compile_kernels(source, verbose, so_path, sizeof so_path, err, err_size)) return -1;
+    if (compile_kernels(parts, nparts, verbose, so_path, sizeof so_path, err, err_size)) return -1;
     *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
     if (!*so) {
         snprintf(err, err_size, "cannot load compiled kernels %s: %s (delete it to rebuild)", so_path, dlerror());

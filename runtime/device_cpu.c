@@ -85,7 +85,18 @@ static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes)
 static int cpu_load(Device *d, const Program *p, bool verbose, void **module, KernelFn *fns, char *err, size_t err_size)
 {
     (void)d;
-    if (rt_cc_load(cg_source(p, TARGET_C), verbose, module, err, err_size)) return -1;
+    /* as many pieces as cores, more where the source is large: no compiler
+       process gets more than about 256 KB of kernels */
+    long kernels = 0;
+    for (int k = 0; k < p->nsteps; k++) kernels += p->steps[k].kind == STEP_KERNEL;
+    long want = (long)(strlen(p->source) >> 18) + 1;
+    if (want < rt_cores()) want = rt_cores();
+    if (want > kernels) want = kernels > 0 ? kernels : 1;
+    char **parts = malloc(sizeof(char *) * (size_t)want);
+    int n = cg_source_parts(p, TARGET_C, (int)want, parts);
+    int rc = rt_cc_load((const char *const *)parts, n, verbose, module, err, err_size);
+    free(parts);
+    if (rc) return -1;
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
         if (s->kind != STEP_KERNEL) continue;

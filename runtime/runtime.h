@@ -136,9 +136,11 @@ int  rt_kernel_cache(char *dir, size_t size, char *err, size_t err_size);
 /* FNV-1a over a string, from h (0xcbf29ce484222325 to start): the caches' keys. */
 uint64_t rt_fnv1a(uint64_t h, const char *s);
 uint64_t rt_fnv1a_bytes(uint64_t h, const void *data, size_t n);
-/* Compiles C kernel source with the system compiler (or finds it in the
-   cache) and loads it; *so is the dlopen handle. Returns 0 or -1 with err. */
-int  rt_cc_load(const char *source, bool verbose, void **so, char *err, size_t err_size);
+/* Compiles C kernel source, given as pieces that each compile alone, with
+   the system compiler (the pieces side by side, one per core, then linked
+   into one shared object), or finds it in the cache, and loads it; *so is the
+   dlopen handle. Returns 0 or -1 with err. */
+int  rt_cc_load(const char *const *parts, int nparts, bool verbose, void **so, char *err, size_t err_size);
 
 /* v with thousands separators ("44,426"), in buf; printf's ' flag needs a locale. */
 const char *rt_commas(long v, char buf[32]);

@@ -57,6 +57,16 @@ if XDG_CACHE_HOME="$odd" "$MGC" $L --epochs 0 -v > "$tmp/out" 2>&1 && grep -q "c
 else
     echo "FAIL cli cache-dir-quotes: a cache path with quotes and \$(...) ran something or failed"; head -3 "$tmp/out"; fail=$((fail + 1))
 fi
+# A compiler that fails on the kernels (not on --version): the piece's source and
+# messages are named, and nothing broken enters the cache
+printf '#!/bin/sh\ncase "$*" in *--version*) exec cc --version;; esac\necho "mgc-test: refused" >&2\nexit 1\n' > "$tmp/badcc"
+chmod +x "$tmp/badcc"
+MGC_CC="$tmp/badcc" XDG_CACHE_HOME="$tmp/cache-bad" expect cc-fails 1 "the C compiler failed on the generated kernels; source $tmp/cache-bad/mgc/kernels/" -- $L --epochs 0
+if ls "$tmp/cache-bad/mgc/kernels/"*.so > /dev/null 2>&1 || ! grep -q "mgc-test: refused" "$tmp/cache-bad/mgc/kernels/"*.log; then
+    echo "FAIL cli cc-fails-cache: a failed compile left an entry, or no messages"; fail=$((fail + 1))
+else
+    pass=$((pass + 1))
+fi
 # MGC_CC that is not a compiler: a clear message, no crash
 MGC_CC=no-such-cc expect cc-missing 1 "cannot run the C compiler 'no-such-cc'" -- $L --epochs 0
 expect help 0 "usage: mgc NET.net" -- --help

@@ -197,10 +197,60 @@ static void test_ir_verify(void)
     arena_free(&c.arena);
 }
 
+/* The source in pieces: each piece is the prelude and whole kernels, every
+   kernel is in exactly one piece, in order, and the pieces' bodies put
+   together are the program's source. */
+static void test_source_parts(void)
+{
+    Compiled c;
+    compile(&c, "nets/resnet18.net", true);
+    CHECK(c.rc == 0, "resnet18 compiles");
+    const char *whole = cg_source(&c.p, TARGET_C);
+    size_t pre = strlen(whole) - strlen(c.p.source);
+    int kernels = 0;
+    for (int k = 0; k < c.p.nsteps; k++) kernels += c.p.steps[k].kind == STEP_KERNEL;
+    int wants[] = { 1, 2, 3, 7, 64, kernels, kernels + 5 };
+    for (size_t w = 0; w < sizeof wants / sizeof wants[0]; w++) {
+        char **parts = malloc(sizeof(char *) * (size_t)(wants[w] + 1));
+        int n = cg_source_parts(&c.p, TARGET_C, wants[w], parts);
+        int expect = wants[w] < kernels ? wants[w] : kernels;
+        /* cut near equal shares of the text: as many as asked while kernels are many */
+        CHECK(expect < kernels ? n == expect : n <= expect && n > expect / 2, "%d pieces asked of %d kernels: got %d",
+              wants[w], kernels, n);
+        size_t at = 0;
+        bool prelude = true, joined = true, balanced = true;
+        size_t total = strlen(c.p.source), biggest = 0;
+        for (int j = 0; j < n; j++) {
+            size_t len = strlen(parts[j]);
+            prelude &= len > pre && !strncmp(parts[j], whole, pre);
+            joined &= at + (len - pre) <= total && !strncmp(parts[j] + pre, c.p.source + at, len - pre);
+            at += len - pre;
+            if (len - pre > biggest) biggest = len - pre;
+        }
+        balanced = n < 2 || n >= kernels || biggest < 2 * total / (size_t)n + 20000;
+        CHECK(prelude && joined && at == total, "%d pieces: each has the prelude, together they are the source", n);
+        CHECK(balanced, "%d pieces: the largest (%zu bytes of %zu) is about its share", n, biggest, total);
+        /* each kernel's head lies in exactly one piece */
+        int found = 0;
+        for (int k = 0; k < c.p.nsteps; k++) {
+            if (c.p.steps[k].kind != STEP_KERNEL) continue;
+            char head[128];
+            snprintf(head, sizeof head, "KERNEL(%s)(", c.p.steps[k].fn);
+            int in = 0;
+            for (int j = 0; j < n; j++) in += strstr(parts[j], head) != NULL;
+            found += in == 1;
+        }
+        CHECK(found == kernels, "%d pieces: every kernel in one piece (%d of %d)", n, found, kernels);
+        free(parts);
+    }
+    arena_free(&c.arena);
+}
+
 int main(void)
 {
     test_cg_verify();
     test_ir_verify();
+    test_source_parts();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
