@@ -70,6 +70,7 @@ typedef struct Step {
     const char *fn;           /* kernel function name */
     int nargs;
     int args[CG_MAXARGS];     /* buffer ids, in the kernel's a.t[] order */
+    unsigned outs;            /* bit j set: the kernel writes a.t[j] */
     int nf;
     float f[4];               /* run-time scalars (a.f[]): learning rate etc. */
     bool seeded;              /* needs a fresh random seed each run (dropout) */

@@ -86,6 +86,7 @@ Step *cg_kernel(Lower *L, int node, const char *what, Dim work, int nargs, const
     fprintf(L->src, " */\nKERNEL(%s)(KArgs a)\n{\n    const long N = a.batch;\n    (void)N;\n", s->fn);
     for (int k = 0; k < nargs; k++) {
         bool out = names[k][0] == '=';
+        s->outs |= (unsigned)out << k;
         fprintf(L->src, "    %sfloat *RESTRICT %s = a.t[%d];\n", out ? "" : "const ", names[k] + out, k);
     }
     return s;

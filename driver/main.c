@@ -55,7 +55,8 @@ static void usage(FILE *out)
         "  --gpus N               train on the first N GPUs: --devices cuda:0,...,cuda:N-1\n"
         "  --tf32                 GPUs: GEMMs may round their inputs to TF32 (faster; default full fp32)\n"
         "  --sync-bn              BatchNorm statistics over the global batch (all replicas), as SyncBatchNorm\n"
-        "  --bucket-mb X          gradients are summed in buckets of about X MB (default 25; the first at most 1)\n"
+        "  --check-nan            anomaly mode: check every step's output; stop at the first value that is not\n"
+        "                         finite and name the step, kernel and layer that wrote it (slow)\n"        "  --bucket-mb X          gradients are summed in buckets of about X MB (default 25; the first at most 1)\n"
         "  --epochs N             passes over the training set (default 10; 0: initialise only)\n"
         "  --batch-size B         the global batch (default 256)\n"
         "  --lr X                 learning rate (default 0.1)\n"
@@ -228,7 +229,7 @@ static int parse_args(int argc, char **argv, Cli *c)
         static const char *const known[] = { "--devices", "--gpus", "--epochs", "--batch-size", "--lr", "--momentum",
             "--weight-decay", "--seed", "--data", "--limit-train", "--limit-test", "--threads", "--save", "--load",
             "--log", "--emit", "--set", "--batch", "--steps", "--dump", "--sync-bn", "--bucket-mb", "--arch",
-            "--dump-kernels", "--tf32", NULL };
+            "--dump-kernels", "--tf32", "--check-nan", NULL };
         int which = -1;
         for (int k = 0; known[k]; k++)
             if (!strcmp(name, known[k])) which = k;
@@ -242,10 +243,11 @@ static int parse_args(int argc, char **argv, Cli *c)
             if (best) return bad("unknown option '%s'; did you mean '%s'?", name, best);
             return bad("unknown option '%s'%s", name, "");
         }
-        if (which == 20 || which == 24) {   /* a flag */
+        if (which == 20 || which == 24 || which == 25) {   /* a flag */
             if (val) return bad("%s takes no value, got '%s'", name, val);
             if (which == 20) t->sync_bn = true;
-            else t->tf32 = true;
+            else if (which == 24) t->tf32 = true;
+            else t->check_nan = true;
             continue;
         }
         if (!val) {

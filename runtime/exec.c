@@ -18,6 +18,7 @@
 ** learning rate, the seed when a step is seeded) and replays them after.
 */
 #include "runtime.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,6 +144,48 @@ void rt_exec_free(Exec *x)
     memset(x, 0, sizeof *x);
 }
 
+void rt_exec_check_nan(Exec *x)
+{
+    x->check_nan = true;
+    x->nan_step = -1;
+}
+
+/* The first element of buffer b (n examples) that is not finite, or -1. */
+static long first_nonfinite(Exec *x, int b, long n, float *value)
+{
+    if (b < 0 || !x->ptr[b]) return -1;
+    long floats = cg_dim(x->prog->bufs[b].size, n);
+    const float *h = x->ptr[b];
+    float *copy = NULL;
+    if (!x->dev->host_memory) {
+        if (!(copy = malloc(sizeof(float) * (size_t)(floats > 0 ? floats : 1)))) return -1;
+        x->dev->ops->download(x->dev, copy, x->ptr[b], sizeof(float) * (size_t)floats);
+        h = copy;
+    }
+    x->dev->ops->synchronize(x->dev);
+    long at = -1;
+    for (long i = 0; i < floats && at < 0; i++)
+        if (!isfinite(h[i])) at = i, *value = h[i];
+    free(copy);
+    return at;
+}
+
+static void check_step(Exec *x, int k, long n)
+{
+    const Step *s = &x->prog->steps[k];
+    int outs[CG_MAXARGS + 1], no = 0;
+    if (s->kind == STEP_KERNEL)
+        for (int j = 0; j < s->nargs; j++)
+            if (s->outs >> j & 1) outs[no++] = s->args[j];
+    if (s->kind == STEP_GEMM) outs[no++] = s->c;
+    if (s->kind == STEP_WAIT) outs[no++] = x->prog->colls[s->coll].dst;
+    for (int j = 0; j < no && x->nan_step < 0; j++) {
+        float v = 0;
+        long at = first_nonfinite(x, outs[j], n, &v);
+        if (at >= 0) x->nan_step = k, x->nan_buf = outs[j], x->nan_at = at, x->nan_value = v;
+    }
+}
+
 void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay)
 {
     x->sgd[0] = lr;
@@ -216,6 +259,7 @@ static void run_steps(Exec *x, long n, long global_n, long first)
             dev->ops->synchronize(dev);   /* a device that queues work is timed by what it did */
             x->step_seconds[k] += seconds() - t0;
         }
+        if (x->check_nan && x->nan_step < 0) check_step(x, k, n);
     }
 }
 
@@ -261,7 +305,7 @@ void rt_exec_start(Exec *x, long n, long global_n, long first)
     stage_batch(x, p->labels, n);
     stage(x, p->control, 2, true);
     bool ran = false;
-    if (dev->ops->replay && dev->can_record && x->record && !x->step_seconds) {
+    if (dev->ops->replay && dev->can_record && x->record && !x->step_seconds && !x->check_nan) {
         unsigned long long shape = mix(mix(mix(mix(0x6d6763, (unsigned long long)(uintptr_t)p), (unsigned long long)n),
                                            (unsigned long long)global_n), (unsigned long long)first);
         unsigned int bits[3];

@@ -89,6 +89,11 @@ typedef struct Exec {
     double *step_seconds;    /* per step, accumulated when profiling (else NULL) */
     double wait_seconds;     /* time spent waiting for collectives */
     size_t activation_bytes; /* memory of activations and scratch, after reuse */
+    /* --check-nan: every step's output is checked; the first not finite, or nan_step -1 */
+    bool check_nan;
+    int nan_step, nan_buf;
+    long nan_at;
+    float nan_value;
 } Exec;
 
 typedef struct RtOptions {
@@ -106,6 +111,11 @@ typedef struct RtOptions {
 int  rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_batch, const Exec *share,
                   const RtOptions *opt, char *err, size_t err_size);
 void rt_exec_free(Exec *x);
+/* Anomaly mode: after every step, its outputs are read back and checked; the
+   first step that writes a value that is not finite is kept in nan_step,
+   nan_buf, nan_at (the element) and nan_value, and nothing more is checked.
+   Steps are not recorded (CUDA graphs) meanwhile. Slow: for finding a bug. */
+void rt_exec_check_nan(Exec *x);
 /* Runs every step for this replica's n examples, the first-th of the
    global_n examples of the step on every replica together (n <= max_batch). */
 void rt_exec_run(Exec *x, long n, long global_n, long first);

@@ -78,6 +78,8 @@ typedef struct Replica {
     bool diverged, stop;
     int stop_reason;          /* 1 interrupted, 2 diverged */
     long steps;
+    int nan_epoch;            /* --check-nan: the epoch and step (1-based) where a value first was not finite */
+    long nan_batch;
 } Replica;
 
 typedef struct Group {
@@ -321,7 +323,8 @@ static void epoch_on_replica(Group *g, Replica *r)
         t0 = t1;
         r->steps++;
         float l = read1(&r->tr, p->loss);
-        if (!isfinite(l)) r->diverged = true;
+        if (!isfinite(l) || (r->tr.check_nan && r->tr.nan_step >= 0)) r->diverged = true;
+        if (r->tr.check_nan && r->tr.nan_step >= 0 && !r->nan_epoch) r->nan_epoch = g->epoch, r->nan_batch = r->steps;
         r->loss_sum += (double)l * n;
         r->correct += read1(&r->tr, p->correct);
         r->seen += n;
@@ -578,6 +581,30 @@ static const char *device_name(const Group *g, int global, char *buf, size_t siz
 
 /* ---------------------------------------------------------------- the job */
 
+/* --check-nan: where the first value that was not finite came from. */
+static void report_nan(const Group *g)
+{
+    for (int k = 0; k < g->n; k++) {
+        const Replica *r = &g->r[k];
+        const Exec *x = &r->tr;
+        if (!x->check_nan || x->nan_step < 0) continue;
+        const Program *p = x->prog;
+        const Step *s = &p->steps[x->nan_step];
+        const Buf *b = &p->bufs[x->nan_buf];
+        int nb = s->node >= 0 ? p->node_buf[s->node] : -1;
+        const char *node = nb >= 0 && p->bufs[nb].origin ? p->bufs[nb].origin : NULL;
+        fprintf(stderr, "mgc: --check-nan: the first value that is not finite (%g) was written in epoch %d, step %ld "
+                "of the run, on %s, by step %d of the training program: %s%s%s%s\n",
+                (double)x->nan_value, r->nan_epoch, r->nan_batch, r->dev->name, x->nan_step,
+                s->kind == STEP_KERNEL ? "kernel " : s->kind == STEP_GEMM ? "a GEMM" : "the sum of a gradient bucket",
+                s->kind == STEP_KERNEL ? s->fn : "", node ? ", computing " : "", node ? node : "");
+        fprintf(stderr, "mgc: it went into element %ld of b%d (%s%s%s); every earlier step wrote finite values "
+                "(--emit kernels shows the step)\n", x->nan_at, x->nan_buf, b->name, b->origin ? ", of " : "",
+                b->origin ? b->origin : "");
+        return;
+    }
+}
+
 static const char *bytes_str(double b, char *buf, size_t size)
 {
     static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
@@ -730,6 +757,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
         r->tr.grouped = G.total > 1;
         r->tr.replica = k;
         rt_exec_set_sgd(&r->tr, cfg->lr, cfg->momentum, cfg->weight_decay);
+        if (cfg->check_nan) rt_exec_check_nan(&r->tr);
         if (getenv("MGC_PROFILE") && k == 0 && world->rank == 0) rt_exec_profile(&r->tr);
         r->tr.seed = r->ev.seed = cfg->seed;
         opt.verbose = false;   /* once is enough */
@@ -826,9 +854,13 @@ int train_run(const Model *m, const TrainConfig *cfg)
         if (r0->stop) {
             stopped = true;
             if (r0->stop_reason == 2) {
-                if (world->rank == 0)
-                    fprintf(stderr, "\nmgc: the loss became %g in epoch %d: training diverged; try a smaller --lr\n",
-                            sums[0] / (sums[2] > 0 ? sums[2] : 1), epoch);
+                bool named = false;
+                for (int k = 0; k < G.n; k++) named |= G.r[k].tr.check_nan && G.r[k].tr.nan_step >= 0;
+                if (world->rank == 0 && !named)
+                    fprintf(stderr, "\nmgc: the loss became %g in epoch %d: training diverged; try a smaller --lr%s\n",
+                            sums[0] / (sums[2] > 0 ? sums[2] : 1), epoch,
+                            cfg->check_nan ? "" : " (--check-nan names the first layer whose output is not finite)");
+                report_nan(g);
                 status = 1;
             } else {
                 interrupted = 1;

@@ -186,6 +186,13 @@ PY
     "$MGC" $L --epochs 1 --limit-train 512 --limit-test 0 --log "$tmp/notest.jsonl" > "$tmp/notest" 2>&1
     if python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).read()); sys.exit(0 if r['test_acc'] is None else 1)" "$tmp/notest.jsonl"; then
         pass=$((pass + 1)); else echo "FAIL log-null: --limit-test 0 did not log test_acc null"; fail=$((fail + 1)); fi
+    # Divergence: the loss says so and points at --check-nan, which names the first
+    # step, kernel and layer that wrote a value that is not finite (also where the
+    # device's memory is apart from the host's, so that outputs are read back)
+    expect diverged 1 "training diverged; try a smaller --lr (--check-nan names" -- $L --epochs 1 --limit-train 2048 --limit-test 64 --lr 1e30
+    expect check-nan 1 "computing %8 conv2d [N,16,8,8] (nets/lenet.net:8)" -- $L --epochs 1 --limit-train 2048 --limit-test 64 --lr 1e30 --check-nan
+    MGC_CPU_OWN_MEMORY=1 expect check-nan-own-memory 1 "computing %8 conv2d [N,16,8,8]" -- $L --epochs 1 --limit-train 2048 --limit-test 64 --lr 1e30 --check-nan
+    expect check-nan-fine 0 "test acc" -- $L --epochs 1 --limit-train 512 --limit-test 64 --check-nan
     # A log that cannot be written (a full disk) is said at once, and the run ends with status 1
     expect log-full 1 "cannot write --log /dev/full: No space left on device" -- $L --epochs 1 --limit-train 512 --limit-test 64 --log /dev/full
     # Resuming from the checkpoint gives the same test accuracy as the run that saved it.
