@@ -15,6 +15,7 @@
 #include "world.h"
 #include "ptx.h"
 #include <sys/stat.h>
+#include <time.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -518,9 +519,12 @@ static int check_gpus(const Cli *c, const World *w)
 
 int main(int argc, char **argv)
 {
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     Cli c;
     int rc = parse_args(argc, argv, &c);
     if (rc) return rc;
+    c.cfg.started = (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec;
     World world;
     char err[512];
     if (rt_world_init(&world, &argc, &argv, err, sizeof err)) {

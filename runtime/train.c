@@ -313,6 +313,8 @@ static void epoch_on_replica(Group *g, Replica *r)
             control[0] = interrupted ? 1.0f : 0.0f;
             control[1] = r->diverged ? 1.0f : 0.0f;
         }
+        if (r->steps == 0 && r->global == 0 && cfg->verbose && cfg->started > 0)
+            fprintf(stderr, "mgc: the first training step starts %.2f s after mgc did\n", now() - cfg->started);
         rt_exec_start(&r->tr, n, b, first);
         /* the next batch is read while the device computes this one (where it queues work) */
         long nb = 0, nfirst = 0, nn = 0;
@@ -687,6 +689,38 @@ static int check_memory(const Group *g, long shard)
     return 0;
 }
 
+/* The data set, read (and decompressed) by a thread of its own while the
+   kernels load and the parameters are initialised. */
+typedef struct DataLoad {
+    const char *dir;
+    Dataset train, test;
+    int rc;
+    char err[1024];
+    pthread_t thread;
+    bool started;
+} DataLoad;
+
+static void *load_data(void *arg)
+{
+    DataLoad *d = arg;
+    d->rc = data_load_fashion_mnist(d->dir, &d->train, &d->test, d->err, sizeof d->err);
+    return NULL;
+}
+
+static void data_start(DataLoad *d, const char *dir)
+{
+    d->dir = dir;
+    d->started = pthread_create(&d->thread, NULL, load_data, d) == 0;
+    if (!d->started) load_data(d);
+}
+
+static int data_wait(DataLoad *d)
+{
+    if (d->started) pthread_join(d->thread, NULL);
+    d->started = false;
+    return d->rc;
+}
+
 int train_run(const Model *m, const TrainConfig *cfg)
 {
     const Program *tp = m->train;
@@ -699,6 +733,8 @@ int train_run(const Model *m, const TrainConfig *cfg)
     RtOptions opt = { .verbose = cfg->verbose && world->rank == 0 };
     int status = 1;
     Dataset train = { 0 }, test = { 0 };
+    DataLoad data = { 0 };
+    if (!cfg->batch_file && cfg->epochs > 0) data_start(&data, cfg->data_dir);
     int *order = NULL;
     FILE *log = NULL;
     bool log_failed = false;
@@ -793,9 +829,12 @@ int train_run(const Model *m, const TrainConfig *cfg)
         goto out;
     }
     rc = 0;
-    if (data_load_fashion_mnist(cfg->data_dir, &train, &test, err, sizeof err)) {
-        if (world->size > 1) fprintf(stderr, "mgc: rank %d: %s\n", world->rank, err);
-        else fprintf(stderr, "mgc: %s\n", err);
+    rc = data_wait(&data);
+    train = data.train, test = data.test;
+    data.train = data.test = (Dataset){ 0 };
+    if (rc) {
+        if (world->size > 1) fprintf(stderr, "mgc: rank %d: %s\n", world->rank, data.err);
+        else fprintf(stderr, "mgc: %s\n", data.err);
         rc = 1;
     }
     if (!rc && cfg->log && world->rank == 0 && !(log = fopen(cfg->log, "w"))) {
@@ -940,6 +979,9 @@ out:
     }
     if (log_failed && status == 0) status = 1;
     free(order);
+    data_wait(&data);   /* a run that stopped before it needed the data */
+    data_free(&data.train);
+    data_free(&data.test);
     data_free(&train);
     data_free(&test);
     rt_comm_free(G.comm);

@@ -32,6 +32,7 @@ typedef struct TrainConfig {
     bool tf32;                /* CUDA: GEMMs may use TF32 tensor cores */
     bool no_graphs;           /* CUDA: launch every step (no CUDA graph) */
     bool sync_bn;             /* BatchNorm statistics over the global batch */
+    double started;           /* CLOCK_MONOTONIC seconds when the process began (-v says when the first step ran) */
     bool check_nan;           /* anomaly mode: every step's output checked; the first not finite named */
     World *world;             /* the ranks of an MPI run, or this process alone */
     bool verbose;
