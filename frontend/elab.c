@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <sys/resource.h>
 #include "frontend.h"
 #include "ast.h"
 #include "parser.tab.h"
@@ -37,6 +38,13 @@
 #define FE_MAX_DEPTH   64       /* blocks instantiated inside one another */
 #define FE_MAX_SIZE    (1 << 20)/* largest channel count, feature count, kernel, input dim */
 #define FE_MAX_FILE    (64L << 20) /* largest .net file read, bytes */
+/* Expressions and statement lists evaluated inside one another, counted across
+   block instances (the parser bounds each body; blocks nest 64 deep, so without
+   a total, 64 instances of 900-level expressions would recurse 57,600 deep).
+   About 1 KB of stack a level (measured): 4,000 levels fit in 4 MB, half
+   the usual 8 MB. A stack guard backs it where the stack is smaller or the
+   frames larger (sanitizers). */
+#define FE_MAX_NESTING 4000
 
 /* ---- values ---- */
 
@@ -59,10 +67,14 @@ typedef struct Binding {
     struct Binding *next;
 } Binding;
 
-/* Variables of one { } body; parent is NULL at the top of a net/block instance. */
+/* Variables of one { } body; parent is NULL at the top of a net/block instance.
+   Past a few bindings they are also hashed (slots: open addressing), so that
+   a body of many statements is not searched name by name. */
 typedef struct Env {
     struct Env *parent;
     Binding *vars;
+    Binding **slots;
+    int nvars, cap;
 } Env;
 
 /* Counter for automatic names, per scope and base name. */
@@ -242,12 +254,33 @@ static const char *join(Elab *E, const char *prefix, const char *name)
 
 /* ---- environments ---- */
 
+static Binding *slot_find(const Env *env, const char *name)
+{
+    unsigned long m = (unsigned long)env->cap - 1;
+    for (unsigned long i = hash_str(name) & m; env->slots[i]; i = (i + 1) & m)
+        if (!strcmp(env->slots[i]->name, name)) return env->slots[i];
+    return NULL;
+}
+
 static Binding *lookup(Env *env, const char *name)
 {
-    for (; env; env = env->parent)
+    for (; env; env = env->parent) {
+        if (env->slots) {
+            Binding *b = slot_find(env, name);
+            if (b) return b;
+            continue;
+        }
         for (Binding *b = env->vars; b; b = b->next)
             if (!strcmp(b->name, name)) return b;
+    }
     return NULL;
+}
+
+static void env_slot(Env *env, Binding *b)
+{
+    unsigned long m = (unsigned long)env->cap - 1, i = hash_str(b->name) & m;
+    while (env->slots[i]) i = (i + 1) & m;
+    env->slots[i] = b;
 }
 
 static Binding *bind(Elab *E, Env *env, const char *name, BindKind kind, Value v, Loc loc)
@@ -259,6 +292,16 @@ static Binding *bind(Elab *E, Env *env, const char *name, BindKind kind, Value v
     b->loc = loc;
     b->next = env->vars;
     env->vars = b;
+    env->nvars++;
+    if (env->nvars > 8 && 2 * env->nvars > env->cap) {   /* (re)hash every binding, newest first */
+        env->cap = env->cap ? 2 * env->cap : 64;
+        env->slots = arena_alloc(E->a, sizeof(Binding *) * (size_t)env->cap);
+        memset(env->slots, 0, sizeof(Binding *) * (size_t)env->cap);
+        for (Binding *c = env->vars; c; c = c->next)
+            if (!slot_find(env, c->name)) env_slot(env, c);
+    } else if (env->slots && !slot_find(env, name)) {
+        env_slot(env, b);
+    }
     return b;
 }
 
@@ -465,7 +508,38 @@ static int eval_attr(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
     return 0;
 }
 
+/* Enter one level of evaluation (an expression, a statement list); leave() undoes it. */
+static int enter(Elab *E, Loc loc)
+{
+    char here;
+    long used = E->stack_top ? (long)(E->stack_top - &here) : 0;
+    if (E->nesting < FE_MAX_NESTING && used < E->stack_budget) {
+        E->nesting++;
+        return 0;
+    }
+    if (E->nesting >= FE_MAX_NESTING)
+        diag_at(E->d, loc, "this is nested too deeply: with the blocks it is in, elaboration is %d levels deep here "
+                "(the limit is %d; flatten the expression or the blocks)", E->nesting, FE_MAX_NESTING);
+    else
+        diag_at(E->d, loc, "this is nested too deeply: elaboration has used %ld KB of stack here (%d levels; "
+                "the budget is %ld KB; flatten the expression or the blocks)", used >> 10, E->nesting,
+                E->stack_budget >> 10);
+    return -1;
+}
+
+static void leave(Elab *E) { E->nesting--; }
+
+static int eval_node(Elab *E, Scope *S, Env *env, const Ast *e, Value *out);
+
 static int eval(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
+{
+    if (enter(E, e->loc)) return -1;
+    int rc = eval_node(E, S, env, e, out);
+    leave(E);
+    return rc;
+}
+
+static int eval_node(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
 {
     switch (e->kind) {
     case AST_INT: *out = vint(e->ival); return 0;
@@ -818,7 +892,7 @@ static int apply_block(Elab *E, Scope *S, Env *env, const Ast *st, FeDef *b, Val
     if (stage_name(E, S, env, st, true, &prefix)) return -1;
 
     Scope inner = { b, prefix, NULL, false, { 0 }, no_loc };
-    Env top = { NULL, NULL };
+    Env top = { .parent = NULL };
     k = 0;
     int errors = E->d->errors;
     int rc = 0;
@@ -952,16 +1026,27 @@ static int run_for(Elab *E, Scope *S, Env *env, const Ast *s)
     }
     E->iters += count;
     for (long long i = a.i; i < b.i; i++) {
-        Env var = { env, NULL };
+        Env var = { .parent = env };
         bind(E, &var, s->name, B_LOOP, vint(i), s->name_loc);
-        Env body = { &var, NULL };
+        Env body = { .parent = &var };
         if (run_stmts(E, S, &body, s->body)) return -1;
         if (S->returned) break;
     }
     return 0;
 }
 
+static int run_stmt_list(Elab *E, Scope *S, Env *env, const Ast *s);
+
 static int run_stmts(Elab *E, Scope *S, Env *env, const Ast *s)
+{
+    if (!s) return 0;
+    if (enter(E, s->loc)) return -1;
+    int rc = run_stmt_list(E, S, env, s);
+    leave(E);
+    return rc;
+}
+
+static int run_stmt_list(Elab *E, Scope *S, Env *env, const Ast *s)
 {
     for (; s && !S->returned; s = s->next) {
         if (step(E, s->loc)) return -1;
@@ -995,7 +1080,7 @@ static int run_stmts(Elab *E, Scope *S, Env *env, const Ast *s)
             const Ast *i = s;
             while (i) {
                 if (i->kind == AST_BLOCK_STMT) {
-                    Env inner = { env, NULL };
+                    Env inner = { .parent = env };
                     if (run_stmts(E, S, &inner, i->body)) return -1;
                     break;
                 }
@@ -1003,7 +1088,7 @@ static int run_stmts(Elab *E, Scope *S, Env *env, const Ast *s)
                 if (eval(E, S, env, i->cond, &c)) return -1;
                 if (want_bool(E, i->cond, c, "the condition of 'if'")) return -1;
                 if (c.i) {
-                    Env inner = { env, NULL };
+                    Env inner = { .parent = env };
                     if (run_stmts(E, S, &inner, i->body)) return -1;
                     break;
                 }
@@ -1082,7 +1167,7 @@ static int run_net(Elab *E, const FeOverride *sets, int nsets)
     if (bad) return -1;
 
     Scope S = { net, "", NULL, false, { 0 }, no_loc };
-    Env top = { NULL, NULL };
+    Env top = { .parent = NULL };
     for (FeParam *p = net->params; p; p = p->next) {
         Value v;
         if (eval(E, &S, &top, p->def, &v)) return -1;
@@ -1126,8 +1211,16 @@ static int run_net(Elab *E, const FeOverride *sets, int nsets)
 
 /* ---- entry points ---- */
 
-static int compile_bytes(Graph *g, const char *name, const char *text, size_t len,
-                         const FeOverride *sets, int nsets)
+/* Half the stack's limit, at most 32 MB (a guess where there is no limit). */
+static long stack_budget(void)
+{
+    struct rlimit r;
+    long limit = 8L << 20;
+    if (!getrlimit(RLIMIT_STACK, &r)) limit = r.rlim_cur == RLIM_INFINITY ? 64L << 20 : (long)r.rlim_cur;
+    return limit / 2 < (32L << 20) ? limit / 2 : 32L << 20;
+}
+
+int fe_compile_bytes(Graph *g, const char *name, const char *text, size_t len, const FeOverride *sets, int nsets)
 {
     Arena *a = g->arena;
     /* The copy the diagnostics show: NUL bytes become spaces so lines print whole. */
@@ -1158,6 +1251,9 @@ static int compile_bytes(Graph *g, const char *name, const char *text, size_t le
     E.d = g->diag;
     E.defs = fp.defs;
     E.loss_node = -1;
+    char top;
+    E.stack_top = &top;
+    E.stack_budget = stack_budget();
     if (fe_check_file(&E, file)) return -1;
     g->net_name = E.net->name;      /* the net is named by its file */
     if (run_net(&E, sets, nsets)) {
@@ -1169,7 +1265,7 @@ static int compile_bytes(Graph *g, const char *name, const char *text, size_t le
 
 int fe_compile_text(Graph *g, const char *name, const char *text, const FeOverride *sets, int nsets)
 {
-    return compile_bytes(g, name ? name : "<text>", text ? text : "", text ? strlen(text) : 0, sets, nsets);
+    return fe_compile_bytes(g, name ? name : "<text>", text ? text : "", text ? strlen(text) : 0, sets, nsets);
 }
 
 int fe_compile(Graph *g, const char *path, const FeOverride *sets, int nsets)
@@ -1206,7 +1302,7 @@ int fe_compile(Graph *g, const char *path, const FeOverride *sets, int nsets)
         }
     }
     fclose(f);
-    if (rc == 0) rc = compile_bytes(g, path, buf, len, sets, nsets);
+    if (rc == 0) rc = fe_compile_bytes(g, path, buf, len, sets, nsets);
     free(buf);
     return rc;
 }

@@ -21,6 +21,9 @@ typedef struct Elab {
     FeDef *net;
     long iters, steps;
     int depth;
+    int nesting;             /* expressions and statement lists being evaluated, all block instances together */
+    const char *stack_top;   /* an address near the stack's top when elaboration began */
+    long stack_budget;       /* bytes of stack elaboration may use below it */
     NameSlot *names;         /* open-addressing set of used parameter prefixes */
     int names_n, names_cap;
     Loc loss_loc;

@@ -18,5 +18,7 @@ typedef struct FeOverride { const char *name, *value; } FeOverride;   /* --set N
 int fe_compile(Graph *g, const char *path, const FeOverride *sets, int nsets);
 /* Same, from text in memory (for tests); name is used in messages. */
 int fe_compile_text(Graph *g, const char *name, const char *text, const FeOverride *sets, int nsets);
+/* Same, from len bytes that may hold NULs (the fuzz target's way in). */
+int fe_compile_bytes(Graph *g, const char *name, const char *text, size_t len, const FeOverride *sets, int nsets);
 
 #endif

@@ -5,7 +5,42 @@
 ** as PyTorch initialises them) and returns the id of the layer's output.
 */
 #include "ir.h"
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
+
+/* Every size is computed in 64 bits and checked before a shape holds it: a
+   tensor has at most IR_MAX_ELEMS elements per example (a parameter at most
+   that many in all), so every count, offset and constant in the generated code
+   fits an int, whatever the batch. */
+#define IR_MAX_ELEMS INT_MAX
+
+static bool within(Graph *g, Loc loc, const char *layer, const char *what, int nd, const long long *d)
+{
+    long long n = 1;
+    bool over = false;
+    for (int k = 0; k < nd; k++) {
+        if (d[k] == IR_BATCH) continue;
+        if (d[k] > IR_MAX_ELEMS || n > IR_MAX_ELEMS / d[k]) over = true;
+        else n *= d[k];
+    }
+    if (!over) return true;
+    char dims[160];
+    int len = 0;
+    for (int k = 0; k < nd && len < (int)sizeof dims - 24; k++)
+        len += d[k] == IR_BATCH ? snprintf(dims + len, sizeof dims - (size_t)len, "%sN", k ? "," : "")
+                                : snprintf(dims + len, sizeof dims - (size_t)len, "%s%lld", k ? "," : "", d[k]);
+    diag_at(g->diag, loc, "%s: %s [%s] would have more than %d elements%s; make the layer or its input smaller",
+            layer, what, dims, IR_MAX_ELEMS, nd && d[0] == IR_BATCH ? " per example" : "");
+    return false;
+}
+
+static bool shape_within(Graph *g, Loc loc, const char *layer, const char *what, const Shape *s)
+{
+    long long d[IR_MAXDIM];
+    for (int k = 0; k < s->nd; k++) d[k] = s->d[k];
+    return within(g, loc, layer, what, s->nd, d);
+}
 
 static const char *shape_str(Graph *g, int id) { return ir_shape_str(g->arena, &g->nodes[id].shape); }
 
@@ -73,6 +108,7 @@ int ir_input(Graph *g, Loc loc, Shape s)
             diag_at(g->diag, loc, "input dimension %d must be positive, got %d", k, s.d[k]);
             return -1;
         }
+    if (!shape_within(g, loc, "input", "the input", &s)) return -1;
     int id = ir_node(g, OP_INPUT, loc, 0, NULL);
     g->nodes[id].shape = s;
     g->nodes[id].name = "x";
@@ -88,13 +124,18 @@ static int window_out(Graph *g, Loc loc, const char *layer, int in, int k, int s
         diag_at(g->diag, loc, "%s: padding %d is more than half the kernel %d", layer, p, k);
         return 0;
     }
-    int span = in + 2 * p;
+    long long span = (long long)in + 2LL * p;
     if (k > span) {
-        diag_at(g->diag, loc, "%s: kernel %d is larger than the padded input %s %d (input %d + 2x padding %d)",
+        diag_at(g->diag, loc, "%s: kernel %d is larger than the padded input %s %lld (input %d + 2x padding %d)",
                 layer, k, dim, span, in, p);
         return 0;
     }
-    return (span - k) / s + 1;
+    long long out = (span - k) / s + 1;
+    if (out > INT_MAX) {
+        diag_at(g->diag, loc, "%s: the output %s %lld is too large", layer, dim, out);
+        return 0;
+    }
+    return (int)out;
 }
 
 int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
@@ -110,7 +151,9 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
     if (!oh) return -1;
     int ow = window_out(g, loc, "conv2d", xs->d[3], kernel, stride, padding, "width");
     if (!ow) return -1;
-    int fan_in = c * kernel * kernel;
+    long long wl[4] = { out_channels, c, kernel, kernel }, ol[4] = { IR_BATCH, out_channels, oh, ow };
+    if (!within(g, loc, "conv2d", "the weight", 4, wl) || !within(g, loc, "conv2d", "the output", 4, ol)) return -1;
+    int fan_in = c * kernel * kernel;   /* at most the weight's elements */
     int wd[4] = { out_channels, c, kernel, kernel };
     int w = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), ir_shape_make(4, wd), INIT_UNIFORM_FAN_IN, fan_in);
     if (w < 0) return -1;
@@ -139,6 +182,8 @@ int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, 
                 f, shape_str(g, x), in_features);
         return -1;
     }
+    long long wl[2] = { out_features, f };
+    if (!within(g, loc, "linear", "the weight", 2, wl)) return -1;
     int wd[2] = { out_features, f };
     int w = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), ir_shape_make(2, wd), INIT_UNIFORM_FAN_IN, f);
     if (w < 0) return -1;
@@ -262,8 +307,9 @@ int ir_flatten(Graph *g, Loc loc, int x)
         return -1;
     }
     if (xs->nd == 2) return x;
-    long f = 1;
-    for (int k = 1; k < xs->nd; k++) f *= xs->d[k];
+    if (!shape_within(g, loc, "flatten", "the input", xs)) return -1;
+    long long f = 1;
+    for (int k = 1; k < xs->nd; k++) f *= xs->d[k];   /* within IR_MAX_ELEMS, checked above */
     int od[2] = { IR_BATCH, (int)f };
     return unary(g, OP_RESHAPE, loc, x, ir_shape_make(2, od));
 }

@@ -82,13 +82,42 @@ char *ir_shape_str(Arena *a, const Shape *s)
     return arena_strdup(a, buf);
 }
 
-int ir_find_param(const Graph *g, const char *name)
+static unsigned long name_hash(const char *s)
 {
-    for (int id = 0; id < g->n; id++) {
-        const Node *n = &g->nodes[id];
-        if ((n->op == OP_PARAM || n->op == OP_STATE) && n->name && strcmp(n->name, name) == 0) return id;
+    unsigned long h = 1469598103934665603UL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211UL;
+    return h;
+}
+
+static void pindex_put(Graph *g, int id)
+{
+    if (2 * (g->pcount + 1) > g->pcap) {
+        int *old = g->pslots, oldcap = g->pcap;
+        g->pcap = oldcap ? 2 * oldcap : 256;
+        g->pslots = arena_alloc(g->arena, sizeof(int) * (size_t)g->pcap);
+        for (int i = 0; i < g->pcap; i++) g->pslots[i] = -1;
+        g->pcount = 0;
+        for (int i = 0; i < oldcap; i++)
+            if (old[i] >= 0) pindex_put(g, old[i]);
     }
-    return -1;
+    unsigned long m = (unsigned long)g->pcap - 1, i = name_hash(g->nodes[id].name) & m;
+    while (g->pslots[i] >= 0) i = (i + 1) & m;
+    g->pslots[i] = id;
+    g->pcount++;
+}
+
+int ir_find_param(Graph *g, const char *name)
+{
+    for (; g->pindexed < g->n; g->pindexed++) {
+        const Node *n = &g->nodes[g->pindexed];
+        if ((n->op == OP_PARAM || n->op == OP_STATE) && n->name) pindex_put(g, g->pindexed);
+    }
+    if (!g->pcap) return -1;
+    unsigned long m = (unsigned long)g->pcap - 1;
+    int first = -1;
+    for (unsigned long i = name_hash(name) & m; g->pslots[i] >= 0; i = (i + 1) & m)
+        if (!strcmp(g->nodes[g->pslots[i]].name, name) && (first < 0 || g->pslots[i] < first)) first = g->pslots[i];
+    return first;
 }
 
 long ir_param_count(const Graph *g, int *tensors)

@@ -85,6 +85,10 @@ typedef struct Graph {
     int *bucket_nodes;        /* the allreduce nodes of every bucket, bucket by bucket */
     int *update_order;        /* parameters in the order their updates run (NULL: forward order) */
     int nupdate;
+    /* ir_find_param's index: named PARAM and STATE nodes by name (open addressing),
+       brought up to date with nodes [0, pindexed) on each lookup */
+    int *pslots;
+    int pcap, pcount, pindexed;
 } Graph;
 
 /* ---- the table ---- */
@@ -100,7 +104,7 @@ bool  ir_shape_eq(const Shape *a, const Shape *b);
 char *ir_shape_str(Arena *a, const Shape *s);     /* "[N,6,24,24]" */
 Shape ir_shape_make(int nd, const int *d);
 /* Find a parameter or state tensor by name, or -1. */
-int   ir_find_param(const Graph *g, const char *name);
+int   ir_find_param(Graph *g, const char *name);   /* a PARAM or STATE node by name, or -1 (hashed) */
 long  ir_param_count(const Graph *g, int *tensors); /* trainable scalars; *tensors = PARAM nodes */
 
 /* ---- layer builders (front end API) ---- */

@@ -259,6 +259,9 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
     snprintf(link_log, sizeof link_log, "%s/%016llx.link.log", kdir, (unsigned long long)h);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!rc && n > 4 * rt_cores())   /* minutes, for a very large net: say so rather than seem to hang */
+        fprintf(stderr, "mgc: compiling the kernels in %d pieces, %d at a time (a large net: this takes a while)\n", n,
+                rt_cores());
     int bad = rc ? -1 : compile_pieces(argvs, logs, n, rt_cores());
     if (!rc && bad >= 0) {
         snprintf(err, err_size, "the C compiler failed on the generated kernels; source %s, messages %s",

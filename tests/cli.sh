@@ -128,6 +128,38 @@ expect memory-plan 1 "mgc: not enough memory: training wide at batch 1048576" --
 expect memory-largest 1 "of %7 conv2d [N,1024,28,28] ($tmp/wide.net:4)" -- "$tmp/wide.net" --epochs 0 --batch-size 1048576
 expect memory-fits 1 "would fit" -- "$tmp/wide.net" --epochs 0 --batch-size 1048576 --devices cpu:2
 expect memory-small-ok 0 "initialised" -- "$tmp/wide.net" --epochs 0 --batch-size 2
+# Deep and large inputs. 64 nested block instances, each nesting its stage 300
+# levels deep inside add(...): within every per-body limit, past the total
+# (once a stack overflow); a clear error, no crash.
+awk 'BEGIN {
+    for (i = 0; i < 64; i++) {
+        e = (i < 63) ? "x -> b" (i + 1) : "x -> relu"
+        for (k = 0; k < 300; k++) e = "x -> add(" e ")"
+        printf "block b%d(x) {\n    return %s\n}\n", i, e
+    }
+    print "net deep {\n    input x[N, 1, 28, 28]\n    return x -> b0 -> flatten -> linear(10) -> softmax_cross_entropy\n}"
+}' > "$tmp/deep.net"
+expect deep-blocks 1 "error: this is nested too deeply" -- "$tmp/deep.net" --emit ir
+# 30,000 layers (60,000 parameters) elaborate in well under a second: names
+# are hashed (timeout 60 s catches a quadratic lookup, which took minutes);
+# 120,000 are refused by the statement limit, also without the quadratic work.
+for n in 30000 120000; do
+    awk -v n=$n 'BEGIN {
+        print "net many {\n    input x[N, 1, 28, 28]\n    y = x -> flatten -> l0: linear(8)"
+        for (i = 1; i < n; i++) printf "    y = y -> l%d: linear(8)\n", i
+        print "    return y -> softmax_cross_entropy\n}"
+    }' > "$tmp/many$n.net"
+done
+if timeout 60 "$MGC" "$tmp/many30000.net" --emit ir > "$tmp/out" 2>&1 && grep -q "in 60000 tensors" "$tmp/out"; then
+    pass=$((pass + 1))
+else
+    echo "FAIL cli many-layers: 30,000 layers did not elaborate within 60 s: $(head -c 300 "$tmp/out")"; fail=$((fail + 1))
+fi
+if timeout 60 "$MGC" "$tmp/many120000.net" --emit ir > "$tmp/out" 2>&1; rc=$?; [ $rc -eq 1 ] && grep -q "would run" "$tmp/out"; then
+    pass=$((pass + 1))
+else
+    echo "FAIL cli too-many-statements: exit $rc: $(head -c 300 "$tmp/out")"; fail=$((fail + 1))
+fi
 # More threads than cores: said, and capped at the cores
 expect threads-cap 0 "is more than the" -- $L --epochs 0 --threads 1024
 expect load-missing 1 "cannot load checkpoint" -- $L --epochs 0 --load "$tmp/none.safetensors"
