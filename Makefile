@@ -2,6 +2,8 @@
 #   make            build ./mgc
 #   make test       everything that needs no GPU (minutes)
 #   make golden     rewrite tests/golden/ after an intended change
+#   make fuzz       the fuzz target (clang, libFuzzer, ASan + UBSan) for
+#                   FUZZ_RUNS executions (10 million), FUZZ_JOBS processes
 #   make SANITIZE=address,undefined BUILD=build/san BIN=build/san/mgc
 #                   a sanitizer build beside the normal one (make test runs it)
 
@@ -95,10 +97,25 @@ $(BUILD)/unit_comm: tests/unit_comm.c $(UNIT_OBJ)
 test: mgc
 	@bash tests/run.sh
 
+# The fuzz target (tests/fuzz/fuzz_net.c): the front end, the passes and
+# codegen on arbitrary bytes, with libFuzzer, ASan and UBSan (clang and
+# libclang-rt-dev). No MPI, CUDA or runtime: nothing it compiles is run.
+FUZZ_CC    ?= clang
+FUZZ_RUNS  ?= 10000000
+FUZZ_JOBS  ?= 1
+FUZZ_FLAGS  = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_SRC    = tests/fuzz/fuzz_net.c $(wildcard ir/*.c frontend/*.c codegen/*.c) $(BUILD)/parser.tab.c $(BUILD)/lexer.c
+$(BUILD)/fuzz/fuzz_net: $(FUZZ_SRC) $(wildcard ir/*.h frontend/*.h codegen/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -I$(BUILD) -o $@ $(FUZZ_SRC) -lm
+
+fuzz: $(BUILD)/fuzz/fuzz_net
+	@bash tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_net $(FUZZ_RUNS) $(FUZZ_JOBS)
+
 golden: mgc
 	@bash tests/golden.sh --update
 
 clean:
 	rm -rf build mgc
 
-.PHONY: all test golden clean
+.PHONY: all test golden clean fuzz

@@ -58,6 +58,15 @@ else
     echo "torch      skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"
     total_fail=$((total_fail + 1))
 fi
+# The fuzz target for a fixed number of executions from the seed corpus (make
+# fuzz runs it for millions), where clang and libFuzzer are installed.
+if command -v clang > /dev/null && make -s build/fuzz/fuzz_net > "$log/fuzz-build" 2>&1; then
+    mkdir -p "$log/fuzz"
+    suite fuzz bash tests/fuzz/run.sh build/fuzz/fuzz_net 30000 1 "$log/fuzz"
+else
+    echo "fuzz       skipped: no clang with libFuzzer (apt-get install clang libclang-rt-14-dev)"
+    tail -3 "$log/fuzz-build" 2>/dev/null | sed 's/^/    /'
+fi
 # The bad-input corpus and the command-line checks again under AddressSanitizer
 # and UBSan (the host code; generated kernels are plain).
 if make -s -j2 SANITIZE=address,undefined BUILD=build/san BIN=build/san/mgc > "$log/san-build" 2>&1; then
