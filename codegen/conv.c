@@ -184,9 +184,12 @@ static int im2col(Lower *L, int id, int x_node, const ConvGeom *G)
    o * S - P + k lies in [0, size): "int name0 = ..., name1 = ...;". */
 static void valid_range(Lower *L, const char *name, const char *kvar, int S, int P, int size, int osize)
 {
-    cg_body(L, "%*sint %s0 = %s < %d ? (%d - %s + %d) / %d : 0, %s1 = (%d + %d - %s) / %d + 1;\n"
+    /* past the last input (k > size - 1 + P: padding wider than the kernel's
+       reach) no output is valid; C's division would round -1 / S up to 0 */
+    cg_body(L, "%*sint %s0 = %s < %d ? (%d - %s + %d) / %d : 0, %s1 = %s > %d ? 0 : (%d + %d - %s) / %d + 1;\n"
                "%*sif (%s1 > %d) %s1 = %d;\n",
-            12, "", name, kvar, P, P, kvar, S - 1, S, name, size - 1, P, kvar, S, 12, "", name, osize, name, osize);
+            12, "", name, kvar, P, P, kvar, S - 1, S, name, kvar, size - 1 + P, size - 1, P, kvar, S, 12, "", name,
+            osize, name, osize);
 }
 
 /* x, w, bias? -> y, one (n, o) output plane per iteration; without padding a row of

@@ -89,6 +89,10 @@ def op_conv_stride2():
     return seq(("conv", nn.Conv2d(3, 5, 3, stride=2, padding=1)), *head(5 * 5 * 5))
 
 
+def op_conv_bigpad():
+    return seq(("conv", nn.Conv2d(1, 1, 57, stride=2, padding=40)), *head(1 * 20 * 20))
+
+
 def op_conv_nobias():
     return seq(("conv", nn.Conv2d(3, 4, 2, bias=False)),
                ("proj", nn.Conv2d(4, 6, 1, stride=2, bias=False)), *head(6 * 4 * 4))
@@ -266,6 +270,7 @@ BUILDERS = {
     "tests/nets/op_conv.net": (op_conv, (3, 8, 8)),
     "tests/nets/op_conv_stride2.net": (op_conv_stride2, (3, 9, 9)),
     "tests/nets/op_conv_nobias.net": (op_conv_nobias, (3, 8, 8)),
+    "tests/nets/op_conv_bigpad.net": (op_conv_bigpad, (1, 16, 16)),
     "tests/nets/op_linear.net": (op_linear, (2, 4, 4)),
     "tests/nets/op_batchnorm.net": (op_batchnorm, (3, 6, 6)),
     "tests/nets/op_batchnorm_args.net": (op_batchnorm_args, (3, 5, 5)),
