@@ -546,6 +546,57 @@ OP_NETS = ["op_conv", "op_conv_stride2", "op_conv_nobias", "op_conv_bigpad", "op
            "small_resnet"]
 
 
+def geometry_cases(count=20, seed=2026):
+    """Convolutions (and a pool after some) of random geometry: odd and
+    non-square maps, strides up to 3, padding up to 4 (wider than some
+    kernels' reach), 1x1 maps, kernels as large as the padded input, with and
+    without bias and ReLU. Each case's net is written under OUT and its
+    PyTorch twin registered with models.py. Named op_conv_geom_K, so the
+    strategy suites (MGC_CONV=direct|vector|gemm|dense, --only 'op_conv*') run
+    every geometry through every strategy."""
+    import random
+    rnd = random.Random(seed)
+    cs = []
+    for k in range(count):
+        c, o = rnd.randint(1, 3), rnd.randint(1, 4)
+        h, w = rnd.randint(1, 11), rnd.randint(1, 11)
+        pad = rnd.choice([0, 0, 1, 2, 4])
+        kmax = min(9, h + 2 * pad, w + 2 * pad)
+        ker = rnd.randint(1, kmax)
+        st = rnd.choice([1, 1, 2, 3])
+        bias, relu = rnd.random() < 0.7, rnd.random() < 0.5
+        oh, ow = (h + 2 * pad - ker) // st + 1, (w + 2 * pad - ker) // st + 1
+        conv_txt = (f"conv: conv2d({o}, kernel = {ker}, stride = {st}, padding = {pad}"
+                    + ("" if bias else ", bias = false") + ")" + (" -> relu" if relu else ""))
+        layers = [("conv", nn.Conv2d(c, o, ker, stride=st, padding=pad, bias=bias))]
+        if relu:
+            layers.append(models.Fn(torch.relu, "relu"))
+        pool_txt = ""
+        if rnd.random() < 0.5 and min(oh, ow) >= 1:
+            pk = rnd.randint(1, min(3, oh, ow))
+            ps, pp = rnd.randint(1, 2), rnd.randint(0, pk // 2)
+            kind = rnd.choice(["maxpool2d", "avgpool2d"])
+            pool_txt = f" -> {kind}({pk}, stride = {ps}, padding = {pp})"
+            layers.append((models.maxpool if kind == "maxpool2d" else models.avgpool)(pk, ps, pp))
+            oh, ow = (oh + 2 * pp - pk) // ps + 1, (ow + 2 * pp - pk) // ps + 1
+        name = f"op_conv_geom_{k}"
+        d = os.path.join(OUT, "nets")
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, name + ".net")
+        with open(path, "w") as f:
+            f.write(f"# {c}x{h}x{w}, conv {o} kernel {ker} stride {st} padding {pad}{pool_txt}\n"
+                    f"net {name}(classes = 10) {{\n    input x[N, {c}, {h}, {w}]\n"
+                    f"    return x -> {conv_txt}{pool_txt}\n"
+                    f"             -> flatten -> fc: linear(classes) -> softmax_cross_entropy\n}}\n")
+        net = os.path.relpath(path, ROOT)
+        feats = o * oh * ow
+        models.BUILDERS[net] = ((lambda ls=tuple(layers), n=feats: models.seq(*ls, *models.head(n))),
+                                (c, h, w))
+        cs.append(dict(kind="compare", name=name, net=net, batch=5, seed=300 + k, steps=1,
+                       lr=0.1, momentum=0.0, wd=0.0, tol=1e-4))
+    return cs
+
+
 def cases():
     cs = []
     for i, n in enumerate(OP_NETS):
@@ -556,6 +607,7 @@ def cases():
         cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0))
         if n in ("op_conv", "op_batchnorm", "op_linear"):
             cs.append(dict(base, name=n + "_sgd3", steps=3, lr=0.05, momentum=0.9, wd=1e-3))
+    cs += geometry_cases()
     cs.append(dict(kind="compare", name="op_dropout_half", net="tests/nets/op_dropout_half.net",
                    batch=8, seed=7, steps=1, lr=0.1, momentum=0.0, wd=0.0, tol=1e-4,
                    keys=set(), extra=dropout_extra))
