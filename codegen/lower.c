@@ -26,6 +26,7 @@
 #include "lower_internal.h"
 #include <stdarg.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 /* ------------------------------------------------------------ buffers and steps */
@@ -387,6 +388,18 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     fclose(L.src);
     p->source = arena_strndup(a, text, len);
     free(text);
+    /* Scratch buffers (im2col columns, transposed gradients) are not IR tensors,
+       whose sizes the builders check: hold them to the same limit, so that
+       every count fits an int and a plan of up to 2^20 examples fits a size_t. */
+    for (int b = 0; b < p->nbufs; b++) {
+        if (p->bufs[b].size.c <= INT_MAX) continue;
+        const Buf *B = &p->bufs[b];
+        Loc at = B->node >= 0 ? g->nodes[B->node].loc : (Loc){ 0 };
+        diag_at(g->diag, at, "%s: its %s would hold %ld floats%s (more than %d); make the layer or its input smaller",
+                B->node >= 0 ? ir_op_name(g->nodes[B->node].op) : "a step", B->name ? B->name : "buffer", B->size.c,
+                B->size.batch ? " per example" : "", INT_MAX);
+        return -1;
+    }
     /* What the host reads after a run keeps its own memory (see the planner in runtime/). */
     for (int id = 0; g->grad && id < g->n_forward; id++) {
         Op op = g->nodes[id].op;

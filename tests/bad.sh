@@ -2,7 +2,8 @@
 # Bad-input corpus runner: every tests/bad/*.net carries its expected
 # diagnostic on its first line,
 #     # expect: 12:7: error: unknown layer 'conv2'
-# and must make `mgc FILE --emit=ir` exit with status 1 and print
+# and must make `mgc FILE --emit=kernels` (the front end, the passes and
+# codegen) exit with status 1 and print
 # "FILE:12:7: error: unknown layer 'conv2'" (a substring of stderr), with no
 # crash and no sanitizer report.
 #   bash tests/bad.sh              uses ./mgc, run from the repository root
@@ -24,7 +25,7 @@ for f in tests/bad/*.net; do
         fail=$((fail + 1))
         continue
     fi
-    err=$(ASAN_OPTIONS=detect_leaks=0 timeout 20 "$MGC" "$f" --emit=ir 2>&1 >/dev/null)
+    err=$(ASAN_OPTIONS=detect_leaks=0 timeout 20 "$MGC" "$f" --emit=kernels 2>&1 >/dev/null)
     rc=$?
     why=""
     if [ $rc -ne 1 ]; then why="exit status $rc, expected 1"
