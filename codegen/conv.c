@@ -229,7 +229,7 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
         cg_end_kernel(L);
         return;
     }
-    cg_kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain = OH * OW * C * K * K;
+    cg_kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain = (long)OH * OW * C * K * K;
     cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d;\n"
                "       one (n, o) output plane per iteration, accumulated in place */\n",
             C, H, W, O, C, K, K, O, OH, OW, S, P);
@@ -263,7 +263,7 @@ static void conv_direct_grad_x(Lower *L, int id, const ConvGeom *G)
     const Node *n = &L->g->nodes[id];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    cg_kernel(L, id, "conv2d_grad_x_direct", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" })->grain = OH * OW * O * K * K;
+    cg_kernel(L, id, "conv2d_grad_x_direct", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" })->grain = (long)OH * OW * O * K * K;
     cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d, %d, %d], dx [N, %d, %d, %d]; stride %d, padding %d;\n"
                "       one (n, c) plane of dx per iteration: it scatters from every output it fed */\n",
             O, OH, OW, O, C, K, K, C, H, W, S, P);
@@ -538,7 +538,7 @@ static void conv_gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy h
     cg_gemm(L, id, true, false, dimc(CKK), dimn(P), dimc(O), buf_of(L, n->in[1]), dimc(CKK), t, dimn(P), 0.0f, dcol, dimn(P));
     int dx = cg_out_buf(L, id);
     int b[2] = { dx, dcol };
-    cg_kernel(L, id, "col2im", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" })->grain = H * W * K * K;
+    cg_kernel(L, id, "col2im", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" })->grain = (long)H * W * K * K;
     cg_body(L, "    /* dcol is [%d*%d*%d, N*%d*%d]; dx is [N, %d, %d, %d]; each iteration owns one (n, c) plane of dx */\n",
             C, K, K, OH, OW, C, H, W);
     cg_body(L, "    FOR_EACH(plane, %s) {\n"

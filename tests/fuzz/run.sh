@@ -3,7 +3,8 @@
 #   RUNS executions in all (split between JOBS processes), starting from the
 #   nets, the test nets and the bad-input corpus; new inputs go to
 #   WORK/corpus, anything that fails to WORK/ (crash-*, leak-*, timeout-*,
-#   oom-*); WORK is the binary's directory unless given. Prints "N passed, M failed" (M = failing processes).
+#   oom-*); WORK is the binary's directory unless given. tests/fuzz/regress/
+#   holds every input that ever failed, byte for byte (so its variant too). Prints "N passed, M failed" (M = failing processes).
 #   Every failure found is fixed and its input added to tests/bad/ (with the
 #   message it now gets) or tests/nets/ (if it is a valid net).
 set -u
@@ -19,7 +20,7 @@ pids=()
 for j in $(seq 1 "$jobs"); do
     "$bin" -runs="$per" -max_len=4096 -timeout=20 -rss_limit_mb=2048 -seed="$j" \
         -dict=tests/fuzz/net.dict -artifact_prefix="$work/" -print_final_stats=1 \
-        "$work/corpus" nets tests/nets tests/bad > "$work/fuzz-$j.log" 2>&1 &
+        "$work/corpus" nets tests/nets tests/bad tests/fuzz/regress > "$work/fuzz-$j.log" 2>&1 &
     pids+=($!)
 done
 fail=0
