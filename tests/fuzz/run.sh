@@ -4,9 +4,10 @@
 #   nets, the test nets and the bad-input corpus; new inputs go to
 #   WORK/corpus, anything that fails to WORK/ (crash-*, leak-*, timeout-*,
 #   oom-*); WORK is the binary's directory unless given. tests/fuzz/regress/
-#   holds every input that ever failed, byte for byte (so its variant too). Prints "N passed, M failed" (M = failing processes).
-#   Every failure found is fixed and its input added to tests/bad/ (with the
-#   message it now gets) or tests/nets/ (if it is a valid net).
+#   holds every input that ever failed, byte for byte (so its variant too).
+#   Prints "N passed, M failed" (M = failing processes). Every failure found
+#   is fixed, its input kept in tests/fuzz/regress/ and, with the message it
+#   now gets, in tests/bad/ (or in tests/nets/ if it is a valid net).
 set -u
 cd "$(dirname "$0")/../.."
 bin=${1:?usage: tests/fuzz/run.sh BINARY RUNS [JOBS [WORK]]} runs=${2:-10000000} jobs=${3:-1}
