@@ -61,8 +61,8 @@ fi
 # The fuzz target for a fixed number of executions from the seed corpus (make
 # fuzz runs it for millions), where clang and libFuzzer are installed.
 if command -v clang > /dev/null && make -s build/fuzz/fuzz_net > "$log/fuzz-build" 2>&1; then
-    mkdir -p "$log/fuzz"
-    suite fuzz bash tests/fuzz/run.sh build/fuzz/fuzz_net 30000 1 "$log/fuzz"
+    mkdir -p "$log/fuzz-work"
+    suite fuzz bash tests/fuzz/run.sh build/fuzz/fuzz_net 30000 1 "$log/fuzz-work"
 else
     echo "fuzz       skipped: no clang with libFuzzer (apt-get install clang libclang-rt-14-dev)"
     tail -3 "$log/fuzz-build" 2>/dev/null | sed 's/^/    /'
