@@ -210,18 +210,11 @@ static const char *block_signature(Elab *E, const FeDef *b)
 
 /* ---- the set of used parameter-name prefixes ---- */
 
-static unsigned long hash_str(const char *s)
-{
-    unsigned long h = 1469598103934665603UL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211UL;
-    return h;
-}
-
 static NameSlot *names_find(Elab *E, const char *name)
 {
     if (!E->names_cap) return NULL;
     unsigned long m = (unsigned long)E->names_cap - 1;
-    for (unsigned long i = hash_str(name) & m;; i = (i + 1) & m) {
+    for (unsigned long i = ir_hash_name(name) & m;; i = (i + 1) & m) {
         if (!E->names[i].name) return NULL;
         if (!strcmp(E->names[i].name, name)) return &E->names[i];
     }
@@ -240,7 +233,7 @@ static void names_add(Elab *E, const char *name, Loc loc)
             if (old[i].name) names_add(E, old[i].name, old[i].loc);
     }
     unsigned long m = (unsigned long)E->names_cap - 1;
-    unsigned long i = hash_str(name) & m;
+    unsigned long i = ir_hash_name(name) & m;
     while (E->names[i].name) i = (i + 1) & m;
     E->names[i].name = name;
     E->names[i].loc = loc;
@@ -257,7 +250,7 @@ static const char *join(Elab *E, const char *prefix, const char *name)
 static Binding *slot_find(const Env *env, const char *name)
 {
     unsigned long m = (unsigned long)env->cap - 1;
-    for (unsigned long i = hash_str(name) & m; env->slots[i]; i = (i + 1) & m)
+    for (unsigned long i = ir_hash_name(name) & m; env->slots[i]; i = (i + 1) & m)
         if (!strcmp(env->slots[i]->name, name)) return env->slots[i];
     return NULL;
 }
@@ -278,7 +271,7 @@ static Binding *lookup(Env *env, const char *name)
 
 static void env_slot(Env *env, Binding *b)
 {
-    unsigned long m = (unsigned long)env->cap - 1, i = hash_str(b->name) & m;
+    unsigned long m = (unsigned long)env->cap - 1, i = ir_hash_name(b->name) & m;
     while (env->slots[i]) i = (i + 1) & m;
     env->slots[i] = b;
 }

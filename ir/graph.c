@@ -82,7 +82,7 @@ char *ir_shape_str(Arena *a, const Shape *s)
     return arena_strdup(a, buf);
 }
 
-static unsigned long name_hash(const char *s)
+unsigned long ir_hash_name(const char *s)
 {
     unsigned long h = 1469598103934665603UL;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211UL;
@@ -100,7 +100,7 @@ static void pindex_put(Graph *g, int id)
         for (int i = 0; i < oldcap; i++)
             if (old[i] >= 0) pindex_put(g, old[i]);
     }
-    unsigned long m = (unsigned long)g->pcap - 1, i = name_hash(g->nodes[id].name) & m;
+    unsigned long m = (unsigned long)g->pcap - 1, i = ir_hash_name(g->nodes[id].name) & m;
     while (g->pslots[i] >= 0) i = (i + 1) & m;
     g->pslots[i] = id;
     g->pcount++;
@@ -115,7 +115,7 @@ int ir_find_param(Graph *g, const char *name)
     if (!g->pcap) return -1;
     unsigned long m = (unsigned long)g->pcap - 1;
     int first = -1;
-    for (unsigned long i = name_hash(name) & m; g->pslots[i] >= 0; i = (i + 1) & m)
+    for (unsigned long i = ir_hash_name(name) & m; g->pslots[i] >= 0; i = (i + 1) & m)
         if (!strcmp(g->nodes[g->pslots[i]].name, name) && (first < 0 || g->pslots[i] < first)) first = g->pslots[i];
     return first;
 }

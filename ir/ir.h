@@ -105,6 +105,7 @@ char *ir_shape_str(Arena *a, const Shape *s);     /* "[N,6,24,24]" */
 Shape ir_shape_make(int nd, const int *d);
 /* Find a parameter or state tensor by name, or -1. */
 int   ir_find_param(Graph *g, const char *name);   /* a PARAM or STATE node by name, or -1 (hashed) */
+unsigned long ir_hash_name(const char *s);         /* FNV-1a of a name, for the hashed tables of names */
 long  ir_param_count(const Graph *g, int *tensors); /* trainable scalars; *tensors = PARAM nodes */
 
 /* ---- layer builders (front end API) ---- */
