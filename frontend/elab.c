@@ -269,10 +269,12 @@ static Binding *lookup(Env *env, const char *name)
     return NULL;
 }
 
-static void env_slot(Env *env, Binding *b)
+/* b into the hash: in the slot of a binding of the same name (which it hides,
+   as the newer one does in the list), else in the first empty one. */
+static void env_put(Env *env, Binding *b)
 {
     unsigned long m = (unsigned long)env->cap - 1, i = ir_hash_name(b->name) & m;
-    while (env->slots[i]) i = (i + 1) & m;
+    while (env->slots[i] && strcmp(env->slots[i]->name, b->name)) i = (i + 1) & m;
     env->slots[i] = b;
 }
 
@@ -291,9 +293,9 @@ static Binding *bind(Elab *E, Env *env, const char *name, BindKind kind, Value v
         env->slots = arena_alloc(E->a, sizeof(Binding *) * (size_t)env->cap);
         memset(env->slots, 0, sizeof(Binding *) * (size_t)env->cap);
         for (Binding *c = env->vars; c; c = c->next)
-            if (!slot_find(env, c->name)) env_slot(env, c);
-    } else if (env->slots && !slot_find(env, name)) {
-        env_slot(env, b);
+            if (!slot_find(env, c->name)) env_put(env, c);
+    } else if (env->slots) {
+        env_put(env, b);
     }
     return b;
 }
