@@ -81,6 +81,7 @@ typedef struct Step {
     long grain;               /* elements an iteration touches (0: one); the runtime splits work*grain */
     bool blocks;              /* a reduction kernel (FOR_EACH_BLOCK): on CUDA each iteration is one block of
                                  CG_BLOCK threads that share its inner loops (BLOCK_LOOP, BLOCK_SUM) */
+    bool cblas;               /* calls CBLAS itself: C target only (CgOptions.cblas) */
     /* STEP_GEMM, row-major: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C */
     bool ta, tb;
     Dim m, n, k, lda, ldb, ldc;
@@ -122,13 +123,15 @@ typedef struct Program {
 } Program;
 
 /* How a convolution runs (codegen/conv.c says when each is chosen). */
-typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM, CONV_DENSE } ConvStrategy;
+typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM, CONV_DENSE, CONV_CHUNKED } ConvStrategy;
 
 /* Choices the driver makes for code generation (driver/main.c takes them
    from MGC_FUSE and MGC_CONV). Codegen reads no environment. */
 typedef struct CgOptions {
     bool fuse;                /* ReLU fusion on */
     int conv;                 /* -1: choose per layer, else a forced ConvStrategy */
+    bool cblas;               /* the program runs on CPU devices only: its kernels may call CBLAS
+                                 (CONV_CHUNKED); never for CUDA, whose kernels are the same text */
 } CgOptions;
 
 /* What the passes before lowering decided, per node (arena memory). */
@@ -178,8 +181,8 @@ char *cg_kernel_source(const Program *p, int k, Target t);
 int cg_source_parts(const Program *p, Target t, int most, char **parts);
 /* The strategy for a convolution of c input channels, k x k, o outputs,
    out_width columns, the padding, and the input and output positions per
-   map: opt->conv when forced (CONV_VECTOR and CONV_DENSE fall back to
-   CONV_GEMM where they do not apply), else chosen by measurements. */
+   map: opt->conv when forced (CONV_VECTOR, CONV_DENSE and CONV_CHUNKED fall
+   back to CONV_GEMM where they do not apply), else chosen by measurements. */
 ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding, int in_pixels, int out_pixels);
 /* Prints the program's steps (for --emit=kernels). */
 void cg_print_steps(const Program *p, FILE *out);

@@ -21,6 +21,13 @@
 **           dwd[C*HW, O*P] = x^T . dy ; dw = the taps of dwd summed   (GEMM + kernel)
 ** CONV_DIRECT: loops over whole planes, nothing materialised;
 ** CONV_VECTOR: all output channels in a vector (see cg_conv_strategy()).
+** CONV_CHUNKED: CONV_GEMM a few examples at a time, C target only (the kernel
+**   calls CBLAS on its own thread): the chunk's columns stay in cache
+**   conv2d  per chunk: im2col -> col; t = W . col; y = t + b (one kernel)
+**   grad    per chunk: t = dy's planes; dcol = W^T . t; col2im into dx
+**           dW: each thread owns a range of W's columns (im2col rows) and
+**           makes only those rows, chunk after chunk: dW[:, rows] += t . col^T
+**   Nothing whole-batch is materialised: no columns kept from the forward.
 **
 ** The gradients overwrite dx and dw (they do not accumulate). The direct and
 ** vector weight gradients sum over the batch: they are reductions (the
@@ -30,6 +37,7 @@
 ** and each result is one BLOCK_SUM; CONV_GEMM is the way on a GPU.
 */
 #include "lower_internal.h"
+#include <limits.h>
 
 /* The geometry of one convolution, the same for conv2d, conv2d_grad_x and
    conv2d_grad_w: x [N, C, H, W], w [O, C, K, K], y [N, O, OH, OW]. */
@@ -70,6 +78,10 @@ static ConvGeom conv_geom(const Graph *g, int id)
                   for 8..64 outputs, no padding, kernels up to 7, short rows (LeNet's conv2);
                   the input gradient is one GEMM on the channels-last gradient;
      CONV_GEMM    im2col + one GEMM over the whole batch: wide layers (ResNet).
+     CONV_CHUNKED CONV_GEMM a few examples at a time, in cache: where CONV_GEMM
+                  would be chosen, when the program runs on CPUs only (opt->cblas);
+                  ResNet-18's step: 292 -> 227 ms, im2col and col2im no longer
+                  stream 29 MB per layer through memory;
      CONV_DENSE   a dense layer over the whole map, when the input map has
                   fewer positions than the kernel has taps (ResNet-18's 2x2 and
                   1x1 maps with 3x3 kernels): a 3x3 convolution with padding 1
@@ -78,20 +90,24 @@ static ConvGeom conv_geom(const Graph *g, int id)
                   H*W*OH*OW*C*O multiply-adds, exactly those that touch data
                   when every output sees every input (a 2x2 map), and never
                   more than im2col's K*K*OH*OW*C*O.
-   opt->conv forces one everywhere (the driver takes it from MGC_CONV=direct|vector|gemm;
-   the tests run each). */
+   opt->conv forces one everywhere (the driver takes it from
+   MGC_CONV=direct|vector|gemm|dense|chunked; the tests run each). */
 /* The dense weight matrix's floats at most (64 MB): beyond it, im2col. */
 #define CG_DENSE_MAX (16L << 20)
 
 ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding, int in_pixels, int out_pixels)
 {
     bool dense_fits = (long)c * in_pixels * o * out_pixels <= CG_DENSE_MAX;
+    /* chunked: every count in its kernels an int (else CONV_GEMM, whose im2col
+       buffer lowering refuses with the layer's place) */
+    bool chunked = opt && opt->cblas && (double)c * k * k * out_pixels <= INT_MAX;
     if (opt && opt->conv >= 0) {
         switch ((ConvStrategy)opt->conv) {
         case CONV_GEMM: return CONV_GEMM;
         case CONV_DIRECT: return CONV_DIRECT;
         case CONV_VECTOR: return padding == 0 && k <= 7 ? CONV_VECTOR : CONV_GEMM;   /* written for these */
         case CONV_DENSE: return dense_fits ? CONV_DENSE : CONV_GEMM;
+        case CONV_CHUNKED: return chunked ? CONV_CHUNKED : CONV_GEMM;
         }
     }
     if (in_pixels < k * k && dense_fits) return CONV_DENSE;   /* fewer multiply-adds than im2col's, and no im2col */
@@ -99,7 +115,7 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
        (6x5x5 -> 16, 8 wide) its rows are too short, and the channel vector wins. */
     if ((long)c * k * k * o <= 4096 && out_width >= 16) return CONV_DIRECT;
     if (padding == 0 && k <= 7 && o % 8 == 0 && o <= 64 && (long)c * k * k <= 1152) return CONV_VECTOR;
-    return CONV_GEMM;
+    return chunked ? CONV_CHUNKED : CONV_GEMM;
 }
 
 /* ------------------------------------------------------- packing, shared by the strategies */
@@ -661,6 +677,171 @@ static void conv_dense_grad_w(Lower *L, int id, const ConvGeom *G)
     cg_end_kernel(L);
 }
 
+/* ------------------------------------------- im2col + GEMM, a few examples at a time */
+
+/* The columns of one chunk of examples, at most about this many floats
+   (640 KB): they stay in the core's L2 cache between their im2col and their
+   GEMM, where CONV_GEMM's columns for the whole batch (29 MB for one of
+   ResNet-18's 64-channel layers) go out to memory and back. */
+#ifndef CG_CHUNK_FLOATS
+#define CG_CHUNK_FLOATS (160L << 10)
+#endif
+
+static int chunk_examples(const ConvGeom *G)
+{
+    long per = (long)G->C * G->K * G->K * G->OH * G->OW;
+    long nb = CG_CHUNK_FLOATS / (per > 0 ? per : 1);
+    return nb < 1 ? 1 : nb > 64 ? 64 : (int)nb;
+}
+
+/* The body's loop over im2col rows [r0, r1) of the chunk's examples n0 ..
+   n0+nb-1: col[(r - r0) * ld + j * P + p], ld = nb * P. */
+static void chunk_im2col(Lower *L, const ConvGeom *G, const char *r0, const char *r1)
+{
+    int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW;
+    cg_body(L, "        for (long r = %s; r < %s; r++) {   /* im2col: row (c, ky, kx) of the chunk's columns */\n"
+               "            int c = (int)(r / %d), ky = (int)(r / %d) %% %d, kx = (int)(r %% %d);\n",
+            r0, r1, K * K, K, K, K);
+    valid_range(L, "ox", "kx", S, Pd, W, OW);
+    cg_body(L, "            float *cr = col + (r - %s) * ld;\n"
+               "            for (int j = 0; j < nb; j++) {\n"
+               "                const float *xp = x + ((n0 + j) * %d + c) * %d;\n"
+               "                float *cp = cr + j * %d;\n"
+               "                for (int oy = 0; oy < %d; oy++) {\n"
+               "                    int iy = oy * %d - %d + ky;\n"
+               "                    float *row = cp + oy * %d;\n"
+               "                    if (iy < 0 || iy >= %d) { for (int ox = 0; ox < %d; ox++) row[ox] = 0.0f; continue; }\n"
+               "                    const float *xr = xp + iy * %d - %d + kx;\n"
+               "                    for (int ox = 0; ox < ox0 && ox < %d; ox++) row[ox] = 0.0f;\n"
+               "                    for (int ox = ox0; ox < ox1; ox++) row[ox] = xr[ox * %d];\n"
+               "                    for (int ox = ox1 > ox0 ? ox1 : ox0; ox < %d; ox++) row[ox] = 0.0f;\n"
+               "                }\n            }\n        }\n",
+            r0, C, H * W, OH * OW, OH, S, Pd, OW, H, OW, W, Pd, OW, S, OW);
+}
+
+/* The chunk's gradient dy (examples n0 .. n0+nb-1) as t[O, ld]: row o holds
+   each example's plane o side by side. */
+static void chunk_pack_grad(Lower *L, const ConvGeom *G)
+{
+    long P = (long)G->OH * G->OW;
+    cg_body(L, "        for (int j = 0; j < nb; j++)   /* dy's planes, output channel major */\n"
+               "            for (int o = 0; o < %d; o++) {\n"
+               "                const float *src = dy + ((n0 + j) * %d + o) * %ldL;\n"
+               "                float *dst = t + o * ld + j * %ldL;\n"
+               "                for (int p = 0; p < %ld; p++) dst[p] = src[p];\n"
+               "            }\n", G->O, G->O, P, P, P);
+}
+
+/* x, w, bias? -> y: per chunk of examples, im2col into scratch, t[O, nb*P] = w . col
+   (CBLAS, this thread), and y = t + bias (and a fused relu) */
+static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, NB = chunk_examples(G);
+    long P = (long)G->OH * G->OW, CKK = (long)C * K * K;
+    bool bias = n->nin == 3;
+    int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
+    Step *st = cg_kernel(L, id, "conv2d_chunked", dimn(1), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
+    st->heavy = st->cblas = true;
+    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d*%d*%d], y [N, %d, %d, %d]; stride %d, padding %d.\n"
+               "       %d examples per iteration: their columns col[%ld, nb*%ld] (in cache), t = w . col\n"
+               "       (CBLAS on this thread), y = t + bias */\n",
+            C, H, W, O, C, K, K, O, G->OH, G->OW, G->S, G->P, NB, CKK, P);
+    cg_body(L, "    float *col = mgc_scratch(%ldL * %d, \"%s\"), *t = col + %ldL * %d;\n"
+               "    FOR_EACH(ch, (N + %d) / %d) {\n"
+               "        long n0 = ch * %d;\n"
+               "        int nb = N - n0 < %d ? (int)(N - n0) : %d, ld = nb * %ld;\n",
+            (CKK + O) * P, NB, st->fn, CKK * P, NB, NB - 1, NB, NB, NB, NB, P);
+    chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
+    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %ld, 1.0f, w, %ld, col, ld, 0.0f, t, ld);\n"
+               "        for (int j = 0; j < nb; j++)\n"
+               "            for (int o = 0; o < %d; o++) {\n"
+               "                const float *src = t + o * ld + j * %ldL;\n"
+               "                float *dst = y + ((n0 + j) * %d + o) * %ldL;\n"
+               "                const float b = %s;\n"
+               "                for (int p = 0; p < %ld; p++) dst[p] = %s;\n"
+               "            }\n    }\n    free(col);\n",
+            O, CKK, CKK, O, P, O, P, bias ? "bias[o]" : "0.0f", P,
+            L->relu_out[id] ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
+    cg_end_kernel(L);
+}
+
+/* dy, w -> dx: per chunk, t = dy's planes, dcol[CKK, nb*P] = w^T . t (CBLAS), col2im into dx */
+static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW, NB = chunk_examples(G);
+    long P = (long)OH * OW, CKK = (long)C * K * K;
+    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    Step *st = cg_kernel(L, id, "conv2d_grad_x_chunked", dimn(1), 3, b, (const char *const[]){ "=dx", "dy", "w" });
+    st->heavy = st->cblas = true;
+    cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d*%d*%d], dx [N, %d, %d, %d]; stride %d, padding %d.\n"
+               "       %d examples per iteration: t = their dy, dcol = w^T . t (CBLAS on this thread),\n"
+               "       added back into their planes of dx (col2im) */\n",
+            O, OH, OW, O, C, K, K, C, H, W, S, Pd, NB);
+    cg_body(L, "    float *dcol = mgc_scratch(%ldL * %d, \"%s\"), *t = dcol + %ldL * %d;\n"
+               "    FOR_EACH(ch, (N + %d) / %d) {\n"
+               "        long n0 = ch * %d;\n"
+               "        int nb = N - n0 < %d ? (int)(N - n0) : %d, ld = nb * %ld;\n",
+            (CKK + O) * P, NB, st->fn, CKK * P, NB, NB - 1, NB, NB, NB, NB, P);
+    chunk_pack_grad(L, G);
+    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %ld, ld, %d, 1.0f, w, %ld, t, ld, 0.0f, dcol, ld);\n"
+               "        for (int j = 0; j < nb; j++)   /* col2im */\n"
+               "            for (int c = 0; c < %d; c++) {\n"
+               "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n"
+               "                for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
+               "                for (int ky = 0; ky < %d; ky++)\n"
+               "                for (int kx = 0; kx < %d; kx++) {\n",
+            CKK, O, CKK, C, C, H * W, H * W, K, K);
+    valid_range(L, "ox", "kx", S, Pd, W, OW);
+    valid_range(L, "oy", "ky", S, Pd, H, OH);
+    cg_body(L, "                const float *cp = dcol + ((c * %d + ky) * %d + kx) * ld + j * %ldL;\n"
+               "                for (int oy = oy0; oy < oy1; oy++) {\n"
+               "                    float *xr = dxp + (oy * %d - %d + ky) * %d - %d + kx;\n"
+               "                    const float *cr = cp + oy * %d;\n"
+               "                    for (int ox = ox0; ox < ox1; ox++) xr[ox * %d] += cr[ox];\n"
+               "                }\n                }\n            }\n    }\n    free(dcol);\n",
+            K, K, P, S, Pd, W, Pd, OW, S);
+    cg_end_kernel(L);
+}
+
+/* dy, x -> dw[O, CKK] = sum over chunks of t . col^T: each thread owns a range of
+   dw's columns (im2col rows), makes only those rows of each chunk's columns and
+   accumulates its own block of dw (CBLAS, beta 1 after the first chunk): no
+   partial sums to add up, and no row made twice. */
+static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K;
+    long P = (long)G->OH * G->OW, CKK = (long)C * K * K;
+    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    Step *st = cg_kernel(L, id, "conv2d_grad_w_chunked", dimc(CKK), 3, b, (const char *const[]){ "=dw", "dy", "x" });
+    st->heavy = st->cblas = true;
+    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %ld]; stride %d, padding %d.\n"
+               "       This thread's columns [r0, r1) of dw, over the batch NB examples at a time:\n"
+               "       t = their dy, col = their im2col rows r0..r1, dw[:, r0:r1] += t . col^T */\n",
+            O, G->OH, G->OW, C, H, W, O, CKK, G->S, G->P);
+    cg_body(L, "    long r0 = %ldL * a.thread / a.nthreads, r1 = %ldL * (a.thread + 1) / a.nthreads;\n"
+               "    if (r0 >= r1) return;\n"
+               "    if (N == 0) {\n"
+               "        for (int o = 0; o < %d; o++) for (long r = r0; r < r1; r++) dw[o * %ldL + r] = 0.0f;\n"
+               "        return;\n"
+               "    }\n"
+               "    /* examples per chunk: this thread's rows of their columns about %ld floats */\n"
+               "    long NB = %ldL / ((r1 - r0) * %ldL);\n"
+               "    NB = NB < 1 ? 1 : NB > 1024 ? 1024 : NB;\n"
+               "    float *col = mgc_scratch((r1 - r0) * %ldL * NB + %ldL * NB, \"%s\"), *t = col + (r1 - r0) * %ldL * NB;\n"
+               "    for (long n0 = 0; n0 < N; n0 += NB) {\n"
+               "        int nb = N - n0 < NB ? (int)(N - n0) : (int)NB, ld = nb * %ld;\n",
+            CKK, CKK, O, CKK, CG_CHUNK_FLOATS, CG_CHUNK_FLOATS, P, P, O * P, st->fn, P, P);
+    chunk_pack_grad(L, G);
+    chunk_im2col(L, G, "r0", "r1");
+    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, (int)(r1 - r0), ld, 1.0f, t, ld, col, ld,\n"
+               "                    n0 ? 1.0f : 0.0f, dw + r0, %ld);\n"
+               "    }\n    free(col);\n", O, CKK);
+    cg_end_kernel(L);
+}
+
 /* ------------------------------------------------------------------- dispatch */
 
 void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
@@ -685,6 +866,7 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_VECTOR: conv_vector_forward(L, id, &G); break;
         case CONV_GEMM: conv_gemm_forward(L, id, &G); break;
         case CONV_DENSE: conv_dense_forward(L, id, &G); break;
+        case CONV_CHUNKED: conv_chunked_forward(L, id, &G); break;
         }
     } else if (n->op == OP_CONV2D_BWD_W) {
         switch (how) {
@@ -692,12 +874,14 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_VECTOR: conv_vector_grad_w(L, id, &G); break;
         case CONV_GEMM: conv_gemm_grad_w(L, id, &G); break;
         case CONV_DENSE: conv_dense_grad_w(L, id, &G); break;
+        case CONV_CHUNKED: conv_chunked_grad_w(L, id, &G); break;
         }
     } else {   /* OP_CONV2D_BWD_X */
         switch (how) {
         case CONV_DIRECT: conv_direct_grad_x(L, id, &G); break;
         case CONV_VECTOR: case CONV_GEMM: conv_gemm_grad_x(L, id, &G, how); break;
         case CONV_DENSE: conv_dense_grad_x(L, id, &G); break;
+        case CONV_CHUNKED: conv_chunked_grad_x(L, id, &G); break;
         }
     }
 }

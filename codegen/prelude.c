@@ -81,7 +81,24 @@ static const char prelude_c[] =
     "#define BLOCK_SUM(v) (v)\n"
     "#define BLOCK_LEADER 1\n"
     "#define MGC_LANES 16\n"
-    "#define MGC_DLANES 8\n";
+    "#define MGC_DLANES 8\n"
+    "/* CBLAS, from the process (mgc links OpenBLAS, single-threaded: each thread calls it\n"
+    "   on its own share): for kernels that run GEMMs on a few examples at a time */\n"
+    "#include <stdio.h>\n"
+    "#include <stdlib.h>\n"
+    "/* a kernel's own scratch memory (malloc); without it the step cannot run: stop with a message */\n"
+    "static inline float *mgc_scratch(long floats, const char *kernel)\n"
+    "{\n"
+    "    float *p = malloc(sizeof(float) * (size_t)(floats > 0 ? floats : 1));\n"
+    "    if (!p) {\n"
+    "        fprintf(stderr, \"mgc: out of memory: kernel %s needs %ld MB of scratch memory\\n\", kernel, (floats >> 18) + 1);\n"
+    "        abort();\n"
+    "    }\n"
+    "    return p;\n"
+    "}\n"
+    "enum { MGC_ROW_MAJOR = 101, MGC_NO_TRANS = 111, MGC_TRANS = 112 };\n"
+    "void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,\n"
+    "                 const float *b, int ldb, float beta, float *c, int ldc);\n";
 
 static const char prelude_cuda[] =
     "/* mgc generated kernels, target CUDA (NVRTC) */\n"

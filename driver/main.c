@@ -343,17 +343,21 @@ static int parse_args(int argc, char **argv, Cli *c)
 }
 
 /* Code generation options from the environment: MGC_FUSE=0 turns ReLU fusion
-   off, MGC_CONV=direct|vector|gemm|dense forces one convolution strategy everywhere
-   (anything else: chosen per layer). The tests run each. */
-static CgOptions codegen_options(void)
+   off, MGC_CONV=direct|vector|gemm|dense|chunked forces one convolution strategy
+   everywhere (anything else: chosen per layer). The tests run each. Kernels
+   may call CBLAS when the program runs on CPUs only (not for --emit cuda/ptx). */
+static CgOptions codegen_options(const Cli *c)
 {
-    CgOptions o = { .fuse = true, .conv = -1 };
+    bool cuda = c->emit == EMIT_CUDA || c->emit == EMIT_PTX;
+    for (int k = 0; k < c->cfg.replicas; k++) cuda |= c->cfg.devices[k].kind == DEV_CUDA;
+    CgOptions o = { .fuse = true, .conv = -1, .cblas = !cuda };
     const char *fuse = getenv("MGC_FUSE"), *conv = getenv("MGC_CONV");
     if (fuse && !strcmp(fuse, "0")) o.fuse = false;
     if (conv && !strcmp(conv, "direct")) o.conv = CONV_DIRECT;
     if (conv && !strcmp(conv, "vector")) o.conv = CONV_VECTOR;
     if (conv && !strcmp(conv, "gemm")) o.conv = CONV_GEMM;
     if (conv && !strcmp(conv, "dense")) o.conv = CONV_DENSE;
+    if (conv && !strcmp(conv, "chunked")) o.conv = CONV_CHUNKED;
     return o;
 }
 
@@ -379,7 +383,7 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
         if (ir_update(g, &sgd) || ir_verify(g, d)) return -1;              /* SGD */
     }
     if (p) {
-        CgOptions opt = codegen_options();
+        CgOptions opt = codegen_options(c);
         CgDecisions dec;
         cg_decisions_init(&dec, g, a);
         cg_fuse(g, &opt, &dec);                                             /* ReLU into its producer */
@@ -398,17 +402,20 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
 
 /* --dump-kernels DIR: each kernel of the program as DIR/NAME.c and DIR/NAME.cu
    (prelude included, so each compiles alone), headed by the IR nodes it
-   computes: the step's node and the nodes fused into its kernel. */
+   computes: the step's node and the nodes fused into its kernel. A kernel
+   that calls CBLAS (CPU devices only) has no CUDA form. */
 static int dump_kernels(const Graph *g, const Program *p, const char *dir)
 {
     if (mkdir(dir, 0755) && errno != EEXIST) {
         fprintf(stderr, "mgc: --dump-kernels %s: cannot create the directory: %s\n", dir, strerror(errno));
         return 1;
     }
-    int files = 0;
+    int files = 0, kernels = 0, c_only = 0;
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
         if (s->kind != STEP_KERNEL) continue;
+        kernels++;
+        c_only += s->cblas;
         char *head = NULL;
         size_t len = 0;
         FILE *h = open_memstream(&head, &len);
@@ -421,7 +428,7 @@ static int dump_kernels(const Graph *g, const Program *p, const char *dir)
             }
         fprintf(h, "*/\n");
         fclose(h);
-        for (int t = 0; t < 2; t++) {
+        for (int t = 0; t < (s->cblas ? 1 : 2); t++) {   /* a kernel that calls CBLAS is C only */
             char path[4096];
             snprintf(path, sizeof path, "%s/%s.%s", dir, s->fn, t ? "cu" : "c");
             FILE *f = fopen(path, "w");
@@ -434,7 +441,9 @@ static int dump_kernels(const Graph *g, const Program *p, const char *dir)
         }
         free(head);
     }
-    printf("mgc: %d kernels of %s written to %s (C and CUDA)\n", files / 2, g->net_name, dir);
+    printf("mgc: %d kernels of %s written to %s (%d files: C and CUDA", kernels, g->net_name, dir, files);
+    if (c_only) printf("; %d C only: they call CBLAS, and on a GPU the convolutions are others", c_only);
+    printf(")\n");
     return 0;
 }
 

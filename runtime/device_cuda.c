@@ -391,6 +391,11 @@ static int load_module(Device *d, const char *source, bool verbose, CUmodule *mo
 static int cuda_load(Device *d, const Program *p, bool verbose, void **module, KernelFn *fns, char *err, size_t err_size)
 {
     CUmodule mod;
+    for (int k = 0; k < p->nsteps; k++)
+        if (p->steps[k].cblas) {   /* the driver compiles for CUDA without them (CgOptions.cblas) */
+            snprintf(err, err_size, "internal: kernel %s calls CBLAS and cannot run on %s", p->steps[k].fn, d->name);
+            return -1;
+        }
     if (load_module(d, cg_source(p, TARGET_CUDA), verbose, &mod, err, err_size)) return -1;
     *module = mod;
     for (int k = 0; k < p->nsteps; k++) {

@@ -53,6 +53,7 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
     suite unfused env MGC_FUSE=0 MGC_CONV=gemm /usr/bin/python3 tests/torch/ref.py --out "$log/ref-unfused" --only 'op_*' --only 'lenet*' --only small_resnet
     suite direct env MGC_CONV=direct /usr/bin/python3 tests/torch/ref.py --out "$log/ref-direct" --only 'op_conv*' --only small_resnet --only fd_small_resnet
     suite dense env MGC_CONV=dense /usr/bin/python3 tests/torch/ref.py --out "$log/ref-dense" --only 'op_conv*' --only small_resnet --only fd_small_resnet
+    suite chunked env MGC_CONV=chunked /usr/bin/python3 tests/torch/ref.py --out "$log/ref-chunked" --only 'op_conv*' --only small_resnet --only fd_small_resnet --only lenet_sgd5
     suite vector env MGC_CONV=vector /usr/bin/python3 tests/torch/ref.py --out "$log/ref-vector" --only 'op_conv*' --only small_resnet --only fd_small_resnet --only lenet_sgd5
 else
     echo "torch      skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"

@@ -552,7 +552,7 @@ def geometry_cases(count=20, seed=2026):
     kernels' reach), 1x1 maps, kernels as large as the padded input, with and
     without bias and ReLU. Each case's net is written under OUT and its
     PyTorch twin registered with models.py. Named op_conv_geom_K, so the
-    strategy suites (MGC_CONV=direct|vector|gemm|dense, --only 'op_conv*') run
+    strategy suites (MGC_CONV=direct|vector|gemm|dense|chunked, --only 'op_conv*') run
     every geometry through every strategy."""
     import random
     rnd = random.Random(seed)
