@@ -100,6 +100,7 @@ typedef struct Program {
     int nsteps, capsteps;
     int *node_buf;            /* node id -> buffer id holding its output (-1: none) */
     const int *fused_into;    /* node id -> the node whose kernel computes it too (fusion), or -1 */
+    const char *const *conv_why;   /* node id -> how its convolution runs and why (conv2d nodes), or NULL */
     char *source;             /* all kernels' bodies, without prelude */
     int input, labels, loss, correct, logits;   /* buffer ids (-1 if absent) */
     int input_grad;           /* buffer of d loss / d input (check mode), or -1 */
@@ -140,6 +141,7 @@ typedef struct CgDecisions {
     bool *relu_out;           /* the node's kernel applies ReLU to what it writes (a fused relu follows) */
     bool *relu_mask;          /* maxpool2d_grad: routes only where its input was positive (a fused relu_grad) */
     signed char *conv;        /* convolution nodes and their gradients: a ConvStrategy; others -1 */
+    const char **conv_why;    /* conv2d nodes: the form chosen and why, for --emit kernels; others NULL */
 } CgDecisions;
 
 /* Nothing fused, no strategy chosen. */
@@ -184,7 +186,8 @@ int cg_source_parts(const Program *p, Target t, int most, char **parts);
    map: opt->conv when forced (CONV_VECTOR, CONV_DENSE and CONV_CHUNKED fall
    back to CONV_GEMM where they do not apply), else chosen by measurements. */
 ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding, int in_pixels, int out_pixels);
-/* Prints the program's steps (for --emit=kernels). */
+/* Prints how each convolution runs and why (conv_why), then the program's
+   steps (for --emit=kernels). */
 void cg_print_steps(const Program *p, FILE *out);
 
 #endif

@@ -844,13 +844,60 @@ static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
 
 /* ------------------------------------------------------------------- dispatch */
 
+/* Output positions o (of n) whose input o*S - P + k is in [0, size), summed over the taps k. */
+static long taps_in_bounds(int n, int K, int S, int P, int size)
+{
+    long t = 0;
+    for (int o = 0; o < n; o++)
+        for (int k = 0; k < K; k++) {
+            long i = (long)o * S - P + k;
+            t += i >= 0 && i < size;
+        }
+    return t;
+}
+
+/* For --emit kernels: the form a layer got and why, with the share of its
+   multiply-adds that touch data (the rest multiply padding). */
+static const char *conv_why(Arena *a, const CgOptions *opt, const ConvGeom *G, ConvStrategy s)
+{
+    long P = (long)G->OH * G->OW, CKK = (long)G->C * G->K * G->K, HW = (long)G->H * G->W;
+    long touch = taps_in_bounds(G->OH, G->K, G->S, G->P, G->H) * taps_in_bounds(G->OW, G->K, G->S, G->P, G->W) * G->C * G->O;
+    long full = CKK * P * G->O;   /* im2col's */
+    const char *what = "";
+    switch (s) {
+    case CONV_DIRECT:
+        what = arena_printf(a, "direct: loops over whole planes (%ld weights, rows %d wide), nothing materialised", CKK * G->O, G->OW);
+        break;
+    case CONV_VECTOR:
+        what = arena_printf(a, "vector: all %d outputs in a vector per output row (no padding, short rows)", G->O);
+        break;
+    case CONV_GEMM:
+        what = arena_printf(a, "gemm: im2col + one GEMM over the batch (columns [%ld, N*%ld])%s", CKK, P,
+                            opt && opt->cblas ? "" : "; on GPUs, cuBLAS");
+        break;
+    case CONV_CHUNKED:
+        what = arena_printf(a, "chunked: im2col + GEMM %d examples at a time on each thread, their columns (%ld KB) in cache",
+                            chunk_examples(G), CKK * P * chunk_examples(G) * 4 / 1024);
+        break;
+    case CONV_DENSE:
+        what = arena_printf(a, "dense: %ld input position%s, fewer than the kernel's %d taps: one GEMM over the whole map, "
+                            "%ld multiply-adds per example, no im2col", HW, HW == 1 ? "" : "s", G->K * G->K, G->C * HW * G->O * P);
+        break;
+    }
+    return arena_printf(a, "%s%s; %ld of im2col's %ld multiply-adds per example touch data (%.0f%%)", what,
+                        opt && opt->conv >= 0 ? (s == (ConvStrategy)opt->conv ? " (forced)" : " (the forced form does not apply)") : "",
+                        touch, full, full ? 100.0 * (double)touch / (double)full : 100.0);
+}
+
 void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
 {
     for (int id = 0; id < g->n; id++) {
         Op op = g->nodes[id].op;
         if (op != OP_CONV2D && op != OP_CONV2D_BWD_X && op != OP_CONV2D_BWD_W) continue;
         ConvGeom G = conv_geom(g, id);   /* the layer's, for its gradients too: one choice per layer */
-        d->conv[id] = (signed char)cg_conv_strategy(opt, G.C, G.K, G.O, G.OW, G.P, G.H * G.W, G.OH * G.OW);
+        ConvStrategy s = cg_conv_strategy(opt, G.C, G.K, G.O, G.OW, G.P, G.H * G.W, G.OH * G.OW);
+        d->conv[id] = (signed char)s;
+        if (op == OP_CONV2D && d->conv_why) d->conv_why[id] = conv_why(g->arena, opt, &G, s);
     }
 }
 

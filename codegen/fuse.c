@@ -31,7 +31,9 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     d->relu_out = arena_alloc(a, sizeof(bool) * (size_t)(g->n + 1));
     d->relu_mask = arena_alloc(a, sizeof(bool) * (size_t)(g->n + 1));
     d->conv = arena_alloc(a, (size_t)(g->n + 1));
+    d->conv_why = arena_alloc(a, sizeof(char *) * (size_t)(g->n + 1));
     for (int id = 0; id < g->n; id++) {
+        d->conv_why[id] = NULL;
         d->fused[id] = -1;
         d->relu_out[id] = d->relu_mask[id] = false;
         d->conv[id] = -1;

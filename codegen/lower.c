@@ -294,6 +294,7 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     p->graph = g;
     p->node_buf = arena_alloc(a, sizeof(int) * (size_t)g->n);
     p->fused_into = dec->fused;
+    p->conv_why = dec->conv_why;
     Lower L = { .g = g, .p = p, .dec = dec, .fused = dec->fused, .relu_out = dec->relu_out, .relu_mask = dec->relu_mask,
                 .open_kernel = -1 };
     L.col = arena_alloc(a, sizeof(int) * (size_t)g->n);

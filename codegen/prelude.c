@@ -202,6 +202,19 @@ static void print_dim(FILE *out, Dim d)
 
 void cg_print_steps(const Program *p, FILE *out)
 {
+    const Graph *g = p->graph;
+    bool head = false;
+    for (int id = 0; p->conv_why && id < g->n; id++) {
+        if (!p->conv_why[id]) continue;
+        if (!head) fprintf(out, "  convolutions: how each runs (its gradients too) and why\n");
+        head = true;
+        const Node *n = &g->nodes[id];
+        const Shape *ws = &g->nodes[n->in[1]].shape;
+        fprintf(out, "    %%%-4d %dx%dx%d -> %d on %dx%d", id, ws->d[1], ws->d[2], ws->d[3], ws->d[0],
+                g->nodes[n->in[0]].shape.d[2], g->nodes[n->in[0]].shape.d[3]);
+        if (n->loc.file) fprintf(out, " (%s:%d)", n->loc.file->name, n->loc.line);
+        fprintf(out, ": %s\n", p->conv_why[id]);
+    }
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
         fprintf(out, "  step %-3d %%%-4d ", k, s->node);
