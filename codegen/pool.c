@@ -55,7 +55,7 @@ void cg_lower_window_pool(Lower *L, int id)
                 W, H * Wd, OH * OW, OH, OW, mx ? "-MGC_INF" : "0.0f");
         window_open(L, K, S, P, H, Wd);
         cg_body(L, "                        float v = xp[iy * %d + ix];\n"
-                   "                        %s\n", Wd, mx ? "if (v > acc || v != v) acc = v;" : "acc += v;");
+                   "                        %s\n", Wd, mx ? "acc = (v > acc) | (v != v) ? v : acc;   /* a NaN wins; branch-free: the data decide */" : "acc += v;");
         window_close(L);
         cg_body(L, "                yp[oy * %d + ox] = %s;\n"
                    "            }\n    }\n", OW, mx ? "acc" : arena_printf(L->p->arena, "acc * %s", scale));
