@@ -81,7 +81,8 @@ typedef struct Step {
     long grain;               /* elements an iteration touches (0: one); the runtime splits work*grain */
     bool blocks;              /* a reduction kernel (FOR_EACH_BLOCK): on CUDA each iteration is one block of
                                  CG_BLOCK threads that share its inner loops (BLOCK_LOOP, BLOCK_SUM) */
-    bool cblas;               /* calls CBLAS itself: C target only (CgOptions.cblas) */
+    bool c_only;              /* C target only (CgOptions.cpu_only): calls CBLAS, or splits its work
+                                 between the threads itself (a.thread, a.nthreads) */
     /* STEP_GEMM, row-major: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C */
     bool ta, tb;
     Dim m, n, k, lda, ldb, ldc;
@@ -131,8 +132,9 @@ typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM, CONV_DENSE, CON
 typedef struct CgOptions {
     bool fuse;                /* ReLU fusion on */
     int conv;                 /* -1: choose per layer, else a forced ConvStrategy */
-    bool cblas;               /* the program runs on CPU devices only: its kernels may call CBLAS
-                                 (CONV_CHUNKED); never for CUDA, whose kernels are the same text */
+    bool cpu_only;            /* the program runs on CPU devices only: its kernels may be C only
+                                 (CONV_CHUNKED calls CBLAS; reductions in memory order); never for
+                                 CUDA, whose kernels are the same text */
 } CgOptions;
 
 /* What the passes before lowering decided, per node (arena memory). */

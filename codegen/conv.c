@@ -79,7 +79,7 @@ static ConvGeom conv_geom(const Graph *g, int id)
                   the input gradient is one GEMM on the channels-last gradient;
      CONV_GEMM    im2col + one GEMM over the whole batch: wide layers (ResNet).
      CONV_CHUNKED CONV_GEMM a few examples at a time, in cache: where CONV_GEMM
-                  would be chosen, when the program runs on CPUs only (opt->cblas);
+                  would be chosen, when the program runs on CPUs only (opt->cpu_only);
                   ResNet-18's step: 292 -> 227 ms, im2col and col2im no longer
                   stream 29 MB per layer through memory;
      CONV_DENSE   a dense layer over the whole map, when the input map has
@@ -100,7 +100,7 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
     bool dense_fits = (long)c * in_pixels * o * out_pixels <= CG_DENSE_MAX;
     /* chunked: every count in its kernels an int (else CONV_GEMM, whose im2col
        buffer lowering refuses with the layer's place) */
-    bool chunked = opt && opt->cblas && (double)c * k * k * out_pixels <= INT_MAX;
+    bool chunked = opt && opt->cpu_only && (double)c * k * k * out_pixels <= INT_MAX;
     if (opt && opt->conv >= 0) {
         switch ((ConvStrategy)opt->conv) {
         case CONV_GEMM: return CONV_GEMM;
@@ -742,7 +742,7 @@ static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
     bool bias = n->nin == 3;
     int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
     Step *st = cg_kernel(L, id, "conv2d_chunked", dimn(1), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
-    st->heavy = st->cblas = true;
+    st->heavy = st->c_only = true;
     cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d*%d*%d], y [N, %d, %d, %d]; stride %d, padding %d.\n"
                "       %d examples per iteration: their columns col[%ld, nb*%ld] (in cache), t = w . col\n"
                "       (CBLAS on this thread), y = t + bias */\n",
@@ -774,7 +774,7 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
     long P = (long)OH * OW, CKK = (long)C * K * K;
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     Step *st = cg_kernel(L, id, "conv2d_grad_x_chunked", dimn(1), 3, b, (const char *const[]){ "=dx", "dy", "w" });
-    st->heavy = st->cblas = true;
+    st->heavy = st->c_only = true;
     cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d*%d*%d], dx [N, %d, %d, %d]; stride %d, padding %d.\n"
                "       %d examples per iteration: t = their dy, dcol = w^T . t (CBLAS on this thread),\n"
                "       added back into their planes of dx (col2im) */\n",
@@ -816,7 +816,7 @@ static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
     long P = (long)G->OH * G->OW, CKK = (long)C * K * K;
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     Step *st = cg_kernel(L, id, "conv2d_grad_w_chunked", dimc(CKK), 3, b, (const char *const[]){ "=dw", "dy", "x" });
-    st->heavy = st->cblas = true;
+    st->heavy = st->c_only = true;
     cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %ld]; stride %d, padding %d.\n"
                "       This thread's columns [r0, r1) of dw, over the batch NB examples at a time:\n"
                "       t = their dy, col = their im2col rows r0..r1, dw[:, r0:r1] += t . col^T */\n",
@@ -873,7 +873,7 @@ static const char *conv_why(Arena *a, const CgOptions *opt, const ConvGeom *G, C
         break;
     case CONV_GEMM:
         what = arena_printf(a, "gemm: im2col + one GEMM over the batch (columns [%ld, N*%ld])%s", CKK, P,
-                            opt && opt->cblas ? "" : "; on GPUs, cuBLAS");
+                            opt && opt->cpu_only ? "" : "; on GPUs, cuBLAS");
         break;
     case CONV_CHUNKED:
         what = arena_printf(a, "chunked: im2col + GEMM %d examples at a time on each thread, their columns (%ld KB) in cache",

@@ -345,12 +345,13 @@ static int parse_args(int argc, char **argv, Cli *c)
 /* Code generation options from the environment: MGC_FUSE=0 turns ReLU fusion
    off, MGC_CONV=direct|vector|gemm|dense|chunked forces one convolution strategy
    everywhere (anything else: chosen per layer). The tests run each. Kernels
-   may call CBLAS when the program runs on CPUs only (not for --emit cuda/ptx). */
+   may be C only (CBLAS calls, ...) when the program runs on CPUs only (not
+   for --emit cuda/ptx). */
 static CgOptions codegen_options(const Cli *c)
 {
     bool cuda = c->emit == EMIT_CUDA || c->emit == EMIT_PTX;
     for (int k = 0; k < c->cfg.replicas; k++) cuda |= c->cfg.devices[k].kind == DEV_CUDA;
-    CgOptions o = { .fuse = true, .conv = -1, .cblas = !cuda };
+    CgOptions o = { .fuse = true, .conv = -1, .cpu_only = !cuda };
     const char *fuse = getenv("MGC_FUSE"), *conv = getenv("MGC_CONV");
     if (fuse && !strcmp(fuse, "0")) o.fuse = false;
     if (conv && !strcmp(conv, "direct")) o.conv = CONV_DIRECT;
@@ -402,8 +403,8 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
 
 /* --dump-kernels DIR: each kernel of the program as DIR/NAME.c and DIR/NAME.cu
    (prelude included, so each compiles alone), headed by the IR nodes it
-   computes: the step's node and the nodes fused into its kernel. A kernel
-   that calls CBLAS (CPU devices only) has no CUDA form. */
+   computes: the step's node and the nodes fused into its kernel. A C-only
+   kernel (CPU devices only: it calls CBLAS, ...) has no CUDA form. */
 static int dump_kernels(const Graph *g, const Program *p, const char *dir)
 {
     if (mkdir(dir, 0755) && errno != EEXIST) {
@@ -415,7 +416,7 @@ static int dump_kernels(const Graph *g, const Program *p, const char *dir)
         const Step *s = &p->steps[k];
         if (s->kind != STEP_KERNEL) continue;
         kernels++;
-        c_only += s->cblas;
+        c_only += s->c_only;
         char *head = NULL;
         size_t len = 0;
         FILE *h = open_memstream(&head, &len);
@@ -428,7 +429,7 @@ static int dump_kernels(const Graph *g, const Program *p, const char *dir)
             }
         fprintf(h, "*/\n");
         fclose(h);
-        for (int t = 0; t < (s->cblas ? 1 : 2); t++) {   /* a kernel that calls CBLAS is C only */
+        for (int t = 0; t < (s->c_only ? 1 : 2); t++) {   /* some kernels are C only */
             char path[4096];
             snprintf(path, sizeof path, "%s/%s.%s", dir, s->fn, t ? "cu" : "c");
             FILE *f = fopen(path, "w");
@@ -442,7 +443,7 @@ static int dump_kernels(const Graph *g, const Program *p, const char *dir)
         free(head);
     }
     printf("mgc: %d kernels of %s written to %s (%d files: C and CUDA", kernels, g->net_name, dir, files);
-    if (c_only) printf("; %d C only: they call CBLAS, and on a GPU the convolutions are others", c_only);
+    if (c_only) printf("; %d C only: on a GPU they are others", c_only);
     printf(")\n");
     return 0;
 }

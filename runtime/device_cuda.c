@@ -392,8 +392,8 @@ static int cuda_load(Device *d, const Program *p, bool verbose, void **module, K
 {
     CUmodule mod;
     for (int k = 0; k < p->nsteps; k++)
-        if (p->steps[k].cblas) {   /* the driver compiles for CUDA without them (CgOptions.cblas) */
-            snprintf(err, err_size, "internal: kernel %s calls CBLAS and cannot run on %s", p->steps[k].fn, d->name);
+        if (p->steps[k].c_only) {   /* the driver compiles for CUDA without them (CgOptions.cpu_only) */
+            snprintf(err, err_size, "internal: kernel %s is C only and cannot run on %s", p->steps[k].fn, d->name);
             return -1;
         }
     if (load_module(d, cg_source(p, TARGET_CUDA), verbose, &mod, err, err_size)) return -1;
