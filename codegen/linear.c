@@ -63,7 +63,7 @@ void cg_lower_bias_grad(Lower *L, int id)
        block's threads over consecutive positions of the flattened (n, inner) loop. */
     cg_body(L, "    /* dy is [N, %d, %d]; db[c] = sum over n and the inner positions */\n", O, inner);
     cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n", O);
-    cg_lane_sums(L, "float", "MGC_LANES", O, inner, 1, (const char *const[]){ "acc" }, "A0 += dy[at];");
+    cg_lane_sums(L, "float", "MGC_LANES", O, inner, 1, (const char *const[]){ "acc" }, "", "A0 += dy[at];");   /* dy was just written: in cache */
     cg_body(L, "        if (BLOCK_LEADER) db[c] = acc;\n    }\n");
     cg_end_kernel(L);
 }

@@ -149,9 +149,22 @@ int cg_out_buf(Lower *L, int node)
    .... C: `lanes` (a prelude macro, MGC_LANES or MGC_DLANES) independent
    partial sums per accumulator (chains the compiler can vectorise; one chain
    is bound by the add's latency), then the rows' last HW % lanes; CUDA: one
-   lane, the block's threads over consecutive elements. */
-void cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, int nacc, const char *const *accs, const char *body)
+   lane, the block's threads over consecutive elements. `reads` names the
+   [N, C, HW] arrays the body reads ("x dy"): on C each image's row of them is
+   prefetched 4 images ahead (the rows are a stride of C * HW apart, too
+   far and too short for the hardware prefetcher: without it these passes
+   wait on memory). */
+void cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, int nacc, const char *const *accs,
+                  const char *reads, const char *body)
 {
+    /* PREFETCH_ROW of each array in reads, 4 images ahead */
+    char *pf = arena_printf(L->p->arena, "%s", "");
+    for (const char *r = reads; *r;) {
+        while (*r == ' ') r++;
+        int len = (int)strcspn(r, " ");
+        if (len) pf = arena_printf(L->p->arena, "%s PREFETCH_ROW(%.*s + ((k + 4) * %d + c) * %d, %d);", pf, len, r, C, HW, HW);
+        r += len;
+    }
     /* body with An -> accs[n]_l[l] (lanes), and -> accs[n]_l[0] (the tail) */
     char *in_lanes = arena_printf(L->p->arena, "%s", body), *tail = arena_printf(L->p->arena, "%s", body);
     for (int a = 0; a < nacc; a++) {
@@ -165,11 +178,14 @@ void cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, 
     for (int a = 0; a < nacc; a++)
         cg_body(L, "        %s %s_l[%s];\n        for (int l = 0; l < %s; l++) %s_l[l] = 0;\n", type, accs[a], lanes, lanes, accs[a]);
     cg_body(L, "        BLOCK_LOOP2(k, N, j, %d / %s) {\n"
+               "            if (j == 0 && k + 4 < N) {%s }\n"
                "            long at0 = (k * %d + c) * %d + j * %s;\n"
                "            for (int l = 0; l < %s; l++) { long at = at0 + l; %s }\n"
                "        }\n"
-               "        BLOCK_LOOP2(k, N, j, %d %% %s) { long at = (k * %d + c) * %d + %d / %s * %s + j; %s }\n",
-            HW, lanes, C, HW, lanes, lanes, in_lanes, HW, lanes, C, HW, HW, lanes, lanes, tail);
+               "        BLOCK_LOOP2(k, N, j, %d %% %s) {%s%s%s long at = (k * %d + c) * %d + %d / %s * %s + j; %s }\n",
+            HW, lanes, pf, C, HW, lanes, lanes, in_lanes, HW, lanes,
+            *pf ? arena_printf(L->p->arena, " if (%d / %s == 0 && j == 0 && k + 4 < N) {", HW, lanes) : "", pf, *pf ? " }" : "",
+            C, HW, HW, lanes, lanes, tail);
     for (int a = 0; a < nacc; a++)
         cg_body(L, "        %s %s = 0;\n        for (int l = 0; l < %s; l++) %s += %s_l[l];\n"
                    "        %s = BLOCK_SUM(%s);\n", type, accs[a], lanes, accs[a], accs[a], accs[a], accs[a]);

@@ -70,7 +70,7 @@ const char *cg_work_str(Lower *L, Dim d);
 /* Sums over each channel c of an [N, C, HW] tensor, in independent lanes
    (see lower.c): the reductions' inner loop, written once. */
 void  cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, int nacc, const char *const *accs,
-                   const char *body);
+                   const char *reads, const char *body);
 /* A GEMM step, row-major: C[m,n] = op(A)[m,k] . op(B)[k,n] + beta * C. */
 Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, Dim lda, int b, Dim ldb,
               float beta, int c, Dim ldc);

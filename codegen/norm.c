@@ -28,9 +28,9 @@ void cg_lower_bn_stats(Lower *L, int id)
     k->heavy = k->blocks = true;
     cg_body(L, "    /* x is [N, %d, %d]: per channel mean, 1/sqrt(biased var + eps), biased var; two passes in double */\n", C, HW);
     cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n        const double m = (double)N * %d;\n", C, HW);
-    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 1, (const char *const[]){ "sum" }, "A0 += x[at];");
+    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 1, (const char *const[]){ "sum" }, "x", "A0 += x[at];");
     cg_body(L, "        const double mean = sum / m;\n");
-    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 1, (const char *const[]){ "sq" }, "double d = x[at] - mean; A0 += d * d;");
+    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 1, (const char *const[]){ "sq" }, "x", "double d = x[at] - mean; A0 += d * d;");
     cg_body(L, "        double var = sq / m;\n"
                "        if (BLOCK_LEADER) {\n"
                "            stats[c] = (float)mean;\n"
@@ -88,7 +88,7 @@ void cg_lower_bn_grad_params(Lower *L, int id)
     cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n"
                "        const float mean = stats[c], invstd = stats[%d + c];\n", C, C);
     /* d gamma = invstd * (sum(dy * x) - mean * sum(dy)): two plain sums (products exact in double) */
-    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 2, (const char *const[]){ "dyx", "db" }, "A0 += (double)dy[at] * x[at]; A1 += dy[at];");
+    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 2, (const char *const[]){ "dyx", "db" }, "x dy", "A0 += (double)dy[at] * x[at]; A1 += dy[at];");
     cg_body(L, "        if (BLOCK_LEADER) {\n"
                "            dparams[c] = (float)(invstd * (dyx - (double)mean * db));\n            dparams[%d + c] = (float)db;\n        }\n    }\n", C);
     cg_end_kernel(L);
@@ -171,7 +171,7 @@ void cg_lower_bn_sync(Lower *L, int id)
     if (sq) cg_body(L, "    const double m = (double)a.global_batch * %d;\n", HW);
     cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n", C);
     if (sq) cg_body(L, "        const double mean = sum[c] / m;\n");
-    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 1, (const char *const[]){ "acc" }, sq ? "double d = x[at] - mean; A0 += d * d;" : "A0 += x[at];");
+    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 1, (const char *const[]){ "acc" }, "x", sq ? "double d = x[at] - mean; A0 += d * d;" : "A0 += x[at];");
     cg_body(L, "        if (BLOCK_LEADER) %s[c] = (float)acc;\n    }\n", sq ? "sqdev" : "sum");
     cg_end_kernel(L);
 }

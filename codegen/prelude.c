@@ -31,6 +31,10 @@
 **                          side (16: a sum the compiler may vectorise without
 **                          reordering one chain); CUDA: 1 (the block is the lanes)
 **   MGC_DLANES             the same for sums in double (8 on C)
+**   PREFETCH_ROW(p, n)     C: asks for the n floats at p to be brought into
+**                          cache (a reduction's next rows, which the hardware
+**                          prefetcher does not foresee across a stride); CUDA:
+**                          nothing
 **
 ** The bodies (codegen/lower.c and the op families beside it) are the same
 ** text for both targets.
@@ -82,6 +86,7 @@ static const char prelude_c[] =
     "#define BLOCK_LEADER 1\n"
     "#define MGC_LANES 16\n"
     "#define MGC_DLANES 8\n"
+    "#define PREFETCH_ROW(p, n) for (long pf_ = 0; pf_ < (n); pf_ += 16) __builtin_prefetch((p) + pf_)\n"
     "/* CBLAS, from the process (mgc links OpenBLAS, single-threaded: each thread calls it\n"
     "   on its own share): for kernels that run GEMMs on a few examples at a time */\n"
     "#include <stdio.h>\n"
@@ -119,6 +124,7 @@ static const char prelude_cuda[] =
     "#define BLOCK_LEADER (threadIdx.x == 0)\n"
     "#define MGC_LANES 1\n"
     "#define MGC_DLANES 1\n"
+    "#define PREFETCH_ROW(p, n)\n"
     "/* The block's sum, to every thread: a butterfly in each warp (every lane ends\n"
     "   with the same bits), the warps' sums through shared memory, a butterfly over\n"
     "   those. blockDim.x: a multiple of 32, at most 1024. The first barrier lets a\n"
