@@ -696,9 +696,46 @@ static int chunk_examples(const ConvGeom *G)
 
 /* The body's loop over im2col rows [r0, r1) of the chunk's examples n0 ..
    n0+nb-1: col[(r - r0) * ld + j * P + p], ld = nb * P. */
+/* A padded copy of one input plane, on the stack, up to this many floats (64 KB). */
+#define CG_PAD_MAX 16384
+
 static void chunk_im2col(Lower *L, const ConvGeom *G, const char *r0, const char *r1)
 {
     int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW;
+    long Hp = (long)H + 2 * Pd, Wp = (long)W + 2 * Pd, KK = (long)K * K;
+    if (Hp * Wp <= CG_PAD_MAX) {
+        /* each input plane read once, into a zero-bordered copy when padded: every tap's
+           row is then plain copies of OW inputs (S apart), with no test per element */
+        cg_body(L, "        {   /* im2col: rows [%s, %s) of the chunk's columns, row (c, ky, kx) */\n", r0, r1);
+        if (Pd > 0)
+            cg_body(L, "            float pad[%ld];\n"
+                       "            for (int i = 0; i < %ld; i++) pad[i] = 0.0f;   /* the border stays zero */\n", Hp * Wp, Hp * Wp);
+        cg_body(L, "            for (int j = 0; j < nb; j++)\n"
+                   "                for (long c = (%s) / %ld; c * %ld < (%s); c++) {\n"
+                   "                    const float *xp = x + ((n0 + j) * %d + c) * %d;\n",
+                r0, KK, KK, r1, C, H * W);
+        if (Pd > 0)
+            cg_body(L, "                    for (int iy = 0; iy < %d; iy++)\n"
+                       "                        for (int ix = 0; ix < %d; ix++) pad[(iy + %d) * %ld + %d + ix] = xp[iy * %d + ix];\n"
+                       "                    const float *src = pad;\n", H, W, Pd, Wp, Pd, W);
+        else
+            cg_body(L, "                    const float *src = xp;\n");
+        cg_body(L, "                    for (int t = 0; t < %ld; t++) {\n"
+                   "                        long r = c * %ld + t;\n"
+                   "                        if (r < (%s) || r >= (%s)) continue;\n"
+                   "                        int ky = t / %d, kx = t %% %d;\n"
+                   "                        float *row = col + (r - (%s)) * ld + j * %d;\n"
+                   "                        for (int oy = 0; oy < %d; oy++) {\n"
+                   "                            const float *sp = src + (oy * %d + ky) * %ld + kx;\n"
+                   "                            float *dp = row + oy * %d;\n"
+                   "                            for (int ox = 0; ox < %d; ox++) dp[ox] = sp[ox * %d];\n"
+                   "                        }\n"
+                   "                    }\n"
+                   "                }\n"
+                   "        }\n",
+                KK, KK, r0, r1, K, K, r0, OH * OW, OH, S, Wp, OW, OW, S);
+        return;
+    }
     cg_body(L, "        for (long r = %s; r < %s; r++) {   /* im2col: row (c, ky, kx) of the chunk's columns */\n"
                "            int c = (int)(r / %d), ky = (int)(r / %d) %% %d, kx = (int)(r %% %d);\n",
             r0, r1, K * K, K, K, K);
@@ -785,14 +822,42 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                "        int nb = N - n0 < %d ? (int)(N - n0) : %d, ld = nb * %ld;\n",
             (CKK + O) * P, NB, st->fn, CKK * P, NB, NB - 1, NB, NB, NB, NB, P);
     chunk_pack_grad(L, G);
-    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %ld, ld, %d, 1.0f, w, %ld, t, ld, 0.0f, dcol, ld);\n"
-               "        for (int j = 0; j < nb; j++)   /* col2im */\n"
+    long Hp = (long)H + 2 * Pd, Wp = (long)W + 2 * Pd;
+    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %ld, ld, %d, 1.0f, w, %ld, t, ld, 0.0f, dcol, ld);\n",
+            CKK, O, CKK);
+    if (Hp * Wp <= CG_PAD_MAX) {
+        /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
+        cg_body(L, "        for (int j = 0; j < nb; j++)   /* col2im */\n"
+                   "            for (int c = 0; c < %d; c++) {\n"
+                   "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);
+        if (Pd > 0) cg_body(L, "                float pad[%ld];\n", Hp * Wp);
+        else cg_body(L, "                float *pad = dxp;\n");
+        cg_body(L, "                for (int i = 0; i < %ld; i++) pad[i] = 0.0f;\n"
+                   "                for (int t = 0; t < %d; t++) {\n"
+                   "                    int ky = t / %d, kx = t %% %d;\n"
+                   "                    const float *cp = dcol + (c * %d + t) * ld + j * %ldL;\n"
+                   "                    for (int oy = 0; oy < %d; oy++) {\n"
+                   "                        float *dp = pad + (oy * %d + ky) * %ld + kx;\n"
+                   "                        const float *sp = cp + oy * %d;\n"
+                   "                        for (int ox = 0; ox < %d; ox++) dp[ox * %d] += sp[ox];\n"
+                   "                    }\n"
+                   "                }\n",
+                Hp * Wp, K * K, K, K, K * K, P, OH, S, Wp, OW, OW, S);
+        if (Pd > 0)
+            cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
+                       "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ld + %d + ix];\n",
+                    H, W, W, Pd, Wp, Pd);
+        cg_body(L, "            }\n    }\n    free(dcol);\n");
+        cg_end_kernel(L);
+        return;
+    }
+    cg_body(L, "        for (int j = 0; j < nb; j++)   /* col2im */\n"
                "            for (int c = 0; c < %d; c++) {\n"
                "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n"
                "                for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
                "                for (int ky = 0; ky < %d; ky++)\n"
                "                for (int kx = 0; kx < %d; kx++) {\n",
-            CKK, O, CKK, C, C, H * W, H * W, K, K);
+            C, C, H * W, H * W, K, K);
     valid_range(L, "ox", "kx", S, Pd, W, OW);
     valid_range(L, "oy", "ky", S, Pd, H, OH);
     cg_body(L, "                const float *cp = dcol + ((c * %d + ky) * %d + kx) * ld + j * %ldL;\n"
