@@ -24,6 +24,23 @@ static void window_open(Lower *L, int K, int S, int P, int H, int W)
 
 static void window_close(Lower *L) { cg_body(L, "                    }\n                }\n"); }
 
+/* Windows that lie wholly inside the plane (no padding tap) get their K*K taps
+   written out with constant offsets, ahead of the general loops: on ResNet-18's
+   3x3/2 pool with padding 1, 36 of a 7x7 map's 49 windows. Opens the branch for
+   output (oy, ox) and defines w0 (the window's first input) and b0 (its offset
+   in the plane); false when no window is inside or K is large. */
+static bool inside_open(Lower *L, int K, int S, int P, int H, int W, int OH, int OW)
+{
+    int oy0 = (P + S - 1) / S, oy1 = (H - K + P) / S, ox0 = (P + S - 1) / S, ox1 = (W - K + P) / S;   /* inclusive */
+    if (oy1 >= OH) oy1 = OH - 1;
+    if (ox1 >= OW) ox1 = OW - 1;
+    if (K > 4 || oy0 > oy1 || ox0 > ox1 || H - K + P < 0 || W - K + P < 0) return false;
+    cg_body(L, "                if (oy >= %d && oy <= %d && ox >= %d && ox <= %d) {   /* inside the plane: taps written out */\n"
+               "                    const int b0 = (oy * %d - %d) * %d + ox * %d - %d;\n"
+               "                    const float *w0 = xp + b0;\n", oy0, oy1, ox0, ox1, S, P, W, S, P);
+    return true;
+}
+
 /* maxpool2d, avgpool2d: x -> y; maxpool2d_grad: x, dy -> dx; avgpool2d_grad: dy -> dx.
    The common max-pool gradients get kernels of their own: 2x2 stride 2, and windows that tile the plane. */
 void cg_lower_window_pool(Lower *L, int id)
@@ -41,6 +58,40 @@ void cg_lower_window_pool(Lower *L, int id)
     Dim planes = dimn(C);
     const char *W = cg_work_str(L, planes);
     const char *scale = arena_printf(L->p->arena, "%#.9gf", 1.0 / (K * K));
+    long Hp = (long)H + 2 * P, Wp = (long)Wd + 2 * P;
+    if (fwd && mx && Hp * Wp + Hp * OW <= 16384 && (OH - 1) * S + K <= Hp && (OW - 1) * S + K <= Wp) {
+        /* Max is separable: the maximum over each row's windows, then over K of those rows,
+           in a copy of the plane bordered with -inf (which wins nothing): every output's
+           chain is independent of its neighbours', so the loops vectorise. A NaN still wins. */
+        int b[2] = { y, buf_of(L, n->in[0]) };
+        cg_kernel(L, id, "maxpool2d", planes, 2, b, (const char *const[]){ "=y", "x" })->grain = H * Wd;
+        cg_body(L, "    /* x is [N*%d planes, %d, %d], y is [N*%d, %d, %d]; window %d, stride %d, padding %d; one plane per iteration:\n"
+                   "       rows' maxima hm[%ld, %d], then columns' */\n", C, H, Wd, C, OH, OW, K, S, P, Hp, OW);
+        cg_body(L, "    float pad[%ld], hm[%ld];\n"
+                   "    for (int i = 0; i < %ld; i++) pad[i] = -MGC_INF;   /* the border stays -inf */\n"
+                   "    FOR_EACH(plane, %s) {\n"
+                   "        const float *xp = x + plane * %d;\n"
+                   "        float *yp = y + plane * %d;\n"
+                   "        for (int iy = 0; iy < %d; iy++)\n"
+                   "            for (int ix = 0; ix < %d; ix++) pad[(iy + %d) * %ld + %d + ix] = xp[iy * %d + ix];\n"
+                   "        for (int iy = 0; iy < %ld; iy++)\n"
+                   "            for (int ox = 0; ox < %d; ox++) {\n"
+                   "                const float *r = pad + iy * %ld + ox * %d;\n"
+                   "                float acc = r[0];\n"
+                   "                for (int k = 1; k < %d; k++) { float v = r[k]; acc = (v > acc) | (v != v) ? v : acc; }\n"
+                   "                hm[iy * %d + ox] = acc;\n"
+                   "            }\n"
+                   "        for (int oy = 0; oy < %d; oy++)\n"
+                   "            for (int ox = 0; ox < %d; ox++) {\n"
+                   "                const float *r = hm + oy * %d + ox;\n"
+                   "                float acc = r[0];\n"
+                   "                for (int k = 1; k < %d; k++) { float v = r[k * %d]; acc = (v > acc) | (v != v) ? v : acc; }\n"
+                   "                yp[oy * %d + ox] = acc;\n"
+                   "            }\n    }\n",
+                Hp * Wp, Hp * OW, Hp * Wp, W, H * Wd, OH * OW, H, Wd, P, Wp, P, Wd, Hp, OW, Wp, S, K, OW, OH, OW, S * OW, K, OW, OW);
+        cg_end_kernel(L);
+        return;
+    }
     if (fwd) {
         int b[2] = { y, buf_of(L, n->in[0]) };
         cg_kernel(L, id, ir_op_name(n->op), planes, 2, b, (const char *const[]){ "=y", "x" })->grain = H * Wd;
@@ -53,6 +104,12 @@ void cg_lower_window_pool(Lower *L, int id)
                    "            for (int ox = 0; ox < %d; ox++) {\n"
                    "                float acc = %s;\n",
                 W, H * Wd, OH * OW, OH, OW, mx ? "-MGC_INF" : "0.0f");
+        if (mx && inside_open(L, K, S, P, H, Wd, OH, OW)) {
+            cg_body(L, "                    acc = w0[0];\n");
+            for (int t = 1; t < K * K; t++)
+                cg_body(L, "                    { float v = w0[%d]; acc = (v > acc) | (v != v) ? v : acc; }\n", t / K * Wd + t % K);
+            cg_body(L, "                    yp[oy * %d + ox] = acc;\n                    continue;\n                }\n", OW);
+        }
         window_open(L, K, S, P, H, Wd);
         cg_body(L, "                        float v = xp[iy * %d + ix];\n"
                    "                        %s\n", Wd, mx ? "acc = (v > acc) | (v != v) ? v : acc;   /* a NaN wins; branch-free: the data decide */" : "acc += v;");
@@ -143,6 +200,14 @@ void cg_lower_window_pool(Lower *L, int id)
             cg_body(L, "                /* the window's first maximum, as the forward pass (and PyTorch) chose it */\n"
                        "                const float *xp = x + plane * %d;\n"
                        "                float best = -MGC_INF; int at = -1;\n", H * Wd);
+            if (inside_open(L, K, S, P, H, Wd, OH, OW)) {
+                cg_body(L, "                    best = w0[0]; at = b0;\n");
+                for (int t = 1; t < K * K; t++)
+                    cg_body(L, "                    { float v = w0[%d]; if (v > best || (v != v && best == best)) { best = v; at = b0 + %d; } }\n",
+                            t / K * Wd + t % K, t / K * Wd + t % K);
+                cg_body(L, "                    if (%s) dxp[at] += dyp[oy * %d + ox];\n                    continue;\n                }\n",
+                        L->relu_mask[id] ? "best > 0.0f   /* fused relu_grad */" : "1", OW);
+            }
             window_open(L, K, S, P, H, Wd);
             cg_body(L, "                        float v = xp[iy * %d + ix];\n"
                        "                        if (at < 0 || v > best || (v != v && best == best)) { best = v; at = iy * %d + ix; }\n",
