@@ -22,7 +22,8 @@ ratio mgc/PyTorch, GFLOP/s of each as a share of the sgemm roof (OpenBLAS on
 step is counted as 3x the multiply-adds x 2 of the convolutions and linear
 layers, the same count for both), and peak resident memory of each process.
 Then mgc's ResNet-18 step (MGC_PROFILE=1) grouped by kind: GEMM, data
-movement (im2col, col2im, packing), normalisation, pooling, element-wise,
+movement (im2col, col2im, packing), convolution kernels (chunked: im2col +
+CBLAS in cache; direct loops), normalisation, pooling, element-wise,
 loss, SGD update. A last line `JSON {...}` holds all of it.
 """
 import argparse
@@ -83,6 +84,7 @@ def train_flops(net, sets):
 KINDS = [
     ("GEMM", r"^gemm$"),
     ("data movement", r"im2col|col2im|pack|unpack|transpose|dense_weights|dense_grad_w|copy"),
+    ("convolution kernels", r"chunked|_rows$|_direct$|_vector$"),   # GEMMs inside (chunked) or loops
     ("normalisation", r"^bn_|batchnorm"),
     ("pooling", r"pool"),
     ("loss", r"softmax|cross_entropy|correct"),
