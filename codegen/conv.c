@@ -909,15 +909,28 @@ static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
 
 /* ------------------------------------------------------------------- dispatch */
 
-/* Output positions o (of n) whose input o*S - P + k is in [0, size), summed over the taps k. */
+/* The pairs (output o of n, tap k of K) whose input o*S - P + k is in [0, size):
+   a range of taps per output, or of outputs per tap, whichever loop is shorter
+   (at most 46,341 steps: K*K and n each fit the limits; a fuzzed net with a
+   30000-wide kernel over a 40000-wide map made n*K steps take minutes). */
 static long taps_in_bounds(int n, int K, int S, int P, int size)
 {
     long t = 0;
-    for (int o = 0; o < n; o++)
-        for (int k = 0; k < K; k++) {
-            long i = (long)o * S - P + k;
-            t += i >= 0 && i < size;
+    if (n <= K) {
+        for (long o = 0; o < n; o++) {
+            long lo = P - o * S, hi = (long)size + P - o * S;   /* k in [lo, hi) */
+            if (lo < 0) lo = 0;
+            if (hi > K) hi = K;
+            if (hi > lo) t += hi - lo;
         }
+    } else {
+        for (long k = 0; k < K; k++) {
+            long lo = P - k, hi = (long)size + P - k;           /* o * S in [lo, hi) */
+            long o0 = lo <= 0 ? 0 : (lo + S - 1) / S, o1 = hi <= 0 ? 0 : (hi + S - 1) / S;   /* o in [o0, o1) */
+            if (o1 > n) o1 = n;
+            if (o1 > o0) t += o1 - o0;
+        }
+    }
     return t;
 }
 
