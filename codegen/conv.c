@@ -694,66 +694,45 @@ static int chunk_examples(const ConvGeom *G)
     return nb < 1 ? 1 : nb > 64 ? 64 : (int)nb;
 }
 
-/* The body's loop over im2col rows [r0, r1) of the chunk's examples n0 ..
-   n0+nb-1: col[(r - r0) * ld + j * P + p], ld = nb * P. */
-/* A padded copy of one input plane, on the stack, up to this many floats (64 KB). */
-#define CG_PAD_MAX 16384
+/* Floats of a padded copy of one input plane (0 without padding: the plane itself serves). */
+static long pad_floats(const ConvGeom *G) { return G->P > 0 ? ((long)G->H + 2 * G->P) * ((long)G->W + 2 * G->P) : 0; }
 
+/* The body's loop over im2col rows [r0, r1) of the chunk's examples n0 ..
+   n0+nb-1: col[(r - r0) * ld + j * P + p], ld = nb * P. Each input plane is
+   read once, into `pad` (the kernel's scratch, pad_floats() of it) with a
+   zero border when padded: every tap's row is then plain copies of OW inputs
+   (S apart), with no test per element. */
 static void chunk_im2col(Lower *L, const ConvGeom *G, const char *r0, const char *r1)
 {
     int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW;
-    long Hp = (long)H + 2 * Pd, Wp = (long)W + 2 * Pd, KK = (long)K * K;
-    if (Hp * Wp <= CG_PAD_MAX) {
-        /* each input plane read once, into a zero-bordered copy when padded: every tap's
-           row is then plain copies of OW inputs (S apart), with no test per element */
-        cg_body(L, "        {   /* im2col: rows [%s, %s) of the chunk's columns, row (c, ky, kx) */\n", r0, r1);
-        if (Pd > 0)
-            cg_body(L, "            float pad[%ld];\n"
-                       "            for (int i = 0; i < %ld; i++) pad[i] = 0.0f;   /* the border stays zero */\n", Hp * Wp, Hp * Wp);
-        cg_body(L, "            for (int j = 0; j < nb; j++)\n"
-                   "                for (long c = (%s) / %ld; c * %ld < (%s); c++) {\n"
-                   "                    const float *xp = x + ((n0 + j) * %d + c) * %d;\n",
-                r0, KK, KK, r1, C, H * W);
-        if (Pd > 0)
-            cg_body(L, "                    for (int iy = 0; iy < %d; iy++)\n"
-                       "                        for (int ix = 0; ix < %d; ix++) pad[(iy + %d) * %ld + %d + ix] = xp[iy * %d + ix];\n"
-                       "                    const float *src = pad;\n", H, W, Pd, Wp, Pd, W);
-        else
-            cg_body(L, "                    const float *src = xp;\n");
-        cg_body(L, "                    for (int t = 0; t < %ld; t++) {\n"
-                   "                        long r = c * %ld + t;\n"
-                   "                        if (r < (%s) || r >= (%s)) continue;\n"
-                   "                        int ky = t / %d, kx = t %% %d;\n"
-                   "                        float *row = col + (r - (%s)) * ld + j * %d;\n"
-                   "                        for (int oy = 0; oy < %d; oy++) {\n"
-                   "                            const float *sp = src + (oy * %d + ky) * %ld + kx;\n"
-                   "                            float *dp = row + oy * %d;\n"
-                   "                            for (int ox = 0; ox < %d; ox++) dp[ox] = sp[ox * %d];\n"
-                   "                        }\n"
-                   "                    }\n"
-                   "                }\n"
-                   "        }\n",
-                KK, KK, r0, r1, K, K, r0, OH * OW, OH, S, Wp, OW, OW, S);
-        return;
-    }
-    cg_body(L, "        for (long r = %s; r < %s; r++) {   /* im2col: row (c, ky, kx) of the chunk's columns */\n"
-               "            int c = (int)(r / %d), ky = (int)(r / %d) %% %d, kx = (int)(r %% %d);\n",
-            r0, r1, K * K, K, K, K);
-    valid_range(L, "ox", "kx", S, Pd, W, OW);
-    cg_body(L, "            float *cr = col + (r - %s) * ld;\n"
-               "            for (int j = 0; j < nb; j++) {\n"
-               "                const float *xp = x + ((n0 + j) * %d + c) * %d;\n"
-               "                float *cp = cr + j * %d;\n"
-               "                for (int oy = 0; oy < %d; oy++) {\n"
-               "                    int iy = oy * %d - %d + ky;\n"
-               "                    float *row = cp + oy * %d;\n"
-               "                    if (iy < 0 || iy >= %d) { for (int ox = 0; ox < %d; ox++) row[ox] = 0.0f; continue; }\n"
-               "                    const float *xr = xp + iy * %d - %d + kx;\n"
-               "                    for (int ox = 0; ox < ox0 && ox < %d; ox++) row[ox] = 0.0f;\n"
-               "                    for (int ox = ox0; ox < ox1; ox++) row[ox] = xr[ox * %d];\n"
-               "                    for (int ox = ox1 > ox0 ? ox1 : ox0; ox < %d; ox++) row[ox] = 0.0f;\n"
-               "                }\n            }\n        }\n",
-            r0, C, H * W, OH * OW, OH, S, Pd, OW, H, OW, W, Pd, OW, S, OW);
+    long Wp = (long)W + 2 * Pd, KK = (long)K * K;
+    cg_body(L, "        {   /* im2col: rows [%s, %s) of the chunk's columns, row (c, ky, kx) */\n", r0, r1);
+    if (Pd > 0)
+        cg_body(L, "            for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;   /* the border stays zero */\n", pad_floats(G));
+    cg_body(L, "            for (int j = 0; j < nb; j++)\n"
+               "                for (long c = (%s) / %ld; c * %ld < (%s); c++) {\n"
+               "                    const float *xp = x + ((n0 + j) * %d + c) * %d;\n",
+            r0, KK, KK, r1, C, H * W);
+    if (Pd > 0)
+        cg_body(L, "                    for (int iy = 0; iy < %d; iy++)\n"
+                   "                        for (int ix = 0; ix < %d; ix++) pad[(iy + %d) * %ldL + %d + ix] = xp[iy * %d + ix];\n"
+                   "                    const float *src = pad;\n", H, W, Pd, Wp, Pd, W);
+    else
+        cg_body(L, "                    const float *src = xp;\n");
+    cg_body(L, "                    for (int t = 0; t < %ld; t++) {\n"
+               "                        long r = c * %ld + t;\n"
+               "                        if (r < (%s) || r >= (%s)) continue;\n"
+               "                        int ky = t / %d, kx = t %% %d;\n"
+               "                        float *row = col + (r - (%s)) * ld + j * %d;\n"
+               "                        for (int oy = 0; oy < %d; oy++) {\n"
+               "                            const float *sp = src + (oy * %d + ky) * %ldL + kx;\n"
+               "                            float *dp = row + oy * %d;\n"
+               "                            for (int ox = 0; ox < %d; ox++) dp[ox] = sp[ox * %d];\n"
+               "                        }\n"
+               "                    }\n"
+               "                }\n"
+               "        }\n",
+            KK, KK, r0, r1, K, K, r0, OH * OW, OH, S, Wp, OW, OW, S);
 }
 
 /* The chunk's gradient dy (examples n0 .. n0+nb-1) as t[O, ld]: row o holds
@@ -784,11 +763,12 @@ static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                "       %d examples per iteration: their columns col[%ld, nb*%ld] (in cache), t = w . col\n"
                "       (CBLAS on this thread), y = t + bias */\n",
             C, H, W, O, C, K, K, O, G->OH, G->OW, G->S, G->P, NB, CKK, P);
-    cg_body(L, "    float *col = mgc_scratch(%ldL * %d, \"%s\"), *t = col + %ldL * %d;\n"
+    cg_body(L, "    float *col = mgc_scratch(%ldL * %d + %ldL, \"%s\"), *t = col + %ldL * %d, *pad = t + %ldL * %d;\n"
+               "    (void)pad;\n"
                "    FOR_EACH(ch, (N + %d) / %d) {\n"
                "        long n0 = ch * %d;\n"
                "        int nb = N - n0 < %d ? (int)(N - n0) : %d, ld = nb * %ld;\n",
-            (CKK + O) * P, NB, st->fn, CKK * P, NB, NB - 1, NB, NB, NB, NB, P);
+            (CKK + O) * P, NB, pad_floats(G), st->fn, CKK * P, NB, O * P, NB, NB - 1, NB, NB, NB, NB, P);
     chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
     cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %ld, 1.0f, w, %ld, col, ld, 0.0f, t, ld);\n"
                "        for (int j = 0; j < nb; j++)\n"
@@ -816,57 +796,36 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                "       %d examples per iteration: t = their dy, dcol = w^T . t (CBLAS on this thread),\n"
                "       added back into their planes of dx (col2im) */\n",
             O, OH, OW, O, C, K, K, C, H, W, S, Pd, NB);
-    cg_body(L, "    float *dcol = mgc_scratch(%ldL * %d, \"%s\"), *t = dcol + %ldL * %d;\n"
+    cg_body(L, "    float *dcol = mgc_scratch(%ldL * %d + %ldL, \"%s\"), *t = dcol + %ldL * %d, *pad = t + %ldL * %d;\n"
                "    FOR_EACH(ch, (N + %d) / %d) {\n"
                "        long n0 = ch * %d;\n"
                "        int nb = N - n0 < %d ? (int)(N - n0) : %d, ld = nb * %ld;\n",
-            (CKK + O) * P, NB, st->fn, CKK * P, NB, NB - 1, NB, NB, NB, NB, P);
+            (CKK + O) * P, NB, pad_floats(G), st->fn, CKK * P, NB, O * P, NB, NB - 1, NB, NB, NB, NB, P);
     chunk_pack_grad(L, G);
-    long Hp = (long)H + 2 * Pd, Wp = (long)W + 2 * Pd;
+    long Wp = (long)W + 2 * Pd;
     cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %ld, ld, %d, 1.0f, w, %ld, t, ld, 0.0f, dcol, ld);\n",
             CKK, O, CKK);
-    if (Hp * Wp <= CG_PAD_MAX) {
-        /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
-        cg_body(L, "        for (int j = 0; j < nb; j++)   /* col2im */\n"
-                   "            for (int c = 0; c < %d; c++) {\n"
-                   "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);
-        if (Pd > 0) cg_body(L, "                float pad[%ld];\n", Hp * Wp);
-        else cg_body(L, "                float *pad = dxp;\n");
-        cg_body(L, "                for (int i = 0; i < %ld; i++) pad[i] = 0.0f;\n"
-                   "                for (int t = 0; t < %d; t++) {\n"
-                   "                    int ky = t / %d, kx = t %% %d;\n"
-                   "                    const float *cp = dcol + (c * %d + t) * ld + j * %ldL;\n"
-                   "                    for (int oy = 0; oy < %d; oy++) {\n"
-                   "                        float *dp = pad + (oy * %d + ky) * %ld + kx;\n"
-                   "                        const float *sp = cp + oy * %d;\n"
-                   "                        for (int ox = 0; ox < %d; ox++) dp[ox * %d] += sp[ox];\n"
-                   "                    }\n"
-                   "                }\n",
-                Hp * Wp, K * K, K, K, K * K, P, OH, S, Wp, OW, OW, S);
-        if (Pd > 0)
-            cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
-                       "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ld + %d + ix];\n",
-                    H, W, W, Pd, Wp, Pd);
-        cg_body(L, "            }\n    }\n    free(dcol);\n");
-        cg_end_kernel(L);
-        return;
-    }
+    /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
     cg_body(L, "        for (int j = 0; j < nb; j++)   /* col2im */\n"
                "            for (int c = 0; c < %d; c++) {\n"
-               "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n"
-               "                for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
-               "                for (int ky = 0; ky < %d; ky++)\n"
-               "                for (int kx = 0; kx < %d; kx++) {\n",
-            C, C, H * W, H * W, K, K);
-    valid_range(L, "ox", "kx", S, Pd, W, OW);
-    valid_range(L, "oy", "ky", S, Pd, H, OH);
-    cg_body(L, "                const float *cp = dcol + ((c * %d + ky) * %d + kx) * ld + j * %ldL;\n"
-               "                for (int oy = oy0; oy < oy1; oy++) {\n"
-               "                    float *xr = dxp + (oy * %d - %d + ky) * %d - %d + kx;\n"
-               "                    const float *cr = cp + oy * %d;\n"
-               "                    for (int ox = ox0; ox < ox1; ox++) xr[ox * %d] += cr[ox];\n"
-               "                }\n                }\n            }\n    }\n    free(dcol);\n",
-            K, K, P, S, Pd, W, Pd, OW, S);
+               "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);
+    if (Pd == 0) cg_body(L, "                float *pad = dxp;\n");
+    cg_body(L, "                for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;\n"
+               "                for (int t = 0; t < %d; t++) {\n"
+               "                    int ky = t / %d, kx = t %% %d;\n"
+               "                    const float *cp = dcol + (c * %d + t) * ld + j * %ldL;\n"
+               "                    for (int oy = 0; oy < %d; oy++) {\n"
+               "                        float *dp = pad + (oy * %d + ky) * %ldL + kx;\n"
+               "                        const float *sp = cp + oy * %d;\n"
+               "                        for (int ox = 0; ox < %d; ox++) dp[ox * %d] += sp[ox];\n"
+               "                    }\n"
+               "                }\n",
+            Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, P, OH, S, Wp, OW, OW, S);
+    if (Pd > 0)
+        cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
+                   "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ldL + %d + ix];\n",
+                H, W, W, Pd, Wp, Pd);
+    cg_body(L, "            }\n    }\n    free(dcol);\n");
     cg_end_kernel(L);
 }
 
@@ -895,10 +854,12 @@ static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
                "    /* examples per chunk: this thread's rows of their columns about %ld floats */\n"
                "    long NB = %ldL / ((r1 - r0) * %ldL);\n"
                "    NB = NB < 1 ? 1 : NB > 1024 ? 1024 : NB;\n"
-               "    float *col = mgc_scratch((r1 - r0) * %ldL * NB + %ldL * NB, \"%s\"), *t = col + (r1 - r0) * %ldL * NB;\n"
+               "    float *col = mgc_scratch((r1 - r0) * %ldL * NB + %ldL * NB + %ldL, \"%s\"), *t = col + (r1 - r0) * %ldL * NB;\n"
+               "    float *pad = t + %ldL * NB;\n"
+               "    (void)pad;\n"
                "    for (long n0 = 0; n0 < N; n0 += NB) {\n"
                "        int nb = N - n0 < NB ? (int)(N - n0) : (int)NB, ld = nb * %ld;\n",
-            CKK, CKK, O, CKK, CG_CHUNK_FLOATS, CG_CHUNK_FLOATS, P, P, O * P, st->fn, P, P);
+            CKK, CKK, O, CKK, CG_CHUNK_FLOATS, CG_CHUNK_FLOATS, P, P, O * P, pad_floats(G), st->fn, P, O * P, P);
     chunk_pack_grad(L, G);
     chunk_im2col(L, G, "r0", "r1");
     cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, (int)(r1 - r0), ld, 1.0f, t, ld, col, ld,\n"
