@@ -683,9 +683,7 @@ static void conv_dense_grad_w(Lower *L, int id, const ConvGeom *G)
    (640 KB): they stay in the core's L2 cache between their im2col and their
    GEMM, where CONV_GEMM's columns for the whole batch (29 MB for one of
    ResNet-18's 64-channel layers) go out to memory and back. */
-#ifndef CG_CHUNK_FLOATS
 #define CG_CHUNK_FLOATS (160L << 10)
-#endif
 
 static int chunk_examples(const ConvGeom *G)
 {
@@ -748,6 +746,22 @@ static void chunk_pack_grad(Lower *L, const ConvGeom *G)
                "            }\n", G->O, G->O, P, P, P);
 }
 
+/* The chunked forward's and input gradient's scratch and loop: `cols` (the
+   chunk's columns or their gradient, [CKK, nb*P]), t ([O, nb*P]) and pad (one
+   padded plane) in one allocation, then one chunk of examples n0 ..
+   n0+nb-1 per iteration, ld = nb * P. */
+static void chunk_loop(Lower *L, const ConvGeom *G, const char *fn, const char *cols)
+{
+    int NB = chunk_examples(G);
+    long P = (long)G->OH * G->OW, CKK = (long)G->C * G->K * G->K;
+    cg_body(L, "    float *%s = mgc_scratch(%ldL * %d + %ldL, \"%s\"), *t = %s + %ldL * %d, *pad = t + %ldL * %d;\n"
+               "    (void)pad;\n"
+               "    FOR_EACH(ch, (N + %d) / %d) {\n"
+               "        long n0 = ch * %d;\n"
+               "        int nb = N - n0 < %d ? (int)(N - n0) : %d, ld = nb * %ld;\n",
+            cols, (CKK + G->O) * P, NB, pad_floats(G), fn, cols, CKK * P, NB, G->O * P, NB, NB - 1, NB, NB, NB, NB, P);
+}
+
 /* x, w, bias? -> y: per chunk of examples, im2col into scratch, t[O, nb*P] = w . col
    (CBLAS, this thread), and y = t + bias (and a fused relu) */
 static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
@@ -763,12 +777,7 @@ static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                "       %d examples per iteration: their columns col[%ld, nb*%ld] (in cache), t = w . col\n"
                "       (CBLAS on this thread), y = t + bias */\n",
             C, H, W, O, C, K, K, O, G->OH, G->OW, G->S, G->P, NB, CKK, P);
-    cg_body(L, "    float *col = mgc_scratch(%ldL * %d + %ldL, \"%s\"), *t = col + %ldL * %d, *pad = t + %ldL * %d;\n"
-               "    (void)pad;\n"
-               "    FOR_EACH(ch, (N + %d) / %d) {\n"
-               "        long n0 = ch * %d;\n"
-               "        int nb = N - n0 < %d ? (int)(N - n0) : %d, ld = nb * %ld;\n",
-            (CKK + O) * P, NB, pad_floats(G), st->fn, CKK * P, NB, O * P, NB, NB - 1, NB, NB, NB, NB, P);
+    chunk_loop(L, G, st->fn, "col");
     chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
     cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %ld, 1.0f, w, %ld, col, ld, 0.0f, t, ld);\n"
                "        for (int j = 0; j < nb; j++)\n"
@@ -796,11 +805,7 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                "       %d examples per iteration: t = their dy, dcol = w^T . t (CBLAS on this thread),\n"
                "       added back into their planes of dx (col2im) */\n",
             O, OH, OW, O, C, K, K, C, H, W, S, Pd, NB);
-    cg_body(L, "    float *dcol = mgc_scratch(%ldL * %d + %ldL, \"%s\"), *t = dcol + %ldL * %d, *pad = t + %ldL * %d;\n"
-               "    FOR_EACH(ch, (N + %d) / %d) {\n"
-               "        long n0 = ch * %d;\n"
-               "        int nb = N - n0 < %d ? (int)(N - n0) : %d, ld = nb * %ld;\n",
-            (CKK + O) * P, NB, pad_floats(G), st->fn, CKK * P, NB, O * P, NB, NB - 1, NB, NB, NB, NB, P);
+    chunk_loop(L, G, st->fn, "dcol");
     chunk_pack_grad(L, G);
     long Wp = (long)W + 2 * Pd;
     cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %ld, ld, %d, 1.0f, w, %ld, t, ld, 0.0f, dcol, ld);\n",
@@ -872,8 +877,8 @@ static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
 
 /* The pairs (output o of n, tap k of K) whose input o*S - P + k is in [0, size):
    a range of taps per output, or of outputs per tap, whichever loop is shorter
-   (at most 46,341 steps: K*K and n each fit the limits; a fuzzed net with a
-   30000-wide kernel over a 40000-wide map made n*K steps take minutes). */
+   (at most 46,341 steps, since K*K fits the limits: testing every pair, n*K
+   steps, slowed the fuzzer on wide kernels over wide maps to 33 executions/s). */
 static long taps_in_bounds(int n, int K, int S, int P, int size)
 {
     long t = 0;
