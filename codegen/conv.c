@@ -14,11 +14,11 @@
 **           dcol[CKK, N*P] = W^T . dyt ; dx = col2im(dcol) (GEMM + gather kernel)
 ** CONV_DENSE: small maps (fewer input positions than taps) as a dense layer
 **   over the whole map: only the multiply-adds that touch data, no im2col
-**           wd[C*HW, O*P] = w where a tap joins (c, in) to (o, out), else 0
+**           wd[O*P, C*HW] = w where a tap joins (c, in) to (o, out), else 0
 **                                                   (gather kernel, each step)
-**   conv2d  y[N, O*P] = x[N, C*HW] . wd                (GEMM, then bias/relu)
-**   grad    dx[N, C*HW] = dy . wd^T                    (GEMM)
-**           dwd[C*HW, O*P] = x^T . dy ; dw = the taps of dwd summed   (GEMM + kernel)
+**   conv2d  y[N, O*P] = x[N, C*HW] . wd^T              (GEMM, then bias/relu)
+**   grad    dx[N, C*HW] = dy . wd                      (GEMM)
+**           dwd[O*P, C*HW] = dy^T . x ; dw = the taps of dwd summed   (GEMM + kernel)
 ** CONV_DIRECT: loops over whole planes, nothing materialised;
 ** CONV_VECTOR: all output channels in a vector (see cg_conv_strategy()).
 ** CONV_CHUNKED: CONV_GEMM a few examples at a time, C target only (the kernel
@@ -587,33 +587,62 @@ static void conv_gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy h
 
 /* ------------------------------------------------------------- dense over the map */
 
-/* w [O, C, K, K] -> wd [C*HW, O*P]: tap (ky, kx) of w where it joins input
-   position (iy, ix) to output (oy, ox) (iy = oy*S - pad + ky, ...), else 0.
-   Made each step, by the forward (the gradients read it: w does not change
-   until the update). */
+/* Whether every input position is joined to every output position by a tap
+   (a 2x2 map under a 3x3 kernel with padding 1): wd then has no zero. */
+static bool all_joined(const ConvGeom *G)
+{
+    for (long o = 0; o < G->OH; o++)
+        for (long i = 0; i < G->H; i++)
+            if (i - o * G->S + G->P < 0 || i - o * G->S + G->P >= G->K) return false;
+    for (long o = 0; o < G->OW; o++)
+        for (long i = 0; i < G->W; i++)
+            if (i - o * G->S + G->P < 0 || i - o * G->S + G->P >= G->K) return false;
+    return true;
+}
+
+/* w [O, C, K, K] -> wd [O*P, C*HW]: tap (ky, kx) of w where it joins input
+   position (iy, ix) to output (oy, ox) (iy = oy*S - pad + ky, ...), else 0:
+   the weight of a linear layer from the input map to the output map (rows
+   output-major, like linear's [out, in], so that a row reads one block of w:
+   the other order gathered w with a stride of C*K*K floats, a cache line per
+   float, 1.2 ms a step for one of ResNet-18's 512-channel layers). Made each
+   step, by the forward (the gradients read it: w does not change until the
+   update). */
 static int dense_weights(Lower *L, int id, int w_node, const ConvGeom *G)
 {
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, Pd = G->P, OW = G->OW;
-    long HW = (long)H * W, OP = (long)O * G->OH * G->OW;
-    int wd = cg_new_buf(L, BUF_WORK, dimc(C * HW * OP), "conv weights over the whole map", id);
+    long HW = (long)H * W, P = (long)G->OH * G->OW, CHW = C * HW;
+    int wd = cg_new_buf(L, BUF_WORK, dimc(CHW * O * P), "conv weights over the whole map", id);
     int b[2] = { wd, buf_of(L, w_node) };
-    cg_kernel(L, id, "conv2d_dense_weights", dimc(C * HW), 2, b, (const char *const[]){ "=wd", "w" })->grain = OP;
-    cg_body(L, "    /* w [%d, %d, %d, %d] -> wd [%d*%ld, %d*%d]; stride %d, padding %d; one row (c, input position) per iteration */\n",
-            O, C, K, K, C, HW, O, G->OH * G->OW, S, Pd);
+    cg_kernel(L, id, "conv2d_dense_weights", dimc(O * P), 2, b, (const char *const[]){ "=wd", "w" })->grain = CHW;
+    cg_body(L, "    /* w [%d, %d, %d, %d] -> wd [%d*%ld, %d*%ld]; stride %d, padding %d; one row (o, output position) per iteration */\n",
+            O, C, K, K, O, P, C, HW, S, Pd);
+    /* Zero the row, then store each tap that lands on the plane: a conditional load
+       per element (row[j] = tap in bounds ? w[...] : 0) was vectorised by GCC 12 at
+       -O3 -march=native into wrong values (checked on a stride-2 layer); stores need no gather. */
     cg_body(L, "    FOR_EACH(r, %ldL) {\n"
-               "        long c = r / %ld, iy = (r %% %ld) / %d, ix = r %% %d;\n"
+               "        long o = r / %ld, oy = (r %% %ld) / %d, ox = r %% %d;\n"
                "        float *row = wd + r * %ldL;\n"
-               "        for (long j = 0; j < %ldL; j++) {\n"
-               "            long o = j / %d, oy = (j %% %d) / %d, ox = j %% %d;\n"
-               "            long ky = iy - oy * %d + %d, kx = ix - ox * %d + %d;\n"
-               "            row[j] = ky >= 0 && ky < %d && kx >= 0 && kx < %d ? w[((o * %d + c) * %d + ky) * %d + kx] : 0.0f;\n"
-               "        }\n    }\n",
-            C * HW, HW, HW, W, W, OP, OP, G->OH * OW, G->OH * OW, OW, OW, S, Pd, S, Pd, K, K, C, K, K);
+               "        const float *wc = w + o * %ldL;\n"
+               "%s"
+               "        for (int c = 0; c < %d; c++, row += %ld, wc += %d)\n"
+               "            for (int ky = 0; ky < %d; ky++) {\n"
+               "                long iy = oy * %d - %d + ky;\n"
+               "                if (iy < 0 || iy >= %d) continue;\n"
+               "                for (int kx = 0; kx < %d; kx++) {\n"
+               "                    long ix = ox * %d - %d + kx;\n"
+               "                    if (ix >= 0 && ix < %d) row[iy * %d + ix] = wc[ky * %d + kx];\n"
+               "                }\n"
+               "            }\n    }\n",
+            O * P, P, P, OW, OW, CHW, (long)C * K * K,
+            all_joined(G) ? "        /* every tap of every output lands on the plane: each element is written below */\n"
+                          : arena_printf(L->p->arena, "        for (long j = 0; j < %ldL; j++) row[j] = 0.0f;\n", CHW),
+            C, HW, K * K, K, S, Pd, H, K, S, Pd, W, W, K);
     cg_end_kernel(L);
     return wd;
 }
 
-/* x, w, bias? -> y[N, O*P] = x[N, C*HW] . wd (GEMM straight into y), then the bias and a fused relu */
+/* x, w, bias? -> y[N, O*P] = x[N, C*HW] . wd^T (GEMM straight into y), then the bias and a fused relu */
 static void conv_dense_forward(Lower *L, int id, const ConvGeom *G)
 {
     const Node *n = &L->g->nodes[id];
@@ -621,7 +650,7 @@ static void conv_dense_forward(Lower *L, int id, const ConvGeom *G)
     int wd = dense_weights(L, id, n->in[1], G);
     L->col[id] = wd;
     int y = cg_out_buf(L, id);
-    cg_gemm(L, id, false, false, dimn(1), dimc(OP), dimc(CHW), buf_of(L, n->in[0]), dimc(CHW), wd, dimc(OP), 0.0f, y, dimc(OP));
+    cg_gemm(L, id, false, true, dimn(1), dimc(OP), dimc(CHW), buf_of(L, n->in[0]), dimc(CHW), wd, dimc(CHW), 0.0f, y, dimc(OP));
     bool bias = n->nin == 3, relu = L->relu_out[id];
     if (!bias && !relu) return;
     int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
@@ -634,7 +663,7 @@ static void conv_dense_forward(Lower *L, int id, const ConvGeom *G)
     cg_end_kernel(L);
 }
 
-/* dy, w -> dx[N, C*HW] = dy[N, O*P] . wd^T (GEMM), with the forward's wd */
+/* dy, w -> dx[N, C*HW] = dy[N, O*P] . wd (GEMM), with the forward's wd */
 static void conv_dense_grad_x(Lower *L, int id, const ConvGeom *G)
 {
     const Node *n = &L->g->nodes[id];
@@ -642,38 +671,40 @@ static void conv_dense_grad_x(Lower *L, int id, const ConvGeom *G)
     int wd = L->col[n->grad_of];
     if (wd < 0) wd = dense_weights(L, id, n->in[1], G);
     int dx = cg_out_buf(L, id);
-    cg_gemm(L, id, false, true, dimn(1), dimc(CHW), dimc(OP), buf_of(L, n->in[0]), dimc(OP), wd, dimc(OP), 0.0f, dx, dimc(CHW));
+    cg_gemm(L, id, false, false, dimn(1), dimc(CHW), dimc(OP), buf_of(L, n->in[0]), dimc(OP), wd, dimc(CHW), 0.0f, dx, dimc(CHW));
 }
 
-/* dy, x -> dwd[C*HW, O*P] = x^T . dy (GEMM), then dw[o, c, ky, kx] = the sum of dwd where that tap joins */
+/* dy, x -> dwd[O*P, C*HW] = dy^T . x (GEMM), then dw[o, c, ky, kx] = the sum of dwd where that tap joins */
 static void conv_dense_grad_w(Lower *L, int id, const ConvGeom *G)
 {
     const Node *n = &L->g->nodes[id];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW;
     long HW = (long)H * W, P = (long)OH * OW, CHW = C * HW, OP = O * P;
     int dwd = cg_new_buf(L, BUF_WORK, dimc(CHW * OP), "conv weight gradient over the whole map", id);
-    cg_gemm(L, id, true, false, dimc(CHW), dimc(OP), dimn(1), buf_of(L, n->in[1]), dimc(CHW), buf_of(L, n->in[0]), dimc(OP),
-            0.0f, dwd, dimc(OP));
+    cg_gemm(L, id, true, false, dimc(OP), dimc(CHW), dimn(1), buf_of(L, n->in[0]), dimc(OP), buf_of(L, n->in[1]), dimc(CHW),
+            0.0f, dwd, dimc(CHW));
     int b[2] = { cg_out_buf(L, id), dwd };
     cg_kernel(L, id, "conv2d_dense_grad_w", dimc((long)O * C), 2, b, (const char *const[]){ "=dw", "dwd" })->grain = (long)K * K * P;
-    cg_body(L, "    /* dwd [%d*%ld, %d*%ld] -> dw [%d, %d, %d, %d]: each tap's sum over the output positions it reaches;\n"
-               "       one (o, c) pair per iteration */\n", C, HW, O, P, O, C, K, K);
+    cg_body(L, "    /* dwd [%d*%ld, %d*%ld] -> dw [%d, %d, %d, %d]: each tap's sum over the output positions it reaches\n"
+               "       (in their order); one (o, c) pair per iteration, its rows of dwd read once */\n", O, P, C, HW, O, C, K, K);
     cg_body(L, "    FOR_EACH(i, %dL) {\n"
                "        long o = i / %d, c = i %% %d;\n"
-               "        for (int ky = 0; ky < %d; ky++)\n"
-               "            for (int kx = 0; kx < %d; kx++) {\n"
-               "                float acc = 0.0f;\n"
-               "                for (int oy = 0; oy < %d; oy++) {\n"
-               "                    int iy = oy * %d - %d + ky;\n"
-               "                    if (iy < 0 || iy >= %d) continue;\n"
-               "                    for (int ox = 0; ox < %d; ox++) {\n"
-               "                        int ix = ox * %d - %d + kx;\n"
-               "                        if (ix >= 0 && ix < %d) acc += dwd[(c * %ldL + iy * %d + ix) * %ldL + o * %ldL + oy * %d + ox];\n"
+               "        float acc[%d] = { 0.0f };\n"
+               "        for (int oy = 0; oy < %d; oy++)\n"
+               "            for (int ox = 0; ox < %d; ox++) {\n"
+               "                const float *drow = dwd + (o * %ldL + oy * %d + ox) * %ldL + c * %ldL;\n"
+               "                for (int iy = 0; iy < %d; iy++) {\n"
+               "                    int ky = iy - oy * %d + %d;\n"
+               "                    if (ky < 0 || ky >= %d) continue;\n"
+               "                    for (int ix = 0; ix < %d; ix++) {\n"
+               "                        int kx = ix - ox * %d + %d;\n"
+               "                        if (kx >= 0 && kx < %d) acc[ky * %d + kx] += drow[iy * %d + ix];\n"
                "                    }\n"
                "                }\n"
-               "                dw[(i * %d + ky) * %d + kx] = acc;\n"
-               "            }\n    }\n",
-            O * C, C, C, K, K, OH, S, Pd, H, OW, S, Pd, W, HW, W, OP, P, OW, K, K);
+               "            }\n"
+               "        for (int k = 0; k < %d; k++) dw[i * %d + k] = acc[k];\n"
+               "    }\n",
+            O * C, C, C, K * K, OH, OW, P, OW, CHW, HW, H, S, Pd, K, W, S, Pd, K, K, W, K * K, K * K);
     cg_end_kernel(L);
 }
 
