@@ -144,6 +144,8 @@ typedef struct CgDecisions {
     bool *relu_mask;          /* maxpool2d_grad: routes only where its input was positive (a fused relu_grad) */
     signed char *conv;        /* convolution nodes and their gradients: a ConvStrategy; others -1 */
     const char **conv_why;    /* conv2d nodes: the form chosen and why, for --emit kernels; others NULL */
+    int *stats_of;            /* conv2d node -> the bn_stats node whose partial sums its kernel writes, or -1 */
+    int *stats_by;            /* bn_stats node -> that conv2d node, or -1 */
 } CgDecisions;
 
 /* Nothing fused, no strategy chosen. */
@@ -153,7 +155,9 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a);
    Produces: d->fused, d->relu_out, d->relu_mask. */
 void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d);
 /* The convolution pass (codegen/conv.c): how each convolution runs, forward
-   and gradients alike (opt->conv forces one). Produces: d->conv. */
+   and gradients alike (opt->conv forces one); with opt->fuse, the BatchNorm
+   statistics that a chunked convolution's kernel sums as it writes its output.
+   Produces: d->conv, d->conv_why, d->stats_of, d->stats_by. */
 void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d);
 /* Lowers nodes [0, g->n) of g to steps and buffers; emits the kernel bodies.
    Requires: the fusion and convolution passes' decisions (NULL: both run

@@ -801,13 +801,23 @@ static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, NB = chunk_examples(G);
     long P = (long)G->OH * G->OW, CKK = (long)C * K * K;
     bool bias = n->nin == 3;
-    int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
-    Step *st = cg_kernel(L, id, "conv2d_chunked", dimn(1), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
+    int stats = L->dec->stats_of[id];   /* the bn_stats node whose partial sums this kernel writes, or -1 */
+    int b[5] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), -1, -1 };
+    const char *names[5] = { "=y", "x", "w", NULL, NULL };
+    int nargs = 3;
+    if (bias) b[nargs] = buf_of(L, n->in[2]), names[nargs++] = "bias";
+    if (stats >= 0) {
+        /* per chunk and channel two doubles (4 floats); at most N chunks */
+        L->part[stats] = cg_new_buf(L, BUF_WORK, dimn(4L * O), "BatchNorm partial sums", stats);
+        b[nargs] = L->part[stats], names[nargs++] = "=part";
+    }
+    Step *st = cg_kernel(L, id, "conv2d_chunked", dimn(1), nargs, b, names);
     st->heavy = st->c_only = true;
     cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d*%d*%d], y [N, %d, %d, %d]; stride %d, padding %d.\n"
                "       %d examples per iteration: their columns col[%ld, nb*%ld] (in cache), t = w . col\n"
-               "       (CBLAS on this thread), y = t + bias */\n",
-            C, H, W, O, C, K, K, O, G->OH, G->OW, G->S, G->P, NB, CKK, P);
+               "       (CBLAS on this thread), y = t + bias%s */\n",
+            C, H, W, O, C, K, K, O, G->OH, G->OW, G->S, G->P, NB, CKK, P,
+            stats >= 0 ? ";\n       and per channel the chunk's mean and sum of squared deviations of y, for bn_stats" : "");
     chunk_loop(L, G, st->fn, "col");
     chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
     cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %ld, 1.0f, w, %ld, col, ld, 0.0f, t, ld);\n"
@@ -817,9 +827,69 @@ static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                "                float *dst = y + ((n0 + j) * %d + o) * %ldL;\n"
                "                const float b = %s;\n"
                "                for (int p = 0; p < %ld; p++) dst[p] = %s;\n"
-               "            }\n    }\n    free(col);\n",
+               "            }\n",
             O, CKK, CKK, O, P, O, P, bias ? "bias[o]" : "0.0f", P,
             L->relu_out[id] ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
+    if (stats >= 0)
+        /* Two passes in double over each channel's row of t (nb*P values, in cache),
+           in lanes the compiler vectorises; the bias shifts the mean only. */
+        cg_body(L, "        double *pd = (double *)part + ch * %dL * 2;   /* this chunk's partial statistics */\n"
+                   "        for (int o = 0; o < %d; o++) {\n"
+                   "            const float *r = t + o * ld;\n"
+                   "            double s_l[MGC_DLANES] = { 0 }, q_l[MGC_DLANES] = { 0 };\n"
+                   "            long q = 0;\n"
+                   "            for (; q + MGC_DLANES <= ld; q += MGC_DLANES)\n"
+                   "                for (int l = 0; l < MGC_DLANES; l++) s_l[l] += r[q + l];\n"
+                   "            for (; q < ld; q++) s_l[0] += r[q];\n"
+                   "            double s = 0;\n"
+                   "            for (int l = 0; l < MGC_DLANES; l++) s += s_l[l];\n"
+                   "            const double mean = s / ld;\n"
+                   "            for (q = 0; q + MGC_DLANES <= ld; q += MGC_DLANES)\n"
+                   "                for (int l = 0; l < MGC_DLANES; l++) { double d = r[q + l] - mean; q_l[l] += d * d; }\n"
+                   "            for (; q < ld; q++) { double d = r[q] - mean; q_l[0] += d * d; }\n"
+                   "            double m2 = 0;\n"
+                   "            for (int l = 0; l < MGC_DLANES; l++) m2 += q_l[l];\n"
+                   "            pd[2 * o] = mean + %s;\n"
+                   "            pd[2 * o + 1] = m2;\n"
+                   "        }\n", O, O, bias ? "bias[o]" : "0.0");
+    cg_body(L, "    }\n    free(col);\n");
+    cg_end_kernel(L);
+}
+
+/* The statistics of a BatchNorm whose chunked convolution summed them chunk by
+   chunk (its kernel's `part`: per chunk and channel the mean and the sum of
+   squared deviations, in double): combined in chunk order (Chan et al.'s
+   pairwise update), so the result does not depend on the threads. */
+void cg_lower_bn_stats_chunks(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    int conv = L->dec->stats_by[id];
+    ConvGeom G = conv_geom(L->g, conv);
+    int C = G.O, NB = chunk_examples(&G);
+    long P = (long)G.OH * G.OW;
+    int b[2] = { cg_out_buf(L, id), L->part[id] };
+    Step *st = cg_kernel(L, id, "bn_stats_chunks", dimc(C), 2, b, (const char *const[]){ "=stats", "part" });
+    st->c_only = true;
+    cg_body(L, "    /* part: per chunk of %d examples (%ld values a channel each) and channel, the mean and the sum of\n"
+               "       squared deviations, written by the convolution's kernel; stats [3, %d]: mean,\n"
+               "       1/sqrt(biased var + eps), biased var */\n", NB, NB * P, C);
+    cg_body(L, "    const double *pd = (const double *)part;\n"
+               "    const long chunks = (N + %d) / %d;\n"
+               "    FOR_EACH(c, %dL) {\n"
+               "        double cnt = 0, mean = 0, m2 = 0;\n"
+               "        for (long k = 0; k < chunks; k++) {\n"
+               "            const double nk = (double)(N - k * %d < %d ? N - k * %d : %d) * %ld;\n"
+               "            const double mk = pd[(k * %d + c) * 2], tot = cnt + nk, delta = mk - mean;\n"
+               "            mean += delta * nk / tot;\n"
+               "            m2 += pd[(k * %d + c) * 2 + 1] + delta * delta * cnt * nk / tot;\n"
+               "            cnt = tot;\n"
+               "        }\n"
+               "        const double var = m2 / cnt;\n"
+               "        stats[c] = (float)mean;\n"
+               "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
+               "        stats[%d + c] = (float)var;\n"
+               "    }\n",
+            NB - 1, NB, C, NB, NB, NB, NB, P, C, C, C, n->f[0], 2 * C);
     cg_end_kernel(L);
 }
 
@@ -984,6 +1054,20 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
         }
         d->conv[id] = (signed char)s;
         if (op == OP_CONV2D && d->conv_why) d->conv_why[id] = conv_why(g->arena, opt, &G, s);
+    }
+    /* BatchNorm statistics summed by the chunked convolution before them, chunk by
+       chunk while its output is in cache (see conv_chunked_forward): bn_stats then
+       only combines the chunks' partial sums. */
+    for (int id = 0; opt && opt->fuse && d->stats_of && id < g->n; id++) {
+        const Node *n = &g->nodes[id];
+        if (n->op != OP_BN_STATS) continue;
+        int c = n->in[0];
+        if (g->nodes[c].op == OP_CONV2D && d->conv[c] == CONV_CHUNKED && !d->relu_out[c] && d->stats_of[c] < 0) {
+            d->stats_of[c] = id;
+            d->stats_by[id] = c;
+            if (d->conv_why && d->conv_why[c])
+                d->conv_why[c] = arena_printf(g->arena, "%s; its BatchNorm's statistics summed chunk by chunk in the same kernel", d->conv_why[c]);
+        }
     }
 }
 

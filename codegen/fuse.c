@@ -32,8 +32,11 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     d->relu_mask = arena_alloc(a, sizeof(bool) * (size_t)(g->n + 1));
     d->conv = arena_alloc(a, (size_t)(g->n + 1));
     d->conv_why = arena_alloc(a, sizeof(char *) * (size_t)(g->n + 1));
+    d->stats_of = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
+    d->stats_by = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
     for (int id = 0; id < g->n; id++) {
         d->conv_why[id] = NULL;
+        d->stats_of[id] = d->stats_by[id] = -1;
         d->fused[id] = -1;
         d->relu_out[id] = d->relu_mask[id] = false;
         d->conv[id] = -1;

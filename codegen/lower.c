@@ -316,13 +316,14 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     L.col = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.dyt = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.dyc = arena_alloc(a, sizeof(int) * (size_t)g->n);
+    L.part = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.in_bucket = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.bucket_at = arena_alloc(a, sizeof(int) * (size_t)g->n);
     L.bucket_coll = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
     L.ready = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
     L.waited = arena_alloc(a, sizeof(bool) * (size_t)(g->nbuckets + 1));
     for (int id = 0; id < g->n; id++)
-        p->node_buf[id] = L.col[id] = L.dyt[id] = L.dyc[id] = L.in_bucket[id] = -1;
+        p->node_buf[id] = L.col[id] = L.dyt[id] = L.dyc[id] = L.part[id] = L.in_bucket[id] = -1;
     p->control = -1;
     char *text = NULL;
     size_t len = 0;

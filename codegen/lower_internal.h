@@ -24,6 +24,7 @@ typedef struct Lower {
     int *col;         /* conv node -> its im2col buffer (kept for the weight gradient) */
     int *dyt;         /* gradient node -> its [O, N*P] transposed copy, made once */
     int *dyc;         /* gradient node -> its [N*P, O] channels-last copy, made once */
+    int *part;        /* bn_stats node -> the partial sums its convolution's kernel writes, or -1 */
     const int *fused;       /* = dec->fused: node -> the node whose kernel computes it too, or -1 */
     const bool *relu_out;   /* = dec->relu_out: node's kernel applies ReLU to what it writes */
     const bool *relu_mask;  /* = dec->relu_mask: maxpool2d_grad keeps only gradients where x > 0 */
@@ -95,6 +96,7 @@ void cg_lower_global_avgpool(Lower *L, int id);
 void cg_lower_global_avgpool_grad(Lower *L, int id);
 /* norm.c */
 void cg_lower_bn_stats(Lower *L, int id);
+void cg_lower_bn_stats_chunks(Lower *L, int id);   /* conv.c: bn_stats from a chunked convolution's partial sums */
 void cg_lower_bn_eval_stats(Lower *L, int id);
 void cg_lower_bn_apply(Lower *L, int id);
 void cg_lower_bn_grad_params(Lower *L, int id);

@@ -20,6 +20,10 @@
 /* x [N, C, H, W] -> stats [3, C]: mean, 1/sqrt(biased var + eps), biased var */
 void cg_lower_bn_stats(Lower *L, int id)
 {
+    if (L->dec->stats_by[id] >= 0) {   /* summed by its convolution's kernel */
+        cg_lower_bn_stats_chunks(L, id);
+        return;
+    }
     const Node *n = &L->g->nodes[id];
     const Shape *xs = &L->g->nodes[n->in[0]].shape;
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
