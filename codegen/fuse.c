@@ -34,9 +34,12 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     d->conv_why = arena_alloc(a, sizeof(char *) * (size_t)(g->n + 1));
     d->stats_of = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
     d->stats_by = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
+    d->pool_of = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
+    d->pool_by = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
     for (int id = 0; id < g->n; id++) {
         d->conv_why[id] = NULL;
         d->stats_of[id] = d->stats_by[id] = -1;
+        d->pool_of[id] = d->pool_by[id] = -1;
         d->fused[id] = -1;
         d->relu_out[id] = d->relu_mask[id] = false;
         d->conv[id] = -1;
@@ -109,6 +112,20 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
                 d->fused[id] = pool;
                 d->relu_mask[pool] = true;
             }
+        }
+    }
+    /* A max pool of a BatchNorm + ReLU output (ResNet-18's stem): computed plane by
+       plane by the BatchNorm's kernel while the plane it just wrote is in L1, where
+       a kernel of its own reads the whole map back from memory (ResNet-18: 4.2 ms a
+       step). The ReLU output is still written: the pool's gradient reads it. */
+    for (int id = 0; opt->fuse && id < g->n; id++) {
+        const Node *n = &g->nodes[id];
+        if (n->op != OP_MAXPOOL) continue;
+        int x = n->in[0], b = d->fused[x] >= 0 && g->nodes[x].op == OP_RELU ? d->fused[x] : x;
+        const Shape *xs = &g->nodes[x].shape;
+        if (g->nodes[b].op == OP_BN_APPLY && d->relu_out[b] && d->pool_of[b] < 0 && (long)xs->d[2] * xs->d[3] <= 4096) {
+            d->pool_of[b] = id;
+            d->pool_by[id] = b;
         }
     }
     free(uses);

@@ -96,7 +96,10 @@ void cg_lower_global_avgpool(Lower *L, int id);
 void cg_lower_global_avgpool_grad(Lower *L, int id);
 /* norm.c */
 void cg_lower_bn_stats(Lower *L, int id);
-void cg_lower_bn_stats_chunks(Lower *L, int id);   /* conv.c: bn_stats from a chunked convolution's partial sums */
+void cg_lower_bn_stats_chunks(Lower *L, int id);
+/* pool.c: the max pool of one plane src [H, W] -> dst [OH, OW], inside a kernel's loop. */
+void cg_max_pool_plane(Lower *L, const char *src, const char *dst, int K, int S, int P, int H, int W, int OH, int OW,
+                       bool nan_free, int ind);   /* conv.c: bn_stats from a chunked convolution's partial sums */
 void cg_lower_bn_eval_stats(Lower *L, int id);
 void cg_lower_bn_apply(Lower *L, int id);
 void cg_lower_bn_grad_params(Lower *L, int id);

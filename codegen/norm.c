@@ -58,24 +58,34 @@ void cg_lower_bn_eval_stats(Lower *L, int id)
     cg_end_kernel(L);
 }
 
-/* y = (x - mean) * invstd * gamma + beta, one (n, c) plane per iteration */
+/* y = (x - mean) * invstd * gamma + beta, one (n, c) plane per iteration; with a
+   max pool fused (dec->pool_of), the pool of each plane just written, into its own buffer */
 void cg_lower_bn_apply(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Shape *xs = &n->shape;
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int y = cg_out_buf(L, id);
-    int b[5] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]) };
-    cg_kernel(L, id, "bn_apply", dimn(C), 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta" })->grain = HW;
+    int pool = L->dec->pool_of[id];
+    int b[6] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]), -1 };
+    if (pool >= 0) b[5] = cg_out_buf(L, pool);
+    cg_kernel(L, id, "bn_apply", dimn(C), pool >= 0 ? 6 : 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta", "=py" })->grain = HW;
     cg_body(L, "    /* x, y are [N*%d planes, %d]; y = (x - mean) * invstd * gamma + beta */\n", C, HW);
     cg_body(L, "    FOR_EACH(plane, %s) {\n"
                "        long c = plane %% %d;\n"
                "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n"
                "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
-               "        for (int k = 0; k < %d; k++) %s\n    }\n",
+               "        for (int k = 0; k < %d; k++) %s\n",
             cg_work_str(L, dimn(C)), C, C, HW, HW, HW,
             L->relu_out[id] ? "{ float v = xp[k] * scale + shift; yp[k] = v > 0.0f ? v : 0.0f; }   /* fused relu */"
                             : "yp[k] = xp[k] * scale + shift;");
+    if (pool >= 0) {
+        const Node *pn = &L->g->nodes[pool];
+        int OH = pn->shape.d[2], OW = pn->shape.d[3];
+        cg_body(L, "        float *pp = py + plane * %d;   /* the fused max pool of the plane just written */\n", OH * OW);
+        cg_max_pool_plane(L, "yp", "pp", pn->i[0], pn->i[1], pn->i[2], xs->d[2], xs->d[3], OH, OW, true, 8);
+    }
+    cg_body(L, "    }\n");
     cg_end_kernel(L);
 }
 

@@ -6,7 +6,7 @@
 **                    C: this thread's contiguous share of [0, n) (the runtime
 **                       calls the kernel once per thread, a.thread of a.nthreads);
 **                    CUDA: a grid-stride loop
-**   RESTRICT, DEVICE, DEVICE_FN (a helper function's head), MGC_INF, mgc_uniform(seed, i) (counter-based, in [0, 1))
+**   RESTRICT, DEVICE, DEVICE_FN (a helper function's head), MGC_INF, MGC_NAN, mgc_uniform(seed, i) (counter-based, in [0, 1))
 **
 ** Reductions (a kernel whose step has `blocks` set): one reduction per
 ** iteration of FOR_EACH_BLOCK, its inner loop shared by a block of threads.
@@ -73,6 +73,7 @@ static const char prelude_c[] =
     "#define DEVICE_FN static inline\n"
     "#define RESTRICT restrict\n"
     "#define MGC_INF INFINITY\n"
+    "#define MGC_NAN NAN\n"
     "#define KERNEL(name) void name\n"
     "#define FOR_EACH(i, n) \\\n"
     "    for (long i##_n = (n), i = i##_n * a.thread / a.nthreads, i##_end = i##_n * (a.thread + 1) / a.nthreads; \\\n"
@@ -111,6 +112,7 @@ static const char prelude_cuda[] =
     "#define DEVICE_FN __device__ inline   /* not static: NVRTC warns of an unused static function */\n"
     "#define RESTRICT __restrict__\n"
     "#define MGC_INF __int_as_float(0x7f800000)\n"
+    "#define MGC_NAN __int_as_float(0x7fc00000)\n"
     "#define KERNEL(name) extern \"C\" __global__ void name\n"
     "#define FOR_EACH(i, n) \\\n"
     "    for (long i##_n = (n), i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < i##_n; \\\n"
