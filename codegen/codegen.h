@@ -148,14 +148,16 @@ typedef struct CgDecisions {
     int *stats_by;            /* bn_stats node -> that conv2d node, or -1 */
     int *pool_of;             /* bn_apply node -> the max pool its kernel computes too (of its ReLU output), or -1 */
     int *pool_by;             /* that maxpool2d node -> the bn_apply node, or -1 */
+    int *bn_into_add;         /* add node -> the bn_apply input whose normalisation its kernel computes (fused), or -1 */
 } CgDecisions;
 
 /* Nothing fused, no strategy chosen. */
 void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a);
 /* The fusion pass (codegen/fuse.c): element-wise ReLU and its gradient folded
-   into the kernel before them, and a max pool after BatchNorm + ReLU into
-   the BatchNorm's, when opt->fuse. Requires: a verified graph.
-   Produces: d->fused, d->relu_out, d->relu_mask, d->pool_of, d->pool_by. */
+   into the kernel before them, a max pool after BatchNorm + ReLU into the
+   BatchNorm's, and a BatchNorm whose only consumer is an add into the add's,
+   when opt->fuse. Requires: a verified graph.
+   Produces: d->fused, d->relu_out, d->relu_mask, d->pool_of, d->pool_by, d->bn_into_add. */
 void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d);
 /* The convolution pass (codegen/conv.c): how each convolution runs, forward
    and gradients alike (opt->conv forces one); with opt->fuse, the BatchNorm

@@ -35,10 +35,31 @@ void cg_lower_activation_grad(Lower *L, int id)
     cg_end_kernel(L);
 }
 
-/* y = lhs + rhs, y = lhs * rhs (same shapes) */
+/* y = lhs + rhs, y = lhs * rhs (same shapes); an add may normalise one input
+   itself (a fused BatchNorm apply, dec->bn_into_add), one (n, c) plane per iteration */
 void cg_lower_binary(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
+    int bn = L->dec->bn_into_add[id];
+    if (bn >= 0) {
+        const Node *bnn = &L->g->nodes[bn];
+        int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
+        int other = n->in[0] == bn ? n->in[1] : n->in[0];
+        int b[6] = { cg_out_buf(L, id), buf_of(L, bnn->in[0]), buf_of(L, bnn->in[1]), buf_of(L, bnn->in[2]), buf_of(L, bnn->in[3]),
+                     buf_of(L, other) };
+        cg_kernel(L, id, "bn_apply_add", dimn(C), 6, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta", "skip" })->grain = HW;
+        cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + skip; planes [N*%d, %d] */\n", C, HW);
+        cg_body(L, "    FOR_EACH(plane, %s) {\n"
+                   "        long c = plane %% %d;\n"
+                   "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n"
+                   "        const float *xp = x + plane * %d, *sp = skip + plane * %d;\n"
+                   "        float *yp = y + plane * %d;\n"
+                   "        for (int k = 0; k < %d; k++) { float v = (xp[k] * scale + shift) + sp[k]; yp[k] = %s; }\n"
+                   "    }\n",
+                cg_work_str(L, dimn(C)), C, C, HW, HW, HW, HW, L->relu_out[id] ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
+        cg_end_kernel(L);
+        return;
+    }
     Dim work = dim_of(&n->shape);
     const char *W = cg_work_str(L, work);
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };

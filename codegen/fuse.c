@@ -36,10 +36,11 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     d->stats_by = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
     d->pool_of = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
     d->pool_by = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
+    d->bn_into_add = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
     for (int id = 0; id < g->n; id++) {
         d->conv_why[id] = NULL;
         d->stats_of[id] = d->stats_by[id] = -1;
-        d->pool_of[id] = d->pool_by[id] = -1;
+        d->pool_of[id] = d->pool_by[id] = d->bn_into_add[id] = -1;
         d->fused[id] = -1;
         d->relu_out[id] = d->relu_mask[id] = false;
         d->conv[id] = -1;
@@ -126,6 +127,23 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
         if (g->nodes[b].op == OP_BN_APPLY && d->relu_out[b] && d->pool_of[b] < 0 && (long)xs->d[2] * xs->d[3] <= 4096) {
             d->pool_of[b] = id;
             d->pool_by[id] = b;
+        }
+    }
+    /* A BatchNorm (no ReLU) whose only consumer is an add (a residual block's last
+       BatchNorm, before the sum with the skip path): the add's kernel normalises as it
+       reads, and the BatchNorm's output is never written. Its backward reads its input
+       and statistics, not its output. One such input per add (a kernel takes at most
+       8 buffers). */
+    for (int id = 0; opt->fuse && id < g->n; id++) {
+        const Node *n = &g->nodes[id];
+        if (n->op != OP_ADD || n->nin != 2 || n->shape.nd != 4) continue;
+        for (int k = 0; k < 2; k++) {
+            int b = n->in[k];
+            if (g->nodes[b].op == OP_BN_APPLY && uses[b] == 1 && !d->relu_out[b] && d->pool_of[b] < 0 && d->fused[b] < 0) {
+                d->bn_into_add[id] = b;
+                d->fused[b] = id;
+                break;
+            }
         }
     }
     free(uses);
