@@ -149,6 +149,7 @@ typedef struct CgDecisions {
     int *pool_of;             /* bn_apply node -> the max pool its kernel computes too (of its ReLU output), or -1 */
     int *pool_by;             /* that maxpool2d node -> the bn_apply node, or -1 */
     int *bn_into_add;         /* add node -> the bn_apply input whose normalisation its kernel computes (fused), or -1 */
+    bool cpu_only;            /* CgOptions.cpu_only, for the lowering: kernels may take C-only forms */
 } CgDecisions;
 
 /* Nothing fused, no strategy chosen. */

@@ -1036,6 +1036,7 @@ static const char *conv_why(Arena *a, const CgOptions *opt, const ConvGeom *G, C
 
 void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
 {
+    d->cpu_only = opt && opt->cpu_only;
     for (int id = 0; id < g->n; id++) {
         Op op = g->nodes[id].op;
         if (op != OP_CONV2D && op != OP_CONV2D_BWD_X && op != OP_CONV2D_BWD_W) continue;

@@ -37,6 +37,7 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     d->pool_of = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
     d->pool_by = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
     d->bn_into_add = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
+    d->cpu_only = false;
     for (int id = 0; id < g->n; id++) {
         d->conv_why[id] = NULL;
         d->stats_of[id] = d->stats_by[id] = -1;
