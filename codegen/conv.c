@@ -28,6 +28,8 @@
 **           dW: each thread owns a range of W's columns (im2col rows) and
 **           makes only those rows, chunk after chunk: dW[:, rows] += t . col^T
 **   Nothing whole-batch is materialised: no columns kept from the forward.
+**   With fusion, a forward followed by BatchNorm also sums each chunk's
+**   statistics while its output is in cache (cg_lower_bn_stats_chunks).
 **
 ** The gradients overwrite dx and dw (they do not accumulate). The direct and
 ** vector weight gradients sum over the batch: they are reductions (the
