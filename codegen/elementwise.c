@@ -49,14 +49,13 @@ void cg_lower_binary(Lower *L, int id)
                      buf_of(L, other) };
         cg_kernel(L, id, "bn_apply_add", dimn(C), 6, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta", "skip" })->grain = HW;
         cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + skip; planes [N*%d, %d] */\n", C, HW);
-        cg_body(L, "    FOR_EACH(plane, %s) {\n"
-                   "        long c = plane %% %d;\n"
-                   "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n"
-                   "        const float *xp = x + plane * %d, *sp = skip + plane * %d;\n"
+        cg_body(L, "    FOR_EACH(plane, %s) {\n", cg_work_str(L, dimn(C)));
+        cg_bn_scale_shift(L, C);
+        cg_body(L, "        const float *xp = x + plane * %d, *sp = skip + plane * %d;\n"
                    "        float *yp = y + plane * %d;\n"
                    "        for (int k = 0; k < %d; k++) { float v = (xp[k] * scale + shift) + sp[k]; yp[k] = %s; }\n"
                    "    }\n",
-                cg_work_str(L, dimn(C)), C, C, HW, HW, HW, HW, L->relu_out[id] ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
+                HW, HW, HW, HW, L->relu_out[id] ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
         cg_end_kernel(L);
         return;
     }

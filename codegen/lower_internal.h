@@ -96,6 +96,8 @@ void cg_lower_global_avgpool(Lower *L, int id);
 void cg_lower_global_avgpool_grad(Lower *L, int id);
 /* norm.c */
 void cg_lower_bn_stats(Lower *L, int id);
+/* norm.c: in a loop over (n, c) planes, c and channel c's BatchNorm as y = x * scale + shift */
+void cg_bn_scale_shift(Lower *L, int C);
 void cg_lower_bn_stats_chunks(Lower *L, int id);
 /* pool.c: the max pool of one plane src [H, W] -> dst [OH, OW], inside a kernel's loop. */
 void cg_max_pool_plane(Lower *L, const char *src, const char *dst, int K, int S, int P, int H, int W, int OH, int OW,

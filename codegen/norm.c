@@ -58,6 +58,15 @@ void cg_lower_bn_eval_stats(Lower *L, int id)
     cg_end_kernel(L);
 }
 
+/* In a loop over (n, c) planes: c, and the normalisation of channel c as one
+   multiply-add, y = x * scale + shift (bn_apply and the add that applies a
+   BatchNorm itself, elementwise.c: the same arithmetic, written once). */
+void cg_bn_scale_shift(Lower *L, int C)
+{
+    cg_body(L, "        long c = plane %% %d;\n"
+               "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n", C, C);
+}
+
 /* y = (x - mean) * invstd * gamma + beta, one (n, c) plane per iteration; with a
    max pool fused (dec->pool_of), the pool of each plane just written, into its own buffer */
 void cg_lower_bn_apply(Lower *L, int id)
@@ -71,12 +80,11 @@ void cg_lower_bn_apply(Lower *L, int id)
     if (pool >= 0) b[5] = cg_out_buf(L, pool);
     cg_kernel(L, id, "bn_apply", dimn(C), pool >= 0 ? 6 : 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta", "=py" })->grain = HW;
     cg_body(L, "    /* x, y are [N*%d planes, %d]; y = (x - mean) * invstd * gamma + beta */\n", C, HW);
-    cg_body(L, "    FOR_EACH(plane, %s) {\n"
-               "        long c = plane %% %d;\n"
-               "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n"
-               "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
+    cg_body(L, "    FOR_EACH(plane, %s) {\n", cg_work_str(L, dimn(C)));
+    cg_bn_scale_shift(L, C);
+    cg_body(L, "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
                "        for (int k = 0; k < %d; k++) %s\n",
-            cg_work_str(L, dimn(C)), C, C, HW, HW, HW,
+            HW, HW, HW,
             L->relu_out[id] ? "{ float v = xp[k] * scale + shift; yp[k] = v > 0.0f ? v : 0.0f; }   /* fused relu */"
                             : "yp[k] = xp[k] * scale + shift;");
     if (pool >= 0) {
