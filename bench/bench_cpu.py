@@ -2,7 +2,7 @@
 """CPU speed, in one run: mgc against PyTorch on LeNet and ResNet-18, with the
 sgemm roof, peak memory and mgc's ResNet-18 step profile by kind.
 
-    OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/bench_cpu.py          # about 6 minutes on 2 cores
+    OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/bench_cpu.py          # about a minute on 2 cores (1 min 6 s, 2026-12-04)
     /usr/bin/python3 bench/bench_cpu.py --quick                              # smoke run, about a minute
 
 On an otherwise idle machine it runs, each in mgc (./mgc) and in PyTorch
