@@ -25,8 +25,8 @@
 **   calls CBLAS on its own thread): the chunk's columns stay in cache
 **   conv2d  per chunk: im2col -> col; t = W . col; y = t + b (one kernel)
 **   grad    per chunk: t = dy's planes; dcol = W^T . t; col2im into dx
-**           dW: each thread owns a range of W's columns (im2col rows) and
-**           makes only those rows, chunk after chunk: dW[:, rows] += t . col^T
+**           dW: 8 groups of examples, each dWg += t . col^T chunk after
+**           chunk, then dW = their sum in group order (a second kernel)
 **   Nothing whole-batch is materialised: no columns kept from the forward.
 **   With fusion, a forward followed by BatchNorm also sums each chunk's
 **   statistics while its output is in cache (cg_lower_bn_stats_chunks).
@@ -940,22 +940,19 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
     cg_end_kernel(L);
 }
 
-/* dy, x -> dw[O, CKK] = sum over chunks of t . col^T: each thread owns a range of
-   dw's columns (im2col rows), makes only those rows of each chunk's columns and
-   accumulates its own block of dw (CBLAS, beta 1 after the first chunk): no
-   partial sums to add up, and no row made twice. */
-/* Groups of examples for a weight gradient with few columns (CG_WGROUPS_BELOW):
-   a fixed number, whatever the threads, so the sum is the same on any count. */
+/* Weight gradients are summed in a fixed number of groups of examples,
+   whatever the threads, so the sum is the same on any count (up to 8 threads
+   a device each has work; more would idle in these kernels). */
 #define CG_WGROUPS 8
-#define CG_WGROUPS_BELOW 128
 
-/* dy, x -> dw[O, CKK] for few columns (ResNet-18's 7x7 stem: 49): split by
-   columns, each thread's GEMMs would be 24 wide and each would pack all of
-   dy. Instead CG_WGROUPS groups of examples, each a partial dw over all
-   columns (its own im2col and dy, chunk by chunk), then dw = the partials'
-   sum in group order (a second kernel). ResNet-18: the stem's weight
-   gradient 3.8 -> 2.6 ms a step, the first 1x1 projection's 0.77 -> 0.47. */
-static void conv_chunked_grad_w_groups(Lower *L, int id, const ConvGeom *G)
+/* dy, x -> dw[O, CKK]: CG_WGROUPS groups of examples, each a partial dw over
+   all columns (its own dy and im2col, chunk by chunk, the chunk's columns in
+   cache), then dw = the partials' sum in group order (a second kernel).
+   Measured on ResNet-18 against splitting dw's columns between threads (each
+   thread then packed all of dy, and the stem's 49 columns gave GEMMs 24
+   wide): the weight gradients 42 -> 38 ms a step (the stem's 3.8 -> 2.6, the
+   first 1x1 projection's 0.77 -> 0.47); 16 groups: 40. */
+static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
 {
     const Node *n = &L->g->nodes[id];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, NB = chunk_examples(G);
@@ -993,45 +990,6 @@ static void conv_chunked_grad_w_groups(Lower *L, int id, const ConvGeom *G)
                "        for (int g = 1; g < %d; g++) acc += part[g * %ldL + i];\n"
                "        dw[i] = acc;\n"
                "    }\n", CG_WGROUPS, OC, CG_WGROUPS, OC);
-    cg_end_kernel(L);
-}
-
-static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
-{
-    const Node *n = &L->g->nodes[id];
-    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K;
-    long P = (long)G->OH * G->OW, CKK = (long)C * K * K;
-    if (CKK < CG_WGROUPS_BELOW) {
-        conv_chunked_grad_w_groups(L, id, G);
-        return;
-    }
-    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    Step *st = cg_kernel(L, id, "conv2d_grad_w_chunked", dimc(CKK), 3, b, (const char *const[]){ "=dw", "dy", "x" });
-    st->heavy = st->c_only = true;
-    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %ld]; stride %d, padding %d.\n"
-               "       This thread's columns [r0, r1) of dw, over the batch NB examples at a time:\n"
-               "       t = their dy, col = their im2col rows r0..r1, dw[:, r0:r1] += t . col^T */\n",
-            O, G->OH, G->OW, C, H, W, O, CKK, G->S, G->P);
-    cg_body(L, "    long r0 = %ldL * a.thread / a.nthreads, r1 = %ldL * (a.thread + 1) / a.nthreads;\n"
-               "    if (r0 >= r1) return;\n"
-               "    if (N == 0) {\n"
-               "        for (int o = 0; o < %d; o++) for (long r = r0; r < r1; r++) dw[o * %ldL + r] = 0.0f;\n"
-               "        return;\n"
-               "    }\n"
-               "    /* examples per chunk: this thread's rows of their columns about %ld floats */\n"
-               "    long NB = %ldL / ((r1 - r0) * %ldL);\n"
-               "    NB = NB < 1 ? 1 : NB > 1024 ? 1024 : NB;\n"
-               "    float *col = mgc_scratch((r1 - r0) * %ldL * NB + %ldL * NB + %ldL, \"%s\"), *t = col + (r1 - r0) * %ldL * NB;\n"
-               "    float *pad = t + %ldL * NB;\n"
-               "    (void)pad;\n"
-               "    for (long n0 = 0; n0 < N; n0 += NB) {\n"
-               "        int nb = N - n0 < NB ? (int)(N - n0) : (int)NB, ld = nb * %ld;\n",
-            CKK, CKK, O, CKK, CG_CHUNK_FLOATS, CG_CHUNK_FLOATS, P, P, O * P, pad_floats(G), st->fn, P, O * P, P);
-    chunk_pack_grad(L, G);
-    chunk_im2col(L, G, "r0", "r1");
-    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, (int)(r1 - r0), ld, 1.0f, t, ld, col, ld,\n"
-               "                    n0 ? 1.0f : 0.0f, dw + r0, %ld);\n"
-               "    }\n    free(col);\n", O, CKK);
     cg_end_kernel(L);
 }
 
