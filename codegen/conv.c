@@ -940,10 +940,53 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
     cg_end_kernel(L);
 }
 
+/* dy, x -> dw[O, CKK] = sum over chunks of t . col^T, for gradients too large to
+   keep CG_WGROUPS partial copies of: each thread owns a range of dw's columns
+   (im2col rows), makes only those rows of each chunk's columns and accumulates
+   its own block of dw (CBLAS, beta 1 after the first chunk). */
+static void conv_chunked_grad_w_rows(Lower *L, int id, const ConvGeom *G)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K;
+    long P = (long)G->OH * G->OW, CKK = (long)C * K * K;
+    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    Step *st = cg_kernel(L, id, "conv2d_grad_w_chunked", dimc(CKK), 3, b, (const char *const[]){ "=dw", "dy", "x" });
+    st->heavy = st->c_only = true;
+    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %ld]; stride %d, padding %d.\n"
+               "       This thread's columns [r0, r1) of dw, over the batch NB examples at a time:\n"
+               "       t = their dy, col = their im2col rows r0..r1, dw[:, r0:r1] += t . col^T */\n",
+            O, G->OH, G->OW, C, H, W, O, CKK, G->S, G->P);
+    cg_body(L, "    long r0 = %ldL * a.thread / a.nthreads, r1 = %ldL * (a.thread + 1) / a.nthreads;\n"
+               "    if (r0 >= r1) return;\n"
+               "    if (N == 0) {\n"
+               "        for (int o = 0; o < %d; o++) for (long r = r0; r < r1; r++) dw[o * %ldL + r] = 0.0f;\n"
+               "        return;\n"
+               "    }\n"
+               "    /* examples per chunk: this thread's rows of their columns about %ld floats */\n"
+               "    long NB = %ldL / ((r1 - r0) * %ldL);\n"
+               "    NB = NB < 1 ? 1 : NB > 1024 ? 1024 : NB;\n"
+               "    float *col = mgc_scratch((r1 - r0) * %ldL * NB + %ldL * NB + %ldL, \"%s\"), *t = col + (r1 - r0) * %ldL * NB;\n"
+               "    float *pad = t + %ldL * NB;\n"
+               "    (void)pad;\n"
+               "    for (long n0 = 0; n0 < N; n0 += NB) {\n"
+               "        int nb = N - n0 < NB ? (int)(N - n0) : (int)NB, ld = nb * %ld;\n",
+            CKK, CKK, O, CKK, CG_CHUNK_FLOATS, CG_CHUNK_FLOATS, P, P, O * P, pad_floats(G), st->fn, P, O * P, P);
+    chunk_pack_grad(L, G);
+    chunk_im2col(L, G, "r0", "r1");
+    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, (int)(r1 - r0), ld, 1.0f, t, ld, col, ld,\n"
+               "                    n0 ? 1.0f : 0.0f, dw + r0, %ld);\n"
+               "    }\n    free(col);\n", O, CKK);
+    cg_end_kernel(L);
+}
+
 /* Weight gradients are summed in a fixed number of groups of examples,
    whatever the threads, so the sum is the same on any count (up to 8 threads
    a device each has work; more would idle in these kernels). */
 #define CG_WGROUPS 8
+/* ... when the partial copies take at most this many floats (16 MB): a
+   512-channel 3x3 layer's 8 copies would take 75 MB (ResNet-18 with the
+   small stem), and its columns split between threads give wide GEMMs anyway. */
+#define CG_WGROUPS_MAX_FLOATS (4L << 20)
 
 /* dy, x -> dw[O, CKK]: CG_WGROUPS groups of examples, each a partial dw over
    all columns (its own dy and im2col, chunk by chunk, the chunk's columns in
@@ -957,6 +1000,10 @@ static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
     const Node *n = &L->g->nodes[id];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, NB = chunk_examples(G);
     long P = (long)G->OH * G->OW, CKK = (long)C * K * K, OC = (long)O * CKK;
+    if (OC * CG_WGROUPS > CG_WGROUPS_MAX_FLOATS) {
+        conv_chunked_grad_w_rows(L, id, G);
+        return;
+    }
     int part = cg_new_buf(L, BUF_WORK, dimc(CG_WGROUPS * OC), "weight gradient per group of examples", id);
     int b[3] = { part, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     Step *st = cg_kernel(L, id, "conv2d_grad_w_groups", dimc(CG_WGROUPS), 3, b, (const char *const[]){ "=part", "dy", "x" });
