@@ -84,7 +84,7 @@ def train_flops(net, sets):
 KINDS = [
     ("GEMM", r"^gemm$"),
     ("data movement", r"im2col|col2im|pack|unpack|transpose|dense_weights|dense_grad_w|copy"),
-    ("convolution kernels", r"chunked|_rows$|_direct$|_vector$"),   # GEMMs inside (chunked) or loops
+    ("convolution kernels", r"chunked|_rows$|_direct$|_vector$|grad_w_groups|grad_w_sum"),   # GEMMs inside (chunked) or loops
     ("normalisation", r"^bn_|batchnorm"),
     ("pooling", r"pool"),
     ("loss", r"softmax|cross_entropy|correct"),
