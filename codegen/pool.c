@@ -29,18 +29,6 @@ static void window_close(Lower *L) { cg_body(L, "                    }\n        
    3x3/2 pool with padding 1, 36 of a 7x7 map's 49 windows. Opens the branch for
    output (oy, ox) and defines w0 (the window's first input) and b0 (its offset
    in the plane); false when no window is inside or K is large. */
-static bool inside_open(Lower *L, int K, int S, int P, int H, int W, int OH, int OW)
-{
-    int oy0 = (P + S - 1) / S, oy1 = (H - K + P) / S, ox0 = (P + S - 1) / S, ox1 = (W - K + P) / S;   /* inclusive */
-    if (oy1 >= OH) oy1 = OH - 1;
-    if (ox1 >= OW) ox1 = OW - 1;
-    if (K > 4 || oy0 > oy1 || ox0 > ox1 || H - K + P < 0 || W - K + P < 0) return false;
-    cg_body(L, "                if (oy >= %d && oy <= %d && ox >= %d && ox <= %d) {   /* inside the plane: taps written out */\n"
-               "                    const int b0 = (oy * %d - %d) * %d + ox * %d - %d;\n"
-               "                    const float *w0 = xp + b0;\n", oy0, oy1, ox0, ox1, S, P, W, S, P);
-    return true;
-}
-
 /* The windows o in [0, no) along n inputs: inside ones [*oa, *ob) (every tap in range). */
 static void inside_range(int n, int no, int K, int S, int P, int *oa, int *ob)
 {
@@ -49,6 +37,18 @@ static void inside_range(int n, int no, int K, int S, int P, int *oa, int *ob)
     if (*ob > no) *ob = no;
     if (*oa > no) *oa = no;
     if (*ob < *oa) *ob = *oa;
+}
+
+static bool inside_open(Lower *L, int K, int S, int P, int H, int W, int OH, int OW)
+{
+    int oy0, oy1, ox0, ox1;   /* [oy0, oy1), [ox0, ox1) */
+    inside_range(H, OH, K, S, P, &oy0, &oy1);
+    inside_range(W, OW, K, S, P, &ox0, &ox1);
+    if (K > 4 || oy0 >= oy1 || ox0 >= ox1) return false;
+    cg_body(L, "                if (oy >= %d && oy <= %d && ox >= %d && ox <= %d) {   /* inside the plane: taps written out */\n"
+               "                    const int b0 = (oy * %d - %d) * %d + ox * %d - %d;\n"
+               "                    const float *w0 = xp + b0;\n", oy0, oy1 - 1, ox0, ox1 - 1, S, P, W, S, P);
+    return true;
 }
 
 /* The max pool of one plane, from `src` [H, W] into `dst` [OH, OW]: the maxima
