@@ -1016,15 +1016,15 @@ static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
                "    (void)pad;\n"
                "    FOR_EACH(g, %dL) {\n"
                "        float *pg = part + g * %ldL;\n"
-               "        for (long q = 0; q < %ldL; q++) pg[q] = 0.0f;\n"
                "        const long e0 = N * g / %d, e1 = N * (g + 1) / %d;\n"
+               "        if (e0 == e1) for (long q = 0; q < %ldL; q++) pg[q] = 0.0f;   /* no examples (N < %d) */\n"
                "        for (long n0 = e0; n0 < e1; n0 += %d) {\n"
                "            int nb = e1 - n0 < %d ? (int)(e1 - n0) : %d, ld = nb * %ld;\n",
-            CKK * P, NB, O * P, NB, pad_floats(G), st->fn, CKK * P, NB, O * P, NB, CG_WGROUPS, OC, OC, CG_WGROUPS, CG_WGROUPS,
-            NB, NB, NB, P);
+            CKK * P, NB, O * P, NB, pad_floats(G), st->fn, CKK * P, NB, O * P, NB, CG_WGROUPS, OC, CG_WGROUPS, CG_WGROUPS,
+            OC, CG_WGROUPS, NB, NB, NB, P);
     chunk_pack_grad(L, G);
     chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
-    cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, %ld, ld, 1.0f, t, ld, col, ld, 1.0f, pg, %ld);\n"
+    cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, %ld, ld, 1.0f, t, ld, col, ld, n0 == e0 ? 0.0f : 1.0f, pg, %ld);\n"
                "        }\n    }\n    free(col);\n", O, CKK, CKK);
     cg_end_kernel(L);
     int b2[2] = { cg_out_buf(L, id), part };
