@@ -196,13 +196,14 @@ void cg_lower_window_pool(Lower *L, int id)
                        "                float a0 = r0[2 * ox], a1 = r0[2 * ox + 1], a2 = r1[2 * ox], a3 = r1[2 * ox + 1];\n"
                        "                float m = a0;\n"
                        "%s"
-                       "                /* exactly one of the four gets the gradient: the first equal to m (the last if m is NaN) */\n"
+                       "                /* exactly one of the four gets the gradient: the first equal to m (the last if m is NaN);\n"
+                       "                   selects by masks: branches here would follow the data */\n"
                        "                int e0 = a0 == m, e1 = !e0 & (a1 == m), e2 = !e0 & !e1 & (a2 == m), e3 = !e0 & !e1 & !e2;\n"
                        "                float g = %s;\n"
-                       "                d0[2 * ox] = e0 ? g : 0.0f;\n"
-                       "                d0[2 * ox + 1] = e1 ? g : 0.0f;\n"
-                       "                d1[2 * ox] = e2 ? g : 0.0f;\n"
-                       "                d1[2 * ox + 1] = e3 ? g : 0.0f;\n"
+                       "                d0[2 * ox] = mgc_keep(g, e0);\n"
+                       "                d0[2 * ox + 1] = mgc_keep(g, e1);\n"
+                       "                d1[2 * ox] = mgc_keep(g, e2);\n"
+                       "                d1[2 * ox + 1] = mgc_keep(g, e3);\n"
                        "            }\n        }\n    }\n",
                     W, H * Wd, OH * OW, H * Wd, OH, 2 * Wd, Wd, OW, 2 * Wd, Wd, OW,
                     /* x a ReLU's output (no NaN): plain selects; else a NaN wins (a select on
@@ -213,7 +214,7 @@ void cg_lower_window_pool(Lower *L, int id)
                                      : "                m = (a1 > m) | (a1 != a1) ? a1 : m;\n"
                                        "                m = (a2 > m) | (a2 != a2) ? a2 : m;\n"
                                        "                m = (a3 > m) | (a3 != a3) ? a3 : m;\n",
-                    L->relu_mask[id] ? "m > 0.0f ? g0[ox] : 0.0f   /* fused relu_grad */" : "g0[ox]");
+                    L->relu_mask[id] ? "mgc_keep(g0[ox], m > 0.0f)   /* fused relu_grad */" : "g0[ox]");
             cg_end_kernel(L);
             return;
         }

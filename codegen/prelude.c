@@ -7,6 +7,10 @@
 **                       calls the kernel once per thread, a.thread of a.nthreads);
 **                    CUDA: a grid-stride loop
 **   RESTRICT, DEVICE, DEVICE_FN (a helper function's head), MGC_INF, MGC_NAN, mgc_uniform(seed, i) (counter-based, in [0, 1))
+**   mgc_keep(v, k)   v where k is non-zero, else +0.0f (v's bits kept, even a NaN's or an
+**                    infinity's): C: by masking the bits, which compilers keep branch-free
+**                    (a float select on data-dependent conditions may become a branch that
+**                    the data mispredict); CUDA: a select
 **
 ** Reductions (a kernel whose step has `blocks` set): one reduction per
 ** iteration of FOR_EACH_BLOCK, its inner loop shared by a block of threads.
@@ -88,6 +92,12 @@ static const char prelude_c[] =
     "#define MGC_LANES 16\n"
     "#define MGC_DLANES 8\n"
     "#define PREFETCH_ROW(p, n) for (long pf_ = 0; pf_ < (n); pf_ += 16) __builtin_prefetch((p) + pf_)\n"
+    "static inline float mgc_keep(float v, int k)\n"
+    "{\n"
+    "    union { float f; unsigned u; } b = { v };\n"
+    "    b.u &= -(unsigned)(k != 0);\n"
+    "    return b.f;\n"
+    "}\n"
     "/* CBLAS, from the process (mgc links OpenBLAS, single-threaded: each thread calls it\n"
     "   on its own share): for kernels that run GEMMs on a few examples at a time */\n"
     "#include <stdio.h>\n"
@@ -127,6 +137,7 @@ static const char prelude_cuda[] =
     "#define MGC_LANES 1\n"
     "#define MGC_DLANES 1\n"
     "#define PREFETCH_ROW(p, n)\n"
+    "DEVICE_FN float mgc_keep(float v, int k) { return k ? v : 0.0f; }\n"
     "/* The block's sum, to every thread: a butterfly in each warp (every lane ends\n"
     "   with the same bits), the warps' sums through shared memory, a butterfly over\n"
     "   those. blockDim.x: a multiple of 32, at most 1024. The first barrier lets a\n"
