@@ -149,6 +149,9 @@ typedef struct CgDecisions {
     int *pool_of;             /* bn_apply node -> the max pool its kernel computes too (of its ReLU output), or -1 */
     int *pool_by;             /* that maxpool2d node -> the bn_apply node, or -1 */
     int *bn_into_add;         /* add node -> the bn_apply input whose normalisation its kernel computes (fused), or -1 */
+    int *wgrad_pool;          /* conv2d_grad_w node -> the 2x2 max-pool gradient (ReLU-masked) whose routing its
+                                 kernel does, reading the pool's input and gradient (fused), or -1 */
+    int *wgrad_bias;          /* such a conv2d_grad_w node -> the bias_grad its kernel computes too (fused), or -1 */
     bool cpu_only;            /* CgOptions.cpu_only, for the lowering: kernels may take C-only forms */
 } CgDecisions;
 
@@ -158,7 +161,8 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a);
    into the kernel before them, a max pool after BatchNorm + ReLU into the
    BatchNorm's, and a BatchNorm whose only consumer is an add into the add's,
    when opt->fuse. Requires: a verified graph.
-   Produces: d->fused, d->relu_out, d->relu_mask, d->pool_of, d->pool_by, d->bn_into_add. */
+   Produces: d->fused, d->relu_out, d->relu_mask, d->pool_of, d->pool_by, d->bn_into_add,
+   d->wgrad_pool, d->wgrad_bias. */
 void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d);
 /* The convolution pass (codegen/conv.c): how each convolution runs, forward
    and gradients alike (opt->conv forces one); with opt->fuse, the BatchNorm

@@ -786,16 +786,19 @@ static void chunk_pack_grad(Lower *L, const ConvGeom *G)
    chunk's columns or their gradient, [CKK, nb*P]), t ([O, nb*P]) and pad (one
    padded plane) in one allocation, then one chunk of examples n0 ..
    n0+nb-1 per iteration, ld = nb * P. */
-static void chunk_loop(Lower *L, const ConvGeom *G, const char *fn, const char *cols)
+static void chunk_loop(Lower *L, const ConvGeom *G, const char *fn, const char *cols, long pad)
 {
     int NB = chunk_examples(G);
     long P = (long)G->OH * G->OW, CKK = (long)G->C * G->K * G->K;
     cg_body(L, "    float *%s = mgc_scratch(%ldL * %d + %ldL, \"%s\"), *t = %s + %ldL * %d, *pad = t + %ldL * %d;\n"
-               "    (void)pad;\n"
-               "    FOR_EACH(ch, (N + %d) / %d) {\n"
+               "    (void)pad;\n",
+            cols, (CKK + G->O) * P, NB, pad, fn, cols, CKK * P, NB, G->O * P, NB);
+    if (pad > pad_floats(G))   /* col2im's rows, zero-bordered: the borders are never written */
+        cg_body(L, "    for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;\n", pad);
+    cg_body(L, "    FOR_EACH(ch, (N + %d) / %d) {\n"
                "        long n0 = ch * %d;\n"
                "        int nb = N - n0 < %d ? (int)(N - n0) : %d, ld = nb * %ld;\n",
-            cols, (CKK + G->O) * P, NB, pad_floats(G), fn, cols, CKK * P, NB, G->O * P, NB, NB - 1, NB, NB, NB, NB, P);
+            NB - 1, NB, NB, NB, NB, P);
 }
 
 /* x, w, bias? -> y: per chunk of examples, im2col into scratch, t[O, nb*P] = w . col
@@ -823,7 +826,7 @@ static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                "       (CBLAS on this thread), y = t + bias%s */\n",
             C, H, W, O, C, K, K, O, G->OH, G->OW, G->S, G->P, NB, CKK, P,
             stats >= 0 ? ";\n       and per channel the chunk's mean and sum of squared deviations of y, for bn_stats" : "");
-    chunk_loop(L, G, st->fn, "col");
+    chunk_loop(L, G, st->fn, "col", pad_floats(G));
     chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
     cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %ld, 1.0f, w, %ld, col, ld, 0.0f, t, ld);\n"
                "        for (int j = 0; j < nb; j++)\n"
@@ -911,11 +914,43 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                "       %d examples per iteration: t = their dy, dcol = w^T . t (CBLAS on this thread),\n"
                "       added back into their planes of dx (col2im) */\n",
             O, OH, OW, O, C, K, K, C, H, W, S, Pd, NB);
-    chunk_loop(L, G, st->fn, "dcol");
+    /* Stride 1: col2im in two passes over a zero-bordered scratch q[K][Hp][R] (R = OW + 2(K-1),
+       a row's data at K-1): q[kx] sums the rows of taps (0..K-1, kx) down the rows, as aligned
+       adds; then each row of dx is the sum of the K rows q[kx] shifted by kx, loads only. The
+       one-pass form below adds each tap's rows at their shifted place, read-modify-writes that
+       overlap at a different offset per tap (LeNet's conv2: 25 taps a plane). */
+    bool two_pass = S == 1;
+    long Hp = (long)H + 2 * Pd, R = (long)OW + 2 * (K - 1), Q = (long)K * Hp * R;
+    chunk_loop(L, G, st->fn, "dcol", two_pass ? Q : pad_floats(G));
     chunk_pack_grad(L, G);
     long Wp = (long)W + 2 * Pd;
     cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %ld, ld, %d, 1.0f, w, %ld, t, ld, 0.0f, dcol, ld);\n",
             CKK, O, CKK);
+    if (two_pass) {
+        cg_body(L, "        for (int j = 0; j < nb; j++)   /* col2im, two passes */\n"
+                   "            for (int c = 0; c < %d; c++) {\n"
+                   "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n"
+                   "                for (int kx = 0; kx < %d; kx++) {\n"
+                   "                    float *qk = pad + kx * %ldL + %d;\n"
+                   "                    for (long iy = 0; iy < %ldL; iy++)\n"
+                   "                        for (int ox = 0; ox < %d; ox++) qk[iy * %ldL + ox] = 0.0f;\n"
+                   "                    for (int ky = 0; ky < %d; ky++) {\n"
+                   "                        const float *cp = dcol + (c * %d + ky * %d + kx) * ld + j * %ldL;\n"
+                   "                        for (int oy = 0; oy < %d; oy++) {\n"
+                   "                            float *qr = qk + (oy + ky) * %ldL;\n"
+                   "                            const float *sp = cp + oy * %d;\n"
+                   "                            for (int ox = 0; ox < %d; ox++) qr[ox] += sp[ox];\n"
+                   "                        }\n"
+                   "                    }\n"
+                   "                }\n"
+                   "                for (int iy = 0; iy < %d; iy++) {\n"
+                   "                    const float *q0 = pad + (iy + %d) * %ldL + %d;\n"
+                   "                    float *dr = dxp + iy * %d;\n"
+                   "                    for (int ix = 0; ix < %d; ix++) dr[ix] = q0[ix]",
+                C, C, H * W, K, Hp * R, K - 1, Hp, OW, R, K, K * K, K, P, OH, R, OW, OW, H, Pd, R, K - 1 + Pd, W, W);
+        for (int kx = 1; kx < K; kx++) cg_body(L, " + q0[%ld + ix]", kx * Hp * R - kx);
+        cg_body(L, ";\n                }\n");
+    } else {
     /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
     cg_body(L, "        for (int j = 0; j < nb; j++)   /* col2im */\n"
                "            for (int c = 0; c < %d; c++) {\n"
@@ -936,6 +971,7 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
         cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
                    "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ldL + %d + ix];\n",
                 H, W, W, Pd, Wp, Pd);
+    }
     cg_body(L, "            }\n    }\n    free(dcol);\n");
     cg_end_kernel(L);
 }
@@ -1122,6 +1158,12 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
         d->conv[id] = (signed char)s;
         if (op == OP_CONV2D && d->conv_why) d->conv_why[id] = conv_why(g->arena, opt, &G, s);
     }
+    for (int id = 0; d->conv_why && d->wgrad_pool && id < g->n; id++) {
+        int fwd = g->nodes[id].grad_of;
+        if (d->wgrad_pool[id] >= 0 && fwd >= 0 && d->conv_why[fwd])
+            d->conv_why[fwd] = arena_printf(g->arena, "%s; its weight gradient routes the 2x2 max pool's gradient itself "
+                                            "(one multiply-add per window and tap, not four)", d->conv_why[fwd]);
+    }
     /* BatchNorm statistics summed by the chunked convolution before them, chunk by
        chunk while its output is in cache (see conv_chunked_forward): bn_stats then
        only combines the chunks' partial sums. */
@@ -1136,6 +1178,109 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
                 d->conv_why[c] = arena_printf(g->arena, "%s; its BatchNorm's statistics summed chunk by chunk in the same kernel", d->conv_why[c]);
         }
     }
+}
+
+/* The weight (and bias) gradient of a convolution followed by ReLU and a 2x2 max
+   pool, from the pool's gradient gy and input y (the ReLU's output) when the
+   routed gradient is needed by nothing else (the fusion pass's wgrad_pool):
+   each window's gradient goes to its first maximum where that is positive, so
+   dw[o, c, ky, kx] = sum over the windows of g * x[n, c, ay + ky, ax + kx] with
+   (ay, ax) the maximum's place: one multiply-add per window and tap, where the
+   routed gradient would take four (three of them by zero). y is the pool's input
+   (the ReLU's output). Per output channel
+   (a thread's): for each plane, each window's g and place first, then per input
+   channel K rows of 8 lanes (kx) per window, in two sets (even and odd windows)
+   so the additions do not wait on each other. A window's rows are read 8 wide:
+   past a plane's end only in the batch's last plane, which is read from a copy
+   with room after it. */
+static void conv_pooled_grad_w(Lower *L, int id, const ConvGeom *G)
+{
+    const Graph *g = L->g;
+    const Node *n = &g->nodes[id];
+    int pool = L->dec->wgrad_pool[id], bg = L->dec->wgrad_bias[id];
+    const Node *pn = &g->nodes[pool];
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, OH = G->OH, OW = G->OW, PH = OH / 2, PW = OW / 2, PQ = PH * PW;
+    int b[5] = { cg_out_buf(L, id), -1, buf_of(L, pn->in[0]), buf_of(L, pn->in[1]), buf_of(L, n->in[1]) };
+    const char *names[5] = { "=dw", "=db", "y", "gy", "x" };
+    int nargs = 5;
+    if (bg >= 0) b[1] = cg_out_buf(L, bg);
+    else {   /* no bias: drop the db argument */
+        b[1] = b[2], b[2] = b[3], b[3] = b[4];
+        names[1] = "y", names[2] = "gy", names[3] = "x";
+        nargs = 4;
+    }
+    Step *st = cg_kernel(L, id, "conv2d_grad_w_pooled", dimc(O), nargs, b, names);
+    st->heavy = st->c_only = true;
+    cg_body(L, "    /* x [N, %d, %d, %d], dw [%d, %d, %d, %d]; the convolution's output gradient is\n"
+               "       relu_grad(maxpool2d_grad(y [N, %d, %d, %d], gy [N, %d, %d, %d])), never written:\n"
+               "       each 2x2 window's g goes to its first maximum (ay, ax) where positive, so each\n"
+               "       window adds g * x[ay + ky][ax + kx] to dw%s */\n",
+            C, H, W, O, C, K, K, O, OH, OW, O, PH, PW, bg >= 0 ? ", and g to db" : "");
+    cg_body(L, "    float *gq = mgc_scratch(%dL * 2 + %dL + 8 + %d, \"%s\"), *tail = gq + %dL * 2;\n"
+               "    int *at = (int *)(gq + %d);\n"
+               "    for (int k = 0; k < %d; k++) tail[k] = N ? x[(N * %dL - 1) * %d + k] : 0.0f;   /* the last plane */\n"
+               "    for (int k = %d; k < %d; k++) tail[k] = 0.0f;\n",
+            PQ, H * W, C * K * 8, st->fn, PQ, PQ, H * W, C, H * W, H * W, H * W + 8);
+    cg_body(L, "    FOR_EACH(o, %dL) {\n", O);
+    for (int c = 0; c < C; c++)
+        for (int ky = 0; ky < K; ky++) cg_body(L, "        mgc_f8 e%d_%d = { 0 }, f%d_%d = { 0 };\n", c, ky, c, ky);
+    cg_body(L, "        float bl[16];\n"
+               "        for (int j = 0; j < 16; j++) bl[j] = 0.0f;\n"
+               "        for (long n = 0; n < N; n++) {\n"
+               "            const float *ap = y + (n * %d + o) * %dL, *gp = gy + (n * %d + o) * %dL;\n"
+               "            for (int py = 0; py < %d; py++)\n"
+               "                for (int px = 0; px < %d; px++) {\n"
+               "                    const float *r0 = ap + py * %d + 2 * px, *r1 = r0 + %d;\n"
+               "                    float a0 = r0[0], a1 = r0[1], a2 = r1[0], a3 = r1[1];\n"
+               "                    float m = a0;   /* y is a ReLU's output: no NaN */\n"
+               "                    m = a1 > m ? a1 : m;\n"
+               "                    m = a2 > m ? a2 : m;\n"
+               "                    m = a3 > m ? a3 : m;\n"
+               "                    /* the first maximum in reading order, as the forward (and PyTorch) */\n"
+               "                    int e0 = a0 == m, e1 = !e0 & (a1 == m), e2 = !e0 & !e1 & (a2 == m), e3 = !e0 & !e1 & !e2;\n"
+               "                    int q = py * %d + px;\n"
+               "                    gq[q] = mgc_keep(gp[q], m > 0.0f);\n"
+               "                    at[q] = (2 * py + (e2 | e3)) * %d + 2 * px + (e1 | e3);\n"
+               "                }\n",
+            O, OH * OW, O, PQ, PH, PW, 2 * OW, OW, PW, W);
+    if (bg >= 0) {
+        cg_body(L, "            for (int q0 = 0; q0 + 16 <= %d; q0 += 16)\n"
+                   "                for (int j = 0; j < 16; j++) bl[j] += gq[q0 + j];\n", PQ);
+        if (PQ % 16) cg_body(L, "            for (int q = %d; q < %d; q++) bl[q - %d] += gq[q];\n", PQ / 16 * 16, PQ, PQ / 16 * 16);
+    }
+    for (int c = 0; c < C; c++) {
+        cg_body(L, "            {\n"
+                   "                const float *xp = %s ? tail : x + (n * %d + %d) * %dL;\n"
+                   "                for (int q = 0; q < %d; q += 2) {\n"
+                   "                    const float g0 = gq[q], *x0 = xp + at[q];\n",
+                c == C - 1 ? "n == N - 1" : "0", C, c, H * W, PQ / 2 * 2);
+        for (int ky = 0; ky < K; ky++) cg_body(L, "                    e%d_%d += g0 * mgc_load8(x0 + %d);\n", c, ky, ky * W);
+        cg_body(L, "                    const float g1 = gq[q + 1], *x1 = xp + at[q + 1];\n");
+        for (int ky = 0; ky < K; ky++) cg_body(L, "                    f%d_%d += g1 * mgc_load8(x1 + %d);\n", c, ky, ky * W);
+        cg_body(L, "                }\n");
+        if (PQ % 2) {
+            cg_body(L, "                const float g0 = gq[%d], *x0 = xp + at[%d];\n", PQ - 1, PQ - 1);
+            for (int ky = 0; ky < K; ky++) cg_body(L, "                e%d_%d += g0 * mgc_load8(x0 + %d);\n", c, ky, ky * W);
+        }
+        cg_body(L, "            }\n");
+    }
+    cg_body(L, "        }\n");
+    /* The accumulators are vectors of the C prelude's mgc_f8: as arrays of 8 floats of which
+       only K are read, the compiler drops the other lanes and regroups the live ones into
+       wider vectors, element by element (4x slower) */
+    cg_body(L, "        float *sum = tail + %d;\n", H * W + 8);
+    for (int c = 0; c < C; c++)
+        for (int ky = 0; ky < K; ky++)
+            cg_body(L, "        { mgc_f8 v = e%d_%d + f%d_%d; __builtin_memcpy(sum + %d, &v, sizeof v); }\n", c, ky, c, ky, (c * K + ky) * 8);
+    cg_body(L, "        for (int r = 0; r < %d; r++)\n"
+               "            for (int kx = 0; kx < %d; kx++) dw[(o * %d + r / %d) * %d + r %% %d * %d + kx] = sum[r * 8 + kx];\n",
+            C * K, K, C, K, K * K, K, K);
+    if (bg >= 0)
+        cg_body(L, "        float s = 0.0f;\n"
+                   "        for (int j = 0; j < 16; j++) s += bl[j];\n"
+                   "        db[o] = s;\n");
+    cg_body(L, "    }\n    free(gq);\n");
+    cg_end_kernel(L);
 }
 
 /* conv2d, conv2d_grad_x, conv2d_grad_w, each the way cg_conv_strategy() picks for the layer. */
@@ -1153,6 +1298,10 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_CHUNKED: conv_chunked_forward(L, id, &G); break;
         }
     } else if (n->op == OP_CONV2D_BWD_W) {
+        if (L->dec->wgrad_pool[id] >= 0) {
+            conv_pooled_grad_w(L, id, &G);
+            return;
+        }
         switch (how) {
         case CONV_DIRECT: conv_direct_grad_w(L, id, &G); break;
         case CONV_VECTOR: conv_vector_grad_w(L, id, &G); break;

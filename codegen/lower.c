@@ -345,8 +345,9 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
             cg_dp_after(&L, id);
             continue;
         }
-        if (L.fused[id] >= 0) {   /* computed by the kernel of the node it was fused into */
-            p->node_buf[id] = p->node_buf[L.fused[id]];
+        if (L.fused[id] >= 0) {   /* computed by the kernel of the node it was fused into: in its buffer,
+                                     or in one of its own that kernel made (a fused bias gradient) */
+            if (p->node_buf[id] < 0) p->node_buf[id] = p->node_buf[L.fused[id]];
             cg_dp_after(&L, id);
             continue;
         }

@@ -422,9 +422,11 @@ static int dump_kernels(const Graph *g, const Program *p, const char *dir)
         FILE *h = open_memstream(&head, &len);
         fprintf(h, "/* mgc: kernel %s, step %d of the training step of %s, computes\n", s->fn, k, g->net_name);
         ir_print(g, h, s->node, s->node + 1);
-        for (int id = s->node + 1; id < g->n; id++)
-            if (p->fused_into[id] == s->node) {
-                fprintf(h, "   and, fused into it:\n");
+        /* fused nodes come after the step's node (a ReLU) or before it (a BatchNorm
+           normalised by the add after it, a pool gradient routed by a weight gradient) */
+        for (int id = 0, said = 0; id < g->n; id++)
+            if (id != s->node && p->fused_into[id] == s->node) {
+                if (!said++) fprintf(h, "   and, fused into it:\n");
                 ir_print(g, h, id, id + 1);
             }
         fprintf(h, "*/\n");

@@ -98,6 +98,14 @@ def op_conv_nobias():
                ("proj", nn.Conv2d(4, 6, 1, stride=2, bias=False)), *head(6 * 4 * 4))
 
 
+def op_conv_pool():
+    return seq(("conv", nn.Conv2d(2, 3, 3)), relu(), maxpool(2), *head(3 * 5 * 5))
+
+
+def op_conv_pool_nobias():
+    return seq(("conv", nn.Conv2d(3, 4, 2, bias=False)), relu(), maxpool(2), *head(4 * 4 * 4))
+
+
 def op_linear():
     return seq(flatten(), ("fc1", nn.Linear(32, 12, bias=False)), ("fc2", nn.Linear(12, 10)))
 
@@ -271,6 +279,8 @@ BUILDERS = {
     "tests/nets/op_conv_stride2.net": (op_conv_stride2, (3, 9, 9)),
     "tests/nets/op_conv_nobias.net": (op_conv_nobias, (3, 8, 8)),
     "tests/nets/op_conv_bigpad.net": (op_conv_bigpad, (1, 16, 16)),
+    "tests/nets/op_conv_pool.net": (op_conv_pool, (2, 12, 12)),
+    "tests/nets/op_conv_pool_nobias.net": (op_conv_pool_nobias, (3, 9, 9)),
     "tests/nets/op_linear.net": (op_linear, (2, 4, 4)),
     "tests/nets/op_batchnorm.net": (op_batchnorm, (3, 6, 6)),
     "tests/nets/op_batchnorm_args.net": (op_batchnorm_args, (3, 5, 5)),
