@@ -911,9 +911,9 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
     Step *st = cg_kernel(L, id, "conv2d_grad_x_chunked", dimn(1), 3, b, (const char *const[]){ "=dx", "dy", "w" });
     st->heavy = st->c_only = true;
     cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d*%d*%d], dx [N, %d, %d, %d]; stride %d, padding %d.\n"
-               "       %d examples per iteration: t = their dy, dcol = w^T . t (CBLAS on this thread),\n"
+               "       %d examples per iteration: t = their dy, dcol = w^T . t (%s on this thread),\n"
                "       added back into their planes of dx (col2im) */\n",
-            O, OH, OW, O, C, K, K, C, H, W, S, Pd, NB);
+            O, OH, OW, O, C, K, K, C, H, W, S, Pd, NB, O <= 32 ? "mgc_gemm_tn, an example at a time," : "CBLAS");
     /* Stride 1: col2im in two passes over a zero-bordered scratch q[K][Hp][R] (R = OW + 2(K-1),
        a row's data at K-1): q[kx] sums the rows of taps (0..K-1, kx) down the rows, as aligned
        adds; then each row of dx is the sum of the K rows q[kx] shifted by kx, loads only. The
@@ -921,13 +921,26 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
        overlap at a different offset per tap (LeNet's conv2: 25 taps a plane). */
     bool two_pass = S == 1;
     long Hp = (long)H + 2 * Pd, R = (long)OW + 2 * (K - 1), Q = (long)K * Hp * R;
+    bool small = O <= 32;
     chunk_loop(L, G, st->fn, "dcol", two_pass ? Q : pad_floats(G));
-    chunk_pack_grad(L, G);
+    if (!small) chunk_pack_grad(L, G);
     long Wp = (long)W + 2 * Pd;
-    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %ld, ld, %d, 1.0f, w, %ld, t, ld, 0.0f, dcol, ld);\n",
-            CKK, O, CKK);
+    /* A short K (few output channels, LeNet's conv2: 16): the prelude's register-blocked
+       GEMM, one example at a time, its columns read back from L1 by col2im (LeNet's conv2:
+       1.78 -> 1.14 ms a step on one thread; CBLAS's packing costs more than its multiply-adds
+       there). Else one CBLAS GEMM over the chunk. */
+    const char *cp_at = small ? arena_printf(L->p->arena, "%ldL", P) : arena_printf(L->p->arena, "ld + j * %ldL", P);
+    if (small)
+        cg_body(L, "        (void)ld;\n"
+                   "        for (int j = 0; j < nb; j++) {\n"
+                   "            mgc_gemm_tn(%ld, %ld, %d, w, %ld, dy + (n0 + j) * %ldL, %ld, dcol, %ld);   /* dy's planes in place */\n",
+                CKK, P, O, CKK, O * P, P, P);
+    else
+        cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %ld, ld, %d, 1.0f, w, %ld, t, ld, 0.0f, dcol, ld);\n"
+                   "        for (int j = 0; j < nb; j++) {\n",
+                CKK, O, CKK);
     if (two_pass) {
-        cg_body(L, "        for (int j = 0; j < nb; j++)   /* col2im, two passes */\n"
+        cg_body(L, "            /* col2im, two passes */\n"
                    "            for (int c = 0; c < %d; c++) {\n"
                    "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n"
                    "                for (int kx = 0; kx < %d; kx++) {\n"
@@ -935,7 +948,7 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                    "                    for (long iy = 0; iy < %ldL; iy++)\n"
                    "                        for (int ox = 0; ox < %d; ox++) qk[iy * %ldL + ox] = 0.0f;\n"
                    "                    for (int ky = 0; ky < %d; ky++) {\n"
-                   "                        const float *cp = dcol + (c * %d + ky * %d + kx) * ld + j * %ldL;\n"
+                   "                        const float *cp = dcol + (c * %d + ky * %d + kx) * %s;\n"
                    "                        for (int oy = 0; oy < %d; oy++) {\n"
                    "                            float *qr = qk + (oy + ky) * %ldL;\n"
                    "                            const float *sp = cp + oy * %d;\n"
@@ -947,32 +960,32 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                    "                    const float *q0 = pad + (iy + %d) * %ldL + %d;\n"
                    "                    float *dr = dxp + iy * %d;\n"
                    "                    for (int ix = 0; ix < %d; ix++) dr[ix] = q0[ix]",
-                C, C, H * W, K, Hp * R, K - 1, Hp, OW, R, K, K * K, K, P, OH, R, OW, OW, H, Pd, R, K - 1 + Pd, W, W);
+                C, C, H * W, K, Hp * R, K - 1, Hp, OW, R, K, K * K, K, cp_at, OH, R, OW, OW, H, Pd, R, K - 1 + Pd, W, W);
         for (int kx = 1; kx < K; kx++) cg_body(L, " + q0[%ld + ix]", kx * Hp * R - kx);
         cg_body(L, ";\n                }\n");
     } else {
     /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
-    cg_body(L, "        for (int j = 0; j < nb; j++)   /* col2im */\n"
+    cg_body(L, "            /* col2im */\n"
                "            for (int c = 0; c < %d; c++) {\n"
                "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);
     if (Pd == 0) cg_body(L, "                float *pad = dxp;\n");
     cg_body(L, "                for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;\n"
                "                for (int t = 0; t < %d; t++) {\n"
                "                    int ky = t / %d, kx = t %% %d;\n"
-               "                    const float *cp = dcol + (c * %d + t) * ld + j * %ldL;\n"
+               "                    const float *cp = dcol + (c * %d + t) * %s;\n"
                "                    for (int oy = 0; oy < %d; oy++) {\n"
                "                        float *dp = pad + (oy * %d + ky) * %ldL + kx;\n"
                "                        const float *sp = cp + oy * %d;\n"
                "                        for (int ox = 0; ox < %d; ox++) dp[ox * %d] += sp[ox];\n"
                "                    }\n"
                "                }\n",
-            Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, P, OH, S, Wp, OW, OW, S);
+            Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, cp_at, OH, S, Wp, OW, OW, S);
     if (Pd > 0)
         cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
                    "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ldL + %d + ix];\n",
                 H, W, W, Pd, Wp, Pd);
     }
-    cg_body(L, "            }\n    }\n    free(dcol);\n");
+    cg_body(L, "            }\n        }\n    }\n    free(dcol);\n");
     cg_end_kernel(L);
 }
 

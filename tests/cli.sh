@@ -93,7 +93,7 @@ if "$MGC" $L --dump-kernels "$tmp/dk" > "$tmp/out" 2>&1; then
         head -2 "$f" | grep -q "^%[0-9]* *= " || bad=$((bad + 1))
         ${CC:-cc} -std=gnu11 -fsyntax-only "$f" 2> /dev/null || bad=$((bad + 1))
     done
-    if [ "$nc" -eq "$steps" ] && [ "$ncu" -eq $((steps - conly)) ] && [ "$conly" -eq $(grep -lE "cblas_sgemm\(MGC|mgc_f8 [a-z0-9_]+ = " "$tmp/dk"/*.c | wc -l) ] && [ $bad -eq 0 ] && grep -q "fused into it" "$tmp/dk"/k0_*.c; then
+    if [ "$nc" -eq "$steps" ] && [ "$ncu" -eq $((steps - conly)) ] && [ "$conly" -eq $(grep -lE "cblas_sgemm\(MGC|mgc_gemm_tn\([0-9]|mgc_f8 [a-z0-9_]+ = " "$tmp/dk"/*.c | wc -l) ] && [ $bad -eq 0 ] && grep -q "fused into it" "$tmp/dk"/k0_*.c; then
         pass=$((pass + 1))
     else
         echo "FAIL cli dump-kernels: $nc .c and $ncu .cu files for $steps kernel steps, $bad without a header or not compiling"
