@@ -218,6 +218,56 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
     bool bias = n->nin == 3;
     int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
+    /* C only (CPU programs): one output row (n, oy) per iteration with all O channels at
+       once, the row in vectors of 16 and 8 (the C prelude's), so each input row read serves
+       every output channel and the O * pieces sums are independent (the plane-at-a-time form
+       below waits on one chain of K*K additions per element). Stride 1, no padding: every
+       load is inside the row (kx + OW <= W). LeNet's conv1: 1.07 -> 0.53 ms a step on one thread. */
+    int pieces = OW / 16 + (OW % 16) / 8;
+    if (L->dec->cpu_only && P == 0 && S == 1 && OW % 8 == 0 && OW <= 48 && O * pieces <= 16) {
+        Step *st = cg_kernel(L, id, "conv2d_rows_vec", dimn(OH), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
+        st->grain = (long)OW * C * K * K * O;
+        st->c_only = true;
+        cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride 1, no padding;\n"
+                   "       one output row (n, oy) per iteration, all %d output channels, the row in vectors */\n",
+                C, H, W, O, C, K, K, O, OH, OW, O);
+        cg_body(L, "    FOR_EACH(i, %s) {\n"
+                   "        long n = i / %d; int oy = (int)(i %% %d);\n",
+                cg_work_str(L, dimn(OH)), OH, OH);
+        for (int o = 0; o < O; o++)
+            for (int q = 0, off = 0; q < pieces; q++, off += 16)
+                cg_body(L, "        mgc_f%d a%d_%d = { 0 };\n", OW - off >= 16 ? 16 : 8, o, q);
+        if (bias)
+            for (int o = 0; o < O; o++)
+                for (int q = 0; q < pieces; q++) cg_body(L, "        a%d_%d += bias[%d];\n", o, q, o);
+        cg_body(L, "        for (int c = 0; c < %d; c++)\n"
+                   "            for (int ky = 0; ky < %d; ky++) {\n"
+                   "                const float *xr = x + ((n * %d + c) * %d + oy + ky) * %d;\n"
+                   "                const float *wr = w + c * %d + ky * %d;\n"
+                   "                for (int kx = 0; kx < %d; kx++) {\n",
+                C, K, C, H, W, K * K, K, K);
+        for (int q = 0, off = 0; q < pieces; q++, off += 16)
+            cg_body(L, "                    const mgc_f%d v%d = mgc_load%d(xr + kx + %d);\n", OW - off >= 16 ? 16 : 8, q,
+                    OW - off >= 16 ? 16 : 8, off);
+        for (int o = 0; o < O; o++) {
+            cg_body(L, "                    { const float wv = wr[%d + kx];", o * C * K * K);
+            for (int q = 0; q < pieces; q++) cg_body(L, " a%d_%d += wv * v%d;", o, q, q);
+            cg_body(L, " }\n");
+        }
+        cg_body(L, "                }\n"
+                   "            }\n"
+                   "        float t[%d];\n", OW);
+        for (int o = 0; o < O; o++) {
+            for (int q = 0, off = 0; q < pieces; q++, off += 16)
+                cg_body(L, "        __builtin_memcpy(t + %d, &a%d_%d, sizeof a%d_%d);\n", off, o, q, o, q);
+            cg_body(L, "        { float *yr = y + ((n * %d + %d) * %d + oy) * %d;\n"
+                       "          for (int ox = 0; ox < %d; ox++) yr[ox] = %s; }\n",
+                    O, o, OH, OW, OW, L->relu_out[id] ? "t[ox] > 0.0f ? t[ox] : 0.0f   /* fused relu */" : "t[ox]");
+        }
+        cg_body(L, "    }\n");
+        cg_end_kernel(L);
+        return;
+    }
     if (P == 0 && K <= 7) {
         /* No padding: a row of outputs gathers a whole row of taps (kx) per input row read. */
         cg_kernel(L, id, "conv2d_rows", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain =

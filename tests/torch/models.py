@@ -106,6 +106,10 @@ def op_conv_pool_nobias():
     return seq(("conv", nn.Conv2d(3, 4, 2, bias=False)), relu(), maxpool(2), *head(4 * 4 * 4))
 
 
+def op_conv_rows():
+    return seq(("conv", nn.Conv2d(2, 3, 5)), relu(), ("proj", nn.Conv2d(3, 2, 1, bias=False)), *head(2 * 2 * 40))
+
+
 def op_linear():
     return seq(flatten(), ("fc1", nn.Linear(32, 12, bias=False)), ("fc2", nn.Linear(12, 10)))
 
@@ -280,6 +284,7 @@ BUILDERS = {
     "tests/nets/op_conv_nobias.net": (op_conv_nobias, (3, 8, 8)),
     "tests/nets/op_conv_bigpad.net": (op_conv_bigpad, (1, 16, 16)),
     "tests/nets/op_conv_pool.net": (op_conv_pool, (2, 12, 12)),
+    "tests/nets/op_conv_rows.net": (op_conv_rows, (2, 6, 44)),
     "tests/nets/op_conv_pool_nobias.net": (op_conv_pool_nobias, (3, 9, 9)),
     "tests/nets/op_linear.net": (op_linear, (2, 4, 4)),
     "tests/nets/op_batchnorm.net": (op_batchnorm, (3, 6, 6)),
