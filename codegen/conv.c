@@ -140,16 +140,18 @@ static int transposed_grad(Lower *L, int id, int dy_node)
     return t;
 }
 
-/* [N, O, P] -> [N, P, O] (channels last), once per gradient buffer. */
-static int channels_last_grad(Lower *L, int id, int dy_node)
+/* [N, O, P] -> [N, P, O] (channels last), once per buffer: a gradient (the vector
+   weight gradient's) or an input (the pooled weight gradient's). */
+static int channels_last(Lower *L, int id, int dy_node)
 {
     if (L->dyc[dy_node] >= 0) return L->dyc[dy_node];
     const Shape *ds = &L->g->nodes[dy_node].shape;
     int O = ds->d[1], P = ds->d[2] * ds->d[3];
-    int t = cg_new_buf(L, BUF_WORK, dimn((long)P * O), "dy channels last", dy_node);
+    int t = cg_new_buf(L, BUF_WORK, dimn((long)P * O), "channels-last copy", dy_node);
     int b[2] = { t, buf_of(L, dy_node) };
-    cg_kernel(L, id, "pack_grad_channels_last", dimn(1), 2, b, (const char *const[]){ "=t", "dy" })->grain = (long)O * P;
-    cg_body(L, "    /* dy is [N, %d, %d]; t is [N, %d, %d]: one example per iteration */\n", O, P, P, O);
+    cg_kernel(L, id, "pack_channels_last", dimn(1), 2, b, (const char *const[]){ "=t", "dy" })->grain = (long)O * P;
+    cg_body(L, "    /* dy is [N, %d, %d] (%s); t is [N, %d, %d]: one example per iteration */\n", O, P,
+            L->g->nodes[dy_node].grad_of >= 0 ? "a gradient" : "an input", P, O);
     cg_body(L, "    FOR_EACH(n, N) {\n"
                "        for (int o = 0; o < %d; o++)\n"
                "            for (int p = 0; p < %d; p++) t[(n * %d + p) * %d + o] = dy[(n * %d + o) * %d + p];\n    }\n",
@@ -496,7 +498,7 @@ static void conv_vector_grad_w(Lower *L, int id, const ConvGeom *G)
     /* CONV2D_BWD_W: dw[o, r] = sum over n, oy, ox of dy[n, o, oy, ox] * x[n, c, oy*S + ky, ox*S + kx], r = (c, ky, kx) */
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, OH = G->OH, OW = G->OW;   /* P is 0: cg_conv_strategy() picks this only then */
     long CKK = (long)C * K * K;
-    int dyt = channels_last_grad(L, id, n->in[0]);
+    int dyt = channels_last(L, id, n->in[0]);
     int b[3] = { cg_out_buf(L, id), dyt, buf_of(L, n->in[1]) };
     Step *st = cg_kernel(L, id, "conv2d_grad_w_vector", dimc((long)C * K), 3, b, (const char *const[]){ "=dw", "t", "x" });
     st->heavy = st->blocks = true;
@@ -581,7 +583,7 @@ static void conv_gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy h
         /* With the gradient channels last (shared with the weight gradient), the columns'
            gradient comes out example by example: dcolT[N*P, CKK] = t[N*P, O] . W[O, CKK],
            and each example's block is gathered back into its planes while in cache. */
-        int t = channels_last_grad(L, id, n->in[0]);
+        int t = channels_last(L, id, n->in[0]);
         int dcol = cg_new_buf(L, BUF_WORK, dimn(CKK * P), "im2col gradient, example-major", id);
         cg_gemm(L, id, false, false, dimn(P), dimc(CKK), dimc(O), t, dimc(O), buf_of(L, n->in[1]), dimc(CKK), 0.0f, dcol, dimc(CKK));
         int dx = cg_out_buf(L, id);
@@ -1244,18 +1246,21 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
 }
 
 /* The weight (and bias) gradient of a convolution followed by ReLU and a 2x2 max
-   pool, from the pool's gradient gy and input y (the ReLU's output) when the
-   routed gradient is needed by nothing else (the fusion pass's wgrad_pool):
-   each window's gradient goes to its first maximum where that is positive, so
-   dw[o, c, ky, kx] = sum over the windows of g * x[n, c, ay + ky, ax + kx] with
-   (ay, ax) the maximum's place: one multiply-add per window and tap, where the
-   routed gradient would take four (three of them by zero). y is the pool's input
-   (the ReLU's output). Per output channel
-   (a thread's): for each plane, each window's g and place first, then per input
-   channel K rows of 8 lanes (kx) per window, in two sets (even and odd windows)
-   so the additions do not wait on each other. A window's rows are read 8 wide:
-   past a plane's end only in the batch's last plane, which is read from a copy
-   with room after it. */
+   pool, from the pool's gradient gy and input y (the ReLU's output), the fusion
+   pass's wgrad_pool: each window's gradient goes to its first maximum where that
+   is positive, so dw[o, c, ky, kx] = sum over the windows of g * x[n, c, ay + ky,
+   ax + kx] with (ay, ax) the maximum's place: one multiply-add per window and
+   tap, where the routed gradient would take four (three of them by zero).
+   x is read channels last ([N, H, W, C]: the input itself when C = 1, else a
+   copy): a window's kernel row is then K*C contiguous floats, (kx, c) in the
+   lanes of one or two vectors (at most 32). Each thread owns a range of output
+   channels; a block of examples at a time (their x in L2), per output channel
+   first each window's g and place, then per window and kernel row one
+   multiply-add per vector, in two sets (even and odd windows) so that the
+   additions do not wait on each other; the sums wait in memory between
+   blocks, in the same order on any thread count. A row's last vector may read
+   past the row: past the batch's end only in its last example, which is read
+   from a copy with room after it. */
 static void conv_pooled_grad_w(Lower *L, int id, const ConvGeom *G)
 {
     const Graph *g = L->g;
@@ -1263,85 +1268,110 @@ static void conv_pooled_grad_w(Lower *L, int id, const ConvGeom *G)
     int pool = L->dec->wgrad_pool[id], bg = L->dec->wgrad_bias[id];
     const Node *pn = &g->nodes[pool];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, OH = G->OH, OW = G->OW, PH = OH / 2, PW = OW / 2, PQ = PH * PW;
-    int b[5] = { cg_out_buf(L, id), -1, buf_of(L, pn->in[0]), buf_of(L, pn->in[1]), buf_of(L, n->in[1]) };
-    const char *names[5] = { "=dw", "=db", "y", "gy", "x" };
+    int R = K * C;                          /* floats of one kernel row, (kx, c) */
+    int nv = R <= 8 ? 1 : R <= 16 ? 1 : 2;  /* its vectors: 8, 16, or 16 + (8 or 16) lanes */
+    int lanes[2] = { R <= 8 ? 8 : 16, R <= 16 ? 0 : R <= 24 ? 8 : 16 };
+    int RP = lanes[0] + lanes[1];           /* lanes per row, R used */
+    long img = (long)H * W * C;
+    /* examples per block: their x about 64K floats (in L2), 1 to 64 */
+    long NBK = (64L << 10) / img;
+    NBK = NBK < 1 ? 1 : NBK > 64 ? 64 : NBK;
+    int xt = C == 1 ? buf_of(L, n->in[1]) : channels_last(L, id, n->in[1]);
+    int b[5] = { cg_out_buf(L, id), -1, buf_of(L, pn->in[0]), buf_of(L, pn->in[1]), xt };
+    const char *names[5] = { "=dw", "=db", "y", "gy", "xt" };
     int nargs = 5;
     if (bg >= 0) b[1] = cg_out_buf(L, bg);
     else {   /* no bias: drop the db argument */
         b[1] = b[2], b[2] = b[3], b[3] = b[4];
-        names[1] = "y", names[2] = "gy", names[3] = "x";
+        names[1] = "y", names[2] = "gy", names[3] = "xt";
         nargs = 4;
     }
     Step *st = cg_kernel(L, id, "conv2d_grad_w_pooled", dimc(O), nargs, b, names);
     st->heavy = st->c_only = true;
-    cg_body(L, "    /* x [N, %d, %d, %d], dw [%d, %d, %d, %d]; the convolution's output gradient is\n"
-               "       relu_grad(maxpool2d_grad(y [N, %d, %d, %d], gy [N, %d, %d, %d])), never written:\n"
+    cg_body(L, "    /* xt [N, %d, %d, %d] (x channels last), dw [%d, %d, %d, %d]; the convolution's output\n"
+               "       gradient is relu_grad(maxpool2d_grad(y [N, %d, %d, %d], gy [N, %d, %d, %d])), not read:\n"
                "       each 2x2 window's g goes to its first maximum (ay, ax) where positive, so each\n"
-               "       window adds g * x[ay + ky][ax + kx] to dw%s */\n",
-            C, H, W, O, C, K, K, O, OH, OW, O, PH, PW, bg >= 0 ? ", and g to db" : "");
-    cg_body(L, "    float *gq = mgc_scratch(%dL * 2 + %dL + 8 + %d, \"%s\"), *tail = gq + %dL * 2;\n"
+               "       window adds g * xt[ay + ky][ax .. ax + %d][c] to dw%s. This thread's output\n"
+               "       channels [o0, o1), %ld examples a block */\n",
+            H, W, C, O, C, K, K, O, OH, OW, O, PH, PW, K - 1, bg >= 0 ? ", and g to db" : "", NBK);
+    cg_body(L, "    const long o0 = %dL * a.thread / a.nthreads, o1 = %dL * (a.thread + 1) / a.nthreads;\n"
+               "    if (o0 >= o1) return;\n"
+               "    float *gq = mgc_scratch(%dL * 2 + %ldL + 32 + (o1 - o0) * %dL, \"%s\");\n"
                "    int *at = (int *)(gq + %d);\n"
-               "    for (int k = 0; k < %d; k++) tail[k] = N ? x[(N * %dL - 1) * %d + k] : 0.0f;   /* the last plane */\n"
-               "    for (int k = %d; k < %d; k++) tail[k] = 0.0f;\n",
-            PQ, H * W, C * K * 8, st->fn, PQ, PQ, H * W, C, H * W, H * W, H * W + 8);
-    cg_body(L, "    FOR_EACH(o, %dL) {\n", O);
-    for (int c = 0; c < C; c++)
-        for (int ky = 0; ky < K; ky++) cg_body(L, "        mgc_f8 e%d_%d = { 0 }, f%d_%d = { 0 };\n", c, ky, c, ky);
-    cg_body(L, "        float bl[16];\n"
-               "        for (int j = 0; j < 16; j++) bl[j] = 0.0f;\n"
-               "        for (long n = 0; n < N; n++) {\n"
-               "            const float *ap = y + (n * %d + o) * %dL, *gp = gy + (n * %d + o) * %dL;\n"
-               "            for (int py = 0; py < %d; py++)\n"
-               "                for (int px = 0; px < %d; px++) {\n"
-               "                    const float *r0 = ap + py * %d + 2 * px, *r1 = r0 + %d;\n"
-               "                    float a0 = r0[0], a1 = r0[1], a2 = r1[0], a3 = r1[1];\n"
-               "                    float m = a0;   /* y is a ReLU's output: no NaN */\n"
-               "                    m = a1 > m ? a1 : m;\n"
-               "                    m = a2 > m ? a2 : m;\n"
-               "                    m = a3 > m ? a3 : m;\n"
-               "                    /* the first maximum in reading order, as the forward (and PyTorch) */\n"
-               "                    int e0 = a0 == m, e1 = !e0 & (a1 == m), e2 = !e0 & !e1 & (a2 == m), e3 = !e0 & !e1 & !e2;\n"
-               "                    int q = py * %d + px;\n"
-               "                    gq[q] = mgc_keep(gp[q], m > 0.0f);\n"
-               "                    at[q] = (2 * py + (e2 | e3)) * %d + 2 * px + (e1 | e3);\n"
-               "                }\n",
-            O, OH * OW, O, PQ, PH, PW, 2 * OW, OW, PW, W);
+               "    float *tail = gq + %dL * 2, *acc = tail + %ldL + 32;   /* acc: per channel %d rows of %d lanes, then 16 bias lanes */\n"
+               "    for (long k = 0; k < %ldL; k++) tail[k] = N ? xt[(N - 1) * %ldL + k] : 0.0f;   /* the last example */\n"
+               "    for (int k = 0; k < 32; k++) tail[%ldL + k] = 0.0f;\n"
+               "    for (long k = 0; k < (o1 - o0) * %dL; k++) acc[k] = 0.0f;\n",
+            O, O, PQ, img, K * RP + 16, st->fn, PQ, PQ, img, K, RP, img, img, img, K * RP + 16);
+    cg_body(L, "    for (long n0 = 0; n0 < N; n0 += %ld) {\n"
+               "        const int nb = N - n0 < %ld ? (int)(N - n0) : %ld;\n"
+               "        for (long o = o0; o < o1; o++) {\n"
+               "            float *ac = acc + (o - o0) * %dL, *bl = ac + %d;\n",
+            NBK, NBK, NBK, K * RP + 16, K * RP);
+    for (int ky = 0; ky < K; ky++)
+        for (int v = 0; v < nv; v++)
+            cg_body(L, "            mgc_f%d e%d_%d = mgc_load%d(ac + %d), f%d_%d = { 0 };\n", lanes[v], ky, v, lanes[v],
+                    ky * RP + v * 16, ky, v);
+    cg_body(L, "            for (int j = 0; j < nb; j++) {\n"
+               "                const long n = n0 + j;\n"
+               "                const float *ap = y + (n * %d + o) * %dL, *gp = gy + (n * %d + o) * %dL;\n"
+               "                for (int py = 0; py < %d; py++)   /* each window's gradient and the place it goes */\n"
+               "                    for (int px = 0; px < %d; px++) {\n"
+               "                        const float *r0 = ap + py * %d + 2 * px, *r1 = r0 + %d;\n"
+               "                        float a0 = r0[0], a1 = r0[1], a2 = r1[0], a3 = r1[1];\n"
+               "                        float m = a0;   /* y is a ReLU's output: no NaN */\n"
+               "                        m = a1 > m ? a1 : m;\n"
+               "                        m = a2 > m ? a2 : m;\n"
+               "                        m = a3 > m ? a3 : m;\n"
+               "                        /* the first maximum in reading order, as the forward (and PyTorch) */\n"
+               "                        int e0 = a0 == m, e1 = !e0 & (a1 == m), e2 = !e0 & !e1 & (a2 == m), e3 = !e0 & !e1 & !e2;\n"
+               "                        int q = py * %d + px;\n"
+               "                        gq[q] = mgc_keep(gp[q], m > 0.0f);\n"
+               "                        at[q] = ((2 * py + (e2 | e3)) * %d + 2 * px + (e1 | e3)) * %d;\n"
+               "                    }\n",
+            O, OH * OW, O, PQ, PH, PW, 2 * OW, OW, PW, W, C);
     if (bg >= 0) {
-        cg_body(L, "            for (int q0 = 0; q0 + 16 <= %d; q0 += 16)\n"
-                   "                for (int j = 0; j < 16; j++) bl[j] += gq[q0 + j];\n", PQ);
-        if (PQ % 16) cg_body(L, "            for (int q = %d; q < %d; q++) bl[q - %d] += gq[q];\n", PQ / 16 * 16, PQ, PQ / 16 * 16);
+        cg_body(L, "                for (int q0 = 0; q0 + 16 <= %d; q0 += 16)\n"
+                   "                    for (int k = 0; k < 16; k++) bl[k] += gq[q0 + k];\n", PQ);
+        if (PQ % 16) cg_body(L, "                for (int q = %d; q < %d; q++) bl[q - %d] += gq[q];\n", PQ / 16 * 16, PQ, PQ / 16 * 16);
     }
-    for (int c = 0; c < C; c++) {
-        cg_body(L, "            {\n"
-                   "                const float *xp = %s ? tail : x + (n * %d + %d) * %dL;\n"
-                   "                for (int q = 0; q < %d; q += 2) {\n"
-                   "                    const float g0 = gq[q], *x0 = xp + at[q];\n",
-                c == C - 1 ? "n == N - 1" : "0", C, c, H * W, PQ / 2 * 2);
-        for (int ky = 0; ky < K; ky++) cg_body(L, "                    e%d_%d += g0 * mgc_load8(x0 + %d);\n", c, ky, ky * W);
-        cg_body(L, "                    const float g1 = gq[q + 1], *x1 = xp + at[q + 1];\n");
-        for (int ky = 0; ky < K; ky++) cg_body(L, "                    f%d_%d += g1 * mgc_load8(x1 + %d);\n", c, ky, ky * W);
-        cg_body(L, "                }\n");
-        if (PQ % 2) {
-            cg_body(L, "                const float g0 = gq[%d], *x0 = xp + at[%d];\n", PQ - 1, PQ - 1);
-            for (int ky = 0; ky < K; ky++) cg_body(L, "                e%d_%d += g0 * mgc_load8(x0 + %d);\n", c, ky, ky * W);
-        }
-        cg_body(L, "            }\n");
-    }
-    cg_body(L, "        }\n");
-    /* The accumulators are vectors of the C prelude's mgc_f8: as arrays of 8 floats of which
-       only K are read, the compiler drops the other lanes and regroups the live ones into
-       wider vectors, element by element (4x slower) */
-    cg_body(L, "        float *sum = tail + %d;\n", H * W + 8);
-    for (int c = 0; c < C; c++)
+    cg_body(L, "                const float *xp = n == N - 1 ? tail : xt + n * %ldL;\n"
+               "                for (int q = 0; q < %d; q += 2) {\n"
+               "                    const float g0 = gq[q], *x0 = xp + at[q];\n", img, PQ / 2 * 2);
+    for (int ky = 0; ky < K; ky++)
+        for (int v = 0; v < nv; v++)
+            cg_body(L, "                    e%d_%d += g0 * mgc_load%d(x0 + %d);\n", ky, v, lanes[v], ky * W * C + v * 16);
+    cg_body(L, "                    const float g1 = gq[q + 1], *x1 = xp + at[q + 1];\n");
+    for (int ky = 0; ky < K; ky++)
+        for (int v = 0; v < nv; v++)
+            cg_body(L, "                    f%d_%d += g1 * mgc_load%d(x1 + %d);\n", ky, v, lanes[v], ky * W * C + v * 16);
+    cg_body(L, "                }\n");
+    if (PQ % 2) {
+        cg_body(L, "                { const float g0 = gq[%d], *x0 = xp + at[%d];\n", PQ - 1, PQ - 1);
         for (int ky = 0; ky < K; ky++)
-            cg_body(L, "        { mgc_f8 v = e%d_%d + f%d_%d; __builtin_memcpy(sum + %d, &v, sizeof v); }\n", c, ky, c, ky, (c * K + ky) * 8);
-    cg_body(L, "        for (int r = 0; r < %d; r++)\n"
-               "            for (int kx = 0; kx < %d; kx++) dw[(o * %d + r / %d) * %d + r %% %d * %d + kx] = sum[r * 8 + kx];\n",
-            C * K, K, C, K, K * K, K, K);
+            for (int v = 0; v < nv; v++)
+                cg_body(L, "                  e%d_%d += g0 * mgc_load%d(x0 + %d);\n", ky, v, lanes[v], ky * W * C + v * 16);
+        cg_body(L, "                }\n");
+    }
+    cg_body(L, "            }\n");
+    /* the sums are vectors (the C prelude's): as arrays of which only R lanes are read, the
+       compiler drops the other lanes and regroups the live ones, element by element (4x slower) */
+    for (int ky = 0; ky < K; ky++)
+        for (int v = 0; v < nv; v++)
+            cg_body(L, "            { mgc_f%d s = e%d_%d + f%d_%d; __builtin_memcpy(ac + %d, &s, sizeof s); }\n", lanes[v], ky, v, ky, v,
+                    ky * RP + v * 16);
+    cg_body(L, "        }\n"
+               "    }\n"
+               "    for (long o = o0; o < o1; o++) {\n"
+               "        const float *ac = acc + (o - o0) * %dL;\n"
+               "        for (int c = 0; c < %d; c++)\n"
+               "            for (int ky = 0; ky < %d; ky++)\n"
+               "                for (int kx = 0; kx < %d; kx++) dw[((o * %d + c) * %d + ky) * %d + kx] = ac[ky * %d + kx * %d + c];\n",
+            K * RP + 16, C, K, K, C, K, K, RP, C);
     if (bg >= 0)
         cg_body(L, "        float s = 0.0f;\n"
-                   "        for (int j = 0; j < 16; j++) s += bl[j];\n"
-                   "        db[o] = s;\n");
+                   "        for (int k = 0; k < 16; k++) s += ac[%d + k];\n"
+                   "        db[o] = s;\n", K * RP);
     cg_body(L, "    }\n    free(gq);\n");
     cg_end_kernel(L);
 }

@@ -86,18 +86,19 @@ static void fuse_sgd(const Graph *g, CgDecisions *d)
     }
 }
 
-/* A first convolution (no input gradient) followed by ReLU and a 2x2 max pool,
-   LeNet's conv1: its output gradient is the pool's gradient routed to each
-   window's maximum where that is positive, zero at 3 of every 4 places. The
-   weight gradient's kernel does the routing itself, window by window, and
-   multiplies only the one place per window that is not zero: a quarter of
-   the multiply-adds, and the [N, C, H, W] routed gradient is never written
-   (LeNet: pool gradient, weight and bias gradients 1.44 -> 0.5 ms a step on
-   one thread). Taken when the routed gradient's only users are the weight
-   gradient and a bias gradient after it, the convolution has stride 1 and no
-   padding, and the program runs on CPUs (the kernel's reductions are a C
-   thread's). The bias gradient is computed by the same kernel, into its own
-   buffer. */
+/* A convolution followed by ReLU and a 2x2 max pool (LeNet's conv1 and conv2):
+   its output gradient is the pool's gradient routed to each window's maximum
+   where that is positive, zero at 3 of every 4 places. The weight gradient's
+   kernel does the routing itself, window by window, and multiplies only the
+   one place per window that is not zero: a quarter of the multiply-adds. The
+   bias gradient after it is computed by the same kernel, into its own buffer.
+   When nothing else reads the routed gradient (a first convolution: no input
+   gradient), it is never written: the pool gradient's kernel goes too (LeNet's
+   conv1, one thread: pool, weight and bias gradients 1.44 -> 0.6 ms a step).
+   Taken when the routed gradient's users are the weight gradient, a bias
+   gradient after it and the input gradient, the convolution has stride 1, no
+   padding and a kernel row (K x C floats) of at most 32, and the program runs
+   on CPUs (the kernel is C: vectors, and a thread's share of channels). */
 static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
 {
     for (int r = 0; r < g->n; r++) {
@@ -108,24 +109,24 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
         if (pn->op != OP_MAXPOOL_BWD || !d->relu_mask[pool] || pn->i[0] != 2 || pn->i[1] != 2 || pn->i[2] != 0) continue;
         const Shape *xs = &pn->shape, *ys = &g->nodes[pn->in[1]].shape;
         if (xs->d[2] != 2 * ys->d[2] || xs->d[3] != 2 * ys->d[3]) continue;
-        int wg = -1, bg = -1, others = 0;
+        int wg = -1, bg = -1, xg = -1, others = 0;
         for (int id = r + 1; id < g->n; id++) {
             const Node *n = &g->nodes[id];
             for (int k = 0; k < n->nin; k++) {
                 if (n->in[k] != r) continue;
                 if (n->op == OP_CONV2D_BWD_W && k == 0 && wg < 0) wg = id;
                 else if (n->op == OP_BIAS_BWD && wg >= 0 && bg < 0) bg = id;
+                else if (n->op == OP_CONV2D_BWD_X && k == 0 && xg < 0) xg = id;
                 else others++;
             }
         }
-        if (wg < 0 || others || uses[r] != 1 + (bg >= 0)) continue;
+        if (wg < 0 || others || uses[r] != 1 + (bg >= 0) + (xg >= 0)) continue;
         const Node *wn = &g->nodes[wg];
-        if (wn->i[0] != 1 || wn->i[1] != 0 || wn->shape.d[2] > 8 || wn->shape.d[1] * wn->shape.d[2] > 16)
-            continue;   /* stride 1, no padding; kx in 8 lanes, at most 16 rows of them */
+        if (wn->i[0] != 1 || wn->i[1] != 0 || wn->shape.d[2] > 8 || wn->shape.d[1] * wn->shape.d[2] > 32) continue;
         d->wgrad_pool[wg] = pool;
         d->wgrad_bias[wg] = bg;
-        d->fused[pool] = d->fused[r] = wg;
         if (bg >= 0) d->fused[bg] = wg;
+        if (xg < 0) d->fused[pool] = d->fused[r] = wg;   /* the routed gradient: read by nothing else */
     }
 }
 

@@ -106,6 +106,11 @@ def op_conv_pool_nobias():
     return seq(("conv", nn.Conv2d(3, 4, 2, bias=False)), relu(), maxpool(2), *head(4 * 4 * 4))
 
 
+def op_conv_pool2():
+    return seq(("c1", nn.Conv2d(2, 5, 2)), relu(), maxpool(2), ("c2", nn.Conv2d(5, 3, 4)), relu(), maxpool(2),
+               *head(3 * 3 * 3))
+
+
 def op_conv_rows():
     return seq(("conv", nn.Conv2d(2, 3, 5)), relu(), ("proj", nn.Conv2d(3, 2, 1, bias=False)), *head(2 * 2 * 40))
 
@@ -285,6 +290,7 @@ BUILDERS = {
     "tests/nets/op_conv_bigpad.net": (op_conv_bigpad, (1, 16, 16)),
     "tests/nets/op_conv_pool.net": (op_conv_pool, (2, 12, 12)),
     "tests/nets/op_conv_rows.net": (op_conv_rows, (2, 6, 44)),
+    "tests/nets/op_conv_pool2.net": (op_conv_pool2, (2, 19, 19)),
     "tests/nets/op_conv_pool_nobias.net": (op_conv_pool_nobias, (3, 9, 9)),
     "tests/nets/op_linear.net": (op_linear, (2, 4, 4)),
     "tests/nets/op_batchnorm.net": (op_batchnorm, (3, 6, 6)),
