@@ -278,8 +278,9 @@ void cg_lower_window_pool(Lower *L, int id)
                     else
                         cg_body(L, "                    { float v = w0[%d]; if (v > best || (v != v && best == best)) { best = v; at = b0 + %d; } }\n",
                                 t / K * Wd + t % K, t / K * Wd + t % K);
-                cg_body(L, "                    if (%s) dxp[at] += dyp[oy * %d + ox];\n                    continue;\n                }\n",
-                        L->relu_mask[id] ? "best > 0.0f   /* fused relu_grad */" : "1", OW);
+                cg_body(L, "                    dxp[at] += %s;\n                    continue;\n                }\n",
+                        L->relu_mask[id] ? arena_printf(L->p->arena, "mgc_keep(dyp[oy * %d + ox], best > 0.0f)   /* fused relu_grad, branch-free */", OW)
+                                         : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW));
             }
             window_open(L, K, S, P, H, Wd);
             if (L->relu_mask[id])
@@ -292,8 +293,10 @@ void cg_lower_window_pool(Lower *L, int id)
                            "                        if (at < 0 || v > best || (v != v && best == best)) { best = v; at = iy * %d + ix; }\n",
                         Wd, Wd);
             window_close(L);
-            cg_body(L, "                if (at >= 0%s) dxp[at] += dyp[oy * %d + ox];\n",
-                    L->relu_mask[id] ? " && best > 0.0f   /* fused relu_grad: x is a relu output */" : "", OW);
+            if (L->relu_mask[id])
+                cg_body(L, "                if (at >= 0) dxp[at] += mgc_keep(dyp[oy * %d + ox], best > 0.0f);   /* fused relu_grad: x is a relu output */\n", OW);
+            else
+                cg_body(L, "                if (at >= 0) dxp[at] += dyp[oy * %d + ox];\n", OW);
         } else {
             cg_body(L, "                float g = dyp[oy * %d + ox] * %s;\n", OW, scale);
             window_open(L, K, S, P, H, Wd);
