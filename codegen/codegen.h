@@ -146,8 +146,8 @@ typedef struct CgDecisions {
     const char **conv_why;    /* conv2d nodes: the form chosen and why, for --emit kernels; others NULL */
     int *stats_of;            /* conv2d node -> the bn_stats node whose partial sums its kernel writes, or -1 */
     int *stats_by;            /* bn_stats node -> that conv2d node, or -1 */
-    int *pool_of;             /* bn_apply node -> the max pool its kernel computes too (of its ReLU output), or -1 */
-    int *pool_by;             /* that maxpool2d node -> the bn_apply node, or -1 */
+    int *pool_of;             /* bn_apply or conv2d node -> the max pool its kernel computes too (of its ReLU output), or -1 */
+    int *pool_by;             /* that maxpool2d node -> the bn_apply or conv2d node, or -1 */
     int *bn_into_add;         /* add node -> the bn_apply input whose normalisation its kernel computes (fused), or -1 */
     int *wgrad_pool;          /* conv2d_grad_w node -> the 2x2 max-pool gradient (ReLU-masked) whose routing its
                                  kernel does, reading the pool's input and gradient (fused), or -1 */

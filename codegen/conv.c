@@ -212,6 +212,99 @@ static void valid_range(Lower *L, const char *name, const char *kvar, int S, int
             osize, name, osize);
 }
 
+/* The C-only direct convolution below: stride 1, no padding, rows a multiple of 8
+   up to 48 floats, and O x (vectors a row) sums in registers (twice that with a
+   fused pool: two rows at once). */
+static bool rows_vec_fits(bool cpu_only, const ConvGeom *G, bool pairs)
+{
+    int pieces = G->OW / 16 + (G->OW % 16) / 8;
+    return cpu_only && G->P == 0 && G->S == 1 && G->OW % 8 == 0 && G->OW <= 48 &&
+           G->O * pieces * (pairs ? 2 : 1) <= (pairs ? 24 : 16) && (!pairs || G->OH % 2 == 0);
+}
+
+/* C only (CPU programs): one output row (n, oy) per iteration with all O channels at
+   once, the row in vectors of 16 and 8 (the C prelude's), so each input row read serves
+   every output channel and the O * pieces sums are independent (the plane-at-a-time form
+   below waits on one chain of K*K additions per element). Stride 1, no padding: every
+   load is inside the row (kx + OW <= W). LeNet's conv1: 1.07 -> 0.53 ms a step on one
+   thread. With a 2x2 max pool fused (dec->pool_of: the ReLU's output is still written,
+   the pool's gradient reads it), two output rows per iteration: each input row read
+   serves both (K + 1 rows for 2K row-taps), and the pool of the two rows is taken from
+   the sums just stored, into the pool's buffer. */
+static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bool bias)
+{
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, OH = G->OH, OW = G->OW;
+    int pieces = OW / 16 + (OW % 16) / 8, pool = L->dec->pool_of[id], R = pool >= 0 ? 2 : 1;
+    int b[5] = { b0[0], b0[1], b0[2], b0[3], -1 };
+    const char *names[5] = { "=y", "x", "w", "bias", "=py" };
+    int nargs = bias ? 4 : 3;
+    if (pool >= 0) {
+        b[nargs] = cg_out_buf(L, pool);
+        names[nargs++] = "=py";
+    }
+    Step *st = cg_kernel(L, id, pool >= 0 ? "conv2d_rows_vec_pool" : "conv2d_rows_vec", dimn(OH / R), nargs, b, names);
+    st->grain = (long)R * OW * C * K * K * O;
+    st->c_only = true;
+    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride 1, no padding;\n"
+               "       %s per iteration, all %d output channels, a row in vectors%s */\n",
+            C, H, W, O, C, K, K, O, OH, OW, R == 2 ? "two output rows (n, oy), (n, oy + 1)" : "one output row (n, oy)", O,
+            pool >= 0 ? arena_printf(L->p->arena, ";\n       and their 2x2 max pool, py [N, %d, %d, %d]", O, OH / 2, OW / 2) : "");
+    cg_body(L, "    FOR_EACH(i, %s) {\n"
+               "        long n = i / %d; int oy = (int)(i %% %d) * %d;\n",
+            cg_work_str(L, dimn(OH / R)), OH / R, OH / R, R);
+    for (int r = 0; r < R; r++)
+        for (int o = 0; o < O; o++)
+            for (int q = 0, off = 0; q < pieces; q++, off += 16)
+                cg_body(L, "        mgc_f%d a%d_%d_%d = { 0 };\n", OW - off >= 16 ? 16 : 8, r, o, q);
+    if (bias)
+        for (int r = 0; r < R; r++)
+            for (int o = 0; o < O; o++)
+                for (int q = 0; q < pieces; q++) cg_body(L, "        a%d_%d_%d += bias[%d];\n", r, o, q, o);
+    cg_body(L, "        for (int c = 0; c < %d; c++) {\n"
+               "            const float *wc = w + c * %d;\n", C, K * K);
+    for (int xr = 0; xr < K + R - 1; xr++) {   /* input row oy + xr: tap row xr - r of output row oy + r */
+        cg_body(L, "            {   /* input row oy + %d */\n"
+                   "                const float *xr = x + ((n * %d + c) * %d + oy + %d) * %d;\n"
+                   "                for (int kx = 0; kx < %d; kx++) {\n",
+                xr, C, H, xr, W, K);
+        for (int q = 0, off = 0; q < pieces; q++, off += 16)
+            cg_body(L, "                    const mgc_f%d v%d = mgc_load%d(xr + kx + %d);\n", OW - off >= 16 ? 16 : 8, q,
+                    OW - off >= 16 ? 16 : 8, off);
+        for (int r = 0; r < R; r++) {
+            int ky = xr - r;
+            if (ky < 0 || ky >= K) continue;
+            for (int o = 0; o < O; o++) {
+                cg_body(L, "                    { const float wv = wc[%d + kx];", o * C * K * K + ky * K);
+                for (int q = 0; q < pieces; q++) cg_body(L, " a%d_%d_%d += wv * v%d;", r, o, q, q);
+                cg_body(L, " }\n");
+            }
+        }
+        cg_body(L, "                }\n            }\n");
+    }
+    cg_body(L, "        }\n"
+               "        float t[%d][%d];\n", R, OW);
+    for (int o = 0; o < O; o++) {
+        for (int r = 0; r < R; r++) {
+            for (int q = 0, off = 0; q < pieces; q++, off += 16)
+                cg_body(L, "        __builtin_memcpy(t[%d] + %d, &a%d_%d_%d, sizeof a%d_%d_%d);\n", r, off, r, o, q, r, o, q);
+            cg_body(L, "        { float *yr = y + ((n * %d + %d) * %d + oy + %d) * %d;\n"
+                       "          for (int ox = 0; ox < %d; ox++) yr[ox] = t[%d][ox] = %s; }\n",
+                    O, o, OH, r, OW, OW, r, L->relu_out[id] ? arena_printf(L->p->arena, "t[%d][ox] > 0.0f ? t[%d][ox] : 0.0f   /* fused relu */", r, r)
+                                                           : arena_printf(L->p->arena, "t[%d][ox]", r));
+        }
+        if (pool >= 0)   /* a ReLU's output: no NaN, plain maxima */
+            cg_body(L, "        { float *pr = py + ((n * %d + %d) * %d + oy / 2) * %d;\n"
+                       "          for (int px = 0; px < %d; px++) {\n"
+                       "              float m0 = t[0][2 * px] > t[0][2 * px + 1] ? t[0][2 * px] : t[0][2 * px + 1];\n"
+                       "              float m1 = t[1][2 * px] > t[1][2 * px + 1] ? t[1][2 * px] : t[1][2 * px + 1];\n"
+                       "              pr[px] = m0 > m1 ? m0 : m1;\n"
+                       "          } }\n",
+                    O, o, OH / 2, OW / 2, OW / 2);
+    }
+    cg_body(L, "    }\n");
+    cg_end_kernel(L);
+}
+
 /* x, w, bias? -> y, one (n, o) output plane per iteration; without padding a row of
    outputs at a time, with every tap of a kernel row in registers */
 static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
@@ -225,49 +318,8 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
        every output channel and the O * pieces sums are independent (the plane-at-a-time form
        below waits on one chain of K*K additions per element). Stride 1, no padding: every
        load is inside the row (kx + OW <= W). LeNet's conv1: 1.07 -> 0.53 ms a step on one thread. */
-    int pieces = OW / 16 + (OW % 16) / 8;
-    if (L->dec->cpu_only && P == 0 && S == 1 && OW % 8 == 0 && OW <= 48 && O * pieces <= 16) {
-        Step *st = cg_kernel(L, id, "conv2d_rows_vec", dimn(OH), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
-        st->grain = (long)OW * C * K * K * O;
-        st->c_only = true;
-        cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride 1, no padding;\n"
-                   "       one output row (n, oy) per iteration, all %d output channels, the row in vectors */\n",
-                C, H, W, O, C, K, K, O, OH, OW, O);
-        cg_body(L, "    FOR_EACH(i, %s) {\n"
-                   "        long n = i / %d; int oy = (int)(i %% %d);\n",
-                cg_work_str(L, dimn(OH)), OH, OH);
-        for (int o = 0; o < O; o++)
-            for (int q = 0, off = 0; q < pieces; q++, off += 16)
-                cg_body(L, "        mgc_f%d a%d_%d = { 0 };\n", OW - off >= 16 ? 16 : 8, o, q);
-        if (bias)
-            for (int o = 0; o < O; o++)
-                for (int q = 0; q < pieces; q++) cg_body(L, "        a%d_%d += bias[%d];\n", o, q, o);
-        cg_body(L, "        for (int c = 0; c < %d; c++)\n"
-                   "            for (int ky = 0; ky < %d; ky++) {\n"
-                   "                const float *xr = x + ((n * %d + c) * %d + oy + ky) * %d;\n"
-                   "                const float *wr = w + c * %d + ky * %d;\n"
-                   "                for (int kx = 0; kx < %d; kx++) {\n",
-                C, K, C, H, W, K * K, K, K);
-        for (int q = 0, off = 0; q < pieces; q++, off += 16)
-            cg_body(L, "                    const mgc_f%d v%d = mgc_load%d(xr + kx + %d);\n", OW - off >= 16 ? 16 : 8, q,
-                    OW - off >= 16 ? 16 : 8, off);
-        for (int o = 0; o < O; o++) {
-            cg_body(L, "                    { const float wv = wr[%d + kx];", o * C * K * K);
-            for (int q = 0; q < pieces; q++) cg_body(L, " a%d_%d += wv * v%d;", o, q, q);
-            cg_body(L, " }\n");
-        }
-        cg_body(L, "                }\n"
-                   "            }\n"
-                   "        float t[%d];\n", OW);
-        for (int o = 0; o < O; o++) {
-            for (int q = 0, off = 0; q < pieces; q++, off += 16)
-                cg_body(L, "        __builtin_memcpy(t + %d, &a%d_%d, sizeof a%d_%d);\n", off, o, q, o, q);
-            cg_body(L, "        { float *yr = y + ((n * %d + %d) * %d + oy) * %d;\n"
-                       "          for (int ox = 0; ox < %d; ox++) yr[ox] = %s; }\n",
-                    O, o, OH, OW, OW, L->relu_out[id] ? "t[ox] > 0.0f ? t[ox] : 0.0f   /* fused relu */" : "t[ox]");
-        }
-        cg_body(L, "    }\n");
-        cg_end_kernel(L);
+    if (rows_vec_fits(L->dec->cpu_only, G, false)) {
+        conv_rows_vec(L, id, G, b, bias);
         return;
     }
     if (P == 0 && K <= 7) {
@@ -1222,6 +1274,20 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
         }
         d->conv[id] = (signed char)s;
         if (op == OP_CONV2D && d->conv_why) d->conv_why[id] = conv_why(g->arena, opt, &G, s);
+    }
+    /* A 2x2 max pool of a ReLU'd direct convolution's output (LeNet's conv1): computed by
+       the convolution's kernel from the two rows just summed (conv_rows_vec). */
+    for (int id = 0; opt && opt->fuse && d->pool_of && id < g->n; id++) {
+        const Node *pn = &g->nodes[id];
+        if (pn->op != OP_MAXPOOL || pn->i[0] != 2 || pn->i[1] != 2 || pn->i[2] != 0) continue;
+        int x = pn->in[0], c = d->fused[x] >= 0 && g->nodes[x].op == OP_RELU ? d->fused[x] : x;
+        if (g->nodes[c].op != OP_CONV2D || !d->relu_out[c] || d->conv[c] != CONV_DIRECT || d->pool_of[c] >= 0) continue;
+        ConvGeom G = conv_geom(g, c);
+        if (!rows_vec_fits(d->cpu_only, &G, true) || G.OH != 2 * pn->shape.d[2] || G.OW != 2 * pn->shape.d[3]) continue;
+        d->pool_of[c] = id;
+        d->pool_by[id] = c;
+        if (d->conv_why && d->conv_why[c])
+            d->conv_why[c] = arena_printf(g->arena, "%s; its 2x2 max pool taken in the same kernel, two rows at a time", d->conv_why[c]);
     }
     for (int id = 0; d->conv_why && d->wgrad_pool && id < g->n; id++) {
         int fwd = g->nodes[id].grad_of;

@@ -125,7 +125,7 @@ void cg_lower_window_pool(Lower *L, int id)
     const Node *n = &L->g->nodes[id];
     const Graph *g = L->g;
     int K = n->i[0], S = n->i[1], P = n->i[2];
-    if (L->dec->pool_by[id] >= 0) return;   /* computed, and its buffer made, by the BatchNorm's kernel */
+    if (L->dec->pool_by[id] >= 0) return;   /* computed, and its buffer made, by the BatchNorm's or convolution's kernel */
     int y = cg_out_buf(L, id);
     bool fwd = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL;
     bool mx = n->op == OP_MAXPOOL || n->op == OP_MAXPOOL_BWD;

@@ -115,6 +115,10 @@ def op_conv_rows():
     return seq(("conv", nn.Conv2d(2, 3, 5)), relu(), ("proj", nn.Conv2d(3, 2, 1, bias=False)), *head(2 * 2 * 40))
 
 
+def op_conv_rows_pool():
+    return seq(("conv", nn.Conv2d(2, 3, 3, bias=False)), relu(), maxpool(2), *head(3 * 8 * 8))
+
+
 def op_linear():
     return seq(flatten(), ("fc1", nn.Linear(32, 12, bias=False)), ("fc2", nn.Linear(12, 10)))
 
@@ -290,6 +294,7 @@ BUILDERS = {
     "tests/nets/op_conv_bigpad.net": (op_conv_bigpad, (1, 16, 16)),
     "tests/nets/op_conv_pool.net": (op_conv_pool, (2, 12, 12)),
     "tests/nets/op_conv_rows.net": (op_conv_rows, (2, 6, 44)),
+    "tests/nets/op_conv_rows_pool.net": (op_conv_rows_pool, (2, 18, 18)),
     "tests/nets/op_conv_pool2.net": (op_conv_pool2, (2, 19, 19)),
     "tests/nets/op_conv_pool_nobias.net": (op_conv_pool_nobias, (3, 9, 9)),
     "tests/nets/op_linear.net": (op_linear, (2, 4, 4)),
