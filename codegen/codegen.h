@@ -159,15 +159,18 @@ typedef struct CgDecisions {
 void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a);
 /* The fusion pass (codegen/fuse.c): element-wise ReLU and its gradient folded
    into the kernel before them, a max pool after BatchNorm + ReLU into the
-   BatchNorm's, and a BatchNorm whose only consumer is an add into the add's,
-   when opt->fuse. Requires: a verified graph.
+   BatchNorm's, a BatchNorm whose only consumer is an add into the add's, and
+   (CPU programs) a 2x2 max pool's gradient into the weight gradient of the
+   convolution before it, when opt->fuse. Requires: a verified graph.
    Produces: d->fused, d->relu_out, d->relu_mask, d->pool_of, d->pool_by, d->bn_into_add,
    d->wgrad_pool, d->wgrad_bias. */
 void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d);
 /* The convolution pass (codegen/conv.c): how each convolution runs, forward
    and gradients alike (opt->conv forces one); with opt->fuse, the BatchNorm
-   statistics that a chunked convolution's kernel sums as it writes its output.
-   Produces: d->conv, d->conv_why, d->stats_of, d->stats_by. */
+   statistics that a chunked convolution's kernel sums as it writes its output,
+   and the 2x2 max pool that a direct convolution's kernel takes of its rows.
+   Produces: d->conv, d->conv_why, d->stats_of, d->stats_by, and pool_of,
+   pool_by of direct convolutions. */
 void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d);
 /* Lowers nodes [0, g->n) of g to steps and buffers; emits the kernel bodies.
    Requires: the fusion and convolution passes' decisions (NULL: both run

@@ -138,8 +138,9 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
      maxpool2d_grad -> relu_grad(y = the pool's input)
                                the pool gradient is routed only where y > 0
    A producer is fused only when the ReLU is its one user.
-   And a 2x2 max pool's gradient into a first convolution's weight gradient
-   (fuse_pooled_wgrad), and the SGD updates of a bucket, in groups (fuse_sgd). With fusion off
+   And on CPUs a 2x2 max pool's gradient routed by the weight gradient of the
+   convolution before it (fuse_pooled_wgrad), and the SGD updates of a bucket, in
+   groups (fuse_sgd). With fusion off
    (opt->fuse false; the driver's MGC_FUSE=0) nothing is: the tests compare both. */
 void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
 {
