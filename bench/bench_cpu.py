@@ -51,11 +51,15 @@ def run(cmd, env, out_path):
 
 
 def median_rate(log_path, skip_first):
+    """(median examples/s, last test accuracy, peak resident MB as the process itself
+    saw it (VmHWM), or None) from a --log file."""
     rows = [json.loads(line) for line in open(log_path) if line.strip()]
     rates = [r["examples_per_s"] for r in rows if r.get("examples_per_s")]
     if skip_first and len(rates) > 1:
         rates = rates[1:]   # the first epoch pays for first touches of memory
-    return statistics.median(rates) if rates else None, rows[-1].get("test_acc") if rows else None
+    peaks = [r["peak_resident_mb"] for r in rows if r.get("peak_resident_mb")]
+    return (statistics.median(rates) if rates else None, rows[-1].get("test_acc") if rows else None,
+            max(peaks) if peaks else None)
 
 
 def train_flops(net, sets):
@@ -177,7 +181,10 @@ def main():
                     print(f"{name}: a run failed ({'mgc' if side == 'm' else 'torch'} exit {rc}); see {tmp}")
                     failed = True
                     break
-                rate, acc = median_rate(log, epochs > 1)
+                rate, acc, peak = median_rate(log, epochs > 1)
+                # the process's own peak: wait4's counts the pages a fork copied from this
+                # Python process (with PyTorch loaded, a floor of about 250 MB)
+                mem = peak if peak else mem
                 if best[side][0] is None or (rate or 0) > best[side][0]:
                     best[side] = (rate, acc, mem)
             if failed:

@@ -79,6 +79,19 @@ class LeNet(nn.Module):
 
 
 @torch.no_grad()
+def peak_resident_mb():
+    """This process's peak resident memory since its exec (VmHWM), in MB, or None:
+    getrusage's ru_maxrss would also count what a fork copied from the parent."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
 def evaluate(model, x, y, batch):
     model.eval()
     correct = 0
@@ -182,7 +195,7 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
         test_acc = evaluate(model, xte, yte, 1000)  # eval mode: BatchNorm's running statistics
         rec = {"epoch": epoch, "loss": loss_sum / seen, "train_acc": correct / seen,
                "test_acc": test_acc, "examples_per_s": seen / train_s,
-               "seconds": train_s}
+               "seconds": train_s, "peak_resident_mb": peak_resident_mb()}
         epochs.append(rec)
         if logf:
             logf.write(json.dumps(rec) + "\n")

@@ -139,6 +139,15 @@ static long long read_number(const char *path, const char *key)
     return v;
 }
 
+size_t rt_peak_resident(void)
+{
+    /* VmHWM: this address space's peak, from exec on (getrusage's ru_maxrss would also
+       count the parent's pages that a fork copied before the exec: a parent as large as
+       a Python process with PyTorch loaded sets a floor under every child's figure) */
+    long long v = read_number("/proc/self/status", "VmHWM:");
+    return v > 0 ? (size_t)v : 0;
+}
+
 size_t rt_memory_available(void)
 {
     long long avail = read_number("/proc/meminfo", "MemAvailable:");

@@ -22,5 +22,7 @@ int   rt_cores(void);
 /* Bytes of memory this process can still get without swapping: the kernel's
    MemAvailable, lowered by a cgroup's limit; 0 when neither can be read. */
 size_t rt_memory_available(void);
+/* Bytes of this process's peak resident memory since it started (exec), 0 when unknown. */
+size_t rt_peak_resident(void);
 
 #endif

@@ -938,6 +938,8 @@ int train_run(const Model *m, const TrainConfig *cfg)
                 else fprintf(log, "%.6f", test_acc);
                 fprintf(log, ", \"examples_per_s\": %.1f, \"seconds\": %.3f, \"train_seconds\": %.3f, \"replicas\": %d",
                         eps, secs, t_train, G.total);
+                size_t peak = rt_peak_resident();
+                if (peak) fprintf(log, ", \"peak_resident_mb\": %.1f", (double)peak / (1 << 20));
                 if (cr.dev) {
                     fprintf(log, ", \"comm\": {\"steps\": %ld, \"bytes_per_step\": %.0f, \"ring_bound_per_step\": %.0f, "
                                  "\"mpi_bytes_per_step\": %.0f, \"wait_seconds\": %.3f, \"compute_seconds\": %.3f, \"devices\": [",
