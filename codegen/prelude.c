@@ -11,6 +11,9 @@
 **                    infinity's): C: by masking the bits, which compilers keep branch-free
 **                    (a float select on data-dependent conditions may become a branch that
 **                    the data mispredict); CUDA: a select
+**   C only, for kernels whose steps are c_only: mgc_f8, mgc_f16 (8 and 16 floats
+**   as one vector), mgc_load8/16, mgc_store16; mgc_gemm_tn(M, N, K, A, lda, B, ldb,
+**   C, ldc), C = A^T . B for a short K
 **
 ** Reductions (a kernel whose step has `blocks` set): one reduction per
 ** iteration of FOR_EACH_BLOCK, its inner loop shared by a block of threads.
@@ -101,8 +104,8 @@ static const char prelude_c[] =
     "static inline void mgc_store16(float *p, mgc_f16 v) { __builtin_memcpy(p, &v, sizeof v); }\n"
     "/* C[M, N] = A^T . B, A [K, M] (row stride lda), B [K, N] (ldb), C (ldc): a GEMM with a short K\n"
     "   (a convolution's input gradient with few output channels), where a BLAS's packing costs\n"
-    "   more than the multiply-adds: blocks of 6 rows by 32 columns in registers, K unrolled */\n"
-    "static void mgc_gemm_tn(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc)\n"
+    "   more than the multiply-adds: blocks of 6 rows by 32 columns in registers */\n"
+    "static inline void mgc_gemm_tn(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc)\n"
     "{\n"
     "    int j = 0;\n"
     "    for (; j + 32 <= N; j += 32) {\n"
