@@ -313,12 +313,7 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
     bool bias = n->nin == 3;
     int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
-    /* C only (CPU programs): one output row (n, oy) per iteration with all O channels at
-       once, the row in vectors of 16 and 8 (the C prelude's), so each input row read serves
-       every output channel and the O * pieces sums are independent (the plane-at-a-time form
-       below waits on one chain of K*K additions per element). Stride 1, no padding: every
-       load is inside the row (kx + OW <= W). LeNet's conv1: 1.07 -> 0.53 ms a step on one thread. */
-    if (rows_vec_fits(L->dec->cpu_only, G, false)) {
+    if (rows_vec_fits(L->dec->cpu_only, G, false)) {   /* C only: all output channels in vectors */
         conv_rows_vec(L, id, G, b, bias);
         return;
     }
@@ -1068,26 +1063,26 @@ static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
         for (int kx = 1; kx < K; kx++) cg_body(L, " + q0[%ld + ix]", kx * Hp * R - kx);
         cg_body(L, ";\n                }\n");
     } else {
-    /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
-    cg_body(L, "            /* col2im */\n"
-               "            for (int c = 0; c < %d; c++) {\n"
-               "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);
-    if (Pd == 0) cg_body(L, "                float *pad = dxp;\n");
-    cg_body(L, "                for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;\n"
-               "                for (int t = 0; t < %d; t++) {\n"
-               "                    int ky = t / %d, kx = t %% %d;\n"
-               "                    const float *cp = dcol + (c * %d + t) * %s;\n"
-               "                    for (int oy = 0; oy < %d; oy++) {\n"
-               "                        float *dp = pad + (oy * %d + ky) * %ldL + kx;\n"
-               "                        const float *sp = cp + oy * %d;\n"
-               "                        for (int ox = 0; ox < %d; ox++) dp[ox * %d] += sp[ox];\n"
-               "                    }\n"
-               "                }\n",
-            Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, cp_at, OH, S, Wp, OW, OW, S);
-    if (Pd > 0)
-        cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
-                   "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ldL + %d + ix];\n",
-                H, W, W, Pd, Wp, Pd);
+        /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
+        cg_body(L, "            /* col2im */\n"
+                   "            for (int c = 0; c < %d; c++) {\n"
+                   "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);
+        if (Pd == 0) cg_body(L, "                float *pad = dxp;\n");
+        cg_body(L, "                for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;\n"
+                   "                for (int t = 0; t < %d; t++) {\n"
+                   "                    int ky = t / %d, kx = t %% %d;\n"
+                   "                    const float *cp = dcol + (c * %d + t) * %s;\n"
+                   "                    for (int oy = 0; oy < %d; oy++) {\n"
+                   "                        float *dp = pad + (oy * %d + ky) * %ldL + kx;\n"
+                   "                        const float *sp = cp + oy * %d;\n"
+                   "                        for (int ox = 0; ox < %d; ox++) dp[ox * %d] += sp[ox];\n"
+                   "                    }\n"
+                   "                }\n",
+                Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, cp_at, OH, S, Wp, OW, OW, S);
+        if (Pd > 0)
+            cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
+                       "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ldL + %d + ix];\n",
+                    H, W, W, Pd, Wp, Pd);
     }
     cg_body(L, "            }\n        }\n    }\n    free(dcol);\n");
     cg_end_kernel(L);
@@ -1335,7 +1330,7 @@ static void conv_pooled_grad_w(Lower *L, int id, const ConvGeom *G)
     const Node *pn = &g->nodes[pool];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, OH = G->OH, OW = G->OW, PH = OH / 2, PW = OW / 2, PQ = PH * PW;
     int R = K * C;                          /* floats of one kernel row, (kx, c) */
-    int nv = R <= 8 ? 1 : R <= 16 ? 1 : 2;  /* its vectors: 8, 16, or 16 + (8 or 16) lanes */
+    int nv = R <= 16 ? 1 : 2;               /* its vectors: 8, 16, or 16 + (8 or 16) lanes */
     int lanes[2] = { R <= 8 ? 8 : 16, R <= 16 ? 0 : R <= 24 ? 8 : 16 };
     int RP = lanes[0] + lanes[1];           /* lanes per row, R used */
     long img = (long)H * W * C;
@@ -1384,18 +1379,14 @@ static void conv_pooled_grad_w(Lower *L, int id, const ConvGeom *G)
                "                for (int py = 0; py < %d; py++)   /* each window's gradient and the place it goes */\n"
                "                    for (int px = 0; px < %d; px++) {\n"
                "                        const float *r0 = ap + py * %d + 2 * px, *r1 = r0 + %d;\n"
-               "                        float a0 = r0[0], a1 = r0[1], a2 = r1[0], a3 = r1[1];\n"
-               "                        float m = a0;   /* y is a ReLU's output: no NaN */\n"
-               "                        m = a1 > m ? a1 : m;\n"
-               "                        m = a2 > m ? a2 : m;\n"
-               "                        m = a3 > m ? a3 : m;\n"
-               "                        /* the first maximum in reading order, as the forward (and PyTorch) */\n"
-               "                        int e0 = a0 == m, e1 = !e0 & (a1 == m), e2 = !e0 & !e1 & (a2 == m), e3 = !e0 & !e1 & !e2;\n"
-               "                        int q = py * %d + px;\n"
+               "                        float a0 = r0[0], a1 = r0[1], a2 = r1[0], a3 = r1[1];\n",
+            O, OH * OW, O, PQ, PH, PW, 2 * OW, OW);
+    cg_first_max_2x2(L, 24, true);   /* y is a ReLU's output */
+    cg_body(L, "                        int q = py * %d + px;\n"
                "                        gq[q] = mgc_keep(gp[q], m > 0.0f);\n"
                "                        at[q] = ((2 * py + (e2 | e3)) * %d + 2 * px + (e1 | e3)) * %d;\n"
                "                    }\n",
-            O, OH * OW, O, PQ, PH, PW, 2 * OW, OW, PW, W, C);
+            PW, W, C);
     if (bg >= 0) {
         cg_body(L, "                for (int q0 = 0; q0 + 16 <= %d; q0 += 16)\n"
                    "                    for (int k = 0; k < 16; k++) bl[k] += gq[q0 + k];\n", PQ);

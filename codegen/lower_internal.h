@@ -101,7 +101,10 @@ void cg_bn_scale_shift(Lower *L, int C);
 void cg_lower_bn_stats_chunks(Lower *L, int id);
 /* pool.c: the max pool of one plane src [H, W] -> dst [OH, OW], inside a kernel's loop. */
 void cg_max_pool_plane(Lower *L, const char *src, const char *dst, int K, int S, int P, int H, int W, int OH, int OW,
-                       bool nan_free, int ind);   /* conv.c: bn_stats from a chunked convolution's partial sums */
+                       bool nan_free, int ind);
+/* pool.c: in a loop over 2x2 windows with a0..a3 declared, m (their maximum) and e0..e3
+   (the first maximum, the one a gradient goes to); nan_free: the values are a ReLU's. */
+void cg_first_max_2x2(Lower *L, int indent, bool nan_free);   /* conv.c: bn_stats from a chunked convolution's partial sums */
 void cg_lower_bn_eval_stats(Lower *L, int id);
 void cg_lower_bn_apply(Lower *L, int id);
 void cg_lower_bn_grad_params(Lower *L, int id);

@@ -118,6 +118,26 @@ void cg_max_pool_plane(Lower *L, const char *src, const char *dst, int K, int S,
     cg_body(L, "%*s}\n", ind, "");
 }
 
+/* In a kernel's loop over 2x2 windows whose values a0, a1 (top row), a2, a3 are
+   declared: m, their maximum, and e0..e3, which one of them is the first maximum in
+   reading order (the one the gradient goes to), as int flags, branch-free. */
+void cg_first_max_2x2(Lower *L, int indent, bool nan_free)
+{
+    /* x a ReLU's output (no NaN): plain selects; else a NaN wins (a select on "greater
+       or NaN", which compiles to branches) */
+    cg_body(L, "%*s/* the first maximum in reading order, as the forward (and PyTorch) */\n"
+               "%*sfloat m = a0;\n", indent, "", indent, "");
+    for (int k = 1; k < 4; k++)
+        if (nan_free)
+            cg_body(L, "%*sm = a%d > m ? a%d : m;%s\n", indent, "", k, k, k == 1 ? "   /* a ReLU's output: no NaN */" : "");
+        else
+            cg_body(L, "%*sm = (a%d > m) | (a%d != a%d) ? a%d : m;\n", indent, "", k, k, k, k);
+    cg_body(L, "%*s/* exactly one of the four gets the gradient: the first equal to m (the last if m is NaN);\n"
+               "%*s   selects by masks: branches here would follow the data */\n"
+               "%*sint e0 = a0 == m, e1 = !e0 & (a1 == m), e2 = !e0 & !e1 & (a2 == m), e3 = !e0 & !e1 & !e2;\n",
+            indent, "", indent, "", indent, "");
+}
+
 /* maxpool2d, avgpool2d: x -> y; maxpool2d_grad: x, dy -> dx; avgpool2d_grad: dy -> dx.
    The common max-pool gradients get kernels of their own: 2x2 stride 2, and windows that tile the plane. */
 void cg_lower_window_pool(Lower *L, int id)
@@ -192,28 +212,15 @@ void cg_lower_window_pool(Lower *L, int id)
                        "            const float *r0 = xp + oy * %d, *r1 = r0 + %d, *g0 = dyp + oy * %d;\n"
                        "            float *d0 = dxp + oy * %d, *d1 = d0 + %d;\n"
                        "            for (int ox = 0; ox < %d; ox++) {\n"
-                       "                /* the first maximum in reading order, as the forward (and PyTorch) */\n"
-                       "                float a0 = r0[2 * ox], a1 = r0[2 * ox + 1], a2 = r1[2 * ox], a3 = r1[2 * ox + 1];\n"
-                       "                float m = a0;\n"
-                       "%s"
-                       "                /* exactly one of the four gets the gradient: the first equal to m (the last if m is NaN);\n"
-                       "                   selects by masks: branches here would follow the data */\n"
-                       "                int e0 = a0 == m, e1 = !e0 & (a1 == m), e2 = !e0 & !e1 & (a2 == m), e3 = !e0 & !e1 & !e2;\n"
-                       "                float g = %s;\n"
+                       "                float a0 = r0[2 * ox], a1 = r0[2 * ox + 1], a2 = r1[2 * ox], a3 = r1[2 * ox + 1];\n",
+                    W, H * Wd, OH * OW, H * Wd, OH, 2 * Wd, Wd, OW, 2 * Wd, Wd, OW);
+            cg_first_max_2x2(L, 16, L->relu_mask[id]);
+            cg_body(L, "                float g = %s;\n"
                        "                d0[2 * ox] = mgc_keep(g, e0);\n"
                        "                d0[2 * ox + 1] = mgc_keep(g, e1);\n"
                        "                d1[2 * ox] = mgc_keep(g, e2);\n"
                        "                d1[2 * ox + 1] = mgc_keep(g, e3);\n"
                        "            }\n        }\n    }\n",
-                    W, H * Wd, OH * OW, H * Wd, OH, 2 * Wd, Wd, OW, 2 * Wd, Wd, OW,
-                    /* x a ReLU's output (no NaN): plain selects; else a NaN wins (a select on
-                       "greater or NaN", which compiles to branches) */
-                    L->relu_mask[id] ? "                m = a1 > m ? a1 : m;   /* x is a ReLU's output: no NaN */\n"
-                                       "                m = a2 > m ? a2 : m;\n"
-                                       "                m = a3 > m ? a3 : m;\n"
-                                     : "                m = (a1 > m) | (a1 != a1) ? a1 : m;\n"
-                                       "                m = (a2 > m) | (a2 != a2) ? a2 : m;\n"
-                                       "                m = (a3 > m) | (a3 != a3) ? a3 : m;\n",
                     L->relu_mask[id] ? "mgc_keep(g0[ox], m > 0.0f)   /* fused relu_grad */" : "g0[ox]");
             cg_end_kernel(L);
             return;
