@@ -25,7 +25,10 @@ layers, the same count for both), and peak resident memory of each process.
 Then mgc's ResNet-18 step (MGC_PROFILE=1) grouped by kind: GEMM, data
 movement (im2col, col2im, packing), convolution kernels (chunked: im2col +
 CBLAS in cache; direct loops), normalisation, pooling, element-wise,
-loss, SGD update. A last line `JSON {...}` holds all of it.
+loss, SGD update. Then mgc's start-up: seconds from its start to the first
+training step (`-v`), with an empty kernel cache (a fresh XDG_CACHE_HOME:
+every kernel compiled) and with the cache that run left (warm). A last line
+`JSON {...}` holds all of it.
 """
 import argparse
 import json
@@ -219,6 +222,21 @@ def main():
             if ms > 0:
                 print(f"  {kind:<15} {ms:8.1f} ms  {ms / total:6.1%}")
         results["resnet18_profile_ms"] = kinds
+    # start-up: to the first training step, cold (empty kernel cache) and warm
+    startup = {}
+    for net in ("nets/lenet.net", "nets/resnet18.net"):
+        cache = tempfile.mkdtemp(prefix="cache-", dir=tmp)
+        senv = dict(env, XDG_CACHE_HOME=cache)
+        got = []
+        for state in ("cold", "warm"):
+            out = os.path.join(tmp, f"startup.{os.path.basename(net)}.{state}.out")
+            rc, _ = run([mgc, net, "-v", "--epochs", "1", "--limit-train", "256", "--limit-test", "0",
+                         "--threads", str(T), "--data", a.data], senv, out)
+            m = re.search(r"first training step starts ([0-9.]+) s after", open(out).read())
+            got.append(float(m.group(1)) if rc == 0 and m else None)
+        startup[net] = {"cold_s": got[0], "warm_s": got[1]}
+        print(f"mgc start-up, {net}: {got[0]} s with an empty kernel cache, {got[1]} s warm (to the first training step)")
+    results["startup"] = startup
     print("JSON " + json.dumps(results))
 
 

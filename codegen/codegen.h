@@ -68,6 +68,8 @@ typedef struct Step {
     int node;                 /* IR node this step implements (part of) */
     /* STEP_KERNEL */
     const char *fn;           /* kernel function name */
+    const char *sym;          /* the function that runs it: fn, or the fn of an earlier kernel whose code is
+                                 the same but for names and comments (compiled once; cg_share_kernels) */
     int nargs;
     int args[CG_MAXARGS];     /* buffer ids, in the kernel's a.t[] order */
     unsigned outs;            /* bit j set: the kernel writes a.t[j] */
@@ -191,14 +193,21 @@ size_t cg_persistent_bytes(const Program *p);
    and present in the source, the host's buffers set. Returns 0, or -1 with
    the first problem in err. */
 int  cg_verify(const Program *p, char *err, size_t err_size);
-/* The whole source for a target: prelude + bodies. */
+/* Kernels with the same code (ResNet's repeated blocks: the same shapes,
+   other buffers) are compiled once: sets every kernel step's sym to the fn of
+   the first kernel whose text is the same but for its name and comments.
+   Run by cg_lower(). */
+void cg_share_kernels(Program *p);
+/* The whole source for a target: prelude + bodies (every kernel, twins too). */
 char *cg_source(const Program *p, Target t);
 /* One kernel's source for a target: prelude + the body of kernel step k. */
 char *cg_kernel_source(const Program *p, int k, Target t);
-/* The source for a target in up to `most` pieces of about equal size, cut
-   between kernels, each headed by the prelude so that each compiles alone
-   (translation units compiled side by side, none too large). Fills parts[]
-   and returns how many (at least 1, at most most and the kernels there are). */
+/* What is compiled for a target, in up to `most` pieces of about equal
+   size, each headed by the prelude so that each compiles alone (translation
+   units compiled side by side, none too large): the kernels that run their
+   own code (sym == fn), dealt out in turn so that every piece gets a share of
+   each kind. Fills parts[] and returns how many (at least 1, at most most
+   and the distinct kernels there are). */
 int cg_source_parts(const Program *p, Target t, int most, char **parts);
 /* The strategy for a convolution of c input channels, k x k, o outputs,
    out_width columns, the padding, and the input and output positions per

@@ -407,6 +407,7 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     fclose(L.src);
     p->source = arena_strndup(a, text, len);
     free(text);
+    cg_share_kernels(p);
     /* Scratch buffers (im2col columns, transposed gradients) are not IR tensors,
        whose sizes the builders check: hold them to the same limit, so that
        every count fits an int and a plan of up to 2^20 examples fits a size_t. */

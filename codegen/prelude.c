@@ -48,6 +48,9 @@
 */
 #include "codegen.h"
 #include "kargs.h"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* KArgs as the kernels see it: codegen/kargs.h's rows, one a line with its comment. */
@@ -244,30 +247,85 @@ char *cg_kernel_source(const Program *p, int k, Target t)
                         (int)(s->src_end - s->src_begin), p->source + s->src_begin);
 }
 
+/* Kernel step k's text as compared for sharing: comments out, its own name
+   as "@" (the name also labels its scratch memory's message). */
+static char *kernel_code(const Program *p, int k)
+{
+    const Step *s = &p->steps[k];
+    const char *t = p->source + s->src_begin, *end = p->source + s->src_end;
+    size_t fl = strlen(s->fn);
+    char *out = malloc((size_t)(end - t) + 1), *o = out;
+    while (t < end) {
+        if (t + 1 < end && t[0] == '/' && t[1] == '*') {
+            const char *close = strstr(t + 2, "*/");
+            t = close && close + 2 <= end ? close + 2 : end;
+        } else if ((size_t)(end - t) >= fl && memcmp(t, s->fn, fl) == 0) {
+            *o++ = '@';
+            t += fl;
+        } else {
+            *o++ = *t++;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+void cg_share_kernels(Program *p)
+{
+    int n = p->nsteps;
+    char **code = calloc((size_t)n + 1, sizeof *code);
+    uint64_t *hash = calloc((size_t)n + 1, sizeof *hash);
+    for (int k = 0; k < n; k++) {
+        Step *s = &p->steps[k];
+        if (s->kind != STEP_KERNEL) continue;
+        s->sym = s->fn;
+        code[k] = kernel_code(p, k);
+        uint64_t h = 0xcbf29ce484222325ULL;
+        for (const char *c = code[k]; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+        hash[k] = h;
+        for (int j = 0; j < k; j++)   /* the first with the same code runs its own */
+            if (code[j] && hash[j] == hash[k] && p->steps[j].sym == p->steps[j].fn && strcmp(code[j], code[k]) == 0) {
+                s->sym = p->steps[j].fn;
+                break;
+            }
+    }
+    for (int k = 0; k < n; k++) free(code[k]);
+    free(code);
+    free(hash);
+}
+
 int cg_source_parts(const Program *p, Target t, int most, char **parts)
 {
     const char *pre = t == TARGET_C ? prelude_c : prelude_cuda, *kargs = kargs_text(p->arena);
-    long len = (long)strlen(p->source), kernels = 0;
-    for (int k = 0; k < p->nsteps; k++) kernels += p->steps[k].kind == STEP_KERNEL;
+    int own = 0;
+    for (int k = 0; k < p->nsteps; k++) own += p->steps[k].kind == STEP_KERNEL && p->steps[k].sym == p->steps[k].fn;
     int n = most < 1 ? 1 : most;
-    if (n > kernels) n = kernels > 0 ? (int)kernels : 1;
-    /* piece j starts at the first kernel that begins at or after j * len / n */
-    long start = 0;
-    int made = 0;
-    for (int j = 1; j <= n; j++) {
-        long cut = len, at = (long)((double)len * j / n);
-        if (j < n)   /* steps need not be in the order of their text */
-            for (int k = 0; k < p->nsteps; k++) {
-                long b = p->steps[k].src_begin;
-                if (p->steps[k].kind == STEP_KERNEL && b > start && b >= at && b < cut) cut = b;
-            }
-        if (cut <= start) continue;
-        parts[made++] = arena_printf(p->arena, "%s%s%s%.*s", pre, kargs, prelude_common, (int)(cut - start), p->source + start);
-        start = cut;
-        if (cut == len) break;
+    if (n > own) n = own > 0 ? own : 1;
+    /* distinct kernel i goes to piece i mod n: the kinds of kernel (forward,
+       gradients; some slower to compile than others) come in runs, and each
+       piece gets its turn of every run */
+    char **text = calloc((size_t)n, sizeof *text);
+    size_t *len = calloc((size_t)n, sizeof *len);
+    FILE **f = calloc((size_t)n, sizeof *f);
+    for (int j = 0; j < n; j++) {
+        f[j] = open_memstream(&text[j], &len[j]);
+        fprintf(f[j], "%s%s%s", pre, kargs, prelude_common);
     }
-    if (!made) parts[made++] = cg_source(p, t);
-    return made;
+    int i = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        if (s->kind != STEP_KERNEL || s->sym != s->fn) continue;
+        fwrite(p->source + s->src_begin, 1, (size_t)(s->src_end - s->src_begin), f[i++ % n]);
+    }
+    for (int j = 0; j < n; j++) {
+        fclose(f[j]);
+        parts[j] = arena_strndup(p->arena, text[j], len[j]);
+        free(text[j]);
+    }
+    free(text);
+    free(len);
+    free(f);
+    return n;
 }
 
 static void print_dim(FILE *out, Dim d)
@@ -305,6 +363,7 @@ void cg_print_steps(const Program *p, FILE *out)
             fprintf(out, ") over ");
             print_dim(out, s->work);
             if (s->blocks) fprintf(out, " (blocks)");
+            if (s->sym && s->sym != s->fn) fprintf(out, "  = %s's code", s->sym);
         } else {
             fprintf(out, "gemm b%d[", s->c);
             print_dim(out, s->m);

@@ -429,6 +429,7 @@ static int dump_kernels(const Graph *g, const Program *p, const char *dir)
                 if (!said++) fprintf(h, "   and, fused into it:\n");
                 ir_print(g, h, id, id + 1);
             }
+        if (s->sym != s->fn) fprintf(h, "   Its code is %s's (the same but for names and comments): compiled once, as %s.\n", s->sym, s->sym);
         fprintf(h, "*/\n");
         fclose(h);
         for (int t = 0; t < (s->c_only ? 1 : 2); t++) {   /* some kernels are C only */

@@ -97,11 +97,21 @@ static int cpu_load(Device *d, const Program *p, bool verbose, void **module, Ke
     (void)d;
     /* as many pieces as cores, more where the source is large: no compiler
        process gets more than about 256 KB of kernels */
-    long kernels = 0;
-    for (int k = 0; k < p->nsteps; k++) kernels += p->steps[k].kind == STEP_KERNEL;
-    long want = (long)(strlen(p->source) >> 18) + 1;
+    long kernels = 0, bytes = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        if (s->kind != STEP_KERNEL || s->sym != s->fn) continue;
+        kernels++;
+        bytes += s->src_end - s->src_begin;
+    }
+    long want = (bytes >> 18) + 1;
     if (want < rt_cores()) want = rt_cores();
     if (want > kernels) want = kernels > 0 ? kernels : 1;
+    if (verbose) {
+        long steps = 0;
+        for (int k = 0; k < p->nsteps; k++) steps += p->steps[k].kind == STEP_KERNEL;
+        fprintf(stderr, "mgc: %ld kernel steps, %ld distinct kernels (the others are twins: the same code)\n", steps, kernels);
+    }
     char **parts = malloc(sizeof(char *) * (size_t)want);
     int n = cg_source_parts(p, TARGET_C, (int)want, parts);
     int rc = rt_cc_load((const char *const *)parts, n, verbose, module, err, err_size);
@@ -110,9 +120,9 @@ static int cpu_load(Device *d, const Program *p, bool verbose, void **module, Ke
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
         if (s->kind != STEP_KERNEL) continue;
-        void *sym = dlsym(*module, s->fn);
+        void *sym = dlsym(*module, s->sym);
         if (!sym) {
-            snprintf(err, err_size, "kernel %s missing from the compiled kernels (delete the kernel cache to rebuild)", s->fn);
+            snprintf(err, err_size, "kernel %s missing from the compiled kernels (delete the kernel cache to rebuild)", s->sym);
             return -1;
         }
         memcpy(&fns[k], &sym, sizeof sym);

@@ -396,15 +396,17 @@ static int cuda_load(Device *d, const Program *p, bool verbose, void **module, K
             snprintf(err, err_size, "internal: kernel %s is C only and cannot run on %s", p->steps[k].fn, d->name);
             return -1;
         }
-    if (load_module(d, cg_source(p, TARGET_CUDA), verbose, &mod, err, err_size)) return -1;
+    char *source;   /* the kernels that run their own code (twins share it) */
+    cg_source_parts(p, TARGET_CUDA, 1, &source);
+    if (load_module(d, source, verbose, &mod, err, err_size)) return -1;
     *module = mod;
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
         if (s->kind != STEP_KERNEL) continue;
         CUfunction f;
-        CUresult r = cu.cuModuleGetFunction(&f, mod, s->fn);
+        CUresult r = cu.cuModuleGetFunction(&f, mod, s->sym);
         if (r != CUDA_SUCCESS) {
-            snprintf(err, err_size, "kernel %s missing from the CUDA module: %s", s->fn, cu_msg(r));
+            snprintf(err, err_size, "kernel %s missing from the CUDA module: %s", s->sym, cu_msg(r));
             return -1;
         }
         memcpy(&fns[k], &f, sizeof f);

@@ -197,50 +197,93 @@ static void test_ir_verify(void)
     arena_free(&c.arena);
 }
 
+/* Kernels with the same code share it: a twin's code is, but for its name and
+   comments, the kernel it runs; ResNet-18's repeated blocks give twins. */
+static char *code_of(const Program *p, int k)
+{
+    const Step *s = &p->steps[k];
+    char *out = malloc((size_t)(s->src_end - s->src_begin) + 1), *o = out;
+    for (const char *t = p->source + s->src_begin, *end = p->source + s->src_end; t < end;) {
+        if (!strncmp(t, "/*", 2)) t = strstr(t, "*/") + 2;
+        else if (!strncmp(t, s->fn, strlen(s->fn))) {
+            *o++ = '#';
+            t += strlen(s->fn);
+        } else *o++ = *t++;
+    }
+    *o = 0;
+    return out;
+}
+
 /* The source in pieces: each piece is the prelude and whole kernels, every
-   kernel is in exactly one piece, in order, and the pieces' bodies put
-   together are the program's source. */
+   kernel that runs its own code is in exactly one piece and a twin in none,
+   in the order of the steps within a piece, and the pieces are about equal. */
 static void test_source_parts(void)
 {
     Compiled c;
     compile(&c, "nets/resnet18.net", true);
     CHECK(c.rc == 0, "resnet18 compiles");
     const char *whole = cg_source(&c.p, TARGET_C);
-    size_t pre = strlen(whole) - strlen(c.p.source);
-    int kernels = 0;
-    for (int k = 0; k < c.p.nsteps; k++) kernels += c.p.steps[k].kind == STEP_KERNEL;
-    int wants[] = { 1, 2, 3, 7, 64, kernels, kernels + 5 };
+    size_t pre = strlen(whole) - strlen(c.p.source), own_bytes = 0;
+    int kernels = 0, own = 0, twins_same = 0;
+    for (int k = 0; k < c.p.nsteps; k++) {
+        const Step *s = &c.p.steps[k];
+        if (s->kind != STEP_KERNEL) continue;
+        kernels++;
+        if (s->sym == s->fn) {
+            own++;
+            own_bytes += (size_t)(s->src_end - s->src_begin);
+            continue;
+        }
+        int j = 0;
+        while (j < k && !(c.p.steps[j].kind == STEP_KERNEL && c.p.steps[j].fn == s->sym)) j++;
+        char *mine = code_of(&c.p, k), *theirs = j < k ? code_of(&c.p, j) : NULL;
+        twins_same += theirs && c.p.steps[j].sym == c.p.steps[j].fn && !strcmp(mine, theirs);
+        free(mine);
+        free(theirs);
+    }
+    CHECK(own < kernels * 2 / 3 && own > 10, "resnet18: %d of %d kernels run their own code", own, kernels);
+    CHECK(twins_same == kernels - own, "every twin runs an earlier kernel of the same code (%d of %d)", twins_same,
+          kernels - own);
+    int wants[] = { 1, 2, 3, 7, 64, own, own + 5 };
     for (size_t w = 0; w < sizeof wants / sizeof wants[0]; w++) {
         char **parts = malloc(sizeof(char *) * (size_t)(wants[w] + 1));
         int n = cg_source_parts(&c.p, TARGET_C, wants[w], parts);
-        int expect = wants[w] < kernels ? wants[w] : kernels;
-        /* cut near equal shares of the text: as many as asked while kernels are many */
-        CHECK(expect < kernels ? n == expect : n <= expect && n > expect / 2, "%d pieces asked of %d kernels: got %d",
-              wants[w], kernels, n);
-        size_t at = 0;
-        bool prelude = true, joined = true, balanced = true;
-        size_t total = strlen(c.p.source), biggest = 0;
+        int expect = wants[w] < own ? wants[w] : own;
+        CHECK(n == expect, "%d pieces asked of %d distinct kernels: got %d", wants[w], own, n);
+        bool prelude = true;
+        size_t total = 0, biggest = 0;
         for (int j = 0; j < n; j++) {
             size_t len = strlen(parts[j]);
             prelude &= len > pre && !strncmp(parts[j], whole, pre);
-            joined &= at + (len - pre) <= total && !strncmp(parts[j] + pre, c.p.source + at, len - pre);
-            at += len - pre;
+            total += len - pre;
             if (len - pre > biggest) biggest = len - pre;
         }
-        balanced = n < 2 || n >= kernels || biggest < 2 * total / (size_t)n + 20000;
-        CHECK(prelude && joined && at == total, "%d pieces: each has the prelude, together they are the source", n);
-        CHECK(balanced, "%d pieces: the largest (%zu bytes of %zu) is about its share", n, biggest, total);
-        /* each kernel's head lies in exactly one piece */
+        CHECK(prelude && total == own_bytes, "%d pieces: each has the prelude, their bodies are the distinct kernels' (%zu of %zu bytes)",
+              n, total, own_bytes);
+        CHECK(n < 2 || n >= own || biggest < 2 * total / (size_t)n + 20000,
+              "%d pieces: the largest (%zu bytes of %zu) is about its share", n, biggest, total);
+        /* each kernel's head lies in exactly one piece, or in none for a twin; within a piece in step order */
         int found = 0;
+        bool ordered = true;
+        const char **last = calloc((size_t)n, sizeof *last);
         for (int k = 0; k < c.p.nsteps; k++) {
-            if (c.p.steps[k].kind != STEP_KERNEL) continue;
+            const Step *s = &c.p.steps[k];
+            if (s->kind != STEP_KERNEL) continue;
             char head[128];
-            snprintf(head, sizeof head, "KERNEL(%s)(", c.p.steps[k].fn);
+            snprintf(head, sizeof head, "KERNEL(%s)(", s->fn);
             int in = 0;
-            for (int j = 0; j < n; j++) in += strstr(parts[j], head) != NULL;
-            found += in == 1;
+            for (int j = 0; j < n; j++) {
+                const char *at = strstr(parts[j], head);
+                if (!at) continue;
+                in++;
+                ordered &= !last[j] || at > last[j];
+                last[j] = at;
+            }
+            found += in == (s->sym == s->fn);
         }
-        CHECK(found == kernels, "%d pieces: every kernel in one piece (%d of %d)", n, found, kernels);
+        free(last);
+        CHECK(found == kernels, "%d pieces: every distinct kernel in one piece, twins in none (%d of %d)", n, found, kernels);
+        CHECK(ordered, "%d pieces: kernels in step order within each piece", n);
         free(parts);
     }
     arena_free(&c.arena);
