@@ -119,6 +119,11 @@ def op_conv_rows_pool():
     return seq(("conv", nn.Conv2d(2, 3, 3, bias=False)), relu(), maxpool(2), *head(3 * 8 * 8))
 
 
+def op_relu_pool_rows():
+    return seq(("a", nn.Conv2d(2, 3, 3, padding=1)), relu(), maxpool(3, 2, 1),
+               ("b", nn.Conv2d(3, 4, 3, padding=1, bias=False)), relu(), maxpool(4, 2, 2), *head(4 * 4 * 4))
+
+
 def op_linear():
     return seq(flatten(), ("fc1", nn.Linear(32, 12, bias=False)), ("fc2", nn.Linear(12, 10)))
 
@@ -297,6 +302,7 @@ BUILDERS = {
     "tests/nets/op_conv_rows_pool.net": (op_conv_rows_pool, (2, 18, 18)),
     "tests/nets/op_conv_pool2.net": (op_conv_pool2, (2, 19, 19)),
     "tests/nets/op_conv_pool_nobias.net": (op_conv_pool_nobias, (3, 9, 9)),
+    "tests/nets/op_relu_pool_rows.net": (op_relu_pool_rows, (2, 14, 14)),
     "tests/nets/op_linear.net": (op_linear, (2, 4, 4)),
     "tests/nets/op_batchnorm.net": (op_batchnorm, (3, 6, 6)),
     "tests/nets/op_batchnorm_args.net": (op_batchnorm_args, (3, 5, 5)),

@@ -540,7 +540,7 @@ def run_fd_case(c, rep, log):
 
 # case table ------------------------------------------------------------------
 
-OP_NETS = ["op_conv", "op_conv_stride2", "op_conv_nobias", "op_conv_bigpad", "op_conv_pool", "op_conv_pool_nobias", "op_conv_pool2", "op_conv_rows", "op_conv_rows_pool", "op_linear", "op_batchnorm",
+OP_NETS = ["op_conv", "op_conv_stride2", "op_conv_nobias", "op_conv_bigpad", "op_conv_pool", "op_conv_pool_nobias", "op_conv_pool2", "op_conv_rows", "op_conv_rows_pool", "op_relu_pool_rows", "op_linear", "op_batchnorm",
            "op_batchnorm_args", "op_relu", "op_sigmoid", "op_tanh", "op_maxpool",
            "op_avgpool", "op_gap", "op_flatten", "op_dropout", "op_add", "smooth",
            "small_resnet"]
