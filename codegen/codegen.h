@@ -70,6 +70,9 @@ typedef struct Step {
     const char *fn;           /* kernel function name */
     const char *sym;          /* the function that runs it: fn, or the fn of an earlier kernel whose code is
                                  the same but for names and comments (compiled once; cg_share_kernels) */
+    bool shared;              /* sym is compiled with Program.kernels_from, as its step shared_step (the
+                                 evaluation program runs the training program's forward kernels) */
+    int shared_step;
     int nargs;
     int args[CG_MAXARGS];     /* buffer ids, in the kernel's a.t[] order */
     unsigned outs;            /* bit j set: the kernel writes a.t[j] */
@@ -105,6 +108,7 @@ typedef struct Program {
     const int *fused_into;    /* node id -> the node whose kernel computes it too (fusion), or -1 */
     const char *const *conv_why;   /* node id -> how its convolution runs and why (conv2d nodes), or NULL */
     char *source;             /* all kernels' bodies, without prelude */
+    const struct Program *kernels_from;   /* the program some kernels' code is compiled with (Step.shared), or NULL */
     int input, labels, loss, correct, logits;   /* buffer ids (-1 if absent) */
     int input_grad;           /* buffer of d loss / d input (check mode), or -1 */
     Shape input_shape;        /* the net's input, [N, C, H, W] */
@@ -198,6 +202,17 @@ int  cg_verify(const Program *p, char *err, size_t err_size);
    the first kernel whose text is the same but for its name and comments.
    Run by cg_lower(). */
 void cg_share_kernels(Program *p);
+/* Kernels of p whose code a kernel of `from` has (the evaluation program's
+   forward kernels and the training program's) run from's: their steps get
+   shared, shared_step and sym, and p->kernels_from = from, whose Exec on the
+   same device must then be given to p's (rt_exec_init's share). Returns how
+   many of p's distinct kernels are shared. */
+int cg_share_kernels_with(Program *p, const Program *from);
+/* "N kernel steps: K kernels compiled (T twins, S from the training program)", in buf. */
+const char *cg_kernels_str(const Program *p, char *buf, size_t size);
+/* The step runs its own code: a kernel compiled with its program (neither a
+   twin of another nor shared with another program). */
+static inline bool cg_own_code(const Step *s) { return s->kind == STEP_KERNEL && !s->shared && s->sym == s->fn; }
 /* The whole source for a target: prelude + bodies (every kernel, twins too). */
 char *cg_source(const Program *p, Target t);
 /* One kernel's source for a target: prelude + the body of kernel step k. */
@@ -205,7 +220,7 @@ char *cg_kernel_source(const Program *p, int k, Target t);
 /* What is compiled for a target, in up to `most` pieces of about equal
    size, each headed by the prelude so that each compiles alone (translation
    units compiled side by side, none too large): the kernels that run their
-   own code (sym == fn), dealt out in turn so that every piece gets a share of
+   own code (cg_own_code), dealt out in turn so that every piece gets a share of
    each kind. Fills parts[] and returns how many (at least 1, at most most
    and the distinct kernels there are). */
 int cg_source_parts(const Program *p, Target t, int most, char **parts);

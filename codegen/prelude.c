@@ -270,6 +270,13 @@ static char *kernel_code(const Program *p, int k)
     return out;
 }
 
+static uint64_t code_hash(const char *c)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+    return h;
+}
+
 void cg_share_kernels(Program *p)
 {
     int n = p->nsteps;
@@ -280,11 +287,9 @@ void cg_share_kernels(Program *p)
         if (s->kind != STEP_KERNEL) continue;
         s->sym = s->fn;
         code[k] = kernel_code(p, k);
-        uint64_t h = 0xcbf29ce484222325ULL;
-        for (const char *c = code[k]; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
-        hash[k] = h;
+        hash[k] = code_hash(code[k]);
         for (int j = 0; j < k; j++)   /* the first with the same code runs its own */
-            if (code[j] && hash[j] == hash[k] && p->steps[j].sym == p->steps[j].fn && strcmp(code[j], code[k]) == 0) {
+            if (code[j] && hash[j] == hash[k] && cg_own_code(&p->steps[j]) && strcmp(code[j], code[k]) == 0) {
                 s->sym = p->steps[j].fn;
                 break;
             }
@@ -294,11 +299,68 @@ void cg_share_kernels(Program *p)
     free(hash);
 }
 
+int cg_share_kernels_with(Program *p, const Program *from)
+{
+    int nf = from->nsteps, shared = 0;
+    char **code = calloc((size_t)nf + 1, sizeof *code);
+    uint64_t *hash = calloc((size_t)nf + 1, sizeof *hash);
+    for (int j = 0; j < nf; j++)
+        if (cg_own_code(&from->steps[j])) {
+            code[j] = kernel_code(from, j);
+            hash[j] = code_hash(code[j]);
+        }
+    for (int k = 0; k < p->nsteps; k++) {
+        Step *s = &p->steps[k];
+        if (!cg_own_code(s)) continue;
+        char *mine = kernel_code(p, k);
+        uint64_t h = code_hash(mine);
+        for (int j = 0; j < nf; j++)
+            if (code[j] && hash[j] == h && strcmp(code[j], mine) == 0) {
+                /* this kernel and its twins (which name it by its fn) run from's */
+                const char *own = s->fn;
+                for (int t = k; t < p->nsteps; t++) {
+                    Step *u = &p->steps[t];
+                    if (u->kind != STEP_KERNEL || u->shared || u->sym != own) continue;
+                    u->shared = true;
+                    u->shared_step = j;
+                    u->sym = from->steps[j].fn;
+                }
+                shared++;
+                break;
+            }
+        free(mine);
+    }
+    for (int j = 0; j < nf; j++) free(code[j]);
+    free(code);
+    free(hash);
+    if (shared) p->kernels_from = from;
+    return shared;
+}
+
+const char *cg_kernels_str(const Program *p, char *buf, size_t size)
+{
+    int steps = 0, own = 0, twins = 0, shared = 0;
+    for (int k = 0; k < p->nsteps; k++) {
+        const Step *s = &p->steps[k];
+        if (s->kind != STEP_KERNEL) continue;
+        steps++;
+        own += cg_own_code(s);
+        shared += s->shared;
+        twins += !s->shared && s->sym != s->fn;
+    }
+    int n = snprintf(buf, size, "%d kernel step%s: %d kernel%s of its own", steps, steps == 1 ? "" : "s", own, own == 1 ? "" : "s");
+    if (twins && n > 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, ", %d twin%s (the same code as one of them: compiled once)", twins, twins == 1 ? "" : "s");
+    if (shared && n > 0 && (size_t)n < size)
+        n += snprintf(buf + n, size - (size_t)n, ", %d run%s the training program's (the same code, compiled with it)", shared, shared == 1 ? "s" : "");
+    return buf;
+}
+
 int cg_source_parts(const Program *p, Target t, int most, char **parts)
 {
     const char *pre = t == TARGET_C ? prelude_c : prelude_cuda, *kargs = kargs_text(p->arena);
     int own = 0;
-    for (int k = 0; k < p->nsteps; k++) own += p->steps[k].kind == STEP_KERNEL && p->steps[k].sym == p->steps[k].fn;
+    for (int k = 0; k < p->nsteps; k++) own += cg_own_code(&p->steps[k]);
     int n = most < 1 ? 1 : most;
     if (n > own) n = own > 0 ? own : 1;
     /* distinct kernel i goes to piece i mod n: the kinds of kernel (forward,
@@ -314,7 +376,7 @@ int cg_source_parts(const Program *p, Target t, int most, char **parts)
     int i = 0;
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
-        if (s->kind != STEP_KERNEL || s->sym != s->fn) continue;
+        if (!cg_own_code(s)) continue;
         fwrite(p->source + s->src_begin, 1, (size_t)(s->src_end - s->src_begin), f[i++ % n]);
     }
     for (int j = 0; j < n; j++) {
@@ -363,7 +425,8 @@ void cg_print_steps(const Program *p, FILE *out)
             fprintf(out, ") over ");
             print_dim(out, s->work);
             if (s->blocks) fprintf(out, " (blocks)");
-            if (s->sym && s->sym != s->fn) fprintf(out, "  = %s's code", s->sym);
+            if (s->shared) fprintf(out, "  = %s's code, compiled with the training program", s->sym);
+            else if (s->sym && s->sym != s->fn) fprintf(out, "  = %s's code", s->sym);
         } else {
             fprintf(out, "gemm b%d[", s->c);
             print_dim(out, s->m);

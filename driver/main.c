@@ -637,6 +637,7 @@ int main(int argc, char **argv)
         bool checking = c.cfg.batch_file != NULL;
         if (compile(&c, &arena, &diag, true, true, checking, &train, &train_prog)) break;
         if (compile(&c, &arena, &diag, false, false, false, &eval, &eval_prog)) break;
+        cg_share_kernels_with(&eval_prog, &train_prog);   /* its forward kernels are the training program's */
         char dir[4096];
         if (!c.cfg.data_dir) c.cfg.data_dir = data_default_dir(dir, sizeof dir);
         c.cfg.progress = isatty(2) && !checking;

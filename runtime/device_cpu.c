@@ -100,26 +100,28 @@ static int cpu_load(Device *d, const Program *p, bool verbose, void **module, Ke
     long kernels = 0, bytes = 0;
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
-        if (s->kind != STEP_KERNEL || s->sym != s->fn) continue;
+        if (!cg_own_code(s)) continue;
         kernels++;
         bytes += s->src_end - s->src_begin;
     }
-    long want = (bytes >> 18) + 1;
-    if (want < rt_cores()) want = rt_cores();
-    if (want > kernels) want = kernels > 0 ? kernels : 1;
     if (verbose) {
-        long steps = 0;
-        for (int k = 0; k < p->nsteps; k++) steps += p->steps[k].kind == STEP_KERNEL;
-        fprintf(stderr, "mgc: %ld kernel steps, %ld distinct kernels (the others are twins: the same code)\n", steps, kernels);
+        char what[256];
+        fprintf(stderr, "mgc: %s\n", cg_kernels_str(p, what, sizeof what));
     }
-    char **parts = malloc(sizeof(char *) * (size_t)want);
-    int n = cg_source_parts(p, TARGET_C, (int)want, parts);
-    int rc = rt_cc_load((const char *const *)parts, n, verbose, module, err, err_size);
-    free(parts);
-    if (rc) return -1;
+    *module = NULL;
+    if (kernels > 0) {   /* none where every kernel is another program's (compiled with it) */
+        long want = (bytes >> 18) + 1;
+        if (want < rt_cores()) want = rt_cores();
+        if (want > kernels) want = kernels;
+        char **parts = malloc(sizeof(char *) * (size_t)want);
+        int n = cg_source_parts(p, TARGET_C, (int)want, parts);
+        int rc = rt_cc_load((const char *const *)parts, n, verbose, module, err, err_size);
+        free(parts);
+        if (rc) return -1;
+    }
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
-        if (s->kind != STEP_KERNEL) continue;
+        if (s->kind != STEP_KERNEL || s->shared) continue;   /* shared: the Exec takes it from the other program's */
         void *sym = dlsym(*module, s->sym);
         if (!sym) {
             snprintf(err, err_size, "kernel %s missing from the compiled kernels (delete the kernel cache to rebuild)", s->sym);

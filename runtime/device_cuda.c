@@ -390,19 +390,28 @@ static int load_module(Device *d, const char *source, bool verbose, CUmodule *mo
 
 static int cuda_load(Device *d, const Program *p, bool verbose, void **module, KernelFn *fns, char *err, size_t err_size)
 {
-    CUmodule mod;
+    CUmodule mod = NULL;
     for (int k = 0; k < p->nsteps; k++)
         if (p->steps[k].c_only) {   /* the driver compiles for CUDA without them (CgOptions.cpu_only) */
             snprintf(err, err_size, "internal: kernel %s is C only and cannot run on %s", p->steps[k].fn, d->name);
             return -1;
         }
-    char *source;   /* the kernels that run their own code (twins share it) */
-    cg_source_parts(p, TARGET_CUDA, 1, &source);
-    if (load_module(d, source, verbose, &mod, err, err_size)) return -1;
-    *module = mod;
+    int own = 0;
+    for (int k = 0; k < p->nsteps; k++) own += cg_own_code(&p->steps[k]);
+    if (verbose) {
+        char what[256];
+        fprintf(stderr, "mgc: %s\n", cg_kernels_str(p, what, sizeof what));
+    }
+    *module = NULL;
+    if (own > 0) {   /* none where every kernel is another program's (loaded with it) */
+        char *source;   /* the kernels that run their own code (twins share it) */
+        cg_source_parts(p, TARGET_CUDA, 1, &source);
+        if (load_module(d, source, verbose, &mod, err, err_size)) return -1;
+        *module = mod;
+    }
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
-        if (s->kind != STEP_KERNEL) continue;
+        if (s->kind != STEP_KERNEL || s->shared) continue;   /* shared: the Exec takes it from the other program's */
         CUfunction f;
         CUresult r = cu.cuModuleGetFunction(&f, mod, s->sym);
         if (r != CUDA_SUCCESS) {

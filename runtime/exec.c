@@ -119,6 +119,17 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
     }
     for (int k = 0; k < p->nsteps; k++) x->seeded |= p->steps[k].kind == STEP_KERNEL && p->steps[k].seeded;
     if (dev->ops->load(dev, p, opt && opt->verbose, &x->module, x->fn, err, err_size)) return -1;
+    for (int k = 0; k < p->nsteps; k++) {   /* kernels compiled with another program: that program's, loaded here */
+        const Step *s = &p->steps[k];
+        if (s->kind != STEP_KERNEL || !s->shared) continue;
+        if (!share || share->prog != p->kernels_from || share->dev != dev || s->shared_step < 0 ||
+            s->shared_step >= share->prog->nsteps || !share->fn[s->shared_step]) {
+            snprintf(err, err_size, "internal: kernel %s runs %s of another program, which is not loaded on %s", s->fn, s->sym,
+                     dev->name);
+            return -1;
+        }
+        x->fn[k] = share->fn[s->shared_step];
+    }
     x->seed = 0x5eed;
     x->record = !(opt && opt->no_record);
     for (int k = 0; k < p->nsteps; k++)   /* the net's own until told otherwise */

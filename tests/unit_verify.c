@@ -229,7 +229,7 @@ static void test_source_parts(void)
         const Step *s = &c.p.steps[k];
         if (s->kind != STEP_KERNEL) continue;
         kernels++;
-        if (s->sym == s->fn) {
+        if (cg_own_code(s)) {
             own++;
             own_bytes += (size_t)(s->src_end - s->src_begin);
             continue;
@@ -279,7 +279,7 @@ static void test_source_parts(void)
                 ordered &= !last[j] || at > last[j];
                 last[j] = at;
             }
-            found += in == (s->sym == s->fn);
+            found += in == cg_own_code(s);
         }
         free(last);
         CHECK(found == kernels, "%d pieces: every distinct kernel in one piece, twins in none (%d of %d)", n, found, kernels);
@@ -289,11 +289,59 @@ static void test_source_parts(void)
     arena_free(&c.arena);
 }
 
+/* The evaluation program runs the training program's kernels where their code
+   is the same: each shared kernel's code is, but for names and comments, a
+   training kernel that runs its own; what is left is compiled alone. */
+static void test_share_programs(void)
+{
+    Compiled tr, ev;
+    compile(&tr, "nets/resnet18.net", true);
+    compile(&ev, "nets/resnet18.net", false);
+    CHECK(tr.rc == 0 && ev.rc == 0, "resnet18 compiles for training and for evaluation");
+    int before = 0, kernels = 0;
+    for (int k = 0; k < ev.p.nsteps; k++) {
+        before += cg_own_code(&ev.p.steps[k]);
+        kernels += ev.p.steps[k].kind == STEP_KERNEL;
+    }
+    int n = cg_share_kernels_with(&ev.p, &tr.p);
+    CHECK(n > before / 2 && ev.p.kernels_from == &tr.p, "resnet18: %d of the evaluation's %d distinct kernels are the training's",
+          n, before);
+    int own = 0, shared = 0, same = 0, twins_ok = 0;
+    for (int k = 0; k < ev.p.nsteps; k++) {
+        const Step *s = &ev.p.steps[k];
+        if (s->kind != STEP_KERNEL) continue;
+        own += cg_own_code(s);
+        if (s->shared) {
+            shared++;
+            int j = s->shared_step;
+            if (j < 0 || j >= tr.p.nsteps || !cg_own_code(&tr.p.steps[j]) || tr.p.steps[j].fn != s->sym) continue;
+            char *mine = code_of(&ev.p, k), *theirs = code_of(&tr.p, j);
+            same += !strcmp(mine, theirs);
+            free(mine);
+            free(theirs);
+        } else if (!cg_own_code(s)) {   /* a twin: of a kernel of its own program that runs its own code */
+            for (int j = 0; j < k; j++) twins_ok += ev.p.steps[j].fn == s->sym && cg_own_code(&ev.p.steps[j]);
+        }
+    }
+    CHECK(same == shared && shared >= n, "every shared kernel is a training kernel of the same code (%d of %d)", same, shared);
+    CHECK(own == before - n, "%d kernels of its own left (%d before, %d shared)", own, before, n);
+    CHECK(twins_ok == kernels - own - shared, "the twins left run a kernel of their own program (%d of %d)", twins_ok,
+          kernels - own - shared);
+    char *parts[4];
+    int np = cg_source_parts(&ev.p, TARGET_C, 4, parts), heads = 0;
+    for (int j = 0; j < np; j++)
+        for (const char *c = parts[j]; (c = strstr(c, "KERNEL(k")) != NULL; c++) heads++;
+    CHECK(heads == own, "the evaluation compiles only its own kernels (%d in its source, %d own)", heads, own);
+    arena_free(&tr.arena);
+    arena_free(&ev.arena);
+}
+
 int main(void)
 {
     test_cg_verify();
     test_ir_verify();
     test_source_parts();
+    test_share_programs();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
