@@ -92,7 +92,7 @@ def train_flops(net, sets):
 KINDS = [
     ("GEMM", r"^gemm$"),
     ("data movement", r"im2col|col2im|pack|unpack|transpose|dense_weights|dense_grad_w|copy"),
-    ("convolution kernels", r"chunked|_rows$|_direct$|_vector$|grad_w_groups|grad_w_sum"),   # GEMMs inside (chunked) or loops
+    ("convolution kernels", r"^conv2d_(?!dense)"),   # GEMMs inside (chunked) or loops; the dense form's own steps are above or element-wise
     ("normalisation", r"^bn_|batchnorm"),
     ("pooling", r"pool"),
     ("loss", r"softmax|cross_entropy|correct"),
