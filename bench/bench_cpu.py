@@ -19,7 +19,8 @@ and prints per case: examples/s of each (the median over epochs of the
 training steps' throughput from each --log: no start-up, no test pass; each
 side run --repeat times (default 2), alternating, its best run kept), the
 ratio mgc/PyTorch, GFLOP/s of each as a share of the sgemm roof (OpenBLAS on
-2048^3 with T threads, measured in this run by bench/sgemm_roof.c; a training
+2048^3 with the case's threads, measured by bench/sgemm_roof.c just before
+each case, since a shared machine's speed drifts within a run; a training
 step is counted as 3x the multiply-adds x 2 of the convolutions and linear
 layers, the same count for both), and peak resident memory of each process.
 Then mgc's ResNet-18 step (MGC_PROFILE=1) grouped by kind: GEMM, data
@@ -161,7 +162,7 @@ def main():
     }
     results = {"roof_gflops": roof, "openblas_core": core, "threads": T, "cases": {}}
     print(f"{'case':<11} {'batch':>5} {'thr':>3} {'mgc ex/s':>9} {'torch ex/s':>10} {'ratio':>6}  "
-          f"{'mgc GF/s':>8} {'roof':>5} {'torch GF/s':>10} {'roof':>5}  {'mgc MB':>6} {'torch MB':>8}  acc mgc/torch")
+          f"{'mgc GF/s':>8} {'roof':>5} {'torch GF/s':>10} {'roof':>5} {'roof GF/s':>9}  {'mgc MB':>6} {'torch MB':>8}  acc mgc/torch")
     for name in a.cases.split(","):
         net, sets, batch, threads, epochs, extra = cases[name]
         common = ["--epochs", str(epochs), "--batch-size", str(batch), "--threads", str(threads), "--lr", "0.1"] + extra
@@ -173,6 +174,8 @@ def main():
         # kernels compiled first (--epochs 0), so that the peak memory is the run's, not the C compiler's
         run([mgc, net] + sum((["--set", s] for s in sets), []) + ["--epochs", "0", "--batch-size", str(batch),
             "--threads", str(threads)], env, mlog + ".warm")
+        roof_here = float(subprocess.run([roof_bin, str(threads)], env=env, capture_output=True, text=True,
+                                         check=True).stdout.split()[1])
         best = {"m": (None, None, None), "t": (None, None, None)}   # rate, accuracy, peak MB
         failed = False
         for rep in range(max(1, a.repeat)):
@@ -197,10 +200,8 @@ def main():
         (rate_m, acc_m, mem_m), (rate_t, acc_t, mem_t) = best["m"], best["t"]
         flops = train_flops(net, sets)
         gf_m, gf_t = rate_m * flops / 1e9, rate_t * flops / 1e9
-        roof_here = roof if threads == T else float(subprocess.run(
-            [roof_bin, str(threads)], env=env, capture_output=True, text=True, check=True).stdout.split()[1])
         print(f"{name:<11} {batch:>5} {threads:>3} {rate_m:>9,.0f} {rate_t:>10,.0f} {rate_m / rate_t:>5.2f}x  "
-              f"{gf_m:>8.1f} {gf_m / roof_here:>4.0%} {gf_t:>10.1f} {gf_t / roof_here:>4.0%}  "
+              f"{gf_m:>8.1f} {gf_m / roof_here:>4.0%} {gf_t:>10.1f} {gf_t / roof_here:>4.0%} {roof_here:>9.0f}  "
               f"{mem_m:>6.0f} {mem_t:>8.0f}  {acc_m if acc_m is None else round(acc_m, 3)}/{acc_t if acc_t is None else round(acc_t, 3)}")
         results["cases"][name] = {"net": " ".join([net] + sets), "batch": batch, "threads": threads,
                                   "mgc_examples_per_s": rate_m, "torch_examples_per_s": rate_t,
