@@ -14,6 +14,7 @@
 #ifndef MGC_CODEGEN_H
 #define MGC_CODEGEN_H
 #include "ir.h"
+#include <stdint.h>
 
 typedef enum Target { TARGET_C, TARGET_CUDA } Target;
 
@@ -208,6 +209,10 @@ void cg_share_kernels(Program *p);
    same device must then be given to p's (rt_exec_init's share). Returns how
    many of p's distinct kernels are shared. */
 int cg_share_kernels_with(Program *p, const Program *from);
+/* FNV-1a over n bytes, from h (CG_FNV1A_START to begin): kernel texts compared
+   here, the kernel caches' keys in the runtime. */
+#define CG_FNV1A_START 0xcbf29ce484222325ULL
+uint64_t cg_fnv1a(uint64_t h, const void *data, size_t n);
 /* "N kernel steps: K kernels compiled (T twins, S from the training program)", in buf. */
 const char *cg_kernels_str(const Program *p, char *buf, size_t size);
 /* The step runs its own code: a kernel compiled with its program (neither a

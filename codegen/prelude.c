@@ -270,12 +270,14 @@ static char *kernel_code(const Program *p, int k)
     return out;
 }
 
-static uint64_t code_hash(const char *c)
+uint64_t cg_fnv1a(uint64_t h, const void *data, size_t n)
 {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
     return h;
 }
+
+static uint64_t code_hash(const char *c) { return cg_fnv1a(CG_FNV1A_START, c, strlen(c)); }
 
 void cg_share_kernels(Program *p)
 {

@@ -25,17 +25,7 @@ const char *rt_cache_dir(char *buf, size_t size)
     return buf;
 }
 
-uint64_t rt_fnv1a_bytes(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *b = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
-uint64_t rt_fnv1a(uint64_t h, const char *s) { return rt_fnv1a_bytes(h, s, strlen(s)); }
+uint64_t rt_fnv1a(uint64_t h, const char *s) { return cg_fnv1a(h, s, strlen(s)); }
 
 static int mkdirs(const char *path)
 {
@@ -126,12 +116,12 @@ static int seal_of(const char *path, char *out, size_t size)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
-    uint64_t h = 0xcbf29ce484222325ULL;
+    uint64_t h = CG_FNV1A_START;
     long n = 0;
     unsigned char buf[65536];
     size_t got;
     while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-        h = rt_fnv1a_bytes(h, buf, got);
+        h = cg_fnv1a(h, buf, got);
         n += (long)got;
     }
     int ok = !ferror(f);
@@ -199,7 +189,7 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
         snprintf(err, err_size, "cannot run the C compiler '%s' to build the kernels (set MGC_CC to a working compiler)", cc);
         return -1;
     }
-    uint64_t h = 0xcbf29ce484222325ULL;
+    uint64_t h = CG_FNV1A_START;
     for (int k = 0; k < nparts; k++) {
         h = rt_fnv1a(h, parts[k]);
         h = rt_fnv1a(h, "\n--piece\n");

@@ -329,7 +329,7 @@ static void *cubin_for(CudaDev *c, const char *source, bool verbose, bool fresh,
     char arch[16], ver[64], kdir[4200];
     snprintf(arch, sizeof arch, "sm_%d%d", c->major, c->minor);
     rt_nvrtc_version(ver, sizeof ver);
-    uint64_t h = rt_fnv1a(0xcbf29ce484222325ULL, source);
+    uint64_t h = rt_fnv1a(CG_FNV1A_START, source);
     h = rt_fnv1a(h, "\n--nvrtc ");
     h = rt_fnv1a(h, ver);
     h = rt_fnv1a(h, arch);

@@ -143,9 +143,8 @@ void rt_exec_profile_report(const Exec *x, FILE *out);
 const char *rt_cache_dir(char *buf, size_t size);
 /* The kernel cache's directory (made if missing): 0, or -1 with err. */
 int  rt_kernel_cache(char *dir, size_t size, char *err, size_t err_size);
-/* FNV-1a over a string, from h (0xcbf29ce484222325 to start): the caches' keys. */
+/* cg_fnv1a over a string, from h (CG_FNV1A_START to start): the caches' keys. */
 uint64_t rt_fnv1a(uint64_t h, const char *s);
-uint64_t rt_fnv1a_bytes(uint64_t h, const void *data, size_t n);
 /* Compiles C kernel source, given as pieces that each compile alone, with
    the system compiler (the pieces side by side, one per core, then linked
    into one shared object), or finds it in the cache, and loads it; *so is the
