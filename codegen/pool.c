@@ -151,7 +151,7 @@ void cg_first_max_2x2(Lower *L, int indent, bool nan_free)
    scalar form spent its time on its chain of selects per window, which GCC
    compiled to branches that real images mispredict (ResNet-18's stem: 12 ms
    a step on one thread; about 3.5 with this form). */
-static void cg_max_pool_grad_rows(Lower *L, int id, int K, int P, int C, int H, int W, int OH, int OW)
+static void max_pool_grad_rows(Lower *L, int id, int K, int P, int C, int H, int W, int OH, int OW)
 {
     const Node *n = &L->g->nodes[id];
     int HQ = H + 2 * P, WQ = K - 1 + 16;   /* the padded plane: a 16-float load from any tap's column stays in its row */
@@ -322,7 +322,7 @@ void cg_lower_window_pool(Lower *L, int id)
             return;
         }
         if (mx && L->relu_mask[id] && L->dec->cpu_only && S == 2 && OW <= 8 && K <= 4 && P < K && H + 2 * P <= 64) {
-            cg_max_pool_grad_rows(L, id, K, P, C, H, Wd, OH, OW);
+            max_pool_grad_rows(L, id, K, P, C, H, Wd, OH, OW);
             return;
         }
         /* Scatter within a plane: each iteration owns one plane of dx, so no two threads write one place. */
