@@ -537,6 +537,7 @@ int main(int argc, char **argv)
     Cli c;
     int rc = parse_args(argc, argv, &c);
     if (rc) return rc;
+    rt_cpu_blas_core(argv, c.cfg.verbose);   /* may start mgc again, with OpenBLAS's right kernels */
     c.cfg.started = (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec;
     World world;
     char err[512];

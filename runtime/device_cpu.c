@@ -14,10 +14,13 @@
 #include "pool.h"
 #include <cblas.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 typedef void (*KernelCall)(KArgs);
 
@@ -90,6 +93,51 @@ static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes)
 {
     (void)d;
     if (dst != src) memcpy(dst, src, bytes);
+}
+
+char *openblas_get_corename(void);
+
+/* OpenBLAS's kernels at least as new as this CPU can run: "SkylakeX" with
+   AVX-512 (F, BW, DQ, VL), "Haswell" with AVX2 and FMA, else NULL; and whether
+   `core` (openblas_get_corename()) is as good. */
+static const char *cpu_blas_core(void)
+{
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+    return NULL;
+}
+
+static bool blas_core_enough(const char *core, const char *want)
+{
+    static const char *const avx512[] = { "skylakex", "cooperlake", "sapphirerapids" };
+    static const char *const avx2[] = { "haswell", "zen", "skylakex", "cooperlake", "sapphirerapids" };
+    bool big = !strcmp(want, "SkylakeX");
+    const char *const *ok = big ? avx512 : avx2;
+    int n = big ? 3 : 5;
+    for (int k = 0; k < n; k++)
+        if (!strcasecmp(core, ok[k])) return true;
+    return false;
+}
+
+void rt_cpu_blas_core(char **argv, bool verbose)
+{
+    const char *core = openblas_get_corename(), *want = cpu_blas_core(), *set = getenv("OPENBLAS_CORETYPE");
+    if (!core) return;
+    if (!set && want && !blas_core_enough(core, want)) {
+        if (verbose)
+            fprintf(stderr, "mgc: OpenBLAS took this CPU for a %s; it runs %s kernels: starting again with OPENBLAS_CORETYPE=%s "
+                            "(set OPENBLAS_CORETYPE to choose)\n", core, want, want);
+        setenv("OPENBLAS_CORETYPE", want, 1);
+        fflush(NULL);
+        execv("/proc/self/exe", argv);
+        /* no /proc: go on with the kernels OpenBLAS chose */
+        if (verbose) fprintf(stderr, "mgc: cannot start again (%s): OpenBLAS's %s kernels it is\n", strerror(errno), core);
+        return;
+    }
+    if (verbose) fprintf(stderr, "mgc: OpenBLAS kernels for %s%s\n", core, set ? " (OPENBLAS_CORETYPE)" : "");
 }
 
 static int cpu_load(Device *d, const Program *p, bool verbose, void **module, KernelFn *fns, char *err, size_t err_size)

@@ -143,6 +143,12 @@ void rt_exec_profile_report(const Exec *x, FILE *out);
 const char *rt_cache_dir(char *buf, size_t size);
 /* The kernel cache's directory (made if missing): 0, or -1 with err. */
 int  rt_kernel_cache(char *dir, size_t size, char *err, size_t err_size);
+/* OpenBLAS reads OPENBLAS_CORETYPE only as it loads, and 0.3.21 takes some
+   CPUs with AVX-512 for a Prescott (kernels of a quarter of the speed): where
+   it chose kernels older than this CPU runs and OPENBLAS_CORETYPE is not set,
+   sets it and starts mgc again (execv of /proc/self/exe with argv). Call first
+   thing, before any thread or MPI. With verbose, says which kernels run. */
+void rt_cpu_blas_core(char **argv, bool verbose);
 /* cg_fnv1a over a string, from h (CG_FNV1A_START to start): the caches' keys. */
 uint64_t rt_fnv1a(uint64_t h, const char *s);
 /* Compiles C kernel source, given as pieces that each compile alone, with

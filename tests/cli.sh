@@ -37,6 +37,23 @@ if "$MGC" $L --epochs 0 -v 2>&1 | grep -q "compiled kernels"; then
 else
     pass=$((pass + 1))
 fi
+# OpenBLAS's kernels: where it takes this CPU for an older one (0.3.21 calls
+# some AVX-512 CPUs a Prescott) and nobody chose, mgc starts again with the
+# kernels the CPU runs; a choice in OPENBLAS_CORETYPE is kept.
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+want=""
+if [[ $flags == *" avx512f"* && $flags == *" avx512bw"* && $flags == *" avx512dq"* && $flags == *" avx512vl"* ]]; then
+    want="SkylakeX|Cooperlake|SapphireRapids"
+elif [[ $flags == *" avx2"* && $flags == *" fma"* ]]; then
+    want="Haswell|Zen|SkylakeX|Cooperlake|SapphireRapids"
+fi
+core=$(env -u OPENBLAS_CORETYPE "$MGC" $L --epochs 0 -v 2>&1 | sed -n 's/^mgc: OpenBLAS kernels for \([A-Za-z0-9]*\).*/\1/p')
+if [ -z "$core" ] || { [ -n "$want" ] && ! [[ $core =~ ^($want)$ ]]; }; then
+    echo "FAIL cli blas-core: OpenBLAS runs '$core' kernels on a CPU for ${want:-any}"; fail=$((fail + 1))
+else
+    pass=$((pass + 1))
+fi
+OPENBLAS_CORETYPE=Prescott expect blas-core-chosen 0 "OpenBLAS kernels for Prescott (OPENBLAS_CORETYPE)" -- $L --epochs 0 -v
 # A damaged cache entry (truncated, then garbage) is found out by its seal and
 # compiled again: no crash in dlopen, the run succeeds, and says so.
 for damage in "truncate -s 1000" "dd if=/dev/urandom bs=4096 count=1 status=none of="; do
