@@ -98,8 +98,7 @@ static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes)
 char *openblas_get_corename(void);
 
 /* OpenBLAS's kernels at least as new as this CPU can run: "SkylakeX" with
-   AVX-512 (F, BW, DQ, VL), "Haswell" with AVX2 and FMA, else NULL; and whether
-   `core` (openblas_get_corename()) is as good. */
+   AVX-512 (F, BW, DQ, VL), "Haswell" with AVX2 and FMA, else NULL. */
 static const char *cpu_blas_core(void)
 {
     __builtin_cpu_init();
@@ -110,15 +109,14 @@ static const char *cpu_blas_core(void)
     return NULL;
 }
 
+/* OpenBLAS's `core` (openblas_get_corename()) is as good as `want`. */
 static bool blas_core_enough(const char *core, const char *want)
 {
-    static const char *const avx512[] = { "skylakex", "cooperlake", "sapphirerapids" };
-    static const char *const avx2[] = { "haswell", "zen", "skylakex", "cooperlake", "sapphirerapids" };
-    bool big = !strcmp(want, "SkylakeX");
-    const char *const *ok = big ? avx512 : avx2;
-    int n = big ? 3 : 5;
+    static const char *const cores[] = { "skylakex", "cooperlake", "sapphirerapids",   /* AVX-512 */
+                                         "haswell", "zen" };                           /* AVX2 */
+    int n = strcmp(want, "SkylakeX") ? 5 : 3;
     for (int k = 0; k < n; k++)
-        if (!strcasecmp(core, ok[k])) return true;
+        if (!strcasecmp(core, cores[k])) return true;
     return false;
 }
 
@@ -151,10 +149,6 @@ static int cpu_load(Device *d, const Program *p, bool verbose, void **module, Ke
         if (!cg_own_code(s)) continue;
         kernels++;
         bytes += s->src_end - s->src_begin;
-    }
-    if (verbose) {
-        char what[256];
-        fprintf(stderr, "mgc: %s\n", cg_kernels_str(p, what, sizeof what));
     }
     *module = NULL;
     if (kernels > 0) {   /* none where every kernel is another program's (compiled with it) */

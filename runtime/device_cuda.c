@@ -398,10 +398,6 @@ static int cuda_load(Device *d, const Program *p, bool verbose, void **module, K
         }
     int own = 0;
     for (int k = 0; k < p->nsteps; k++) own += cg_own_code(&p->steps[k]);
-    if (verbose) {
-        char what[256];
-        fprintf(stderr, "mgc: %s\n", cg_kernels_str(p, what, sizeof what));
-    }
     *module = NULL;
     if (own > 0) {   /* none where every kernel is another program's (loaded with it) */
         char *source;   /* the kernels that run their own code (twins share it) */

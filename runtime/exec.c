@@ -118,6 +118,10 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
         if (h2) x->host_alt[b] = x->host_owned[x->nhost_owned++] = h2;
     }
     for (int k = 0; k < p->nsteps; k++) x->seeded |= p->steps[k].kind == STEP_KERNEL && p->steps[k].seeded;
+    if (opt && opt->verbose) {
+        char what[256];
+        fprintf(stderr, "mgc: %s\n", cg_kernels_str(p, what, sizeof what));
+    }
     if (dev->ops->load(dev, p, opt && opt->verbose, &x->module, x->fn, err, err_size)) return -1;
     for (int k = 0; k < p->nsteps; k++) {   /* kernels compiled with another program: that program's, loaded here */
         const Step *s = &p->steps[k];
