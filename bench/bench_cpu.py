@@ -93,7 +93,7 @@ def train_flops(net, sets):
 KINDS = [
     ("GEMM", r"^gemm$"),
     ("data movement", r"im2col|col2im|pack|unpack|transpose|dense_weights|dense_grad_w|copy"),
-    ("convolution kernels", r"^conv2d_(?!dense)"),   # GEMMs inside (chunked) or loops; the dense form's own steps are above or element-wise
+    ("convolution kernels", r"^conv2d_(?!dense)"),   # GEMMs inside (chunked, Winograd) or loops; the dense form's own steps are above or element-wise
     ("normalisation", r"^bn_|batchnorm"),
     ("pooling", r"pool"),
     ("loss", r"softmax|cross_entropy|correct"),

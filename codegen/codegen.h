@@ -132,7 +132,7 @@ typedef struct Program {
 } Program;
 
 /* How a convolution runs (codegen/conv.c says when each is chosen). */
-typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM, CONV_DENSE, CONV_CHUNKED } ConvStrategy;
+typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM, CONV_DENSE, CONV_CHUNKED, CONV_WINOGRAD } ConvStrategy;
 
 /* Choices the driver makes for code generation (driver/main.c takes them
    from MGC_FUSE and MGC_CONV). Codegen reads no environment. */
@@ -230,10 +230,12 @@ char *cg_kernel_source(const Program *p, int k, Target t);
    and the distinct kernels there are). */
 int cg_source_parts(const Program *p, Target t, int most, char **parts);
 /* The strategy for a convolution of c input channels, k x k, o outputs,
-   out_width columns, the padding, and the input and output positions per
-   map: opt->conv when forced (CONV_VECTOR, CONV_DENSE and CONV_CHUNKED fall
-   back to CONV_GEMM where they do not apply), else chosen by measurements. */
-ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding, int in_pixels, int out_pixels);
+   out_width columns, the stride and padding, and the input and output
+   positions per map: opt->conv when forced (CONV_VECTOR, CONV_DENSE,
+   CONV_CHUNKED and CONV_WINOGRAD fall back where they do not apply), else
+   chosen by measurements. */
+ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int stride, int padding,
+                              int in_pixels, int out_pixels);
 /* Prints how each convolution runs and why (conv_why), then the program's
    steps (for --emit=kernels). */
 void cg_print_steps(const Program *p, FILE *out);

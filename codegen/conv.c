@@ -1,5 +1,5 @@
 /*
-** Convolutions, forward and both gradients, three ways. Every strategy reads
+** Convolutions, forward and both gradients, six ways. Every strategy reads
 ** one geometry, ConvGeom (conv_geom() below), whichever of the three ops it
 ** lowers:
 **
@@ -30,6 +30,11 @@
 **   Nothing whole-batch is materialised: no columns kept from the forward.
 **   With fusion, a forward followed by BatchNorm also sums each chunk's
 **   statistics while its output is in cache (cg_lower_bn_stats_chunks).
+** CONV_WINOGRAD: 3x3, stride 1, padding 1 as Winograd's F(2x2, 3x3), chunk by
+**   chunk like CONV_CHUNKED, C target only (codegen/winograd.c): 16 GEMMs with
+**   K = C over the chunk's 2x2 tiles, 2.25x fewer multiply-adds than im2col
+**   on even maps; the weight gradient stays chunked where Winograd's would do
+**   more than half of im2col's (cg_choose_convs()).
 **
 ** The gradients overwrite dx and dw (they do not accumulate). The direct and
 ** vector weight gradients sum over the batch: they are reductions (the
@@ -40,15 +45,6 @@
 */
 #include "lower_internal.h"
 #include <limits.h>
-
-/* The geometry of one convolution, the same for conv2d, conv2d_grad_x and
-   conv2d_grad_w: x [N, C, H, W], w [O, C, K, K], y [N, O, OH, OW]. */
-typedef struct ConvGeom {
-    int C, H, W;              /* input channels, rows, columns */
-    int O, K;                 /* output channels, kernel size (K x K) */
-    int S, P;                 /* stride, padding */
-    int OH, OW;               /* output rows, columns */
-} ConvGeom;
 
 /* Where each op keeps x, w and y (dy for the gradients):
      conv2d         x = in[0], w = in[1], y = the node
@@ -84,6 +80,11 @@ static ConvGeom conv_geom(const Graph *g, int id)
                   would be chosen, when the program runs on CPUs only (opt->cpu_only);
                   ResNet-18's step: 292 -> 227 ms, im2col and col2im no longer
                   stream 29 MB per layer through memory;
+     CONV_WINOGRAD 3x3 kernels with stride 1 and padding 1 and at least 16
+                  channels in and out, where CONV_CHUNKED would be chosen
+                  (ResNet-18's 7x7 and 4x4 maps): Winograd's F(2x2, 3x3) a chunk
+                  at a time; its transforms' extra additions pay only with
+                  enough channels (K = C in its GEMMs);
      CONV_DENSE   a dense layer over the whole map, when the input map has
                   fewer positions than the kernel has taps (ResNet-18's 2x2 and
                   1x1 maps with 3x3 kernels): a 3x3 convolution with padding 1
@@ -93,16 +94,18 @@ static ConvGeom conv_geom(const Graph *g, int id)
                   when every output sees every input (a 2x2 map), and never
                   more than im2col's K*K*OH*OW*C*O.
    opt->conv forces one everywhere (the driver takes it from
-   MGC_CONV=direct|vector|gemm|dense|chunked; the tests run each). */
+   MGC_CONV=direct|vector|gemm|dense|chunked|winograd; the tests run each). */
 /* The dense weight matrix's floats at most (64 MB): beyond it, im2col. */
 #define CG_DENSE_MAX (16L << 20)
 
-ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int padding, int in_pixels, int out_pixels)
+ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out_width, int stride, int padding,
+                              int in_pixels, int out_pixels)
 {
     bool dense_fits = (long)c * in_pixels * o * out_pixels <= CG_DENSE_MAX;
     /* chunked: every count in its kernels an int (else CONV_GEMM, whose im2col
        buffer lowering refuses with the layer's place) */
     bool chunked = opt && opt->cpu_only && (double)c * k * k * out_pixels <= INT_MAX;
+    bool winograd = cg_winograd_applies(c, k, o, stride, padding);
     if (opt && opt->conv >= 0) {
         switch ((ConvStrategy)opt->conv) {
         case CONV_GEMM: return CONV_GEMM;
@@ -110,6 +113,7 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
         case CONV_VECTOR: return padding == 0 && k <= 7 ? CONV_VECTOR : CONV_GEMM;   /* written for these */
         case CONV_DENSE: return dense_fits ? CONV_DENSE : CONV_GEMM;
         case CONV_CHUNKED: return chunked ? CONV_CHUNKED : CONV_GEMM;
+        case CONV_WINOGRAD: return chunked && winograd ? CONV_WINOGRAD : chunked ? CONV_CHUNKED : CONV_GEMM;
         }
     }
     if (in_pixels < k * k && dense_fits) return CONV_DENSE;   /* fewer multiply-adds than im2col's, and no im2col */
@@ -117,6 +121,9 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
        (6x5x5 -> 16, 8 wide) its rows are too short, and the channel vector wins. */
     if ((long)c * k * k * o <= 4096 && out_width >= 16) return CONV_DIRECT;
     if (padding == 0 && k <= 7 && o % 8 == 0 && o <= 64 && (long)c * k * k <= 1152) return CONV_VECTOR;
+    /* 3x3, stride 1, padding 1 (ResNet-18's 7x7 and 4x4 maps): 2.25x fewer multiply-adds
+       than im2col on even maps; few channels make its GEMMs too short (K = C) */
+    if (chunked && winograd && c >= 16 && o >= 16) return CONV_WINOGRAD;
     return chunked ? CONV_CHUNKED : CONV_GEMM;
 }
 
@@ -990,7 +997,7 @@ void cg_lower_bn_stats_chunks(Lower *L, int id)
     const Node *n = &L->g->nodes[id];
     int conv = L->dec->stats_by[id];
     ConvGeom G = conv_geom(L->g, conv);
-    int C = G.O, NB = chunk_examples(&G);
+    int C = G.O, NB = L->dec->conv[conv] == CONV_WINOGRAD ? cg_winograd_examples(&G) : chunk_examples(&G);
     long P = (long)G.OH * G.OW;
     int b[2] = { cg_out_buf(L, id), L->part[id] };
     Step *st = cg_kernel(L, id, "bn_stats_chunks", dimc(C), 2, b, (const char *const[]){ "=stats", "part" });
@@ -1145,15 +1152,6 @@ static void conv_chunked_grad_w_rows(Lower *L, int id, const ConvGeom *G)
     cg_end_kernel(L);
 }
 
-/* Weight gradients are summed in a fixed number of groups of examples,
-   whatever the threads, so the sum is the same on any count (up to 8 threads
-   a device each has work; more would idle in these kernels). */
-#define CG_WGROUPS 8
-/* ... when the partial copies take at most this many floats (16 MB): a
-   512-channel 3x3 layer's 8 copies would take 75 MB (ResNet-18 with the
-   small stem), and its columns split between threads give wide GEMMs anyway. */
-#define CG_WGROUPS_MAX_FLOATS (4L << 20)
-
 /* dy, x -> dw[O, CKK]: CG_WGROUPS groups of examples, each a partial dw over
    all columns (its own dy and im2col, chunk by chunk, the chunk's columns in
    cache), then dw = the partials' sum in group order (a second kernel).
@@ -1256,6 +1254,12 @@ static const char *conv_why(Arena *a, const CgOptions *opt, const ConvGeom *G, C
         what = arena_printf(a, "chunked: im2col + GEMM %d examples at a time on each thread, their columns (%ld KB) in cache",
                             chunk_examples(G), CKK * P * chunk_examples(G) * 4 / 1024);
         break;
+    case CONV_WINOGRAD:
+        what = arena_printf(a, "winograd: F(2x2, 3x3), %ld 2x2 tiles per map, 16 GEMMs with K = %d over %d examples' tiles at a time "
+                            "on each thread, %ld multiply-adds per example in them against im2col's %ld",
+                            (long)((G->OH + 1) / 2) * ((G->OW + 1) / 2), G->C, cg_winograd_examples(G),
+                            16L * ((G->OH + 1) / 2) * ((G->OW + 1) / 2) * G->C * G->O, full);
+        break;
     case CONV_DENSE:
         what = arena_printf(a, "dense: %ld input position%s, fewer than the kernel's %d taps: one GEMM over the whole map, "
                             "%ld multiply-adds per example, no im2col", HW, HW == 1 ? "" : "s", G->K * G->K, G->C * HW * G->O * P);
@@ -1273,7 +1277,7 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
         Op op = g->nodes[id].op;
         if (op != OP_CONV2D && op != OP_CONV2D_BWD_X && op != OP_CONV2D_BWD_W) continue;
         ConvGeom G = conv_geom(g, id);   /* the layer's, for its gradients too: one choice per layer */
-        ConvStrategy s = cg_conv_strategy(opt, G.C, G.K, G.O, G.OW, G.P, G.H * G.W, G.OH * G.OW);
+        ConvStrategy s = cg_conv_strategy(opt, G.C, G.K, G.O, G.OW, G.S, G.P, G.H * G.W, G.OH * G.OW);
         if (op == OP_CONV2D_BWD_X && s == CONV_VECTOR && opt && opt->conv < 0 && opt->cpu_only &&
             (double)G.C * G.K * G.K * G.OH * G.OW <= INT_MAX) {
             /* The vector form's input gradient is one GEMM over the batch with K = O (16 on
@@ -1283,6 +1287,19 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
             int fwd = g->nodes[id].grad_of;
             if (fwd >= 0 && d->conv_why && d->conv_why[fwd])
                 d->conv_why[fwd] = arena_printf(g->arena, "%s; its input gradient chunked (im2col + GEMM %d examples at a time, in cache)",
+                                                d->conv_why[fwd], chunk_examples(&G));
+        }
+        if (op == OP_CONV2D_BWD_W && s == CONV_WINOGRAD && opt->conv < 0 &&
+            16L * ((G.OH + 1) / 2) * ((G.OW + 1) / 2) * 2 > 9L * G.OH * G.OW) {
+            /* The Winograd weight gradient's GEMMs are O x C with K = the chunk's tiles and
+               accumulate in memory; they pay only with at most half of im2col's multiply-adds
+               (4x4 maps: 0.44; 7x7: 0.58, whose tiles cover 8x8). Measured on ResNet-18's
+               7x7 layers, one thread: 10.0-10.5 ms against 9.8 chunked; 4x4: 8.3 against 11.3. */
+            s = CONV_CHUNKED;
+            int fwd = g->nodes[id].grad_of;
+            if (fwd >= 0 && d->conv_why && d->conv_why[fwd])
+                d->conv_why[fwd] = arena_printf(g->arena, "%s; its weight gradient chunked (im2col + GEMM %d examples at a time: "
+                                                "Winograd's would do more than half of its multiply-adds)",
                                                 d->conv_why[fwd], chunk_examples(&G));
         }
         d->conv[id] = (signed char)s;
@@ -1315,7 +1332,8 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
         const Node *n = &g->nodes[id];
         if (n->op != OP_BN_STATS) continue;
         int c = n->in[0];
-        if (g->nodes[c].op == OP_CONV2D && d->conv[c] == CONV_CHUNKED && !d->relu_out[c] && d->stats_of[c] < 0) {
+        if (g->nodes[c].op == OP_CONV2D && (d->conv[c] == CONV_CHUNKED || d->conv[c] == CONV_WINOGRAD) && !d->relu_out[c] &&
+            d->stats_of[c] < 0) {
             d->stats_of[c] = id;
             d->stats_by[id] = c;
             if (d->conv_why && d->conv_why[c])
@@ -1464,6 +1482,7 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_GEMM: conv_gemm_forward(L, id, &G); break;
         case CONV_DENSE: conv_dense_forward(L, id, &G); break;
         case CONV_CHUNKED: conv_chunked_forward(L, id, &G); break;
+        case CONV_WINOGRAD: cg_lower_conv_winograd(L, id, &G); break;
         }
     } else if (n->op == OP_CONV2D_BWD_W) {
         if (L->dec->wgrad_pool[id] >= 0) {
@@ -1476,6 +1495,7 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_GEMM: conv_gemm_grad_w(L, id, &G); break;
         case CONV_DENSE: conv_dense_grad_w(L, id, &G); break;
         case CONV_CHUNKED: conv_chunked_grad_w(L, id, &G); break;
+        case CONV_WINOGRAD: cg_lower_conv_winograd(L, id, &G); break;
         }
     } else {   /* OP_CONV2D_BWD_X */
         switch (how) {
@@ -1483,6 +1503,7 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_VECTOR: case CONV_GEMM: conv_gemm_grad_x(L, id, &G, how); break;
         case CONV_DENSE: conv_dense_grad_x(L, id, &G); break;
         case CONV_CHUNKED: conv_chunked_grad_x(L, id, &G); break;
+        case CONV_WINOGRAD: cg_lower_conv_winograd(L, id, &G); break;
         }
     }
 }

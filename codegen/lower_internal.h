@@ -5,7 +5,8 @@
 ** The driver (codegen/lower.c) walks the graph and calls one lowering function
 ** per op; the op families live beside their gradients:
 **   elementwise.c  relu/sigmoid/tanh, add/mul, const, dropout, and their gradients
-**   conv.c         convolutions: direct, channel-vectorised, im2col + GEMM
+**   conv.c         convolutions: direct, channel-vectorised, im2col + GEMM, dense
+**   winograd.c     3x3 convolutions as Winograd's F(2x2, 3x3)
 **   linear.c       linear layers (GEMM + epilogue), their gradients, bias gradients
 **   pool.c         max/avg/global-average pooling and their gradients
 **   norm.c         BatchNorm: batch statistics, apply, gradients, running update
@@ -36,6 +37,24 @@ typedef struct Lower {
     int *ready;       /* IR bucket -> the node after whose steps its collective starts */
     bool *waited;     /* IR bucket -> its wait step has been emitted */
 } Lower;
+
+/* The geometry of one convolution, the same for conv2d, conv2d_grad_x and
+   conv2d_grad_w: x [N, C, H, W], w [O, C, K, K], y [N, O, OH, OW]. */
+typedef struct ConvGeom {
+    int C, H, W;              /* input channels, rows, columns */
+    int O, K;                 /* output channels, kernel size (K x K) */
+    int S, P;                 /* stride, padding */
+    int OH, OW;               /* output rows, columns */
+} ConvGeom;
+
+/* Weight gradients are summed in a fixed number of groups of examples,
+   whatever the threads, so the sum is the same on any count (up to 8 threads
+   a device each has work; more would idle in these kernels). */
+#define CG_WGROUPS 8
+/* ... when the partial copies take at most this many floats (16 MB): a
+   512-channel 3x3 layer's 8 copies would take 75 MB (ResNet-18 with the
+   small stem), and its columns split between threads give wide GEMMs anyway. */
+#define CG_WGROUPS_MAX_FLOATS (4L << 20)
 
 /* The size of a shape in floats, as a Dim (batch-sized when dim 0 is N). */
 static inline Dim dim_of(const Shape *s)
@@ -85,6 +104,11 @@ void cg_lower_const(Lower *L, int id);
 void cg_lower_dropout_mask(Lower *L, int id);
 /* conv.c */
 void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */
+/* winograd.c: CONV_WINOGRAD's three ops; where it applies (3x3, stride 1, padding 1,
+   its weight gradient's groups within CG_WGROUPS_MAX_FLOATS); examples per chunk */
+void cg_lower_conv_winograd(Lower *L, int id, const ConvGeom *G);
+bool cg_winograd_applies(int c, int k, int o, int stride, int padding);
+int  cg_winograd_examples(const ConvGeom *G);
 /* linear.c */
 void cg_lower_linear(Lower *L, int id);
 void cg_lower_linear_grad_x(Lower *L, int id);

@@ -359,6 +359,7 @@ static CgOptions codegen_options(const Cli *c)
     if (conv && !strcmp(conv, "gemm")) o.conv = CONV_GEMM;
     if (conv && !strcmp(conv, "dense")) o.conv = CONV_DENSE;
     if (conv && !strcmp(conv, "chunked")) o.conv = CONV_CHUNKED;
+    if (conv && !strcmp(conv, "winograd")) o.conv = CONV_WINOGRAD;
     return o;
 }
 

@@ -54,6 +54,7 @@ if /usr/bin/python3 -c "import torch" 2>/dev/null; then
     suite direct env MGC_CONV=direct /usr/bin/python3 tests/torch/ref.py --out "$log/ref-direct" --only 'op_conv*' --only small_resnet --only fd_small_resnet
     suite dense env MGC_CONV=dense /usr/bin/python3 tests/torch/ref.py --out "$log/ref-dense" --only 'op_conv*' --only small_resnet --only fd_small_resnet
     suite chunked env MGC_CONV=chunked /usr/bin/python3 tests/torch/ref.py --out "$log/ref-chunked" --only 'op_conv*' --only small_resnet --only fd_small_resnet --only lenet_sgd5
+    suite winograd env MGC_CONV=winograd /usr/bin/python3 tests/torch/ref.py --out "$log/ref-winograd" --only 'op_conv*' --only fd_small_resnet
     suite vector env MGC_CONV=vector /usr/bin/python3 tests/torch/ref.py --out "$log/ref-vector" --only 'op_conv*' --only small_resnet --only fd_small_resnet --only lenet_sgd5
 else
     echo "torch      skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"

@@ -57,12 +57,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool sync_bn = (h >> 3 & 3) == 0;
     bool replicas = (h >> 5 & 1) != 0;
     CgOptions opt = { .fuse = (h >> 6 & 3) != 0, .conv = -1, .cpu_only = (h >> 11 & 1) != 0 };
-    switch (h >> 8 & 7) {                /* five in eight force a strategy */
+    switch (h >> 8 & 7) {                /* six in eight force a strategy */
     case 0: opt.conv = CONV_DIRECT; break;
     case 1: opt.conv = CONV_VECTOR; break;
     case 2: opt.conv = CONV_GEMM; break;
     case 3: opt.conv = CONV_DENSE; break;
     case 6: opt.conv = CONV_CHUNKED; break;   /* CONV_GEMM where .cpu_only is off (as for CUDA) */
+    case 7: opt.conv = CONV_WINOGRAD; break;  /* chunked (or CONV_GEMM) where it does not apply */
     default: break;
     }
 

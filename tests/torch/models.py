@@ -124,6 +124,12 @@ def op_relu_pool_rows():
                ("b", nn.Conv2d(3, 4, 3, padding=1, bias=False)), relu(), maxpool(4, 2, 2), *head(4 * 4 * 4))
 
 
+def op_conv_winograd():
+    return seq(("a", nn.Conv2d(32, 64, 3, padding=1)), relu(),
+               ("b", nn.Conv2d(64, 64, 3, padding=1, bias=False)), ("bn", nn.BatchNorm2d(64)), relu(),
+               ("c", nn.Conv2d(64, 16, 3, padding=1)), *head(16 * 13 * 11))
+
+
 def op_linear():
     return seq(flatten(), ("fc1", nn.Linear(32, 12, bias=False)), ("fc2", nn.Linear(12, 10)))
 
@@ -303,6 +309,7 @@ BUILDERS = {
     "tests/nets/op_conv_pool2.net": (op_conv_pool2, (2, 19, 19)),
     "tests/nets/op_conv_pool_nobias.net": (op_conv_pool_nobias, (3, 9, 9)),
     "tests/nets/op_relu_pool_rows.net": (op_relu_pool_rows, (2, 14, 14)),
+    "tests/nets/op_conv_winograd.net": (op_conv_winograd, (32, 13, 11)),
     "tests/nets/op_linear.net": (op_linear, (2, 4, 4)),
     "tests/nets/op_batchnorm.net": (op_batchnorm, (3, 6, 6)),
     "tests/nets/op_batchnorm_args.net": (op_batchnorm_args, (3, 5, 5)),

@@ -552,7 +552,7 @@ def geometry_cases(count=20, seed=2026):
     kernels' reach), 1x1 maps, kernels as large as the padded input, with and
     without bias and ReLU. Each case's net is written under OUT and its
     PyTorch twin registered with models.py. Named op_conv_geom_K, so the
-    strategy suites (MGC_CONV=direct|vector|gemm|dense|chunked, --only 'op_conv*') run
+    strategy suites (MGC_CONV=direct|vector|gemm|dense|chunked|winograd, --only 'op_conv*') run
     every geometry through every strategy."""
     import random
     rnd = random.Random(seed)
@@ -608,6 +608,9 @@ def cases():
         if n in ("op_conv", "op_batchnorm", "op_linear"):
             cs.append(dict(base, name=n + "_sgd3", steps=3, lr=0.05, momentum=0.9, wd=1e-3))
     cs += geometry_cases()
+    # ResNet-18's 3x3 layers on the C target (Winograd's F(2x2, 3x3)): several chunks of examples
+    cs.append(dict(kind="compare", name="op_conv_winograd", net="tests/nets/op_conv_winograd.net", batch=20,
+                   seed=150, steps=1, lr=0.1, momentum=0.0, wd=0.0, tol=1e-4))
     cs.append(dict(kind="compare", name="op_dropout_half", net="tests/nets/op_dropout_half.net",
                    batch=8, seed=7, steps=1, lr=0.1, momentum=0.0, wd=0.0, tol=1e-4,
                    keys=set(), extra=dropout_extra))
