@@ -105,7 +105,7 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
     /* chunked: every count in its kernels an int (else CONV_GEMM, whose im2col
        buffer lowering refuses with the layer's place) */
     bool chunked = opt && opt->cpu_only && (double)c * k * k * out_pixels <= INT_MAX;
-    bool winograd = cg_winograd_applies(c, k, o, stride, padding);
+    bool winograd = cg_winograd_applies(k, stride, padding);
     if (opt && opt->conv >= 0) {
         switch ((ConvStrategy)opt->conv) {
         case CONV_GEMM: return CONV_GEMM;
@@ -1289,18 +1289,20 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
                 d->conv_why[fwd] = arena_printf(g->arena, "%s; its input gradient chunked (im2col + GEMM %d examples at a time, in cache)",
                                                 d->conv_why[fwd], chunk_examples(&G));
         }
-        if (op == OP_CONV2D_BWD_W && s == CONV_WINOGRAD && opt->conv < 0 &&
-            16L * ((G.OH + 1) / 2) * ((G.OW + 1) / 2) * 2 > 9L * G.OH * G.OW) {
+        bool wg_more = 16L * ((G.OH + 1) / 2) * ((G.OW + 1) / 2) * 2 > 9L * G.OH * G.OW;
+        if (op == OP_CONV2D_BWD_W && s == CONV_WINOGRAD && (!cg_winograd_grad_w_fits(&G) || (opt->conv < 0 && wg_more))) {
             /* The Winograd weight gradient's GEMMs are O x C with K = the chunk's tiles and
                accumulate in memory; they pay only with at most half of im2col's multiply-adds
                (4x4 maps: 0.44; 7x7: 0.58, whose tiles cover 8x8). Measured on ResNet-18's
-               7x7 layers, one thread: 10.0-10.5 ms against 9.8 chunked; 4x4: 8.3 against 11.3. */
+               7x7 layers, one thread: 10.0-10.5 ms against 9.8 chunked; 4x4: 8.3 against 11.3.
+               Its 8 groups' partial sums take 16/9 of im2col's: past CG_WGROUPS_MAX_FLOATS,
+               the chunked form (which then splits dw's columns between threads). */
             s = CONV_CHUNKED;
             int fwd = g->nodes[id].grad_of;
             if (fwd >= 0 && d->conv_why && d->conv_why[fwd])
-                d->conv_why[fwd] = arena_printf(g->arena, "%s; its weight gradient chunked (im2col + GEMM %d examples at a time: "
-                                                "Winograd's would do more than half of its multiply-adds)",
-                                                d->conv_why[fwd], chunk_examples(&G));
+                d->conv_why[fwd] = arena_printf(g->arena, "%s; its weight gradient chunked (%s)", d->conv_why[fwd],
+                                                cg_winograd_grad_w_fits(&G) ? "Winograd's would do more than half of im2col's multiply-adds"
+                                                                            : "Winograd's partial sums per group would take too much memory");
         }
         d->conv[id] = (signed char)s;
         if (op == OP_CONV2D && d->conv_why) d->conv_why[id] = conv_why(g->arena, opt, &G, s);

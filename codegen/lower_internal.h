@@ -104,10 +104,11 @@ void cg_lower_const(Lower *L, int id);
 void cg_lower_dropout_mask(Lower *L, int id);
 /* conv.c */
 void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */
-/* winograd.c: CONV_WINOGRAD's three ops; where it applies (3x3, stride 1, padding 1,
-   its weight gradient's groups within CG_WGROUPS_MAX_FLOATS); examples per chunk */
+/* winograd.c: CONV_WINOGRAD's three ops; where it applies (3x3, stride 1, padding 1);
+   whether its weight gradient's groups fit in CG_WGROUPS_MAX_FLOATS; examples per chunk */
 void cg_lower_conv_winograd(Lower *L, int id, const ConvGeom *G);
-bool cg_winograd_applies(int c, int k, int o, int stride, int padding);
+bool cg_winograd_applies(int k, int stride, int padding);
+bool cg_winograd_grad_w_fits(const ConvGeom *G);
 int  cg_winograd_examples(const ConvGeom *G);
 /* linear.c */
 void cg_lower_linear(Lower *L, int id);
