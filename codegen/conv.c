@@ -925,6 +925,40 @@ static void chunk_loop(Lower *L, const ConvGeom *G, const char *fn, const char *
             NB - 1, NB, NB, NB, NB, P);
 }
 
+/* In a chunked forward's loop (chunk `ch`, `part` the BatchNorm's partial sums):
+   per output channel o < O the mean and the sum of squared deviations of its
+   values in this chunk, `nseg` runs of `len` floats from `seg` (C expressions
+   of o and of the run j), two passes in double in lanes the compiler
+   vectorises; `shift` is added to the mean (a bias not in the values). */
+void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const char *len, const char *shift)
+{
+    cg_body(L, "        double *pd = (double *)part + ch * %dL * 2;   /* this chunk's partial statistics */\n"
+               "        for (int o = 0; o < %d; o++) {\n"
+               "            double s_l[MGC_DLANES] = { 0 }, q_l[MGC_DLANES] = { 0 };\n"
+               "            for (long j = 0; j < (%s); j++) {\n"
+               "                const float *r = %s;\n"
+               "                long q = 0;\n"
+               "                for (; q + MGC_DLANES <= (%s); q += MGC_DLANES)\n"
+               "                    for (int l = 0; l < MGC_DLANES; l++) s_l[l] += r[q + l];\n"
+               "                for (; q < (%s); q++) s_l[0] += r[q];\n"
+               "            }\n"
+               "            double s = 0;\n"
+               "            for (int l = 0; l < MGC_DLANES; l++) s += s_l[l];\n"
+               "            const double mean = s / ((double)(%s) * (%s));\n"
+               "            for (long j = 0; j < (%s); j++) {\n"
+               "                const float *r = %s;\n"
+               "                long q = 0;\n"
+               "                for (; q + MGC_DLANES <= (%s); q += MGC_DLANES)\n"
+               "                    for (int l = 0; l < MGC_DLANES; l++) { double d = r[q + l] - mean; q_l[l] += d * d; }\n"
+               "                for (; q < (%s); q++) { double d = r[q] - mean; q_l[0] += d * d; }\n"
+               "            }\n"
+               "            double m2 = 0;\n"
+               "            for (int l = 0; l < MGC_DLANES; l++) m2 += q_l[l];\n"
+               "            pd[2 * o] = mean + %s;\n"
+               "            pd[2 * o + 1] = m2;\n"
+               "        }\n", O, O, nseg, seg, len, len, nseg, len, nseg, seg, len, len, shift);
+}
+
 /* x, w, bias? -> y: per chunk of examples, im2col into scratch, t[O, nb*P] = w . col
    (CBLAS, this thread), and y = t + bias (and a fused relu) */
 static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
@@ -962,28 +996,8 @@ static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                "            }\n",
             O, CKK, CKK, O, P, O, P, bias ? "bias[o]" : "0.0f", P,
             L->relu_out[id] ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
-    if (stats >= 0)
-        /* Two passes in double over each channel's row of t (nb*P values, in cache),
-           in lanes the compiler vectorises; the bias shifts the mean only. */
-        cg_body(L, "        double *pd = (double *)part + ch * %dL * 2;   /* this chunk's partial statistics */\n"
-                   "        for (int o = 0; o < %d; o++) {\n"
-                   "            const float *r = t + o * ld;\n"
-                   "            double s_l[MGC_DLANES] = { 0 }, q_l[MGC_DLANES] = { 0 };\n"
-                   "            long q = 0;\n"
-                   "            for (; q + MGC_DLANES <= ld; q += MGC_DLANES)\n"
-                   "                for (int l = 0; l < MGC_DLANES; l++) s_l[l] += r[q + l];\n"
-                   "            for (; q < ld; q++) s_l[0] += r[q];\n"
-                   "            double s = 0;\n"
-                   "            for (int l = 0; l < MGC_DLANES; l++) s += s_l[l];\n"
-                   "            const double mean = s / ld;\n"
-                   "            for (q = 0; q + MGC_DLANES <= ld; q += MGC_DLANES)\n"
-                   "                for (int l = 0; l < MGC_DLANES; l++) { double d = r[q + l] - mean; q_l[l] += d * d; }\n"
-                   "            for (; q < ld; q++) { double d = r[q] - mean; q_l[0] += d * d; }\n"
-                   "            double m2 = 0;\n"
-                   "            for (int l = 0; l < MGC_DLANES; l++) m2 += q_l[l];\n"
-                   "            pd[2 * o] = mean + %s;\n"
-                   "            pd[2 * o + 1] = m2;\n"
-                   "        }\n", O, O, bias ? "bias[o]" : "0.0");
+    if (stats >= 0)   /* each channel's row of t (nb*P values, in cache); the bias shifts the mean only */
+        cg_chunk_stats(L, O, "t + o * ld", "1", "ld", bias ? "bias[o]" : "0.0");
     cg_body(L, "    }\n    free(col);\n");
     cg_end_kernel(L);
 }

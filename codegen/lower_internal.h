@@ -104,6 +104,9 @@ void cg_lower_const(Lower *L, int id);
 void cg_lower_dropout_mask(Lower *L, int id);
 /* conv.c */
 void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */
+/* conv.c: in a chunked forward's loop, the chunk's BatchNorm partial sums per channel
+   (its mean and sum of squared deviations) over nseg runs of len floats at seg */
+void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const char *len, const char *shift);
 /* winograd.c: CONV_WINOGRAD's three ops; where it applies (3x3, stride 1, padding 1);
    whether its weight gradient's groups fit in CG_WGROUPS_MAX_FLOATS; examples per chunk */
 void cg_lower_conv_winograd(Lower *L, int id, const ConvGeom *G);

@@ -242,33 +242,9 @@ static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
                    "                        yo[0] = v[0]; yo[1] = v[1]; yo[%d] = v[2]; yo[%d] = v[3];\n"
                    "                    }\n"
                    "            }\n", W, W, W + 1);
-    if (stats >= 0)
-        /* as the chunked forward's: two passes in double over each channel's nb planes (in cache) */
-        cg_body(L, "        double *pd = (double *)part + ch * %dL * 2;   /* this chunk's partial statistics */\n"
-                   "        for (int o = 0; o < %d; o++) {\n"
-                   "            double s_l[MGC_DLANES] = { 0 }, q_l[MGC_DLANES] = { 0 };\n"
-                   "            for (int j = 0; j < nb; j++) {\n"
-                   "                const float *r = y + ((n0 + j) * %d + o) * %ldL;\n"
-                   "                long p = 0;\n"
-                   "                for (; p + MGC_DLANES <= %ldL; p += MGC_DLANES)\n"
-                   "                    for (int l = 0; l < MGC_DLANES; l++) s_l[l] += r[p + l];\n"
-                   "                for (; p < %ldL; p++) s_l[0] += r[p];\n"
-                   "            }\n"
-                   "            double s = 0;\n"
-                   "            for (int l = 0; l < MGC_DLANES; l++) s += s_l[l];\n"
-                   "            const double mean = s / ((double)nb * %ld);\n"
-                   "            for (int j = 0; j < nb; j++) {\n"
-                   "                const float *r = y + ((n0 + j) * %d + o) * %ldL;\n"
-                   "                long p = 0;\n"
-                   "                for (; p + MGC_DLANES <= %ldL; p += MGC_DLANES)\n"
-                   "                    for (int l = 0; l < MGC_DLANES; l++) { double d = r[p + l] - mean; q_l[l] += d * d; }\n"
-                   "                for (; p < %ldL; p++) { double d = r[p] - mean; q_l[0] += d * d; }\n"
-                   "            }\n"
-                   "            double m2 = 0;\n"
-                   "            for (int l = 0; l < MGC_DLANES; l++) m2 += q_l[l];\n"
-                   "            pd[2 * o] = mean;\n"
-                   "            pd[2 * o + 1] = m2;\n"
-                   "        }\n", O, O, O, HW, HW, HW, HW, O, HW, HW, HW);
+    if (stats >= 0)   /* each channel's nb planes of y, in cache */
+        cg_chunk_stats(L, O, arena_printf(L->p->arena, "y + ((n0 + j) * %dL + o) * %ldL", O, HW), "nb",
+                       arena_printf(L->p->arena, "%ldL", HW), "0.0");
     cg_body(L, "    }\n    free(V);\n");
     cg_end_kernel(L);
 }
