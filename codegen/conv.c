@@ -1191,15 +1191,9 @@ static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
                "       part[g] += t . col^T */\n",
             O, G->OH, G->OW, C, H, W, CG_WGROUPS, O, CKK, G->S, G->P, NB);
     cg_body(L, "    float *col = mgc_scratch(%ldL * %d + %ldL * %d + %ldL, \"%s\"), *t = col + %ldL * %d, *pad = t + %ldL * %d;\n"
-               "    (void)pad;\n"
-               "    FOR_EACH(g, %dL) {\n"
-               "        float *pg = part + g * %ldL;\n"
-               "        const long e0 = N * g / %d, e1 = N * (g + 1) / %d;\n"
-               "        if (e0 == e1) for (long q = 0; q < %ldL; q++) pg[q] = 0.0f;   /* no examples (N < %d) */\n"
-               "        for (long n0 = e0; n0 < e1; n0 += %d) {\n"
-               "            int nb = e1 - n0 < %d ? (int)(e1 - n0) : %d, ld = nb * %ld;\n",
-            CKK * P, NB, O * P, NB, pad_floats(G), st->fn, CKK * P, NB, O * P, NB, CG_WGROUPS, OC, CG_WGROUPS, CG_WGROUPS,
-            OC, CG_WGROUPS, NB, NB, NB, P);
+               "    (void)pad;\n",
+            CKK * P, NB, O * P, NB, pad_floats(G), st->fn, CKK * P, NB, O * P, NB);
+    cg_group_chunks(L, OC, NB, P);
     chunk_pack_grad(L, G);
     chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
     cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, %ld, ld, 1.0f, t, ld, col, ld, n0 == e0 ? 0.0f : 1.0f, pg, %ld);\n"
@@ -1216,6 +1210,21 @@ static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
                "        dw[i] = acc;\n"
                "    }\n", CG_WGROUPS, OC, CG_WGROUPS, OC);
     cg_end_kernel(L);
+}
+
+/* A weight gradient's loop over its CG_WGROUPS groups of examples (FOR_EACH
+   g), each writing its partial sum pg (`per_group` floats of `part`; zeros
+   for a group with no examples), and in it the loop over the group's chunks
+   of NB examples n0 .. n0+nb-1, ld = nb * cols; the body closes both. */
+void cg_group_chunks(Lower *L, long per_group, int NB, long cols)
+{
+    cg_body(L, "    FOR_EACH(g, %dL) {\n"
+               "        float *pg = part + g * %ldL;\n"
+               "        const long e0 = N * g / %d, e1 = N * (g + 1) / %d;\n"
+               "        if (e0 == e1) for (long q = 0; q < %ldL; q++) pg[q] = 0.0f;   /* no examples (N < %d) */\n"
+               "        for (long n0 = e0; n0 < e1; n0 += %d) {\n"
+               "            int nb = e1 - n0 < %d ? (int)(e1 - n0) : %d, ld = nb * %ld;\n",
+            CG_WGROUPS, per_group, CG_WGROUPS, CG_WGROUPS, per_group, CG_WGROUPS, NB, NB, NB, cols);
 }
 
 /* ------------------------------------------------------------------- dispatch */
@@ -1271,8 +1280,7 @@ static const char *conv_why(Arena *a, const CgOptions *opt, const ConvGeom *G, C
     case CONV_WINOGRAD:
         what = arena_printf(a, "winograd: F(2x2, 3x3), %ld 2x2 tiles per map, 16 GEMMs with K = %d over %d examples' tiles at a time "
                             "on each thread, %ld multiply-adds per example in them against im2col's %ld",
-                            (long)((G->OH + 1) / 2) * ((G->OW + 1) / 2), G->C, cg_winograd_examples(G),
-                            16L * ((G->OH + 1) / 2) * ((G->OW + 1) / 2) * G->C * G->O, full);
+                            cg_winograd_tiles(G), G->C, cg_winograd_examples(G), 16 * cg_winograd_tiles(G) * G->C * G->O, full);
         break;
     case CONV_DENSE:
         what = arena_printf(a, "dense: %ld input position%s, fewer than the kernel's %d taps: one GEMM over the whole map, "
@@ -1303,7 +1311,7 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
                 d->conv_why[fwd] = arena_printf(g->arena, "%s; its input gradient chunked (im2col + GEMM %d examples at a time, in cache)",
                                                 d->conv_why[fwd], chunk_examples(&G));
         }
-        bool wg_more = 16L * ((G.OH + 1) / 2) * ((G.OW + 1) / 2) * 2 > 9L * G.OH * G.OW;
+        bool wg_more = 16 * cg_winograd_tiles(&G) * 2 > 9L * G.OH * G.OW;   /* more than half of im2col's */
         if (op == OP_CONV2D_BWD_W && s == CONV_WINOGRAD && (!cg_winograd_grad_w_fits(&G) || (opt->conv < 0 && wg_more))) {
             /* The Winograd weight gradient's GEMMs are O x C with K = the chunk's tiles and
                accumulate in memory; they pay only with at most half of im2col's multiply-adds

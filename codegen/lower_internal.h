@@ -104,6 +104,8 @@ void cg_lower_const(Lower *L, int id);
 void cg_lower_dropout_mask(Lower *L, int id);
 /* conv.c */
 void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */
+/* conv.c: a weight gradient's loop over CG_WGROUPS groups of examples and their chunks */
+void cg_group_chunks(Lower *L, long per_group, int NB, long cols);
 /* conv.c: in a chunked forward's loop, the chunk's BatchNorm partial sums per channel
    (its mean and sum of squared deviations) over nseg runs of len floats at seg */
 void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const char *len, const char *shift);
@@ -112,6 +114,7 @@ void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const ch
 void cg_lower_conv_winograd(Lower *L, int id, const ConvGeom *G);
 bool cg_winograd_applies(int k, int stride, int padding);
 bool cg_winograd_grad_w_fits(const ConvGeom *G);
+long cg_winograd_tiles(const ConvGeom *G);         /* 2x2 output tiles per map */
 int  cg_winograd_examples(const ConvGeom *G);
 /* linear.c */
 void cg_lower_linear(Lower *L, int id);

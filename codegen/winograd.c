@@ -49,6 +49,7 @@
 
 static int tiles_h(const ConvGeom *G) { return (G->OH + 1) / 2; }
 static int tiles_w(const ConvGeom *G) { return (G->OW + 1) / 2; }
+long cg_winograd_tiles(const ConvGeom *G) { return (long)tiles_h(G) * tiles_w(G); }
 
 bool cg_winograd_applies(int k, int stride, int padding) { return k == 3 && stride == 1 && padding == 1; }
 
@@ -146,11 +147,10 @@ static void input_transform(Lower *L, const ConvGeom *G, const char *src, int CH
    input transform took 18 ms a step on one thread, 4 ms skewed. */
 #define WG_SKEW 16
 
-/* The scratch of a chunk loop: V [16, cin, NB*T], M (or D) [16, cout, NB*T],
-   the padded plane, the transforms' rows (hb) and dy's plane rounded up to
-   whole tiles (gp, zero past the map); then one chunk of examples n0 .. n0+nb-1 per iteration
-   of `loop` (a FOR_EACH header or the group's loop), ld = nb * T, vs = cin * ld
-   (V's stride from one xi to the next). */
+/* The kernels' scratch for chunks of up to NB examples: V [16, cin, NB*T] and
+   M (or D) [16, cout, NB*T], each matrix WG_SKEW floats apart, the padded
+   plane (zeroed here: its border is never written), the transforms' rows
+   (hb) and dy's plane rounded up to whole tiles (gp, zero past the map). */
 static void scratch(Lower *L, const ConvGeom *G, const char *fn, int cin, int cout, int NB)
 {
     int Hp = 2 * tiles_h(G) + 2, Wp = 2 * tiles_w(G) + 2;
@@ -265,14 +265,8 @@ static void winograd_grad_w(Lower *L, int id, const ConvGeom *G)
                "       part[g][xi] += D[xi] . V[xi]^T (16 CBLAS GEMMs on this thread) */\n",
             O, H, W, C, H, W, CG_WGROUPS, O, C, NB);
     scratch(L, G, st->fn, C, O, NB);
-    cg_body(L, "    FOR_EACH(g, %dL) {\n"
-               "        float *pg = part + g * %ldL;\n"
-               "        const long e0 = N * g / %d, e1 = N * (g + 1) / %d;\n"
-               "        if (e0 == e1) for (long q = 0; q < %ldL; q++) pg[q] = 0.0f;   /* no examples (N < %d) */\n"
-               "        for (long n0 = e0; n0 < e1; n0 += %d) {\n"
-               "            int nb = e1 - n0 < %d ? (int)(e1 - n0) : %d, ld = nb * %ld;\n"
-               "            const long vs = %dL * ld + %d, ms = %dL * ld + %d;\n",
-            CG_WGROUPS, 16 * OC, CG_WGROUPS, CG_WGROUPS, 16 * OC, CG_WGROUPS, NB, NB, NB, T, C, WG_SKEW, O, WG_SKEW);
+    cg_group_chunks(L, 16 * OC, NB, T);
+    cg_body(L, "            const long vs = %dL * ld + %d, ms = %dL * ld + %d;\n", C, WG_SKEW, O, WG_SKEW);
     input_transform(L, G, "x", C);
     /* D = A g A^T of each 2x2 tile g of dy (zero past the map): g A^T across each row of
        dy (rounded up to whole tiles in gp where the map is odd) into hb[b][row parity][ty][tx],
@@ -302,7 +296,7 @@ static void winograd_grad_w(Lower *L, int id, const ConvGeom *G)
                "                }\n"
                "            }\n",
             2 * TH, odd ? 2 * TW : W, T, TW, TW, 2 * T, 4 * T, 6 * T, T, 2 * T, T, T);
-    cg_body(L,                "            for (int xi = 0; xi < 16; xi++)\n"
+    cg_body(L, "            for (int xi = 0; xi < 16; xi++)\n"
                "                cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, %d, ld, 1.0f, M + xi * ms, ld, V + xi * vs, ld,\n"
                "                            n0 == e0 ? 0.0f : 1.0f, pg + xi * %ldL, %d);\n"
                "        }\n    }\n    free(V);\n",
