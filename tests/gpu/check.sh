@@ -15,7 +15,14 @@
 # PyTorch. Everything goes to $OUT (default /tmp/mgc-gpu): check.log, table.txt,
 # profile.txt (mgc's per-step profile of ResNet-18 on the GPU).
 #   bash tests/gpu/check.sh
+#   bash tests/gpu/check.sh --dry-run   # here, without a GPU: the same script with
+#                                       # cpu for cuda:0, cpu:2 for cuda:0,cuda:0, PyTorch
+#                                       # on the CPU, short epochs and no build (./mgc as
+#                                       # it is), so that its own bugs show before a GPU
+#                                       # session's few minutes are spent on them
 set -u
+DRY=0
+[ "${1:-}" = --dry-run ] && DRY=1
 cd "$(dirname "$0")/../.."
 R=${OUT:-/tmp/mgc-gpu}
 mkdir -p "$R"
@@ -26,6 +33,10 @@ DATA=${MGC_DATA:-}
 [ -z "$DATA" ] && for d in .gpu/data ../shared/data/fashion-mnist; do [ -f "$d/train-images-idx3-ubyte.gz" ] && DATA=$d && break; done
 export MGC_DATA=$DATA
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/mgc-gpu-cache}
+# dev LIST: the devices to ask for (the dry run's CPU stand-ins); TORCH_DEV; EPOCH: options that shorten an epoch
+dev() { if [ $DRY = 1 ]; then case $1 in cuda:0) echo cpu ;; cuda:0,cuda:0) echo cpu:2 ;; *) echo "$1" ;; esac; else echo "$1"; fi; }
+TORCH_DEV=cuda EPOCH=""
+[ $DRY = 1 ] && TORCH_DEV=cpu EPOCH="--limit-train 2560 --limit-test 1000" && echo "dry run: CPU devices stand in for the GPU"
 step() { echo; echo "== $* ($((SECONDS - T0)) s)"; }
 fails=0
 failed() { fails=$((fails + 1)); echo "FAIL $*"; }
@@ -36,6 +47,7 @@ command -v nvcc > /dev/null && nvcc --version | tail -1
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" 2>&1 | tail -1
 
 step "build"
+if [ $DRY = 1 ]; then echo "dry run: ./mgc as it is"; else
 # flex/bison missing: the carried generated parser and lexer, newer than their sources
 if ! command -v bison > /dev/null || ! command -v flex > /dev/null; then
     mkdir -p build && cp .gpu/gen/* build/ && touch build/parser.tab.h build/parser.tab.c && sleep 1 && touch build/lexer.c
@@ -64,22 +76,34 @@ fi
 if ! ./mgc nets/lenet.net --gpus 1 --epochs 0 > "$R/probe" 2>&1; then
     cat "$R/probe"; echo "FAIL: mgc sees no GPU here"; exit 1
 fi
+fi
 
 step "every op on cuda:0 against PyTorch (tests/torch/ref.py)"
-cases=$($PY tests/torch/ref.py --list 2> /dev/null | awk '$1 !~ /^dp_/ {print "--only " $1}')
-# shellcheck disable=SC2086
-MGC="./mgc --devices cuda:0" REF_OUT=/tmp/mgc-gpu-ref timeout 150 $PY tests/torch/ref.py $cases > "$R/ref.txt" 2>&1
-rc=$?
-grep -E "FAIL" "$R/ref.txt" | head -20
-tail -1 "$R/ref.txt"
-[ $rc -eq 0 ] || failed "ref.py on cuda:0 (exit $rc)"
+# the cases shared out between J processes (every J-th case each), side by side on the GPU
+J=$(( $(nproc) / 2 )); [ $J -gt 8 ] && J=8; [ $J -lt 1 ] && J=1
+pids=()
+for k in $(seq 0 $((J - 1))); do
+    ( MGC="./mgc --devices $(dev cuda:0)" REF_OUT=/tmp/mgc-gpu-ref/$k timeout "${REF_TIMEOUT:-200}" $PY tests/torch/ref.py --skip 'dp_*' --shard $k/$J \
+          > "$R/ref.$k.txt" 2>&1; echo $? > "$R/ref.$k.rc" ) &
+    pids+=($!)
+done
+wait "${pids[@]}"
+cat "$R"/ref.*.txt > "$R/ref.txt"
+grep -E "^FAIL" "$R/ref.txt" | head -20
+awk '/^[0-9]+ passed, [0-9]+ failed/ {p += $1; f += $3} END {print p " passed, " f " failed (" FILENAME ")"}' "$R/ref.txt"
+for k in $(seq 0 $((J - 1))); do
+    rc=$(cat "$R/ref.$k.rc" 2> /dev/null || echo none)
+    [ "$rc" = 0 ] || failed "ref.py --shard $k/$J on $(dev cuda:0) (exit $rc$([ "$rc" = 124 ] && echo ': timed out'))"
+done
 
 step "the GPU against the CPU backend, check mode"
-$PY - "$R" <<'EOF' || fails=$((fails + 1))
+$PY - "$R" $DRY <<'EOF' || fails=$((fails + 1))
 import os, subprocess, sys, torch
 sys.path.insert(0, "tests")
 import st
 R = sys.argv[1]
+def dev(d):   # the dry run's CPU stand-ins
+    return {"cuda:0": "cpu", "cuda:0,cuda:0": "cpu:2"}.get(d, d) if sys.argv[2] == "1" else d
 def mgc(*a):
     p = subprocess.run(["./mgc"] + [str(x) for x in a], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
     if p.returncode: raise SystemExit(f"FAIL mgc {' '.join(map(str, a))}:\n{p.stdout.decode()[-800:]}")
@@ -95,8 +119,8 @@ for net, b, steps, extra, dev_a, dev_b, tol in [
     x, y = torch.randn((b,) + shape, generator=g), torch.randint(0, 10, (b,), generator=g)
     st.save({"x": x, "y": y}, f"{R}/batch.st")
     mgc(net, "--epochs", 0, "--batch-size", b, *extra, "--save", f"{R}/init.st")
-    for dev, out in ((dev_a, "a"), (dev_b, "b")):
-        mgc(net, "--devices", dev, "--batch-size", b, *extra, "--load", f"{R}/init.st", "--batch", f"{R}/batch.st",
+    for d, out in ((dev_a, "a"), (dev_b, "b")):
+        mgc(net, "--devices", dev(d), "--batch-size", b, *extra, "--load", f"{R}/init.st", "--batch", f"{R}/batch.st",
             "--steps", steps, "--lr", 0.01, "--dump", f"{R}/{out}.st")
     A, B = st.load(f"{R}/a.st"), st.load(f"{R}/b.st")
     worst, name = 0.0, ""
@@ -114,19 +138,22 @@ EOF
 step "one epoch each, and PyTorch on the same GPU"
 for net in lenet resnet18; do
     for devs in cuda:0 cuda:0,cuda:0; do
-        timeout 150 ./mgc nets/$net.net --devices $devs --epochs 1 --log "$R/$net-$devs.jsonl" > "$R/run.txt" 2>&1 ||
+        # shellcheck disable=SC2086
+        timeout 150 ./mgc nets/$net.net --devices "$(dev $devs)" --epochs 1 $EPOCH --log "$R/$net-$devs.jsonl" > "$R/run.txt" 2>&1 ||
             { failed "mgc $net on $devs"; tail -5 "$R/run.txt"; }
         tail -2 "$R/run.txt"
     done
     script=bench/torch_lenet.py
     [ $net = resnet18 ] && script=bench/torch_resnet.py
-    timeout 150 $PY $script --device cuda --epochs 1 --data "$DATA" --log "$R/$net-torch.jsonl" > "$R/run.txt" 2>&1 ||
+    # shellcheck disable=SC2086
+    timeout 150 $PY $script --device $TORCH_DEV --epochs 1 $EPOCH --data "$DATA" --log "$R/$net-torch.jsonl" > "$R/run.txt" 2>&1 ||
         { failed "PyTorch $net"; tail -5 "$R/run.txt"; }
     tail -2 "$R/run.txt"
 done
-MGC_PROFILE=1 timeout 60 ./mgc nets/resnet18.net --devices cuda:0 --epochs 1 --limit-train 5120 --limit-test 0 > /dev/null 2> "$R/profile.txt"
+MGC_PROFILE=1 timeout 60 ./mgc nets/resnet18.net --devices "$(dev cuda:0)" --epochs 1 --limit-train 5120 --limit-test 0 > /dev/null 2> "$R/profile.txt"
 
 step "table"
+[ $DRY = 1 ] && echo "dry run: the cuda rows ran on cpu and cpu:2, PyTorch on the CPU, epochs of 2,560 examples"
 $PY - "$R" <<'EOF' | tee "$R/table.txt"
 import json, os, sys
 R = sys.argv[1]

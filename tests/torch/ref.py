@@ -4,6 +4,8 @@
     /usr/bin/python3 tests/torch/ref.py                # all cases
     /usr/bin/python3 tests/torch/ref.py --only op_conv # cases whose name contains / matches
     /usr/bin/python3 tests/torch/ref.py --list
+    /usr/bin/python3 tests/torch/ref.py --skip 'dp_*'  # all cases but those
+    /usr/bin/python3 tests/torch/ref.py --shard 1/4    # every 4th case from the second: 4 processes share them
     MGC=./mgc /usr/bin/python3 tests/torch/ref.py      # binary (default ./mgc; may be a command)
 
 For every case: write a seeded random batch (x F32 [B,C,H,W], y I64 [B]);
@@ -660,7 +662,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", default=[],
                     help="run cases whose name contains PATTERN or matches it as a glob (repeatable)")
+    ap.add_argument("--skip", action="append", default=[],
+                    help="leave out cases whose name contains PATTERN or matches it as a glob (repeatable)")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--shard", metavar="K/N", help="of the cases selected, every N-th from the K-th (0-based): "
+                    "N processes with K = 0..N-1 run each case once (tests/gpu/check.sh)")
     ap.add_argument("--out", help="work directory (default $REF_OUT or tests/out/torch)")
     a = ap.parse_args()
     global OUT
@@ -673,6 +679,15 @@ def main():
     if a.only:
         sel = [c for c in sel if any(p in c["name"] or fnmatch.fnmatch(c["name"], p)
                                      for p in a.only)]
+    if a.skip:
+        sel = [c for c in sel if not any(p in c["name"] or fnmatch.fnmatch(c["name"], p) for p in a.skip)]
+    if a.shard:
+        try:
+            k, n = (int(v) for v in a.shard.split("/"))
+            assert 0 <= k < n
+        except (ValueError, AssertionError):
+            ap.error(f"--shard expects K/N with 0 <= K < N, got '{a.shard}'")
+        sel = sel[k::n]
     if a.list:
         for c in sel:
             print(c["name"], c["kind"], c["net"])
