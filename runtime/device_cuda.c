@@ -333,7 +333,7 @@ static void *cubin_for(CudaDev *c, const char *source, bool verbose, bool fresh,
     h = rt_fnv1a(h, "\n--nvrtc ");
     h = rt_fnv1a(h, ver);
     h = rt_fnv1a(h, arch);
-    for (int k = 0; k < 2; k++) h = rt_fnv1a(h, rt_nvrtc_options[k]);
+    for (int k = 0; k < RT_NVRTC_NOPTIONS; k++) h = rt_fnv1a(h, rt_nvrtc_options[k]);
     if (rt_kernel_cache(kdir, sizeof kdir, err, err_size)) return NULL;
     snprintf(path, path_size, "%s/%016llx.%s.cubin", kdir, (unsigned long long)h, arch);
     FILE *f = fresh ? NULL : fopen(path, "rb");

@@ -17,6 +17,7 @@ void *rt_nvrtc_cubin(const char *source, const char *name, const char *arch, siz
 /* "NVRTC 13.0" (part of the kernel cache's key), or "no NVRTC". */
 const char *rt_nvrtc_version(char *buf, size_t size);
 /* The options every compile gets beside the architecture. */
-extern const char *const rt_nvrtc_options[2];
+#define RT_NVRTC_NOPTIONS 3
+extern const char *const rt_nvrtc_options[RT_NVRTC_NOPTIONS];
 
 #endif

@@ -35,10 +35,10 @@ int main(int argc, char **argv)
     fclose(f);
     char arch[64];
     snprintf(arch, sizeof arch, "--gpu-architecture=%s", argc > 2 ? argv[2] : "sm_90");
-    const char *opts[] = { arch, "--std=c++17", "-default-device" };
+    const char *opts[] = { arch, "--std=c++17", "-default-device", "--split-compile=0" };   /* runtime/ptx.c's */
     nvrtcProgram prog;
     if (nvrtcCreateProgram(&prog, src, argv[1], 0, NULL, NULL) != NVRTC_SUCCESS) return 1;
-    nvrtcResult rc = nvrtcCompileProgram(prog, 3, opts);
+    nvrtcResult rc = nvrtcCompileProgram(prog, 4, opts);
     size_t logsize = 0;
     nvrtcGetProgramLogSize(prog, &logsize);
     char *log = malloc(logsize + 1);
