@@ -676,11 +676,12 @@ def main():
     torch.manual_seed(0)
 
     sel = cases()
+    def named(c, patterns):   # the name contains a pattern or matches it as a glob
+        return any(p in c["name"] or fnmatch.fnmatch(c["name"], p) for p in patterns)
+
     if a.only:
-        sel = [c for c in sel if any(p in c["name"] or fnmatch.fnmatch(c["name"], p)
-                                     for p in a.only)]
-    if a.skip:
-        sel = [c for c in sel if not any(p in c["name"] or fnmatch.fnmatch(c["name"], p) for p in a.skip)]
+        sel = [c for c in sel if named(c, a.only)]
+    sel = [c for c in sel if not named(c, a.skip)]
     if a.shard:
         try:
             k, n = (int(v) for v in a.shard.split("/"))
