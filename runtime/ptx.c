@@ -47,8 +47,8 @@ const char *rt_nvrtc_version(char *buf, size_t size)
 }
 
 /* --split-compile=0: NVRTC optimises the kernels on as many threads as there
-   are cores (ResNet-18's 293 kernels: about 11 s on one); an NVRTC without
-   the option compiles without it. */
+   are cores (ResNet-18's 293 kernels for sm_90: 11.9 s on one core, 7.8 s on
+   two); an NVRTC without the option compiles without it. */
 const char *const rt_nvrtc_options[RT_NVRTC_NOPTIONS] = { "--std=c++17", "-default-device", "--split-compile=0" };
 
 static char *nvrtc_compile(const char *source, const char *name, const char *arch, bool cubin, size_t *size,
