@@ -214,7 +214,7 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
         else if (verbose)
             fprintf(stderr, "mgc: the cached kernels %s have no seal (an older mgc made them): compiling them again\n", so_path);
     }
-    /* HASH.K.c -> HASH.K.PID.o (log HASH.K.log), side by side; then linked */
+    /* HASH.K.c -> HASH.K.PID.o (log HASH.K.PID.log), side by side; then linked */
     int n = nparts;
     char (*c_path)[4800] = calloc((size_t)n + 1, sizeof *c_path), (*o_path)[4800] = calloc((size_t)n + 1, sizeof *o_path);
     char (*log_path)[4800] = calloc((size_t)n + 1, sizeof *log_path);
@@ -228,10 +228,18 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
     for (int k = 0; k < n && !rc; k++) {
         snprintf(c_path[k], sizeof c_path[k], "%s/%016llx.%d.c", kdir, (unsigned long long)h, k);
         snprintf(o_path[k], sizeof o_path[k], "%s/%016llx.%d.%d.o", kdir, (unsigned long long)h, k, (int)getpid());
-        snprintf(log_path[k], sizeof log_path[k], "%s/%016llx.%d.log", kdir, (unsigned long long)h, k);
-        FILE *f = fopen(c_path[k], "w");
-        if (!f || fputs(parts[k], f) < 0 || fclose(f)) {
+        snprintf(log_path[k], sizeof log_path[k], "%s/%016llx.%d.%d.log", kdir, (unsigned long long)h, k, (int)getpid());
+        /* written beside and renamed into place: another process (an MPI rank on
+           the same machine) compiling the same kernels at the same moment never
+           lets its compiler read a source this one is rewriting */
+        char tmp_c[4900];
+        snprintf(tmp_c, sizeof tmp_c, "%s.%d.tmp", c_path[k], (int)getpid());
+        FILE *f = fopen(tmp_c, "w");
+        bool written = f && fputs(parts[k], f) >= 0;
+        if (f && fclose(f)) written = false;
+        if (!written || rename(tmp_c, c_path[k])) {
             snprintf(err, err_size, "cannot write kernel source '%s': %s", c_path[k], strerror(errno));
+            unlink(tmp_c);
             rc = -1;
             break;
         }
@@ -246,7 +254,7 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
     }
     char tmp_so[4800], link_log[4800];
     snprintf(tmp_so, sizeof tmp_so, "%s.%d.tmp", so_path, (int)getpid());
-    snprintf(link_log, sizeof link_log, "%s/%016llx.link.log", kdir, (unsigned long long)h);
+    snprintf(link_log, sizeof link_log, "%s/%016llx.link.%d.log", kdir, (unsigned long long)h, (int)getpid());
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!rc && n > 4 * rt_cores())   /* minutes, for a very large net: say so rather than seem to hang */

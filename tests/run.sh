@@ -26,7 +26,10 @@ suite() {  # name, command...
     [ $rc -ne 0 ] && [ "${f:-0}" -eq 0 ] && f=1
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
     printf '%-10s %4d passed, %d failed  (%ds)\n' "$name" "$p" "$f" $((SECONDS - t0))
-    if [ "$f" -ne 0 ]; then grep -E "FAIL|error|Error" "$log/$name" | head -30 | sed 's/^/    /'; fi
+    # a failure, and the indented lines after it (what the suite showed of the run that failed)
+    if [ "$f" -ne 0 ]; then
+        awk '/FAIL|error|Error/ {print; more = 1; next} more && /^    / {print; next} {more = 0}' "$log/$name" | head -40 | sed 's/^/    /'
+    fi
     grep -E "^(ok|skip|note)" "$log/$name" | sed 's/^/    /'
 }
 
