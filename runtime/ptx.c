@@ -67,8 +67,15 @@ static char *nvrtc_compile(const char *source, const char *name, const char *arc
     const char *opts[1 + RT_NVRTC_NOPTIONS] = { opt_arch };
     for (int k = 0; k < RT_NVRTC_NOPTIONS; k++) opts[1 + k] = rt_nvrtc_options[k];
     rc = nvrtcCompileProgram(prog, 1 + RT_NVRTC_NOPTIONS, opts);
-    if (rc == NVRTC_ERROR_INVALID_OPTION)   /* an older NVRTC: without the last (--split-compile) */
+    if (rc == NVRTC_ERROR_INVALID_OPTION) {   /* an older NVRTC: a fresh program, without the last (--split-compile) */
+        nvrtcDestroyProgram(&prog);
+        rc = nvrtcCreateProgram(&prog, source, name, 0, NULL, NULL);
+        if (rc != NVRTC_SUCCESS) {
+            snprintf(err, err_size, "NVRTC cannot take the program: %s", nvrtcGetErrorString(rc));
+            return NULL;
+        }
         rc = nvrtcCompileProgram(prog, RT_NVRTC_NOPTIONS, opts);
+    }
     size_t log_size = 0;
     nvrtcGetProgramLogSize(prog, &log_size);
     char *log = malloc(log_size + 1);
