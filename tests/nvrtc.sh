@@ -9,7 +9,7 @@ CUDA=${CUDA_HOME:-/usr/local/cuda}
 pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-${CC:-cc} -I"$CUDA/include" tests/nvrtc_check.c -L"$CUDA/lib64" -Wl,-rpath,"$CUDA/lib64" -lnvrtc -o build/nvrtc_check || { echo "0 passed, 1 failed"; exit 1; }
+${CC:-cc} -DHAVE_NVRTC -Iruntime -I"$CUDA/include" tests/nvrtc_check.c runtime/ptx.c -L"$CUDA/lib64" -Wl,-rpath,"$CUDA/lib64" -lnvrtc -o build/nvrtc_check || { echo "0 passed, 1 failed"; exit 1; }
 # nvrtc FILE LABEL: FILE compiles for sm_80 and sm_90, without a warning (the two side by side)
 nvrtc() {
     local arch pid80 pid90 rc

@@ -4,9 +4,12 @@
 ** the architecture given). Needs no GPU. Fails, printing the NVRTC log, when
 ** the compilation fails or its log is not empty (a warning).
 **
-**   cc -I/usr/local/cuda/include tests/nvrtc_check.c -L/usr/local/cuda/lib64 -lnvrtc -o build/nvrtc_check
+**   cc -DHAVE_NVRTC -Iruntime -I/usr/local/cuda/include tests/nvrtc_check.c runtime/ptx.c \
+**      -L/usr/local/cuda/lib64 -lnvrtc -o build/nvrtc_check
+** (runtime/ptx.c for rt_nvrtc_options: the options the runtime compiles with)
 **   build/nvrtc_check kernels.cu [sm_90]
 */
+#include "ptx.h"
 #include <nvrtc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,10 +38,11 @@ int main(int argc, char **argv)
     fclose(f);
     char arch[64];
     snprintf(arch, sizeof arch, "--gpu-architecture=%s", argc > 2 ? argv[2] : "sm_90");
-    const char *opts[] = { arch, "--std=c++17", "-default-device", "--split-compile=0" };   /* runtime/ptx.c's */
+    const char *opts[1 + RT_NVRTC_NOPTIONS] = { arch };
+    for (int k = 0; k < RT_NVRTC_NOPTIONS; k++) opts[1 + k] = rt_nvrtc_options[k];
     nvrtcProgram prog;
     if (nvrtcCreateProgram(&prog, src, argv[1], 0, NULL, NULL) != NVRTC_SUCCESS) return 1;
-    nvrtcResult rc = nvrtcCompileProgram(prog, 4, opts);
+    nvrtcResult rc = nvrtcCompileProgram(prog, 1 + RT_NVRTC_NOPTIONS, opts);
     size_t logsize = 0;
     nvrtcGetProgramLogSize(prog, &logsize);
     char *log = malloc(logsize + 1);
