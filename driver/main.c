@@ -57,7 +57,8 @@ static void usage(FILE *out)
         "  --tf32                 GPUs: GEMMs may round their inputs to TF32 (faster; default full fp32)\n"
         "  --sync-bn              BatchNorm statistics over the global batch (all replicas), as SyncBatchNorm\n"
         "  --check-nan            anomaly mode: check every step's output; stop at the first value that is not\n"
-        "                         finite and name the step, kernel and layer that wrote it (slow)\n"        "  --bucket-mb X          gradients are summed in buckets of about X MB (default 25; the first at most 1)\n"
+        "                         finite and name the step, kernel and layer that wrote it (slow)\n"
+        "  --bucket-mb X          gradients are summed in buckets of about X MB (default 25; the first at most 1)\n"
         "  --epochs N             passes over the training set (default 10; 0: initialise only)\n"
         "  --batch-size B         the global batch (default 256)\n"
         "  --lr X                 learning rate (default 0.1)\n"
@@ -86,6 +87,9 @@ static void usage(FILE *out)
         "                         check mode: K steps on the batch x, y in FILE.safetensors;\n"
         "                         OUT gets losses, logits, gradients and final parameters\n"
         "  -v, --verbose          say what is compiled and cached\n"
+        "  --cache-info           where the kernel cache is, its entries and size, and exit; it is kept\n"
+        "                         to $MGC_CACHE_MB (default 1000) MB, the entries used least recently go first\n"
+        "  --cache-clear          empty the kernel cache and exit\n"
         "  --help, --version\n");
 }
 
@@ -213,6 +217,7 @@ static int parse_args(int argc, char **argv, Cli *c)
             printf("mgc %s\n", MGC_VERSION);
             exit(0);
         }
+        if (!strcmp(arg, "--cache-info") || !strcmp(arg, "--cache-clear")) exit(rt_cache_report(arg[8] == 'c', stdout));
         if (!strcmp(arg, "-v") || !strcmp(arg, "--verbose")) {
             t->verbose = true;
             continue;

@@ -17,43 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *rt_cache_dir(char *buf, size_t size)
-{
-    const char *xdg = getenv("XDG_CACHE_HOME");
-    if (xdg && *xdg) snprintf(buf, size, "%s/mgc", xdg);
-    else snprintf(buf, size, "%s/.cache/mgc", getenv("HOME") ? getenv("HOME") : "/tmp");
-    return buf;
-}
-
-uint64_t rt_fnv1a(uint64_t h, const char *s) { return cg_fnv1a(h, s, strlen(s)); }
-
-static int mkdirs(const char *path)
-{
-    char tmp[4608];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
-    return 0;
-}
-
-int rt_kernel_cache(char *kdir, size_t size, char *err, size_t err_size)
-{
-    char dir[4096];
-    rt_cache_dir(dir, sizeof dir);
-    snprintf(kdir, size, "%s/kernels", dir);
-    if (mkdirs(kdir)) {
-        snprintf(err, err_size, "cannot create the kernel cache directory '%s': %s (set XDG_CACHE_HOME to a writable place)",
-                 kdir, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
 /* Runs argv (no shell: paths with quotes or $(...) in them are only paths)
    with stdout and stderr to out_path (or /dev/null). Returns the exit status,
    or -1 when it could not run. */
@@ -204,6 +167,7 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
     snprintf(so_path, so_size, "%s/%016llx.so", kdir, (unsigned long long)h);
     if (access(so_path, R_OK) == 0) {
         if (entry_sound(so_path)) {
+            rt_cache_touch(so_path);
             if (verbose) fprintf(stderr, "mgc: kernels found in cache %s\n", so_path);
             return 0;
         }
@@ -307,6 +271,7 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
     if (verbose)
         fprintf(stderr, "mgc: compiled kernels (%d translation unit%s, side by side) in %.2f s -> %s\n", n, n == 1 ? "" : "s",
                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), so_path);
+    rt_cache_prune(h, verbose);
     return 0;
 }
 
@@ -315,6 +280,10 @@ int rt_cc_load(const char *const *parts, int nparts, bool verbose, void **so, ch
     char so_path[4608];
     if (compile_kernels(parts, nparts, verbose, so_path, sizeof so_path, err, err_size)) return -1;
     *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!*so && access(so_path, F_OK)) {   /* another process pruned it from the cache a moment ago: once more */
+        if (compile_kernels(parts, nparts, verbose, so_path, sizeof so_path, err, err_size)) return -1;
+        *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    }
     if (!*so) {
         snprintf(err, err_size, "cannot load compiled kernels %s: %s (delete it to rebuild)", so_path, dlerror());
         return -1;

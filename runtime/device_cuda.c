@@ -345,6 +345,7 @@ static void *cubin_for(CudaDev *c, const char *source, bool verbose, bool fresh,
         bool ok = img && fread(img, 1, (size_t)n, f) == (size_t)n;
         fclose(f);
         if (ok) {
+            rt_cache_touch(path);
             if (verbose) fprintf(stderr, "mgc: CUDA kernels found in cache %s\n", path);
             *size = (size_t)n;
             return img;
@@ -361,6 +362,7 @@ static void *cubin_for(CudaDev *c, const char *source, bool verbose, bool fresh,
     f = fopen(tmp, "wb");
     if (f && fwrite(img, 1, *size, f) == *size && fclose(f) == 0) {
         if (rename(tmp, path)) unlink(tmp);
+        else rt_cache_prune(h, verbose);
     } else {
         if (f) fclose(f);
         unlink(tmp);   /* the cache is an optimisation: run without it */

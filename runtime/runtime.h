@@ -143,6 +143,17 @@ void rt_exec_profile_report(const Exec *x, FILE *out);
 const char *rt_cache_dir(char *buf, size_t size);
 /* The kernel cache's directory (made if missing): 0, or -1 with err. */
 int  rt_kernel_cache(char *dir, size_t size, char *err, size_t err_size);
+/* The kernel cache's limit in bytes: $MGC_CACHE_MB (10^6 bytes), else 1000 MB. */
+long long rt_cache_limit(void);
+/* Marks a cache entry (its .so or .cubin) used now. */
+void rt_cache_touch(const char *path);
+/* After an entry is added (keep: its hash, never removed): while the cache
+   holds more than its limit, removes the entries used least recently, down
+   to 80% of the limit; and what unfinished compiles left over a day ago. */
+void rt_cache_prune(uint64_t keep, bool verbose);
+/* mgc --cache-info (clear false) and --cache-clear: prints the cache's
+   entries and size to out, or removes them all; 0, or 1 with a message. */
+int  rt_cache_report(bool clear, FILE *out);
 /* OpenBLAS reads OPENBLAS_CORETYPE only as it loads, and 0.3.21 takes some
    CPUs with AVX-512 for a Prescott (kernels of a quarter of the speed): where
    it chose kernels older than this CPU runs and OPENBLAS_CORETYPE is not set,

@@ -84,6 +84,33 @@ if ls "$tmp/cache-bad/mgc/kernels/"*.so > /dev/null 2>&1 || ! grep -q "mgc-test:
 else
     pass=$((pass + 1))
 fi
+# The cache is kept to MGC_CACHE_MB: past it, the entries used least recently
+# go first. Two nets' kernels (A, B), then A used again, then a third (C)
+# with a limit of 1.4 times what two take: B goes, A and C stay.
+lru="$tmp/cache-lru"
+size_of() { find "$lru/mgc/kernels" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }'; }
+XDG_CACHE_HOME="$lru" "$MGC" $L --epochs 0 --set classes=10 > /dev/null 2>&1
+XDG_CACHE_HOME="$lru" "$MGC" $L --epochs 0 --set classes=11 > /dev/null 2>&1
+two=$(size_of)
+limit=$(awk -v b="$two" 'BEGIN { printf "%.6f", b * 1.4 / 1e6 }')
+XDG_CACHE_HOME="$lru" MGC_CACHE_MB=$limit "$MGC" $L --epochs 0 --set classes=10 -v 2>&1 | grep -q "kernels found in cache" &&
+XDG_CACHE_HOME="$lru" MGC_CACHE_MB=$limit "$MGC" $L --epochs 0 --set classes=12 -v > "$tmp/out" 2>&1
+after=$(size_of)
+hit() { XDG_CACHE_HOME="$lru" MGC_CACHE_MB=$limit "$MGC" $L --epochs 0 --set classes=$1 -v 2>&1 | grep -q "kernels found in cache"; }
+if grep -q "over its limit of .* removed 1 entry used least recently" "$tmp/out" && [ "$after" -le $((two * 112 / 100)) ] && hit 12 && hit 10 && ! hit 11; then
+    pass=$((pass + 1))
+else
+    echo "FAIL cli cache-limit: cache of $two bytes for two nets, $after after a third at $limit MB; $(grep -m1 "limit" "$tmp/out")"
+    fail=$((fail + 1))
+fi
+# (the last check compiled B again, and that pushed out the one used least recently)
+if XDG_CACHE_HOME="$lru" "$MGC" --cache-info | grep -q "kernel cache $lru/mgc/kernels: 2 entries (2 complete), 0.[0-9] MB of at most 1000 MB" &&
+   XDG_CACHE_HOME="$lru" "$MGC" --cache-clear | grep -q "removed 2 entries" && [ "$(size_of)" = 0 ]; then
+    pass=$((pass + 1))
+else
+    echo "FAIL cli cache-info-clear: $(XDG_CACHE_HOME="$lru" "$MGC" --cache-info 2>&1)"; fail=$((fail + 1))
+fi
+MGC_CACHE_MB=lots expect cache-limit-bad 0 "MGC_CACHE_MB='lots' is not a size in MB" -- --cache-info
 # MGC_CC that is not a compiler: a clear message, no crash
 MGC_CC=no-such-cc expect cc-missing 1 "cannot run the C compiler 'no-such-cc'" -- $L --epochs 0
 expect help 0 "usage: mgc NET.net" -- --help
