@@ -43,6 +43,8 @@ typedef struct Cli {
     int total_replicas;       /* over every rank */
     bool devices_given;       /* --devices was given (else --gpus, or the default) */
     const char *gpus_arg;     /* --gpus's value as given */
+    bool fuse;                /* MGC_FUSE (default 1) */
+    int conv;                 /* MGC_CONV: a ConvStrategy, or -1 (mgc chooses) */
 } Cli;
 
 static void usage(FILE *out)
@@ -90,7 +92,18 @@ static void usage(FILE *out)
         "  --cache-info           where the kernel cache is, its entries and size, and exit; it is kept\n"
         "                         to $MGC_CACHE_MB (default 1000) MB, the entries used least recently go first\n"
         "  --cache-clear          empty the kernel cache and exit\n"
-        "  --help, --version\n");
+        "  --help, --version\n\n"
+        "environment:\n"
+        "  MGC_DATA               the Fashion-MNIST directory when --data is not given\n"
+        "  MGC_CC                 the C compiler for the CPU kernels (default cc; \"ccache gcc\" works)\n"
+        "  MGC_CACHE_MB           the kernel cache's size limit in MB (default 1000)\n"
+        "  XDG_CACHE_HOME         the kernel cache is in $XDG_CACHE_HOME/mgc (default ~/.cache/mgc)\n"
+        "  MGC_PROFILE=1          print the time of every step of the training program\n"
+        "  MGC_FUSE=0             no fusion pass\n"
+        "  MGC_CONV=S             one convolution form everywhere: direct|vector|gemm|dense|chunked|winograd\n"
+        "  MGC_CUDA_GRAPHS=0      GPUs: launch every step instead of replaying a CUDA graph\n"
+        "  MGC_CUBLAS, MGC_NCCL   GPUs: the cuBLAS and NCCL libraries to open (default the system's)\n"
+        "  OPENBLAS_CORETYPE      OpenBLAS's kernels (mgc sets it where OpenBLAS misjudges the CPU)\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b)
@@ -99,6 +112,20 @@ static int bad(const char *fmt, const char *a, const char *b)
     fprintf(stderr, fmt, a, b);
     fprintf(stderr, "\n(see mgc --help)\n");
     return 2;
+}
+
+/* The environment variable name: the index of its value in names (NULL-ended),
+   dflt when unset or empty, or -2 with a message when it is none of them. */
+static int env_choice(const char *name, const char *const *names, int dflt)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    for (int k = 0; names[k]; k++)
+        if (!strcmp(v, names[k])) return k;
+    fprintf(stderr, "mgc: %s='%s' is not one of", name, v);
+    for (int k = 0; names[k]; k++) fprintf(stderr, "%s%s", k ? "|" : " ", names[k]);
+    fprintf(stderr, " (unset it for the default)\n");
+    return -2;
 }
 
 static int parse_long(const char *opt, const char *s, long min, long max, long *out)
@@ -341,30 +368,31 @@ static int parse_args(int argc, char **argv, Cli *c)
     }
     int rc2 = parse_devices(c->devices, t);
     if (rc2) return rc2;
-    t->cpu_own_memory = getenv("MGC_CPU_OWN_MEMORY") && !strcmp(getenv("MGC_CPU_OWN_MEMORY"), "1");
-    t->no_graphs = getenv("MGC_CUDA_GRAPHS") && !strcmp(getenv("MGC_CUDA_GRAPHS"), "0");
+    /* the environment's switches: a value mgc does not know is an error, not silently the default */
+    static const char *const off_on[] = { "0", "1", NULL };
+    static const char *const convs[] = { "direct", "vector", "gemm", "dense", "chunked", "winograd", NULL };
+    int own = env_choice("MGC_CPU_OWN_MEMORY", off_on, 0), graphs = env_choice("MGC_CUDA_GRAPHS", off_on, 1);
+    int fuse = env_choice("MGC_FUSE", off_on, 1), profile = env_choice("MGC_PROFILE", off_on, 0);
+    c->conv = env_choice("MGC_CONV", convs, -1);
+    if (own < -1 || graphs < -1 || fuse < -1 || profile < -1 || c->conv < -1) return 2;
+    t->profile = profile == 1;
+    t->cpu_own_memory = own == 1;
+    t->no_graphs = graphs == 0;
+    c->fuse = fuse == 1;
     if (t->dump && !t->batch_file) return bad("--dump needs --batch FILE (check mode)%s%s", "", "");
     return 0;
 }
 
-/* Code generation options from the environment: MGC_FUSE=0 turns ReLU fusion
-   off, MGC_CONV=direct|vector|gemm|dense|chunked forces one convolution strategy
-   everywhere (anything else: chosen per layer). The tests run each. Kernels
+/* Code generation options from the environment (read by parse_args):
+   MGC_FUSE=0 turns fusion off, MGC_CONV=direct|vector|gemm|dense|chunked|winograd
+   forces one convolution strategy everywhere (unset: chosen per layer). The tests run each. Kernels
    may be C only (CBLAS calls, ...) when the program runs on CPUs only (not
    for --emit cuda/ptx). */
 static CgOptions codegen_options(const Cli *c)
 {
     bool cuda = c->emit == EMIT_CUDA || c->emit == EMIT_PTX;
     for (int k = 0; k < c->cfg.replicas; k++) cuda |= c->cfg.devices[k].kind == DEV_CUDA;
-    CgOptions o = { .fuse = true, .conv = -1, .cpu_only = !cuda };
-    const char *fuse = getenv("MGC_FUSE"), *conv = getenv("MGC_CONV");
-    if (fuse && !strcmp(fuse, "0")) o.fuse = false;
-    if (conv && !strcmp(conv, "direct")) o.conv = CONV_DIRECT;
-    if (conv && !strcmp(conv, "vector")) o.conv = CONV_VECTOR;
-    if (conv && !strcmp(conv, "gemm")) o.conv = CONV_GEMM;
-    if (conv && !strcmp(conv, "dense")) o.conv = CONV_DENSE;
-    if (conv && !strcmp(conv, "chunked")) o.conv = CONV_CHUNKED;
-    if (conv && !strcmp(conv, "winograd")) o.conv = CONV_WINOGRAD;
+    CgOptions o = { .fuse = c->fuse, .conv = c->conv, .cpu_only = !cuda };   /* conv: ConvStrategy's order */
     return o;
 }
 

@@ -794,7 +794,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
         r->tr.replica = k;
         rt_exec_set_sgd(&r->tr, cfg->lr, cfg->momentum, cfg->weight_decay);
         if (cfg->check_nan) rt_exec_check_nan(&r->tr);
-        if (getenv("MGC_PROFILE") && k == 0 && world->rank == 0) rt_exec_profile(&r->tr);
+        if (cfg->profile && k == 0 && world->rank == 0) rt_exec_profile(&r->tr);
         r->tr.seed = r->ev.seed = cfg->seed;
         opt.verbose = false;   /* once is enough */
     }

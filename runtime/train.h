@@ -31,6 +31,7 @@ typedef struct TrainConfig {
     bool cpu_own_memory;      /* CPU devices keep memory apart from the host's, as a GPU does (testing) */
     bool tf32;                /* CUDA: GEMMs may use TF32 tensor cores */
     bool no_graphs;           /* CUDA: launch every step (no CUDA graph) */
+    bool profile;             /* MGC_PROFILE=1: time every step of the training program */
     bool sync_bn;             /* BatchNorm statistics over the global batch */
     double started;           /* CLOCK_MONOTONIC seconds when the process began (-v says when the first step ran) */
     bool check_nan;           /* anomaly mode: every step's output checked; the first not finite named */

@@ -110,6 +110,11 @@ if XDG_CACHE_HOME="$lru" "$MGC" --cache-info | grep -q "kernel cache $lru/mgc/ke
 else
     echo "FAIL cli cache-info-clear: $(XDG_CACHE_HOME="$lru" "$MGC" --cache-info 2>&1)"; fail=$((fail + 1))
 fi
+# The environment's switches: a value mgc does not know stops it, naming the values it does
+MGC_CONV=fast expect env-conv-bad 2 "MGC_CONV='fast' is not one of direct|vector|gemm|dense|chunked|winograd" -- $L --emit ir
+MGC_FUSE=no expect env-fuse-bad 2 "MGC_FUSE='no' is not one of 0|1" -- $L --emit ir
+MGC_PROFILE=yes expect env-profile-bad 2 "MGC_PROFILE='yes' is not one of 0|1" -- $L --emit ir
+MGC_PROFILE=0 MGC_CONV= expect env-defaults 0 "kernel k0_" -- $L --emit kernels
 MGC_CACHE_MB=lots expect cache-limit-bad 0 "MGC_CACHE_MB='lots' is not a size in MB" -- --cache-info
 # MGC_CC that is not a compiler: a clear message, no crash
 MGC_CC=no-such-cc expect cc-missing 1 "cannot run the C compiler 'no-such-cc'" -- $L --epochs 0
