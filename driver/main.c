@@ -73,6 +73,9 @@ static void usage(FILE *out)
         "  --threads T            CPU threads of this process, shared out between its devices (default: all cores)\n"
         "  --save FILE            write parameters to FILE.safetensors after each epoch\n"
         "  --load FILE            start from the parameters in FILE.safetensors\n"
+        "  --resume FILE          go on from a checkpoint of --save (an interrupted run): from the epoch after\n"
+        "                         the one it holds up to --epochs, saving back into FILE (or --save's);\n"
+        "                         the same numbers as a run never interrupted\n"
         "  --log FILE             one JSON object per epoch (jsonl)\n"
         "  --emit STAGE           print a stage and exit, needs no data:\n"
         "                           ir       the forward graph (BatchNorm in training form)\n"
@@ -262,7 +265,7 @@ static int parse_args(int argc, char **argv, Cli *c)
         static const char *const known[] = { "--devices", "--gpus", "--epochs", "--batch-size", "--lr", "--momentum",
             "--weight-decay", "--seed", "--data", "--limit-train", "--limit-test", "--threads", "--save", "--load",
             "--log", "--emit", "--set", "--batch", "--steps", "--dump", "--sync-bn", "--bucket-mb", "--arch",
-            "--dump-kernels", "--tf32", "--check-nan", NULL };
+            "--dump-kernels", "--tf32", "--check-nan", "--resume", NULL };
         int which = -1;
         for (int k = 0; known[k]; k++)
             if (!strcmp(name, known[k])) which = k;
@@ -313,7 +316,10 @@ static int parse_args(int argc, char **argv, Cli *c)
         case 10: rc = parse_long(name, val, 0, INT_MAX, &v); t->limit_test = (int)v; break;
         case 11: rc = parse_long(name, val, 1, 1024, &v); t->threads = (int)v; break;
         case 12: t->save = val; break;
-        case 13: t->load = val; break;
+        case 13:
+            if (t->resume) return bad("--load and --resume both name a checkpoint: give one%s%s", "", "");
+            t->load = val;
+            break;
         case 14: t->log = val; break;
         case 15:
             if (!strcmp(val, "ir")) c->emit = EMIT_IR;
@@ -343,6 +349,10 @@ static int parse_args(int argc, char **argv, Cli *c)
             c->arch = val;
             break;
         case 23: c->dump_kernels = val; break;
+        case 26:
+            if (t->load) return bad("--load and --resume both name a checkpoint: give one%s%s", "", "");
+            t->load = val, t->resume = true;
+            break;
         case 21: {
             char *end;
             errno = 0;
@@ -380,6 +390,8 @@ static int parse_args(int argc, char **argv, Cli *c)
     t->no_graphs = graphs == 0;
     c->fuse = fuse == 1;
     if (t->dump && !t->batch_file) return bad("--dump needs --batch FILE (check mode)%s%s", "", "");
+    if (t->resume && t->batch_file) return bad("--resume goes on training from a checkpoint; check mode (--batch) takes --load%s%s", "", "");
+    if (t->resume && !t->save) t->save = t->load;   /* it goes on saving where it left off */
     return 0;
 }
 

@@ -249,7 +249,7 @@ static void run_steps(Exec *x, long n, long global_n, long first)
             memcpy(a.f, s->f, sizeof a.f);
             if (s->sgd) memcpy(a.f, x->sgd, sizeof x->sgd);
             /* the same masks on every replica count: seeded by run, step and the global example index */
-            a.seed = s->seeded ? x->seed * 0x9E3779B97F4A7C15ULL + x->runs * 0xD1B54A32D192ED03ULL + (unsigned long long)k : 0;
+            a.seed = s->seeded ? x->seed * 0x9E3779B97F4A7C15ULL + (x->runs_before + x->runs) * 0xD1B54A32D192ED03ULL + (unsigned long long)k : 0;
             dev->ops->launch(dev, x->fn[k], &a, s, work);
             break;
         }
@@ -327,7 +327,7 @@ void rt_exec_start(Exec *x, long n, long global_n, long first)
         memcpy(bits, x->sgd, sizeof bits);
         unsigned long long values = 0x76616c;
         for (int k = 0; k < 3; k++) values = mix(values, bits[k]);
-        if (x->seeded) values = mix(values, x->runs);
+        if (x->seeded) values = mix(values, x->runs_before + x->runs);
         ran = dev->ops->replay(dev, shape, values);
         if (!ran) {
             dev->ops->record_begin(dev);

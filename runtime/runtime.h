@@ -86,6 +86,7 @@ typedef struct Exec {
     int replica;             /* this replica's index in comm */
     float sgd[3];            /* learning rate, momentum, weight decay of every SGD step */
     unsigned long long seed, runs;
+    unsigned long long runs_before; /* training steps before this process (--resume): dropout's seeds go on from there */
     double *step_seconds;    /* per step, accumulated when profiling (else NULL) */
     double wait_seconds;     /* time spent waiting for collectives */
     size_t activation_bytes; /* memory of activations and scratch, after reuse */

@@ -170,7 +170,10 @@ static double replica_diff(Group *g, bool running)
 
 /* ------------------------------------------------------------------ checkpoints */
 
-static int save_checkpoint(Store *s, const char *path, const char *net, int epoch)
+/* The parameters and state, with what --resume needs to go on as if never
+   stopped: the epoch finished, the training steps run, the seed and batch. */
+static int save_checkpoint(Store *s, const char *path, const char *net, int epoch, unsigned long long steps,
+                           const TrainConfig *cfg)
 {
     StWriter *w = st_writer_new();
     for (int k = 0; k < s->n; k++) {
@@ -179,10 +182,16 @@ static int save_checkpoint(Store *s, const char *path, const char *net, int epoc
         for (int d = 0; d < e->shape.nd; d++) shape[d] = e->shape.d[d];
         st_writer_add_f32(w, e->name, e->shape.nd, shape, e->data);
     }
-    char ep[32];
-    snprintf(ep, sizeof ep, "%d", epoch);
+    char v[64];
     st_writer_set_meta(w, "net", net);
-    st_writer_set_meta(w, "epoch", ep);
+    snprintf(v, sizeof v, "%d", epoch);
+    st_writer_set_meta(w, "epoch", v);
+    snprintf(v, sizeof v, "%llu", steps);
+    st_writer_set_meta(w, "steps", v);
+    snprintf(v, sizeof v, "%llu", cfg->seed);
+    st_writer_set_meta(w, "seed", v);
+    snprintf(v, sizeof v, "%d", cfg->batch_size);
+    st_writer_set_meta(w, "batch_size", v);
     st_writer_set_meta(w, "format", "mgc checkpoint: PyTorch state_dict names and layouts");
     char err[512];
     int rc = st_writer_save(w, path, err, sizeof err);
@@ -197,12 +206,32 @@ static int save_everywhere(Group *g, const char *path, int epoch)
     int rc = 0;
     if (g->world->rank == 0) {
         rt_store_download(&g->r[0].store, STORE_ALL);
-        rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch) ? 1 : 0;
+        const Exec *x = &g->r[0].tr;
+        rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch, x->runs_before + x->runs, g->cfg) ? 1 : 0;
     }
     return rt_world_max_status(g->world, rc);
 }
 
-static int load_checkpoint(Store *s, const char *path)
+/* What --resume reads from a checkpoint's metadata besides its tensors. */
+typedef struct Resume { double epoch, steps, seed, batch_size; } Resume;
+
+static int meta_number(const StFile *f, const char *path, const char *key, double *out)
+{
+    char v[64], *end;
+    if (st_meta_get(f, key, v, sizeof v) < 0) {
+        fprintf(stderr, "mgc: %s: the checkpoint does not say its %s (not one of mgc --save's, or an older mgc's): "
+                "--resume cannot go on from it; --load starts a new run from its parameters\n", path, key);
+        return -1;
+    }
+    *out = strtod(v, &end);
+    if (!v[0] || *end || *out < 0) {
+        fprintf(stderr, "mgc: %s: the checkpoint's %s is '%s', not a count\n", path, key, v);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_checkpoint(Store *s, const char *path, Resume *resume)
 {
     StFile f;
     char err[512];
@@ -211,6 +240,11 @@ static int load_checkpoint(Store *s, const char *path)
         return -1;
     }
     int bad = 0, nonfinite_tensors = 0;
+    if (resume && (meta_number(&f, path, "epoch", &resume->epoch) || meta_number(&f, path, "steps", &resume->steps) ||
+                   meta_number(&f, path, "seed", &resume->seed) || meta_number(&f, path, "batch_size", &resume->batch_size))) {
+        st_free(&f);
+        return -1;
+    }
     for (int k = 0; k < s->n; k++) {
         StoreEntry *e = &s->e[k];
         const StTensor *t = st_find(&f, e->name);
@@ -801,8 +835,32 @@ int train_run(const Model *m, const TrainConfig *cfg)
     if (rt_world_max_status(world, rc)) goto out;
     rt_store_init(&G.r[0].store, cfg->seed);
     rc = 0;
-    if (cfg->load && world->rank == 0 && load_checkpoint(&G.r[0].store, cfg->load)) rc = 1;
+    Resume resume = { 0, 0, 0, 0 };
+    if (cfg->load && world->rank == 0 && load_checkpoint(&G.r[0].store, cfg->load, cfg->resume ? &resume : NULL)) rc = 1;
     if (rt_world_max_status(world, rc)) goto out;
+    int first_epoch = 1;
+    if (cfg->resume) {
+        rt_world_bcast(world, &resume, sizeof resume);
+        first_epoch = (int)resume.epoch + 1;
+        for (int k = 0; k < G.n; k++) G.r[k].tr.runs_before = (unsigned long long)resume.steps;
+        if (world->rank == 0) {
+            if (first_epoch > cfg->epochs) {
+                printf("mgc: %s holds %d epoch%s already, --epochs %d: nothing to train (a larger --epochs goes on)\n",
+                       cfg->load, (int)resume.epoch, resume.epoch == 1 ? "" : "s", cfg->epochs);
+            } else {
+                printf("mgc: going on from %s after epoch %d (%.0f steps)\n", cfg->load, (int)resume.epoch, resume.steps);
+                if ((unsigned long long)resume.seed != cfg->seed || (int)resume.batch_size != cfg->batch_size)
+                    printf("mgc: note: the checkpoint was trained with --seed %.0f --batch-size %.0f, this run has --seed %llu "
+                           "--batch-size %d: it goes on, but not as the first run would have\n",
+                           resume.seed, resume.batch_size, cfg->seed, cfg->batch_size);
+            }
+            fflush(stdout);
+        }
+        if (first_epoch > cfg->epochs) {
+            status = 0;
+            goto out;
+        }
+    }
     from_replica0(g, STORE_ALL, true);   /* every replica starts from replica 0's parameters */
 
     if (cfg->batch_file) {
@@ -837,7 +895,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
         else fprintf(stderr, "mgc: %s\n", data.err);
         rc = 1;
     }
-    if (!rc && cfg->log && world->rank == 0 && !(log = fopen(cfg->log, "w"))) {
+    if (!rc && cfg->log && world->rank == 0 && !(log = fopen(cfg->log, cfg->resume ? "a" : "w"))) {
         fprintf(stderr, "mgc: cannot write --log %s: %s\n", cfg->log, strerror(errno));
         rc = 1;
     }
@@ -870,7 +928,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     int epoch;
     status = 0;
     bool stopped = false;
-    for (epoch = 1; epoch <= cfg->epochs && !stopped; epoch++) {
+    for (epoch = first_epoch; epoch <= cfg->epochs && !stopped; epoch++) {
         double t0 = now();
         data_epoch_order(train.n, cfg->seed, epoch, order);
         G.data = &train;
@@ -969,8 +1027,9 @@ int train_run(const Model *m, const TrainConfig *cfg)
     sigaction(SIGINT, &old_sa, NULL);
     if (interrupted && status == 0) {
         if (world->rank == 0)
-            fprintf(stderr, "\nmgc: interrupted during epoch %d%s%s\n", epoch,
-                    cfg->save ? "; the checkpoint holds the last finished epoch: " : "", cfg->save ? cfg->save : "");
+            fprintf(stderr, "\nmgc: interrupted during epoch %d%s%s%s\n", epoch,
+                    cfg->save ? "; the checkpoint holds the last finished epoch: " : "", cfg->save ? cfg->save : "",
+                    cfg->save && epoch > 1 ? " (--resume it to go on)" : "");
         status = 130;
     }
 out:

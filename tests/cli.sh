@@ -156,6 +156,14 @@ expect two-nets 2 "more than one net" -- $L nets/resnet18.net
 expect devices 2 "unknown device list" -- $L --devices tpu
 ldconfig -p 2> /dev/null | grep -q "libcuda.so.1 " || expect gpus 2 "train on CPU devices with --devices cpu:2" -- $L --gpus 2
 expect dump-alone 2 "--dump needs --batch" -- $L --dump x.st
+expect resume-load 2 "--load and --resume both name a checkpoint" -- $L --load a.st --resume b.st
+expect resume-batch 2 "check mode (--batch) takes --load" -- $L --resume a.st --batch b.st --steps 1
+# --resume on a checkpoint that holds the epochs asked for trains nothing; on
+# one that is not --save's (a check-mode dump has no epoch) it says so
+"$MGC" $L --epochs 0 --save "$tmp/e0.st" > /dev/null 2>&1
+expect resume-done 0 "holds 0 epochs already, --epochs 0: nothing to train" -- $L --epochs 0 --resume "$tmp/e0.st"
+/usr/bin/python3 -c "import sys; sys.path.insert(0, 'tests'); import st, torch; st.save({'x': torch.zeros(2)}, sys.argv[1])" "$tmp/foreign.st" 2> /dev/null &&
+    expect resume-foreign 1 "does not say its epoch (not one of mgc --save's" -- $L --epochs 1 --resume "$tmp/foreign.st"
 expect missing-net 1 "cannot open 'nope.net'" -- nope.net --emit ir
 expect unknown-param 2 "clases" -- $L --set clases=5 --emit ir
 expect set-type 2 "classes" -- $L --set classes=abc --emit ir
