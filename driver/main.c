@@ -73,6 +73,7 @@ static void usage(FILE *out)
         "  --threads T            CPU threads of this process, shared out between its devices (default: all cores)\n"
         "  --save FILE            write parameters to FILE.safetensors after each epoch\n"
         "  --load FILE            start from the parameters in FILE.safetensors\n"
+        "  --evaluate             only measure the test accuracy of the parameters (--load's, else initialised)\n"
         "  --resume FILE          go on from a checkpoint of --save (an interrupted run): from the epoch after\n"
         "                         the one it holds up to --epochs, saving back into FILE (or --save's);\n"
         "                         the same numbers as a run never interrupted\n"
@@ -265,7 +266,7 @@ static int parse_args(int argc, char **argv, Cli *c)
         static const char *const known[] = { "--devices", "--gpus", "--epochs", "--batch-size", "--lr", "--momentum",
             "--weight-decay", "--seed", "--data", "--limit-train", "--limit-test", "--threads", "--save", "--load",
             "--log", "--emit", "--set", "--batch", "--steps", "--dump", "--sync-bn", "--bucket-mb", "--arch",
-            "--dump-kernels", "--tf32", "--check-nan", "--resume", NULL };
+            "--dump-kernels", "--tf32", "--check-nan", "--resume", "--evaluate", NULL };
         int which = -1;
         for (int k = 0; known[k]; k++)
             if (!strcmp(name, known[k])) which = k;
@@ -279,10 +280,11 @@ static int parse_args(int argc, char **argv, Cli *c)
             if (best) return bad("unknown option '%s'; did you mean '%s'?", name, best);
             return bad("unknown option '%s'%s", name, "");
         }
-        if (which == 20 || which == 24 || which == 25) {   /* a flag */
+        if (which == 20 || which == 24 || which == 25 || which == 27) {   /* a flag */
             if (val) return bad("%s takes no value, got '%s'", name, val);
             if (which == 20) t->sync_bn = true;
             else if (which == 24) t->tf32 = true;
+            else if (which == 27) t->evaluate = true;
             else t->check_nan = true;
             continue;
         }
@@ -391,6 +393,9 @@ static int parse_args(int argc, char **argv, Cli *c)
     c->fuse = fuse == 1;
     if (t->dump && !t->batch_file) return bad("--dump needs --batch FILE (check mode)%s%s", "", "");
     if (t->resume && t->batch_file) return bad("--resume goes on training from a checkpoint; check mode (--batch) takes --load%s%s", "", "");
+    if (t->evaluate && (t->save || t->resume || t->batch_file))
+        return bad("--evaluate only measures the parameters on the test set: it takes --load, not %s%s",
+                   t->save ? "--save" : t->resume ? "--resume" : "--batch", "");
     if (t->resume && !t->save) t->save = t->load;   /* it goes on saving where it left off */
     return 0;
 }

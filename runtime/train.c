@@ -923,6 +923,16 @@ int train_run(const Model *m, const TrainConfig *cfg)
                    last == 1 ? "" : "s", last == 1 ? "is" : "are", G.total);
         fflush(stdout);
     }
+    if (cfg->evaluate) {
+        double t0 = now(), acc = evaluate(g, &test, order);
+        if (world->rank == 0) {
+            if (isnan(acc)) printf("no test examples to evaluate on (--limit-test 0)\n");
+            else printf("test acc %.4f  on %s test examples in %.2f s, parameters %s%s\n", acc, rt_commas(test.n, num3), now() - t0,
+                        cfg->load ? "from " : "initialised", cfg->load ? cfg->load : "");
+        }
+        status = 0;
+        goto out;
+    }
     struct sigaction sa = { .sa_handler = on_sigint }, old_sa;
     sigaction(SIGINT, &sa, &old_sa);
     int epoch;

@@ -22,6 +22,7 @@ typedef struct TrainConfig {
     const char *data_dir;     /* resolved directory */
     int limit_train, limit_test;   /* -1: all */
     const char *save, *load, *log; /* paths or NULL */
+    bool evaluate;            /* --evaluate: test accuracy of the loaded (or initialised) parameters, no training */
     bool resume;              /* --resume: load is a checkpoint of --save, training goes on after its epoch */
     const char *batch_file;   /* check mode: one batch from a safetensors file */
     int steps;                /* check mode: SGD steps on it */

@@ -294,6 +294,16 @@ PY
     else
         echo "FAIL resume: --load did not restore the trained weights (test acc ${got:-none}, wanted $acc)"; tail -2 "$tmp/resume"; fail=$((fail + 1))
     fi
+    # --evaluate measures the saved parameters: exactly the accuracy of the epoch that saved them
+    "$MGC" $L --evaluate --limit-test 2000 --load "$tmp/e2e.safetensors" > "$tmp/eval" 2>&1
+    want=$(printf '%.4f' "${acc:-9}")
+    if grep -q "^test acc $want  on 2,000 test examples in .* s, parameters from $tmp/e2e.safetensors" "$tmp/eval" &&
+       ! grep -q "^epoch" "$tmp/eval"; then
+        pass=$((pass + 1))
+    else
+        echo "FAIL evaluate: wanted test acc $want"; tail -2 "$tmp/eval" | sed 's/^/    /'; fail=$((fail + 1))
+    fi
+    expect evaluate-save 2 "--evaluate only measures the parameters on the test set: it takes --load, not --save" -- $L --evaluate --save x.st
     # ResNet-18 (BatchNorm in training form): a few steps on a small subset lower the loss.
     "$MGC" nets/resnet18.net --epochs 2 --limit-train 256 --limit-test 64 --batch-size 32 --lr 0.05 --log "$tmp/rn.jsonl" > "$tmp/rn" 2>&1
     if python3 - "$tmp/rn.jsonl" <<'PY'
