@@ -61,7 +61,8 @@ typedef struct DeviceOps {
        nothing for them; between record_begin and record_end the device
        records instead of running, and record_end runs the recording once and
        keeps it (updating one of the same shape when it can). record_end
-       returns -1 when recording failed and nothing ran. */
+       returns 0 then; -1 when recording failed and nothing ran; 1 when
+       recording never began and the steps ran as they were issued. */
     bool  (*replay)(Device *d, unsigned long long shape, unsigned long long values);
     void  (*record_begin)(Device *d);
     int   (*record_end)(Device *d, unsigned long long shape, unsigned long long values);

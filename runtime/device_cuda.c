@@ -154,7 +154,7 @@ static void cu_load(void)
     if (r != CUDA_SUCCESS) {
         const char *m = NULL;
         cu.cuGetErrorString(r, &m);
-        snprintf(cu_error, sizeof cu_error, "the CUDA driver did not start: %s", m ? m : "unknown error");
+        snprintf(cu_error, sizeof cu_error, "the CUDA driver did not start: %s (CUresult %d)", m ? m : "unknown error", (int)r);
     }
 }
 
@@ -202,8 +202,10 @@ static void nccl_load(void)
 static const char *cu_msg(CUresult r)
 {
     const char *m = NULL;
-    if (cu.cuGetErrorString(r, &m) != CUDA_SUCCESS || !m) m = "unknown CUDA error";
-    return m;
+    if (cu.cuGetErrorString(r, &m) == CUDA_SUCCESS && m) return m;
+    static _Thread_local char buf[48];
+    snprintf(buf, sizeof buf, "CUDA error %d", (int)r);
+    return buf;
 }
 
 /* ---------------------------------------------------------------- the device */
@@ -236,13 +238,25 @@ typedef struct CudaDev {
     CUevent *ready, *done;     /* per collective: its data is computed; its sum is in place */
     CUmodule util;             /* the same-GPU reduction's kernel */
     CUfunction ring_sum;
+    bool capture_failed;       /* a call failed while recording: the graph is dropped */
+    bool replayed;             /* a graph has run: an error may come from one of its kernels */
 } CudaDev;
 
 /* A failed CUDA call in the middle of a run leaves the GPU in an unknown
    state: say where, and stop (the last epoch's checkpoint is on disk). */
 static void fail(Device *d, const char *what, const char *msg)
 {
-    fprintf(stderr, "mgc: %s: %s failed: %s\n", d->name, what, msg);
+    CudaDev *c = d->impl;
+    if (c && c->recording) {   /* nothing runs while recording: record_end drops the graph and the steps run as they are */
+        if (!c->capture_failed)
+            fprintf(stderr, "mgc: %s: %s failed while recording a CUDA graph (%s): running the steps without one\n",
+                    d->name, what, msg);
+        c->capture_failed = true;
+        return;
+    }
+    fprintf(stderr, "mgc: %s: %s failed: %s%s\n", d->name, what, msg,
+            c && c->replayed ? " (it may be a kernel of the last replayed CUDA graph that failed: MGC_CUDA_GRAPHS=0 "
+                          "CUDA_LAUNCH_BLOCKING=1 names it)" : "");
     exit(1);
 }
 
@@ -450,6 +464,16 @@ static void cuda_launch(Device *d, KernelFn fn, const KArgs *a, const Step *s, l
     }
 }
 
+static const char *cublas_msg(cublasStatus_t st, char *buf, size_t size)
+{
+    const char *name = st == CUBLAS_STATUS_NOT_INITIALIZED ? "not initialised" : st == CUBLAS_STATUS_ALLOC_FAILED ? "allocation failed"
+                     : st == CUBLAS_STATUS_INVALID_VALUE ? "invalid value" : st == CUBLAS_STATUS_ARCH_MISMATCH ? "architecture mismatch"
+                     : st == CUBLAS_STATUS_EXECUTION_FAILED ? "execution failed" : st == CUBLAS_STATUS_INTERNAL_ERROR ? "internal error"
+                     : st == CUBLAS_STATUS_NOT_SUPPORTED ? "not supported" : "unknown";
+    snprintf(buf, size, "cuBLAS status %d, %s", (int)st, name);
+    return buf;
+}
+
 static void cuda_gemm(Device *d, const GemmArgs *g)
 {
     CudaDev *c = cur(d);
@@ -459,8 +483,7 @@ static void cuda_gemm(Device *d, const GemmArgs *g)
                                          g->n, g->m, g->k, &g->alpha, g->b, g->ldb, g->a, g->lda, &g->beta, g->c, g->ldc);
     if (st != CUBLAS_STATUS_SUCCESS) {
         char msg[64];
-        snprintf(msg, sizeof msg, "cuBLAS status %d", (int)st);
-        fail(d, "cublasSgemm", msg);
+        fail(d, "cublasSgemm", cublas_msg(st, msg, sizeof msg));
     }
 }
 
@@ -490,7 +513,7 @@ typedef struct RingArgs {
 /* every replica's copy of [begin, end) becomes their sum, added in replica order (the same bits
    everywhere): rt_rv_sum_chunk on the GPU */
 static const char ring_source[] =
-    "struct RingArgs { float *p[8]; int n; long begin, end; };\n"
+    "struct RingArgs { float *p[" STR(RV_MAX) "]; int n; long begin, end; };\n"
     "extern \"C\" __global__ void mgc_ring_sum(RingArgs a)\n"
     "{\n"
     "    for (long i = a.begin + (long)blockIdx.x * blockDim.x + threadIdx.x; i < a.end; i += (long)blockDim.x * gridDim.x) {\n"
@@ -635,6 +658,7 @@ static bool cuda_replay(Device *d, unsigned long long shape, unsigned long long 
     if (!g || g->values != values) return false;
     g->used = ++c->clock;
     CU(d, cu.cuGraphLaunch(g->exec, c->s));
+    c->replayed = true;
     return true;
 }
 
@@ -648,10 +672,17 @@ static void cuda_record_begin(Device *d)
 static int cuda_record_end(Device *d, unsigned long long shape, unsigned long long values)
 {
     CudaDev *c = cur(d);
-    if (!c->recording) return -1;
+    if (!c->recording) return 1;   /* recording never began: the steps ran as they were issued */
     c->recording = false;
     CUgraph graph = NULL;
-    if (cu.cuStreamEndCapture(c->s, &graph) != CUDA_SUCCESS || !graph) return -1;
+    CUresult er = cu.cuStreamEndCapture(c->s, &graph);
+    if (c->capture_failed || er != CUDA_SUCCESS || !graph) {
+        if (!c->capture_failed) fprintf(stderr, "mgc: %s: recording a CUDA graph failed (%s): running the steps without one\n",
+                                        d->name, cu_msg(er));
+        c->capture_failed = false;
+        if (graph) cu.cuGraphDestroy(graph);
+        return -1;
+    }
     GraphSlot *g = slot_for(c, shape);
     bool updated = false;
     if (g) {   /* same steps, new scalars: update in place */
@@ -678,6 +709,7 @@ static int cuda_record_end(Device *d, unsigned long long shape, unsigned long lo
     g->values = values;
     g->used = ++c->clock;
     CU(d, cu.cuGraphLaunch(g->exec, c->s));
+    c->replayed = true;
     return 0;
 }
 
@@ -785,10 +817,15 @@ Device *rt_device_cuda_new(int gpu, const CudaOptions *opt, char *err, size_t er
     size_t ws = 32u << 20;
     TRY(cu.cuMemAlloc(&c->workspace, ws));
 #undef TRY
-    if (blas.cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS || blas.cublasSetStream(c->blas, (cudaStream_t)c->s) != CUBLAS_STATUS_SUCCESS ||
-        blas.cublasSetWorkspace(c->blas, (void *)(uintptr_t)c->workspace, ws) != CUBLAS_STATUS_SUCCESS ||
-        blas.cublasSetMathMode(c->blas, opt && opt->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
-        snprintf(err, err_size, "cuda:%d: cuBLAS could not start", gpu);
+    cublasStatus_t bst;
+    const char *bcall = "cublasCreate";
+    if ((bst = blas.cublasCreate(&c->blas)) == CUBLAS_STATUS_SUCCESS &&
+        (bcall = "cublasSetStream", bst = blas.cublasSetStream(c->blas, (cudaStream_t)c->s)) == CUBLAS_STATUS_SUCCESS &&
+        (bcall = "cublasSetWorkspace", bst = blas.cublasSetWorkspace(c->blas, (void *)(uintptr_t)c->workspace, ws)) == CUBLAS_STATUS_SUCCESS)
+        bcall = "cublasSetMathMode", bst = blas.cublasSetMathMode(c->blas, opt && opt->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    if (bst != CUBLAS_STATUS_SUCCESS) {
+        char msg[64];
+        snprintf(err, err_size, "cuda:%d: cuBLAS could not start: %s gave %s", gpu, bcall, cublas_msg(bst, msg, sizeof msg));
         cuda_destroy(d);
         return NULL;
     }

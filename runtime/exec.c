@@ -135,7 +135,9 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
         x->fn[k] = share->fn[s->shared_step];
     }
     x->seed = 0x5eed;
-    x->record = !(opt && opt->no_record);
+    /* a seeded program (dropout) gets a new seed each run, by value: a graph would be
+       recorded again every run, slower than running the steps */
+    x->record = !(opt && opt->no_record) && !x->seeded;
     for (int k = 0; k < p->nsteps; k++)   /* the net's own until told otherwise */
         if (p->steps[k].sgd) {
             memcpy(x->sgd, p->steps[k].f, sizeof x->sgd);
@@ -327,13 +329,19 @@ void rt_exec_start(Exec *x, long n, long global_n, long first)
         memcpy(bits, x->sgd, sizeof bits);
         unsigned long long values = 0x76616c;
         for (int k = 0; k < 3; k++) values = mix(values, bits[k]);
-        if (x->seeded) values = mix(values, x->runs_before + x->runs);
         ran = dev->ops->replay(dev, shape, values);
-        if (!ran) {
+        bool seen = false;
+        for (int k = 0; k < x->nseen; k++) seen |= x->seen[k] == shape;
+        if (!ran && !seen) {
+            /* the first run of a shape runs as it is: the libraries' first calls (kernels
+               loaded, connections made) happen outside any recording; recorded from the second */
+            x->seen[x->nseen < RT_SEEN_SHAPES ? x->nseen++ : (int)(x->runs % RT_SEEN_SHAPES)] = shape;
+        } else if (!ran) {
             dev->ops->record_begin(dev);
             run_steps(x, n, global_n, first);
-            ran = dev->ops->record_end(dev, shape, values) == 0;
-            if (!ran) x->record = false;   /* this device cannot record this program: run the steps from now on */
+            int rr = dev->ops->record_end(dev, shape, values);
+            ran = rr >= 0;   /* 0: recorded and ran; 1: never recorded, ran as issued; -1: nothing ran */
+            if (rr != 0) x->record = false;   /* this device cannot record this program: run the steps from now on */
         }
     }
     if (!ran) run_steps(x, n, global_n, first);

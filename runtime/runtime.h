@@ -20,6 +20,8 @@
 #include "device.h"
 #include <stdint.h>
 
+#define RT_SEEN_SHAPES 4  /* Exec.seen */
+
 /* ---- persistent tensors ---- */
 typedef struct StoreEntry {
     const char *name;
@@ -86,6 +88,8 @@ typedef struct Exec {
     int replica;             /* this replica's index in comm */
     float sgd[3];            /* learning rate, momentum, weight decay of every SGD step */
     unsigned long long seed, runs;
+    unsigned long long seen[RT_SEEN_SHAPES];   /* shapes run once already (recorded from their second run) */
+    int nseen;
     unsigned long long runs_before; /* training steps before this process (--resume): dropout's seeds go on from there */
     double *step_seconds;    /* per step, accumulated when profiling (else NULL) */
     double wait_seconds;     /* time spent waiting for collectives */
