@@ -399,7 +399,12 @@ static int load_module(Device *d, const char *source, bool verbose, CUmodule *mo
         CUresult r = cu.cuModuleLoadData(mod, img);
         free(img);
         if (r == CUDA_SUCCESS) return 0;
-        snprintf(err, err_size, "%s: cannot load the CUDA kernels (%s): %s", d->name, path, cu_msg(r));
+        int drv = 0;
+        char ver[64];
+        cu.cuDriverGetVersion(&drv);
+        rt_nvrtc_version(ver, sizeof ver);
+        snprintf(err, err_size, "%s: cannot load the CUDA kernels (%s): %s (the driver is CUDA %d.%d, NVRTC %s: a driver older "
+                 "than NVRTC cannot load its cubins; update the driver)", d->name, path, cu_msg(r), drv / 1000, drv % 1000 / 10, ver);
     }
     return -1;
 }

@@ -15,14 +15,31 @@
 # PyTorch. Everything goes to $OUT (default /tmp/mgc-gpu): check.log, table.txt,
 # profile.txt (mgc's per-step profile of ResNet-18 on the GPU).
 #   bash tests/gpu/check.sh
+#   bash tests/gpu/check.sh --phase check,ref   # some phases only: build (always),
+#        check (check mode, ~1-2 min), ref (every op, ~2-3 min), lenet and resnet
+#        (an epoch on each device list, and PyTorch); default all. A device session
+#        gives at most 600 s a command: run them as two or three commands, e.g.
+#        --phase check,lenet then --phase ref then --phase resnet
 #   bash tests/gpu/check.sh --dry-run   # here, without a GPU: the same script with
 #                                       # cpu for cuda:0, cpu:2 for cuda:0,cuda:0, PyTorch
 #                                       # on the CPU, short epochs and no build (./mgc as
 #                                       # it is), so that its own bugs show before a GPU
 #                                       # session's few minutes are spent on them
 set -u
-DRY=0
-[ "${1:-}" = --dry-run ] && DRY=1
+DRY=0 PHASES=check,ref,lenet,resnet
+while [ $# -gt 0 ]; do
+    case $1 in
+        --dry-run) DRY=1 ;;
+        --phase) PHASES=${2:-}; shift ;;
+        --phase=*) PHASES=${1#--phase=} ;;
+        *) echo "check.sh: unknown argument '$1' (--dry-run, --phase build,check,ref,lenet,resnet)"; exit 2 ;;
+    esac
+    shift
+done
+for p in ${PHASES//,/ }; do
+    case $p in build|check|ref|lenet|resnet) ;; *) echo "check.sh: unknown phase '$p' (build, check, ref, lenet, resnet)"; exit 2 ;; esac
+done
+phase() { [[ ,$PHASES, == *,$1,* ]]; }
 cd "$(dirname "$0")/../.."
 R=${OUT:-/tmp/mgc-gpu}
 mkdir -p "$R"
@@ -66,8 +83,10 @@ if [ -n "${MGC_SYSROOT:-}" ] || ! printf '#include <cblas.h>\n#include <zlib.h>\
     export LD_LIBRARY_PATH=$OB:$SYS/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     echo "OpenBLAS and zlib headers from .gpu/debs (unpacked in $SYS)"
 fi
-make -j"$(nproc)" MPI=0 CFLAGS="-O2 -g $EXTRA_C" LDFLAGS="$EXTRA_L" 2>&1 | grep -E "error|warning|^mgc:|^     " || true
-[ -x ./mgc ] || { echo "FAIL build"; exit 1; }
+make -j"$(nproc)" MPI=0 CFLAGS="-O2 -g $EXTRA_C" LDFLAGS="$EXTRA_L" > "$R/build.log" 2>&1
+rc=$?
+grep -E "error|warning|^mgc:|^     " "$R/build.log"
+[ $rc = 0 ] && [ -x ./mgc ] || { tail -20 "$R/build.log"; echo "FAIL build (make exit $rc; $R/build.log)"; exit 1; }
 # NCCL: the toolkit's, else PyTorch's wheel's
 if [ -z "${MGC_NCCL:-}" ] && ! ldconfig -p | grep -q libnccl.so.2 && [ ! -f /usr/local/cuda/lib64/libnccl.so.2 ]; then
     n=$($PY -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" 2> /dev/null)
@@ -78,25 +97,9 @@ if ! ./mgc nets/lenet.net --gpus 1 --epochs 0 > "$R/probe" 2>&1; then
 fi
 fi
 
-step "every op on cuda:0 against PyTorch (tests/torch/ref.py)"
-# the cases shared out between J processes (every J-th case each), side by side on the GPU
-J=$(( $(nproc) / 2 )); [ $J -gt 8 ] && J=8; [ $J -lt 1 ] && J=1
-pids=()
-for k in $(seq 0 $((J - 1))); do
-    ( MGC="./mgc --devices $(dev cuda:0)" REF_OUT=/tmp/mgc-gpu-ref/$k timeout "${REF_TIMEOUT:-200}" $PY tests/torch/ref.py --skip 'dp_*' --shard $k/$J \
-          > "$R/ref.$k.txt" 2>&1; echo $? > "$R/ref.$k.rc" ) &
-    pids+=($!)
-done
-wait "${pids[@]}"
-cat "$R"/ref.*.txt > "$R/ref.txt"
-grep -E "^FAIL" "$R/ref.txt" | head -20
-awk '/^[0-9]+ passed, [0-9]+ failed/ {p += $1; f += $3} END {print p " passed, " f " failed (" FILENAME ")"}' "$R/ref.txt"
-for k in $(seq 0 $((J - 1))); do
-    rc=$(cat "$R/ref.$k.rc" 2> /dev/null || echo none)
-    [ "$rc" = 0 ] || failed "ref.py --shard $k/$J on $(dev cuda:0) (exit $rc$([ "$rc" = 124 ] && echo ': timed out'))"
-done
-
+if phase check; then
 step "the GPU against the CPU backend, check mode"
+# a run that fails with CUDA graphs runs again without them, to tell the two apart
 $PY - "$R" $DRY <<'EOF' || fails=$((fails + 1))
 import os, subprocess, sys, torch
 sys.path.insert(0, "tests")
@@ -105,8 +108,13 @@ R = sys.argv[1]
 def dev(d):   # the dry run's CPU stand-ins
     return {"cuda:0": "cpu", "cuda:0,cuda:0": "cpu:2"}.get(d, d) if sys.argv[2] == "1" else d
 def mgc(*a):
-    p = subprocess.run(["./mgc"] + [str(x) for x in a], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
-    if p.returncode: raise SystemExit(f"FAIL mgc {' '.join(map(str, a))}:\n{p.stdout.decode()[-800:]}")
+    run = lambda env: subprocess.run(["./mgc"] + [str(x) for x in a], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     timeout=100, env=dict(os.environ, **env))
+    p = run({})
+    if p.returncode:
+        q = run({"MGC_CUDA_GRAPHS": "0", "CUDA_LAUNCH_BLOCKING": "1"})
+        raise SystemExit(f"FAIL mgc {' '.join(map(str, a))}:\n{p.stdout.decode()[-800:]}\n"
+                         f"-- again with MGC_CUDA_GRAPHS=0 CUDA_LAUNCH_BLOCKING=1: exit {q.returncode}\n{q.stdout.decode()[-800:]}")
 bad = 0
 for net, b, steps, extra, dev_a, dev_b, tol in [
         ("nets/lenet.net", 64, 3, [], "cuda:0", "cpu", 1e-4),
@@ -134,27 +142,50 @@ for net, b, steps, extra, dev_a, dev_b, tol in [
           f"worst relative difference {worst:.1e} ({name}), tolerance {tol:g}")
 sys.exit(bad > 0)
 EOF
+fi
 
-step "one epoch each, and PyTorch on the same GPU"
+if phase ref; then
+step "every op on cuda:0 against PyTorch (tests/torch/ref.py)"
+# the cases shared out between J processes (every J-th case each), side by side on the GPU
+J=$(( $(nproc) / 2 )); [ $J -gt 8 ] && J=8; [ $J -lt 1 ] && J=1
+pids=()
+for k in $(seq 0 $((J - 1))); do
+    ( MGC="./mgc --devices $(dev cuda:0)" REF_OUT=/tmp/mgc-gpu-ref/$k REF_MGC_TIMEOUT=100 timeout "${REF_TIMEOUT:-150}" $PY tests/torch/ref.py --skip 'dp_*' --shard $k/$J \
+          > "$R/ref.$k.txt" 2>&1; echo $? > "$R/ref.$k.rc" ) &
+    pids+=($!)
+done
+wait "${pids[@]}"
+cat "$R"/ref.*.txt > "$R/ref.txt"
+grep -E "^FAIL" "$R/ref.txt" | head -20
+awk '/^[0-9]+ passed, [0-9]+ failed/ {p += $1; f += $3} END {print p " passed, " f " failed (" FILENAME ")"}' "$R/ref.txt"
+for k in $(seq 0 $((J - 1))); do
+    rc=$(cat "$R/ref.$k.rc" 2> /dev/null || echo none)
+    [ "$rc" = 0 ] || failed "ref.py --shard $k/$J on $(dev cuda:0) (exit $rc$([ "$rc" = 124 ] && echo ': timed out'))"
+done
+fi
+
 for net in lenet resnet18; do
+    phase ${net%18} || continue
+    step "one epoch of $net on each device list, and PyTorch on the same GPU"
     for devs in cuda:0 cuda:0,cuda:0; do
         # shellcheck disable=SC2086
-        timeout 150 ./mgc nets/$net.net --devices "$(dev $devs)" --epochs 1 $EPOCH --log "$R/$net-$devs.jsonl" > "$R/run.txt" 2>&1 ||
+        timeout 120 ./mgc nets/$net.net --devices "$(dev $devs)" --epochs 1 $EPOCH --log "$R/$net-$devs.jsonl" > "$R/run.txt" 2>&1 ||
             { failed "mgc $net on $devs"; tail -5 "$R/run.txt"; }
         tail -2 "$R/run.txt"
     done
     script=bench/torch_lenet.py
     [ $net = resnet18 ] && script=bench/torch_resnet.py
     # shellcheck disable=SC2086
-    timeout 150 $PY $script --device $TORCH_DEV --epochs 1 $EPOCH --data "$DATA" --log "$R/$net-torch.jsonl" > "$R/run.txt" 2>&1 ||
+    timeout 120 $PY $script --device $TORCH_DEV --epochs 1 $EPOCH --data "$DATA" --log "$R/$net-torch.jsonl" > "$R/run.txt" 2>&1 ||
         { failed "PyTorch $net"; tail -5 "$R/run.txt"; }
     tail -2 "$R/run.txt"
 done
-MGC_PROFILE=1 timeout 60 ./mgc nets/resnet18.net --devices "$(dev cuda:0)" --epochs 1 --limit-train 5120 --limit-test 0 > /dev/null 2> "$R/profile.txt"
+phase resnet && MGC_PROFILE=1 timeout 40 ./mgc nets/resnet18.net --devices "$(dev cuda:0)" --epochs 1 --limit-train 2560 --limit-test 0 > /dev/null 2> "$R/profile.txt"
 
+if phase lenet || phase resnet; then
 step "table"
 [ $DRY = 1 ] && echo "dry run: the cuda rows ran on cpu and cpu:2, PyTorch on the CPU, epochs of 2,560 examples"
-$PY - "$R" <<'EOF' | tee "$R/table.txt"
+$PY - "$R" "$PHASES" <<'EOF' | tee "$R/table.txt"
 import json, os, sys
 R = sys.argv[1]
 def rec(f):
@@ -162,6 +193,7 @@ def rec(f):
     except Exception: return None
 print(f"{'net':10} {'run':22} {'examples/s':>11} {'s/epoch':>8} {'test acc':>9} {'x PyTorch':>10}")
 for net in ("lenet", "resnet18"):
+    if net.replace("18", "") not in sys.argv[2].split(","): continue
     t = rec(f"{net}-torch.jsonl")
     for run, f in (("mgc cuda:0", f"{net}-cuda:0.jsonl"), ("mgc cuda:0,cuda:0", f"{net}-cuda:0,cuda:0.jsonl"),
                    ("PyTorch cuda", f"{net}-torch.jsonl")):
@@ -172,6 +204,7 @@ for net in ("lenet", "resnet18"):
         ratio = r["examples_per_s"] / t["examples_per_s"] if t else float("nan")
         print(f"{net:10} {run:22} {r['examples_per_s']:11,.0f} {s:8.2f} {r['test_acc']:9.3f} {ratio:10.2f}")
 EOF
+fi
 echo
 echo "gpu check: $fails failed, $((SECONDS - T0)) s; results in $R"
 [ $fails -eq 0 ]

@@ -11,8 +11,8 @@ mkdir -p .gpu/gen .gpu/debs .gpu/data
 make -s build/parser.tab.c build/lexer.c
 cp build/parser.tab.c build/parser.tab.h build/lexer.c .gpu/gen/
 ( cd .gpu/debs && rm -f ./*.deb &&
-  apt-get download libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libgfortran5 zlib1g-dev 2>&1 |
+  apt-get download libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libquadmath0 zlib1g-dev 2>&1 |
   grep -v "^W: Download is performed unsandboxed" || true )
 cp "$DATA"/*-ubyte.gz .gpu/data/
 du -sh .gpu
-echo "carry .gpu, then run: bash tests/gpu/check.sh"
+echo "carry .gpu, then run: bash tests/gpu/check.sh (or a phase a command: --phase check,lenet / ref / resnet)"

@@ -111,7 +111,7 @@ def mgc_cmd():
     return shlex.split(os.environ.get("MGC", "./mgc"))
 
 
-def run_mgc(args, log=None, timeout=300):
+def run_mgc(args, log=None, timeout=int(os.environ.get("REF_MGC_TIMEOUT", "300"))):
     cmd = mgc_cmd() + [str(a) for a in args]
     t0 = time.time()
     p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
