@@ -102,7 +102,7 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
 
 #ifdef HAVE_NCCL
 #define NCCL_FUNCS(X) \
-    X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclAllReduce) X(ncclGroupStart) X(ncclGroupEnd) X(ncclCommDestroy) \
+    X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclAllReduce) X(ncclGroupStart) X(ncclGroupEnd) X(ncclCommDestroy) X(ncclCommFinalize) \
     X(ncclGetErrorString)
 #else
 typedef void *ncclComm_t;
@@ -507,6 +507,7 @@ struct CudaGroup {
     CudaDev **dev;
     int ncolls;
     Rendezvous *rv;
+    bool finalized;            /* NCCL: the communicators finalised together (before any is destroyed) */
 };
 
 typedef struct RingArgs {
@@ -727,6 +728,21 @@ static void cuda_destroy(Device *d)
     for (int k = 0; k < GRAPH_SLOTS; k++)
         if (c->graphs[k].exec) cu.cuGraphExecDestroy(c->graphs[k].exec);
 #ifdef HAVE_NCCL
+    if (c->comm && c->group && !c->group->finalized) {
+        /* finalising waits until every rank's communicator is quiescent: one thread
+           driving several GPUs finalises them all in one group, else the first would
+           wait for the others forever; then each is destroyed without waiting */
+        CudaGroup *g = c->group;
+        g->finalized = true;
+        nccl.ncclGroupStart();
+        for (int k = 0; k < g->n; k++)
+            if (g->dev[k] && g->dev[k]->comm) {
+                cu.cuCtxSetCurrent(g->dev[k]->ctx);
+                nccl.ncclCommFinalize(g->dev[k]->comm);
+            }
+        nccl.ncclGroupEnd();
+        cu.cuCtxSetCurrent(c->ctx);
+    }
     if (c->comm) nccl.ncclCommDestroy(c->comm);
 #endif
     for (int j = 0; c->group && j < c->group->ncolls; j++) {
