@@ -110,6 +110,18 @@ if XDG_CACHE_HOME="$lru" "$MGC" --cache-info | grep -q "kernel cache $lru/mgc/ke
 else
     echo "FAIL cli cache-info-clear: $(XDG_CACHE_HOME="$lru" "$MGC" --cache-info 2>&1)"; fail=$((fail + 1))
 fi
+# What a compile left and never finished (a killed run) goes after a day, when
+# the next entry is added; a failed compile's log of today stays to be read
+kd="$lru/mgc/kernels"
+touch "$kd/0123456789abcdef.0.c" "$kd/0123456789abcdef.0.77.log" "$kd/fedcba9876543210.0.c"
+touch -d '2 days ago' "$kd/0123456789abcdef.0.c" "$kd/0123456789abcdef.0.77.log"
+XDG_CACHE_HOME="$lru" "$MGC" $L --epochs 0 --set classes=13 > /dev/null 2>&1
+if [ ! -e "$kd/0123456789abcdef.0.c" ] && [ ! -e "$kd/0123456789abcdef.0.77.log" ] && [ -e "$kd/fedcba9876543210.0.c" ]; then
+    pass=$((pass + 1))
+else
+    echo "FAIL cli cache-stale: $(ls "$kd" | grep -c 0123456789abcdef) files of a day-old unfinished compile left, $(ls "$kd" | grep -c fedcba9876543210) of today's"
+    fail=$((fail + 1))
+fi
 # The environment's switches: a value mgc does not know stops it, naming the values it does
 MGC_CONV=fast expect env-conv-bad 2 "MGC_CONV='fast' is not one of direct|vector|gemm|dense|chunked|winograd" -- $L --emit ir
 MGC_FUSE=no expect env-fuse-bad 2 "MGC_FUSE='no' is not one of 0|1" -- $L --emit ir
