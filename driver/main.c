@@ -273,9 +273,14 @@ static int parse_args(int argc, char **argv, Cli *c)
         if (which < 0) {
             const char *best = NULL;
             int bestd = 4;
+            static const char *const alone[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", NULL };
             for (int k = 0; known[k]; k++) {
                 int d = diag_edit_distance(name, known[k]);
                 if (d < bestd) { bestd = d; best = known[k]; }
+            }
+            for (int k = 0; alone[k]; k++) {
+                int d = diag_edit_distance(name, alone[k]);
+                if (d < bestd) { bestd = d; best = alone[k]; }
             }
             if (best) return bad("unknown option '%s'; did you mean '%s'?", name, best);
             return bad("unknown option '%s'%s", name, "");

@@ -912,8 +912,9 @@ int train_run(const Model *m, const TrainConfig *cfg)
         if (world->size > 1) printf(" x %d ranks", world->size);
         if (cuda) printf(" (%s)", G.r[0].dev->model);
         else printf(" with %d thread%s%s", G.r[0].dev->threads, G.r[0].dev->threads == 1 ? "" : "s", G.n > 1 ? " each" : "");
-        printf("; %s training and %s test examples, batch %d%s\n", rt_commas(train.n, num2),
-               rt_commas(test.n, num3), cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
+        if (cfg->evaluate) printf("; %s test examples, batch %d\n", rt_commas(test.n, num3), cfg->batch_size);
+        else printf("; %s training and %s test examples, batch %d%s\n", rt_commas(train.n, num2),
+                    rt_commas(test.n, num3), cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
         if (!cuda && threads < G.n)
             printf("mgc: %d devices on %d thread%s: they share the cores (the numbers are the same, the speed is not)\n",
                    G.n, threads, threads == 1 ? "" : "s");

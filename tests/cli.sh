@@ -127,6 +127,7 @@ MGC_CONV=fast expect env-conv-bad 2 "MGC_CONV='fast' is not one of direct|vector
 MGC_FUSE=no expect env-fuse-bad 2 "MGC_FUSE='no' is not one of 0|1" -- $L --emit ir
 MGC_PROFILE=yes expect env-profile-bad 2 "MGC_PROFILE='yes' is not one of 0|1" -- $L --emit ir
 MGC_PROFILE=0 MGC_CONV= expect env-defaults 0 "kernel k0_" -- $L --emit kernels
+expect typo-cache 2 "unknown option '--cache-inf'; did you mean '--cache-info'?" -- --cache-inf
 MGC_CACHE_MB=lots expect cache-limit-bad 0 "MGC_CACHE_MB='lots' is not a size in MB" -- --cache-info
 # MGC_CC that is not a compiler: a clear message, no crash
 MGC_CC=no-such-cc expect cc-missing 1 "cannot run the C compiler 'no-such-cc'" -- $L --epochs 0
