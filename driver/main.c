@@ -274,14 +274,11 @@ static int parse_args(int argc, char **argv, Cli *c)
             const char *best = NULL;
             int bestd = 4;
             static const char *const alone[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", NULL };
-            for (int k = 0; known[k]; k++) {
-                int d = diag_edit_distance(name, known[k]);
-                if (d < bestd) { bestd = d; best = known[k]; }
-            }
-            for (int k = 0; alone[k]; k++) {
-                int d = diag_edit_distance(name, alone[k]);
-                if (d < bestd) { bestd = d; best = alone[k]; }
-            }
+            for (const char *const *list = known; list; list = list == known ? alone : NULL)
+                for (int k = 0; list[k]; k++) {
+                    int d = diag_edit_distance(name, list[k]);
+                    if (d < bestd) { bestd = d; best = list[k]; }
+                }
             if (best) return bad("unknown option '%s'; did you mean '%s'?", name, best);
             return bad("unknown option '%s'%s", name, "");
         }

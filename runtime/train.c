@@ -213,9 +213,10 @@ static int save_everywhere(Group *g, const char *path, int epoch)
 }
 
 /* What --resume reads from a checkpoint's metadata besides its tensors. */
-typedef struct Resume { double epoch, steps, seed, batch_size; } Resume;
+typedef struct Resume { unsigned long long epoch, steps, seed, batch_size; } Resume;
 
-static int meta_number(const StFile *f, const char *path, const char *key, double *out)
+/* The metadata key of f as a whole number (seeds are 64 bits: not through a double). */
+static int meta_count(const StFile *f, const char *path, const char *key, unsigned long long *out)
 {
     char v[64], *end;
     if (st_meta_get(f, key, v, sizeof v) < 0) {
@@ -223,8 +224,9 @@ static int meta_number(const StFile *f, const char *path, const char *key, doubl
                 "--resume cannot go on from it; --load starts a new run from its parameters\n", path, key);
         return -1;
     }
-    *out = strtod(v, &end);
-    if (!v[0] || *end || *out < 0) {
+    errno = 0;
+    *out = strtoull(v, &end, 10);
+    if (!v[0] || v[0] == '-' || *end || errno) {
         fprintf(stderr, "mgc: %s: the checkpoint's %s is '%s', not a count\n", path, key, v);
         return -1;
     }
@@ -240,8 +242,8 @@ static int load_checkpoint(Store *s, const char *path, Resume *resume)
         return -1;
     }
     int bad = 0, nonfinite_tensors = 0;
-    if (resume && (meta_number(&f, path, "epoch", &resume->epoch) || meta_number(&f, path, "steps", &resume->steps) ||
-                   meta_number(&f, path, "seed", &resume->seed) || meta_number(&f, path, "batch_size", &resume->batch_size))) {
+    if (resume && (meta_count(&f, path, "epoch", &resume->epoch) || meta_count(&f, path, "steps", &resume->steps) ||
+                   meta_count(&f, path, "seed", &resume->seed) || meta_count(&f, path, "batch_size", &resume->batch_size))) {
         st_free(&f);
         return -1;
     }
@@ -841,16 +843,16 @@ int train_run(const Model *m, const TrainConfig *cfg)
     int first_epoch = 1;
     if (cfg->resume) {
         rt_world_bcast(world, &resume, sizeof resume);
-        first_epoch = (int)resume.epoch + 1;
-        for (int k = 0; k < G.n; k++) G.r[k].tr.runs_before = (unsigned long long)resume.steps;
+        first_epoch = resume.epoch < (unsigned long long)cfg->epochs ? (int)resume.epoch + 1 : cfg->epochs + 1;
+        for (int k = 0; k < G.n; k++) G.r[k].tr.runs_before = resume.steps;
         if (world->rank == 0) {
             if (first_epoch > cfg->epochs) {
-                printf("mgc: %s holds %d epoch%s already, --epochs %d: nothing to train (a larger --epochs goes on)\n",
-                       cfg->load, (int)resume.epoch, resume.epoch == 1 ? "" : "s", cfg->epochs);
+                printf("mgc: %s holds %llu epoch%s already, --epochs %d: nothing to train (a larger --epochs goes on)\n",
+                       cfg->load, resume.epoch, resume.epoch == 1 ? "" : "s", cfg->epochs);
             } else {
-                printf("mgc: going on from %s after epoch %d (%.0f steps)\n", cfg->load, (int)resume.epoch, resume.steps);
-                if ((unsigned long long)resume.seed != cfg->seed || (int)resume.batch_size != cfg->batch_size)
-                    printf("mgc: note: the checkpoint was trained with --seed %.0f --batch-size %.0f, this run has --seed %llu "
+                printf("mgc: going on from %s after epoch %llu (%llu steps)\n", cfg->load, resume.epoch, resume.steps);
+                if (resume.seed != cfg->seed || resume.batch_size != (unsigned long long)cfg->batch_size)
+                    printf("mgc: note: the checkpoint was trained with --seed %llu --batch-size %llu, this run has --seed %llu "
                            "--batch-size %d: it goes on, but not as the first run would have\n",
                            resume.seed, resume.batch_size, cfg->seed, cfg->batch_size);
             }
