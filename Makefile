@@ -34,9 +34,10 @@ CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -Wno-format-overflow -
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 
-# The CUDA toolkit when found: NVRTC (linked; mgc --emit ptx needs no GPU or
-# driver) and the CUDA device (runtime/device_cuda.c: the driver, cuBLAS and
-# NCCL are opened at run time, so the binary runs where they are missing).
+# The CUDA toolkit when found: NVRTC (mgc --emit ptx needs no GPU or driver)
+# and the CUDA device (runtime/device_cuda.c). NVRTC, the driver, cuBLAS and
+# NCCL are all opened at run time (dlopen), so the binary starts, and trains
+# on CPU devices, where they are missing.
 # NCCL's header decides whether replicas on several GPUs can sum. CUDA=0
 # builds without any of it.
 CUDA_HOME ?= /usr/local/cuda
@@ -44,8 +45,10 @@ NCCL_HOME ?= $(CUDA_HOME)
 ifneq ($(CUDA),0)
 ifneq ($(wildcard $(CUDA_HOME)/include/nvrtc.h),)
 HAVE_NVRTC := 1
-LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnvrtc
-$(BUILD)/runtime/ptx.o: CPPFLAGS += -DHAVE_NVRTC -I$(CUDA_HOME)/include
+NVRTC_SONAME := $(or $(shell objdump -p $(CUDA_HOME)/lib64/libnvrtc.so 2>/dev/null | awk '/SONAME/ { print $$2 }'),libnvrtc.so)
+$(BUILD)/runtime/ptx.o: CPPFLAGS += -DHAVE_NVRTC -I$(CUDA_HOME)/include -DMGC_NVRTC_SONAME='"$(NVRTC_SONAME)"' \
+    -DMGC_CUDA_LIB='"$(CUDA_HOME)/lib64"'
+
 ifneq ($(wildcard $(CUDA_HOME)/include/cuda.h),)
 ifneq ($(wildcard $(CUDA_HOME)/include/cublas_v2.h),)
 HAVE_CUDA := 1
@@ -68,7 +71,7 @@ all: $(BIN)
 $(BIN): $(OBJ)
 	$(CC) $(LDFLAGS) -o $@ $(OBJ) $(LDLIBS)
 	@echo "mgc: built $@ with CPU devices$(if $(HAVE_MPI), and MPI ($(MPICC)), without MPI ($(if $(filter 0,$(MPI)),MPI=0,no mpicc found)))"
-	@echo "     $(if $(HAVE_CUDA),CUDA devices ($(CUDA_HOME): NVRTC; driver and cuBLAS opened at run time)$(if $(HAVE_NCCL), with NCCL ($(NCCL_HOME)),; without NCCL (no $(NCCL_HOME)/include/nccl.h): one GPU only),$(if $(HAVE_NVRTC),NVRTC ($(CUDA_HOME)) for --emit ptx; no CUDA devices (no cuda.h or cublas_v2.h),no CUDA ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/include/nvrtc.h))))"
+	@echo "     $(if $(HAVE_CUDA),CUDA devices ($(CUDA_HOME): NVRTC, driver, cuBLAS opened at run time)$(if $(HAVE_NCCL), with NCCL ($(NCCL_HOME)),; without NCCL (no $(NCCL_HOME)/include/nccl.h): one GPU only),$(if $(HAVE_NVRTC),NVRTC ($(CUDA_HOME)) for --emit ptx; no CUDA devices (no cuda.h or cublas_v2.h),no CUDA ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/include/nvrtc.h))))"
 
 
 $(BUILD)/parser.tab.c $(BUILD)/parser.tab.h &: frontend/parser.y

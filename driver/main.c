@@ -106,7 +106,8 @@ static void usage(FILE *out)
         "  MGC_FUSE=0             no fusion pass\n"
         "  MGC_CONV=S             one convolution form everywhere: direct|vector|gemm|dense|chunked|winograd\n"
         "  MGC_CUDA_GRAPHS=0      GPUs: launch every step instead of replaying a CUDA graph\n"
-        "  MGC_CUBLAS, MGC_NCCL   GPUs: the cuBLAS and NCCL libraries to open (default the system's)\n"
+        "  MGC_NVRTC, MGC_CUBLAS, MGC_NCCL\n"
+        "                         the NVRTC, cuBLAS and NCCL libraries to open (default the system's)\n"
         "  OPENBLAS_CORETYPE      OpenBLAS's kernels (mgc sets it where OpenBLAS misjudges the CPU)\n");
 }
 
@@ -639,7 +640,8 @@ int main(int argc, char **argv)
     case EMIT_PTX: {
         if (compile(&c, &arena, &diag, true, true, false, &train, &train_prog)) break;
         char why[8192];
-        char *ptx = rt_nvrtc_ptx(cg_source(&train_prog, TARGET_CUDA), train.net_name, c.arch, why, sizeof why);
+        size_t n;
+        char *ptx = rt_nvrtc_ptx(cg_source(&train_prog, TARGET_CUDA), train.net_name, c.arch, &n, why, sizeof why);
         if (!ptx) {
             fprintf(stderr, "mgc: --emit ptx: %s\n", why);
             break;

@@ -3,10 +3,10 @@
 **
 ** Entries are files named HASH.REST, HASH 16 hex digits: HASH.so with its
 ** HASH.so.seal and the sources HASH.K.c (CPU kernels), HASH.sm_XX.cubin
-** (CUDA kernels), and while a compile runs or after it failed its objects,
-** logs and temporary files. An entry is complete when its .so or .cubin is
-** there; its last use is the newest modification time among its files (a hit
-** touches the .so or .cubin). After an entry is added, the least recently
+** or HASH.compute_XX.ptx (CUDA kernels), and while a compile runs or after it
+** failed its objects, logs and temporary files. An entry is complete when its
+** .so, .cubin or .ptx is there; its last use is the newest modification time
+** among its files (a hit touches that main file). After an entry is added, the least recently
 ** used complete entries are removed while the cache holds more than its limit
 ** (MGC_CACHE_MB, default 1000 MB) and until it holds at most 80% of it, and
 ** what a compile left behind a day ago and never finished is removed too.
@@ -97,6 +97,12 @@ static bool ends_with(const char *s, const char *tail)
     return n >= m && !strcmp(s + n - m, tail);
 }
 
+/* an entry's main file: there when the entry is complete */
+static bool main_file(const char *name)
+{
+    return ends_with(name, ".so") || ends_with(name, ".cubin") || ends_with(name, ".ptx");
+}
+
 typedef struct { uint64_t hash; long long used; /* ns */ long long bytes; bool complete; } Entry;
 
 static int by_hash(const void *a, const void *b)
@@ -132,7 +138,7 @@ static Entry *scan(const char *kdir, int *n)
             if (!g) break;
             e = g;
         }
-        e[m++] = (Entry){ h, (long long)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, (long long)st.st_size, ends_with(de->d_name, ".so") || ends_with(de->d_name, ".cubin") };
+        e[m++] = (Entry){ h, (long long)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, (long long)st.st_size, main_file(de->d_name) };
     }
     closedir(d);
     if (!e) return NULL;
@@ -152,7 +158,7 @@ static Entry *scan(const char *kdir, int *n)
     return e;
 }
 
-/* Removes every file of the entry hash in kdir: the .so or .cubin first, so
+/* Removes every file of the entry hash in kdir: the main file first, so
    that no reader finds half an entry; the number of bytes freed. */
 static long long remove_entry(const char *kdir, uint64_t hash)
 {
@@ -166,8 +172,7 @@ static long long remove_entry(const char *kdir, uint64_t hash)
         rewinddir(d);
         while ((de = readdir(d))) {
             if (strncmp(de->d_name, prefix, 17)) continue;
-            bool main_file = ends_with(de->d_name, ".so") || ends_with(de->d_name, ".cubin");
-            if (main_file != (pass == 0)) continue;
+            if (main_file(de->d_name) != (pass == 0)) continue;
             struct stat st;
             snprintf(path, sizeof path, "%s/%s", kdir, de->d_name);
             if (!lstat(path, &st) && S_ISREG(st.st_mode) && !unlink(path)) freed += (long long)st.st_size;

@@ -5,8 +5,9 @@
 **               memory plan (the executor allocates them); pinned host memory
 **               for the buffers the host fills and reads (input, labels, loss)
 **   kernels     the program's CUDA source (the same bodies as the C target)
-**               compiled by NVRTC to a cubin for this GPU's own architecture,
-**               cached on disk beside the CPU kernels (keyed by source,
+**               compiled by NVRTC to a cubin for this GPU's own architecture
+**               (to PTX for the newest older one, which the driver compiles
+**               on loading, where the GPU is newer than NVRTC), cached on disk beside the CPU kernels (keyed by source,
 **               options, NVRTC version and architecture), loaded with
 **               cuModuleLoadData; launched as CG_BLOCK-thread blocks: one
 **               block per iteration for reductions (Step.blocks), a
@@ -27,8 +28,9 @@
 **               sum into every replica's copy (a reduce-scatter and an
 **               all-gather in one pass)
 **
-** The driver, cuBLAS and NCCL are opened with dlopen on first use, so a
-** binary built with CUDA runs on machines without them (CPU devices only).
+** The driver, cuBLAS and NCCL (and NVRTC, runtime/ptx.c) are opened with
+** dlopen on first use, so a binary built with CUDA runs on machines without
+** them (CPU devices only).
 */
 #include "runtime.h"
 #include "device_cuda.h"
@@ -119,25 +121,10 @@ static struct { NCCL_FUNCS(DECLARE) } nccl;
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT, blas_once = PTHREAD_ONCE_INIT, nccl_once = PTHREAD_ONCE_INIT;
 static char cu_error[512], blas_error[512], nccl_error[512];   /* empty: loaded */
 
-/* dlopen name, else the toolkit's directory + name; NULL with why in err */
-/* dlopen name (or $env), else the toolkit's directory + name; NULL with why in err */
-static void *open_lib(const char *name, const char *env, bool toolkit, char *err, size_t err_size)
-{
-    const char *path = env ? getenv(env) : NULL;
-    void *h = dlopen(path && *path ? path : name, RTLD_NOW | RTLD_LOCAL);
-    if (!h) snprintf(err, err_size, "%s", dlerror());
-    if (!h && toolkit && !(path && *path)) {
-        char full[512];
-        snprintf(full, sizeof full, "%s/%s", MGC_CUDA_LIB, name);
-        h = dlopen(full, RTLD_NOW | RTLD_LOCAL);
-    }
-    return h;
-}
-
 static void cu_load(void)
 {
     char why[400];
-    void *h = open_lib("libcuda.so.1", NULL, false, why, sizeof why);
+    void *h = rt_open_lib("libcuda.so.1", NULL, NULL, why, sizeof why);
     if (!h) {
         snprintf(cu_error, sizeof cu_error, "no CUDA driver on this machine (%s)", why);
         return;
@@ -161,7 +148,7 @@ static void cu_load(void)
 static void blas_load(void)
 {
     char why[400];
-    void *h = open_lib("libcublas.so." STR(CUBLAS_VER_MAJOR), "MGC_CUBLAS", true, why, sizeof why);
+    void *h = rt_open_lib("libcublas.so." STR(CUBLAS_VER_MAJOR), "MGC_CUBLAS", MGC_CUDA_LIB, why, sizeof why);
     if (!h) {
         snprintf(blas_error, sizeof blas_error, "cannot open cuBLAS (%s); install the CUDA toolkit's cuBLAS or set MGC_CUBLAS to its path", why);
         return;
@@ -180,7 +167,7 @@ static void nccl_load(void)
 {
 #ifdef HAVE_NCCL
     char why[400];
-    void *h = open_lib("libnccl.so." STR(NCCL_MAJOR), "MGC_NCCL", true, why, sizeof why);
+    void *h = rt_open_lib("libnccl.so." STR(NCCL_MAJOR), "MGC_NCCL", MGC_CUDA_LIB, why, sizeof why);
     if (!h) {
         snprintf(nccl_error, sizeof nccl_error, "cannot open NCCL (%s); install NCCL or set MGC_NCCL to libnccl.so.%d's path", why, NCCL_MAJOR);
         return;
@@ -335,30 +322,45 @@ static void cuda_copy(Device *d, void *dst, const void *src, size_t bytes)
     if (dst != src) CU(d, cu.cuMemcpyDtoDAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes, c->s));
 }
 
-/* The cubin of source for this GPU: from the cache, else NVRTC (then cached,
-   written to a temporary file and renamed, so no reader sees half of it). */
-static void *cubin_for(CudaDev *c, const char *source, bool verbose, bool fresh, size_t *size, char *path, size_t path_size,
+/* The module image of source for this GPU (a cubin, or PTX where NVRTC does
+   not know the GPU's architecture): from the cache, else NVRTC (then cached,
+   written to a temporary file and renamed, so no reader sees half of it).
+   NUL-terminated (PTX must be). */
+static void *image_for(CudaDev *c, const char *source, bool verbose, bool fresh, size_t *size, char *path, size_t path_size,
                        char *err, size_t err_size)
 {
     char arch[16], ver[64], kdir[4200];
-    snprintf(arch, sizeof arch, "sm_%d%d", c->major, c->minor);
+    bool ptx;
+    int got = rt_nvrtc_arch(c->major * 10 + c->minor, &ptx, err, err_size);
+    if (got < 0) return NULL;
+    snprintf(arch, sizeof arch, "sm_%d", got);
+    static bool told;
+    if (ptx && !told) {
+        told = true;
+        fprintf(stderr, "mgc: note: GPU %d is sm_%d%d, newer than %s compiles for: its kernels go to the driver as PTX for "
+                "compute_%d, which it compiles for the GPU on loading\n", c->gpu, c->major, c->minor,
+                rt_nvrtc_version(ver, sizeof ver), got);
+    }
     rt_nvrtc_version(ver, sizeof ver);
     uint64_t h = rt_fnv1a(CG_FNV1A_START, source);
     h = rt_fnv1a(h, "\n--nvrtc ");
     h = rt_fnv1a(h, ver);
     h = rt_fnv1a(h, arch);
+    h = rt_fnv1a(h, ptx ? " ptx" : " cubin");
     for (int k = 0; k < RT_NVRTC_NOPTIONS; k++) h = rt_fnv1a(h, rt_nvrtc_options[k]);
     if (rt_kernel_cache(kdir, sizeof kdir, err, err_size)) return NULL;
-    snprintf(path, path_size, "%s/%016llx.%s.cubin", kdir, (unsigned long long)h, arch);
+    if (ptx) snprintf(path, path_size, "%s/%016llx.compute_%d.ptx", kdir, (unsigned long long)h, got);
+    else snprintf(path, path_size, "%s/%016llx.%s.cubin", kdir, (unsigned long long)h, arch);
     FILE *f = fresh ? NULL : fopen(path, "rb");
     if (f) {
         fseek(f, 0, SEEK_END);
         long n = ftell(f);
         fseek(f, 0, SEEK_SET);
-        void *img = n > 0 ? malloc((size_t)n) : NULL;
+        char *img = n > 0 ? malloc((size_t)n + 1) : NULL;
         bool ok = img && fread(img, 1, (size_t)n, f) == (size_t)n;
         fclose(f);
         if (ok) {
+            img[n] = 0;
             rt_cache_touch(path);
             if (verbose) fprintf(stderr, "mgc: CUDA kernels found in cache %s\n", path);
             *size = (size_t)n;
@@ -368,9 +370,11 @@ static void *cubin_for(CudaDev *c, const char *source, bool verbose, bool fresh,
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    void *img = rt_nvrtc_cubin(source, "mgc_kernels.cu", arch, size, err, err_size);
+    char *img = ptx ? rt_nvrtc_ptx(source, "mgc_kernels.cu", arch, size, err, err_size)
+                    : rt_nvrtc_cubin(source, "mgc_kernels.cu", arch, size, err, err_size);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!img) return NULL;
+    img[*size] = 0;   /* rt_nvrtc_* leave a byte for it */
     char tmp[4700];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
     f = fopen(tmp, "wb");
@@ -382,19 +386,19 @@ static void *cubin_for(CudaDev *c, const char *source, bool verbose, bool fresh,
         unlink(tmp);   /* the cache is an optimisation: run without it */
     }
     if (verbose)
-        fprintf(stderr, "mgc: NVRTC compiled the CUDA kernels for %s in %.2f s -> %s\n", arch,
+        fprintf(stderr, "mgc: NVRTC compiled the CUDA kernels for %s%s in %.2f s -> %s\n", ptx ? "compute_" : "sm_", arch + 3,
                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), path);
     return img;
 }
 
-/* Loads source as a module: the cached cubin, or a fresh one if the cached does not load. */
+/* Loads source as a module: the cached image, or a fresh one if the cached does not load. */
 static int load_module(Device *d, const char *source, bool verbose, CUmodule *mod, char *err, size_t err_size)
 {
     CudaDev *c = cur(d);
     char path[4600];
     for (int fresh = 0; fresh < 2; fresh++) {
         size_t size;
-        void *img = cubin_for(c, source, verbose, fresh, &size, path, sizeof path, err, err_size);
+        void *img = image_for(c, source, verbose, fresh, &size, path, sizeof path, err, err_size);
         if (!img) return -1;
         CUresult r = cu.cuModuleLoadData(mod, img);
         free(img);
@@ -403,8 +407,8 @@ static int load_module(Device *d, const char *source, bool verbose, CUmodule *mo
         char ver[64];
         cu.cuDriverGetVersion(&drv);
         rt_nvrtc_version(ver, sizeof ver);
-        snprintf(err, err_size, "%s: cannot load the CUDA kernels (%s): %s (the driver is CUDA %d.%d, NVRTC %s: a driver older "
-                 "than NVRTC cannot load its cubins; update the driver)", d->name, path, cu_msg(r), drv / 1000, drv % 1000 / 10, ver);
+        snprintf(err, err_size, "%s: cannot load the CUDA kernels (%s): %s (the driver is CUDA %d.%d, %s: a driver older "
+                 "than NVRTC cannot load what it makes; update the driver)", d->name, path, cu_msg(r), drv / 1000, drv % 1000 / 10, ver);
     }
     return -1;
 }

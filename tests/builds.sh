@@ -2,7 +2,9 @@
 # mgc builds and runs without the optional parts: CUDA=0 MPI=0 gives a binary
 # that says what it lacks (--gpus, --emit ptx: a clear message, exit 2 or 1)
 # and trains on CPU devices the same as the full build. And the full build
-# has the CUDA device, linking only NVRTC. Prints "N passed, M failed".
+# has the CUDA device and links no CUDA library (NVRTC, the driver, cuBLAS
+# and NCCL are opened at run time): without NVRTC it still trains on CPU
+# devices and says what --emit ptx lacks. Prints "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
 pass=0 fail=0
@@ -37,9 +39,25 @@ else
     bad "CUDA=0 MPI=0 build failed"; tail -5 "$tmp/build"
 fi
 if [ -f /usr/local/cuda/include/cuda.h ]; then
-    ldd ./mgc | grep -q libnvrtc && ! ldd ./mgc | grep -qE "libcuda\.|libcublas|libnccl" &&
-        ok "the CUDA build links NVRTC only (driver, cuBLAS, NCCL opened when a GPU is asked for)" ||
+    ! ldd ./mgc | grep -qE "nvrtc|libcuda\.|libcublas|libnccl" &&
+        ok "the CUDA build links no CUDA library (NVRTC, driver, cuBLAS, NCCL opened when asked for)" ||
         bad "the CUDA build's libraries: $(ldd ./mgc | grep -E 'cuda|nvrtc|cublas|nccl' | tr '\n' ' ')"
+    MGC_NVRTC=$tmp/none/libnvrtc.so ./mgc nets/lenet.net --emit ptx > "$tmp/out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "cannot open NVRTC ($tmp/none/libnvrtc.so: .*set MGC_NVRTC to its path" "$tmp/out" &&
+        ok "CUDA build, no NVRTC: --emit ptx says what is missing and what to do (exit 1)" || { bad "--emit ptx without NVRTC: exit $rc"; cat "$tmp/out"; }
+    if [ -n "${MGC_DATA:-}" ]; then
+        MGC_NVRTC=$tmp/none/libnvrtc.so ./mgc nets/lenet.net --devices cpu:2 --epochs 1 --limit-train 512 --limit-test 128 > "$tmp/out" 2>&1 &&
+            grep -q "^epoch 1/1 .* test acc " "$tmp/out" && ok "CUDA build, no NVRTC: trains on cpu:2" || { bad "CUDA build without NVRTC does not train on CPU"; tail -3 "$tmp/out"; }
+    fi
+    ./mgc nets/lenet.net --emit ptx --arch sm_60 > "$tmp/out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "compiles for sm_75, .*nothing as old as sm_60: use a CUDA toolkit" "$tmp/out" &&
+        ok "--emit ptx --arch sm_60: NVRTC's architectures listed, what to do said" || { bad "--arch sm_60: exit $rc"; cat "$tmp/out"; }
+    ./mgc nets/lenet.net --emit ptx --arch sm_95 > "$tmp/out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "does not compile for sm_95; it compiles for sm_75, .*sm_90" "$tmp/out" &&
+        ok "--emit ptx --arch sm_95: not an architecture NVRTC knows, its list given" || { bad "--arch sm_95: exit $rc"; cat "$tmp/out"; }
     nm ./mgc | grep -q " cuda_launch" && ok "the CUDA device is in the build" || bad "the build has no CUDA device"
     ./mgc nets/lenet.net --gpus 1 > "$tmp/out" 2>&1
     if ldconfig -p | grep -q "libcuda.so.1 "; then

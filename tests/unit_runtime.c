@@ -15,6 +15,7 @@
 ** Prints "N passed, M failed"; exit status 1 if anything failed.
 */
 #include "data.h"
+#include "ptx.h"
 #include "rng.h"
 #include "safetensors.h"
 
@@ -925,6 +926,21 @@ static void test_safetensors(void)
     CHECK(check_roundtrip(path2, conv, 0, 1), "our reader on the safetensors package's file");
 }
 
+/* The architecture the CUDA device compiles for, among those NVRTC 13.0 lists. */
+static void test_arch_choice(void)
+{
+    const int archs[] = { 75, 80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121 };
+    const int n = (int)(sizeof archs / sizeof archs[0]);
+    bool ptx = true;
+    CHECK(rt_arch_choose(archs, n, 90, &ptx) == 90 && !ptx, "a listed GPU (sm_90) gets its own cubin");
+    CHECK(rt_arch_choose(archs, n, 75, &ptx) == 75 && !ptx, "the oldest listed (sm_75) gets its cubin");
+    CHECK(rt_arch_choose(archs, n, 125, &ptx) == 121 && ptx, "a GPU newer than all (sm_125): PTX of the newest (compute_121)");
+    CHECK(rt_arch_choose(archs, n, 95, &ptx) == 90 && ptx, "an unlisted GPU between two (sm_95): PTX of the one below (compute_90)");
+    CHECK(rt_arch_choose(archs, n, 70, &ptx) == -1, "a GPU older than every architecture (sm_70): none");
+    const int shuffled[] = { 90, 75, 120, 80 };
+    CHECK(rt_arch_choose(shuffled, 4, 100, &ptx) == 90 && ptx, "the list's order does not matter");
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "%s/mgc_unit_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -939,6 +955,7 @@ int main(void)
     char *data_dir = getenv("MGC_DATA") ? strdup(getenv("MGC_DATA")) : NULL;
 
     test_rng();
+    test_arch_choice();
     test_shuffle();
     test_data_crafted();
     test_data_real(data_dir);
