@@ -60,8 +60,8 @@ int main(int argc, char **argv)
     size_t cubin = 0;
     nvrtcGetCUBINSize(prog, &cubin);
     int kernels = 0;
-    for (const char *p = src; (p = strstr(p, "KERNEL(")); p++) kernels++;
-    printf("%s: NVRTC compiled %d kernels to a %zu-byte %s cubin\n", argv[1], kernels - 1, cubin, argc > 2 ? argv[2] : "sm_90");
+    for (const char *p = src; (p = strstr(p, "\nKERNEL(")); p++) kernels++;   /* a kernel's head starts its line */
+    printf("%s: NVRTC compiled %d kernels to a %zu-byte %s cubin\n", argv[1], kernels, cubin, argc > 2 ? argv[2] : "sm_90");
     nvrtcDestroyProgram(&prog);
     free(src);
     return 0;
