@@ -6,9 +6,10 @@
 **               for the buffers the host fills and reads (input, labels, loss)
 **   kernels     the program's CUDA source (the same bodies as the C target)
 **               compiled by NVRTC to a cubin for this GPU's own architecture
-**               (to PTX for the newest older one, which the driver compiles
-**               on loading, where the GPU is newer than NVRTC), cached on disk beside the CPU kernels (keyed by source,
-**               options, NVRTC version and architecture), loaded with
+**               (where the GPU is newer than NVRTC, to PTX for the newest
+**               architecture NVRTC knows, which the driver compiles on
+**               loading), cached on disk beside the CPU kernels (keyed by
+**               source, options, NVRTC version and architecture), loaded with
 **               cuModuleLoadData; launched as CG_BLOCK-thread blocks: one
 **               block per iteration for reductions (Step.blocks), a
 **               grid-stride loop otherwise
@@ -334,14 +335,11 @@ static void *image_for(CudaDev *c, const char *source, bool verbose, bool fresh,
     int got = rt_nvrtc_arch(c->major * 10 + c->minor, &ptx, err, err_size);
     if (got < 0) return NULL;
     snprintf(arch, sizeof arch, "sm_%d", got);
-    static bool told;
-    if (ptx && !told) {
-        told = true;
-        fprintf(stderr, "mgc: note: GPU %d is sm_%d%d, newer than %s compiles for: its kernels go to the driver as PTX for "
-                "compute_%d, which it compiles for the GPU on loading\n", c->gpu, c->major, c->minor,
-                rt_nvrtc_version(ver, sizeof ver), got);
-    }
     rt_nvrtc_version(ver, sizeof ver);
+    static int told;   /* said once, whichever replica's thread loads first */
+    if (ptx && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "mgc: note: GPU %d is sm_%d%d, newer than %s compiles for: its kernels go to the driver as PTX for "
+                "compute_%d, which it compiles for the GPU on loading\n", c->gpu, c->major, c->minor, ver, got);
     uint64_t h = rt_fnv1a(CG_FNV1A_START, source);
     h = rt_fnv1a(h, "\n--nvrtc ");
     h = rt_fnv1a(h, ver);
