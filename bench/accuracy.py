@@ -19,7 +19,9 @@ last two epochs' of mgc, to show how far one epoch moves it), then per side:
 mean, standard deviation, median, min, max, the share of seeds at or above
 --threshold; and the difference of the means with Welch's t statistic and a
 95% interval. A last line `JSON {...}` holds all of it. --no-torch runs mgc
-alone.
+alone, --no-mgc PyTorch alone. --torch-recalibrate-bn B adds a column: the
+same PyTorch weights tested with BatchNorm's running statistics recomputed
+over B training batches (how much of the spread is the statistics').
 """
 import argparse
 import json
@@ -113,6 +115,9 @@ def main():
     ap.add_argument("--threshold", type=float, default=0.84, help="the accuracy a run is asked to reach")
     ap.add_argument("--limit-train", type=int, default=None, help="the first N training examples only (a smoke run)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-mgc", action="store_true")
+    ap.add_argument("--torch-recalibrate-bn", type=int, default=0, metavar="B",
+                    help="PyTorch's --recalibrate-bn: also its accuracy with BatchNorm statistics recomputed over B batches")
     ap.add_argument("--mgc", default=os.path.join(ROOT, "mgc"))
     ap.add_argument("--data", default=os.environ.get("MGC_DATA", os.path.join(ROOT, "..", "shared", "data", "fashion-mnist")))
     a = ap.parse_args()
@@ -121,67 +126,81 @@ def main():
         a.epochs = epochs
     env = dict(os.environ)
     env.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
-    if not os.path.isfile(a.mgc):
+    if a.no_mgc and a.no_torch:
+        ap.error("--no-mgc and --no-torch leave nothing to run")
+    if not a.no_mgc and not os.path.isfile(a.mgc):
         sys.exit(f"accuracy.py: no mgc at {a.mgc} (run make)")
     common = ["--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr", str(a.lr)]
     if a.limit_train:
         common += ["--limit-train", str(a.limit_train)]
     sets = [x for s in a.set for x in ("--set", s)]
     print(f"{net}: {a.epochs} epoch{'s' if a.epochs != 1 else ''}, batch {a.batch_size}, lr {a.lr}, seeds "
-          f"{a.seeds[0]}..{a.seeds[-1]} ({len(a.seeds)}); mgc on {a.devices}{' --sync-bn' if a.sync_bn else ''}"
+          f"{a.seeds[0]}..{a.seeds[-1]} ({len(a.seeds)})"
+          f"{'' if a.no_mgc else f'; mgc on {a.devices}' + (' --sync-bn' if a.sync_bn else '')}"
           f"{'' if a.no_torch else f', PyTorch with {a.torch_shards} shard' + ('s' if a.torch_shards != 1 else '')}"
           f"; {a.threads} threads, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="mgc-accuracy-") as tmp:
-        print(f"{'seed':>5} {'mgc':>7} {'(epoch before)':>15} {'PyTorch':>8}", flush=True)
+        recal = a.torch_recalibrate_bn > 0 and not a.no_torch
+        print(f"{'seed':>5} {'mgc':>7} {'(epoch before)':>15} {'PyTorch':>8}" + (f" {'(recalibrated)':>15}" if recal else ""),
+              flush=True)
         for s in a.seeds:
-            row = {"seed": s}
-            log = os.path.join(tmp, f"mgc.{s}.jsonl")
-            cmd = [a.mgc, net, *common, "--seed", str(s), "--devices", a.devices, "--threads", str(a.threads),
-                   "--data", a.data, "--log", log, *sets] + (["--sync-bn"] if a.sync_bn else [])
-            rc = run(cmd, env, os.path.join(tmp, f"mgc.{s}.out"))
-            accs = last_accuracies(log)
-            row["mgc"] = accs[-1] if rc == 0 and accs else None
-            row["mgc_before"] = accs[-2] if rc == 0 and len(accs) > 1 else None
-            if rc != 0:
-                print(f"  mgc failed (exit {rc}): {open(os.path.join(tmp, f'mgc.{s}.out')).read()[-400:]}", file=sys.stderr)
+            row = {"seed": s, "mgc": None, "mgc_before": None}
+            if not a.no_mgc:
+                log = os.path.join(tmp, f"mgc.{s}.jsonl")
+                cmd = [a.mgc, net, *common, "--seed", str(s), "--devices", a.devices, "--threads", str(a.threads),
+                       "--data", a.data, "--log", log, *sets] + (["--sync-bn"] if a.sync_bn else [])
+                rc = run(cmd, env, os.path.join(tmp, f"mgc.{s}.out"))
+                accs = last_accuracies(log)
+                row["mgc"] = accs[-1] if rc == 0 and accs else None
+                row["mgc_before"] = accs[-2] if rc == 0 and len(accs) > 1 else None
+                if rc != 0:
+                    print(f"  mgc failed (exit {rc}): {open(os.path.join(tmp, f'mgc.{s}.out')).read()[-400:]}", file=sys.stderr)
             if not a.no_torch:
                 log = os.path.join(tmp, f"torch.{s}.jsonl")
+                out = os.path.join(tmp, f"torch.{s}.out")
                 cmd = ["/usr/bin/python3", baseline, *common, "--seed", str(s), "--threads", str(a.threads),
                        "--data", a.data, "--log", log, "--shards", str(a.torch_shards), *sets]
-                rc = run(cmd, env, os.path.join(tmp, f"torch.{s}.out"))
+                if recal:
+                    cmd += ["--recalibrate-bn", str(a.torch_recalibrate_bn)]
+                rc = run(cmd, env, out)
                 accs = last_accuracies(log)
                 row["torch"] = accs[-1] if rc == 0 and accs else None
+                if recal:
+                    js = [json.loads(line[5:]) for line in open(out) if line.startswith("JSON ")]
+                    row["torch_recalibrated"] = js[-1].get("recalibrated_test_acc") if rc == 0 and js else None
                 if rc != 0:
-                    print(f"  PyTorch failed (exit {rc}): {open(os.path.join(tmp, f'torch.{s}.out')).read()[-400:]}",
-                          file=sys.stderr)
+                    print(f"  PyTorch failed (exit {rc}): {open(out).read()[-400:]}", file=sys.stderr)
             rows.append(row)
 
             def f(v):
                 return "-" if v is None else f"{v:.4f}"
-            print(f"{s:>5} {f(row['mgc']):>7} {f(row['mgc_before']):>15} {f(row.get('torch')):>8}", flush=True)
+            print(f"{s:>5} {f(row['mgc']):>7} {f(row['mgc_before']):>15} {f(row.get('torch')):>8}"
+                  + (f" {f(row.get('torch_recalibrated')):>15}" if recal else ""), flush=True)
     result = {"net": net, "epochs": a.epochs, "batch_size": a.batch_size, "lr": a.lr, "devices": a.devices,
               "sync_bn": a.sync_bn, "torch_shards": a.torch_shards, "threshold": a.threshold, "rows": rows}
-    sides = [("mgc", "mgc")] + ([] if a.no_torch else [("torch", "PyTorch")])
+    sides = ([] if a.no_mgc else [("mgc", "mgc")]) + ([] if a.no_torch else [("torch", "PyTorch")])
+    if recal:
+        sides.append(("torch_recalibrated", "PyTorch, BatchNorm statistics recomputed"))
     for key, name in sides:
         xs = [r[key] for r in rows if r.get(key) is not None]
         result[key] = summary(xs, a.threshold)
         if result[key]:
             m = result[key]
-            print(f"{name:>8}: mean {m['mean']:.4f}  sd {m['sd']:.4f}  median {m['median']:.4f}  min {m['min']:.4f}  "
+            print(f"{name}: mean {m['mean']:.4f}  sd {m['sd']:.4f}  median {m['median']:.4f}  min {m['min']:.4f}  "
                   f"max {m['max']:.4f}  at or above {a.threshold}: {m['at_or_above']:.0%} of {m['n']}")
     moved = [abs(r["mgc"] - r["mgc_before"]) for r in rows if r.get("mgc") is not None and r.get("mgc_before") is not None]
     if moved:
         result["mgc_last_epoch_move"] = statistics.fmean(moved)
         print(f"mgc's test accuracy moved by {statistics.fmean(moved):.4f} on average in the last epoch (largest {max(moved):.4f})")
-    if not a.no_torch:
+    if not a.no_torch and not a.no_mgc:
         w = welch([r["mgc"] for r in rows if r.get("mgc") is not None], [r["torch"] for r in rows if r.get("torch") is not None])
         result["welch"] = w
         if w:
             print(f"mgc - PyTorch: {w['diff']:+.4f} (95% interval {w['diff'] - w['half_width']:+.4f} .. "
                   f"{w['diff'] + w['half_width']:+.4f}; Welch's t {w['t']:+.2f}, {w['df']:.1f} degrees of freedom)")
     print("JSON " + json.dumps(result))
-    failed = any(r.get("mgc") is None or (not a.no_torch and r.get("torch") is None) for r in rows)
+    failed = any((not a.no_mgc and r.get("mgc") is None) or (not a.no_torch and r.get("torch") is None) for r in rows)
     return 1 if failed else 0
 
 

@@ -100,6 +100,32 @@ def evaluate(model, x, y, batch):
     return correct / x.shape[0]
 
 
+def recalibrated_accuracy(model, xtr, xte, yte, batches, batch_size):
+    """Test accuracy of the trained weights with every BatchNorm's running
+    statistics recomputed: the plain average of the batch statistics of the
+    first `batches` training batches (train mode, no update), instead of the
+    exponential average that training left. A diagnostic: how much of a
+    test accuracy's spread comes from the running statistics rather than from
+    the weights. The model is left as it was."""
+    import copy
+    m = copy.deepcopy(model)
+    bns = [b for b in m.modules() if isinstance(b, nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return None
+    for b in bns:
+        b.reset_running_stats()
+        b.momentum = None   # a cumulative average
+    m.train()
+    with torch.no_grad():
+        for i in range(batches):
+            xb = xtr[i * batch_size:(i + 1) * batch_size]
+            if xb.shape[0] == 0:
+                break
+            m(xb)
+    with torch.no_grad():
+        return evaluate(m, xte, yte, 1000)
+
+
 def add_options(ap, epochs):
     """The options every baseline takes (bench/torch_resnet.py too)."""
     ap.add_argument("--data", default=DEFAULT_DATA)
@@ -114,6 +140,9 @@ def add_options(ap, epochs):
     ap.add_argument("--limit-test", type=int, default=None)
     ap.add_argument("--log", default=None, help="write one JSON object per epoch here")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU check, tests/gpu/check.sh)")
+    ap.add_argument("--recalibrate-bn", type=int, default=0, metavar="B",
+                    help="also print the final test accuracy with BatchNorm's running statistics recomputed "
+                         "over B training batches (a diagnostic of their share in the spread)")
     ap.add_argument("--shards", type=int, default=1,
                     help="K > 1: data parallelism's semantics on one process, as DDP on K replicas: "
                          "each batch in K shards (sizes within one), BatchNorm on each shard's own "
@@ -217,6 +246,12 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
         "train_seconds": total_train_s,
     })
     print(f"final test accuracy {final:.4f}")
+    if a.recalibrate_bn > 0:
+        recal = recalibrated_accuracy(model, xtr, xte, yte, a.recalibrate_bn, a.batch_size)
+        summary["recalibrated_test_acc"] = recal
+        if recal is not None:
+            print(f"final test accuracy with BatchNorm statistics recomputed over {a.recalibrate_bn} "
+                  f"training batches: {recal:.4f}")
     print("JSON " + json.dumps(summary), flush=True)
     if logf:
         logf.close()
