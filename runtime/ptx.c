@@ -58,7 +58,8 @@ static struct { NVRTC_FUNCS(DECLARE) } nv;
 #undef DECLARE
 static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
 static char nv_error[600];   /* empty: loaded */
-static int nv_archs[64], nv_narchs, nv_major, nv_minor;
+#define NV_MAX_ARCHS 256
+static int nv_archs[NV_MAX_ARCHS], nv_narchs, nv_major, nv_minor;
 
 static void nv_load(void)
 {
@@ -78,11 +79,11 @@ static void nv_load(void)
     NVRTC_FUNCS(LOAD)
 #undef LOAD
     nv.nvrtcVersion(&nv_major, &nv_minor);
-    if (nv.nvrtcGetNumSupportedArchs(&nv_narchs) != NVRTC_SUCCESS || nv_narchs < 0) nv_narchs = 0;
-    if (nv_narchs > 64) nv_narchs = 64;
-    int all[256];
-    if (nv_narchs && nv.nvrtcGetSupportedArchs(all) == NVRTC_SUCCESS) memcpy(nv_archs, all, sizeof(int) * (size_t)nv_narchs);
-    else nv_narchs = 0;
+    /* the list, when it fits (else none: NVRTC judges each architecture itself) */
+    int n = 0;
+    if (nv.nvrtcGetNumSupportedArchs(&n) == NVRTC_SUCCESS && n > 0 && n <= NV_MAX_ARCHS &&
+        nv.nvrtcGetSupportedArchs(nv_archs) == NVRTC_SUCCESS)
+        nv_narchs = n;
 }
 #endif
 
