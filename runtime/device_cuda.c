@@ -510,6 +510,7 @@ struct CudaGroup {
     int ncolls;
     Rendezvous *rv;
     bool finalized;            /* NCCL: the communicators finalised together (before any is destroyed) */
+    int destroyed;             /* replicas destroyed: the last one frees the group */
 };
 
 typedef struct RingArgs {
@@ -593,10 +594,14 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
     if (!g->same_gpu && !distinct) {
         snprintf(err, err_size, "NCCL cannot put two replicas on one GPU: give each replica its own GPU (--gpus N), or, "
                  "in one process without mpirun, put every replica on the same GPU (--devices cuda:0,cuda:0)");
+        free(g->dev);
+        free(g);
         return -1;
     }
     if (g->same_gpu && n > RV_MAX) {
         snprintf(err, err_size, "at most %d replicas on one GPU (asked for %d)", RV_MAX, n);
+        free(g->dev);
+        free(g);
         return -1;
     }
     if (g->same_gpu) g->rv = rt_rv_new(n, ncolls);
@@ -762,6 +767,15 @@ static void cuda_destroy(Device *d)
     if (c->cs) cu.cuStreamDestroy(c->cs);
     if (c->ms) cu.cuStreamDestroy(c->ms);
     cu.cuDevicePrimaryCtxRelease(c->dev);
+    CudaGroup *g = c->group;
+    if (g) {   /* no longer the group's; the last of its replicas frees it */
+        g->dev[c->replica] = NULL;
+        if (__atomic_add_fetch(&g->destroyed, 1, __ATOMIC_ACQ_REL) == g->n) {
+            if (g->rv) rt_rv_free(g->rv);
+            free(g->dev);
+            free(g);
+        }
+    }
     free(c);
     free(d);
 }
