@@ -96,7 +96,8 @@ static void usage(FILE *out)
         "  --cache-info           where the kernel cache is, its entries and size, and exit; it is kept\n"
         "                         to $MGC_CACHE_MB (default 1000) MB, the entries used least recently go first\n"
         "  --cache-clear          empty the kernel cache and exit\n"
-        "  --help, --version\n\n"
+        "  --version              the version, and what this build has and finds here (OpenBLAS, MPI, CUDA, GPUs)\n"
+        "  --help\n\n"
         "environment:\n"
         "  MGC_DATA               the Fashion-MNIST directory when --data is not given\n"
         "  MGC_CC                 the C compiler for the CPU kernels (default cc; \"ccache gcc\" works)\n"
@@ -220,6 +221,30 @@ static int parse_devices(const char *list, TrainConfig *t)
     return 0;
 }
 
+/* mgc --version: the version, then what this build has and what it finds on this machine. */
+static int print_version(void)
+{
+    char buf[1024], err[1024];
+    printf("mgc %s\n", MGC_VERSION);
+    rt_cpu_blas_describe(buf, sizeof buf);
+    printf("  OpenBLAS  %s\n", buf);
+    const char *mpi = rt_world_mpi_build(buf, sizeof buf);
+    printf("  MPI       %s%s\n", mpi ? "built with " : "", mpi ? mpi : "not built in (no mpicc at build time, or MPI=0): one process only");
+    const char *cuda = rt_cuda_build(buf, sizeof buf);
+    printf("  CUDA      %s\n", cuda ? cuda : "not built in (no CUDA toolkit at build time, or CUDA=0): CPU devices only");
+    printf("  NVRTC     %s\n", rt_nvrtc_open(err, sizeof err) ? rt_nvrtc_version(buf, sizeof buf) : err);
+    if (cuda) {
+        int n = rt_cuda_device_count(err, sizeof err);
+        if (n < 0) printf("  GPUs      none: %s\n", err);
+        else if (n == 0) printf("  GPUs      none: the driver sees no GPU\n");
+        for (int k = 0; k < n; k++) {
+            if (rt_cuda_gpu_name(k, buf, sizeof buf, err, sizeof err)) snprintf(buf, sizeof buf, "%s", err);
+            printf("  %-9s cuda:%d, %s\n", k ? "" : "GPUs", k, buf);
+        }
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, Cli *c)
 {
     memset(c, 0, sizeof *c);
@@ -245,10 +270,7 @@ static int parse_args(int argc, char **argv, Cli *c)
             usage(stdout);
             exit(0);
         }
-        if (!strcmp(arg, "--version")) {
-            printf("mgc %s\n", MGC_VERSION);
-            exit(0);
-        }
+        if (!strcmp(arg, "--version")) exit(print_version());
         if (!strcmp(arg, "--cache-info") || !strcmp(arg, "--cache-clear")) exit(rt_cache_report(arg[8] == 'c', stdout));
         if (!strcmp(arg, "-v") || !strcmp(arg, "--verbose")) {
             t->verbose = true;

@@ -96,6 +96,7 @@ static void cpu_copy(Device *d, void *dst, const void *src, size_t bytes)
 }
 
 char *openblas_get_corename(void);
+char *openblas_get_config(void);
 
 /* OpenBLAS's kernels at least as new as this CPU can run: "SkylakeX" with
    AVX-512 (F, BW, DQ, VL), "Haswell" with AVX2 and FMA, else NULL. */
@@ -118,6 +119,20 @@ static bool blas_core_enough(const char *core, const char *want)
     for (int k = 0; k < n; k++)
         if (!strcasecmp(core, cores[k])) return true;
     return false;
+}
+
+void rt_cpu_blas_describe(char *buf, size_t size)
+{
+    const char *config = openblas_get_config(), *core = openblas_get_corename(), *want = cpu_blas_core();
+    const char *set = getenv("OPENBLAS_CORETYPE");
+    const char *version = config && !strncmp(config, "OpenBLAS ", 9) ? config + 9 : "(version unknown)";
+    int vlen = (int)strcspn(version, " ");
+    if (!core) core = "unknown";
+    if (set) snprintf(buf, size, "%.*s, %s kernels (OPENBLAS_CORETYPE=%s)", vlen, version, core, set);
+    else if (want && !blas_core_enough(core, want))
+        snprintf(buf, size, "%.*s, %s kernels, older than this CPU runs: mgc trains with OPENBLAS_CORETYPE=%s", vlen, version,
+                 core, want);
+    else snprintf(buf, size, "%.*s, %s kernels", vlen, version, core);
 }
 
 void rt_cpu_blas_core(char **argv, bool verbose)

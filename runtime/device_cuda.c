@@ -58,6 +58,19 @@ int rt_cuda_device_count(char *err, size_t err_size)
     return -1;
 }
 
+const char *rt_cuda_build(char *buf, size_t size)
+{
+    (void)buf; (void)size;
+    return NULL;
+}
+
+int rt_cuda_gpu_name(int gpu, char *buf, size_t size, char *err, size_t err_size)
+{
+    (void)gpu; (void)buf; (void)size;
+    snprintf(err, err_size, "%s", no_cuda);
+    return -1;
+}
+
 Device *rt_device_cuda_new(int gpu, const CudaOptions *opt, char *err, size_t err_size)
 {
     (void)gpu; (void)opt;
@@ -803,6 +816,38 @@ int rt_cuda_device_count(char *err, size_t err_size)
         return -1;
     }
     return n;
+}
+
+const char *rt_cuda_build(char *buf, size_t size)
+{
+    snprintf(buf, size, "built with CUDA %d.%d, cuBLAS %d.%d, %s", CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10,
+             CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR,
+#ifdef HAVE_NCCL
+             "NCCL " STR(NCCL_MAJOR) "." STR(NCCL_MINOR)
+#else
+             "no NCCL (replicas on one GPU only)"
+#endif
+    );
+    return buf;
+}
+
+int rt_cuda_gpu_name(int gpu, char *buf, size_t size, char *err, size_t err_size)
+{
+    int count = rt_cuda_device_count(err, err_size);
+    if (count < 0) return -1;
+    CUdevice dev;
+    int major = 0, minor = 0;
+    char name[64] = "";
+    CUresult r = cu.cuDeviceGet(&dev, gpu);
+    if (r == CUDA_SUCCESS) r = cu.cuDeviceGetName(name, sizeof name, dev);
+    if (r == CUDA_SUCCESS) r = cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    if (r == CUDA_SUCCESS) r = cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, err_size, "cuda:%d: %s", gpu, cu_msg(r));
+        return -1;
+    }
+    snprintf(buf, size, "%s, sm_%d%d", name, major, minor);
+    return 0;
 }
 
 Device *rt_device_cuda_new(int gpu, const CudaOptions *opt, char *err, size_t err_size)

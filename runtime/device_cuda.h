@@ -17,6 +17,12 @@ typedef struct CudaOptions {
 /* The GPUs this process can use: their count, or -1 with the reason in err
    (built without CUDA, no driver, no GPU). */
 int     rt_cuda_device_count(char *err, size_t err_size);
+/* What the build has: "built with CUDA 13.0, cuBLAS 13.1, NCCL 2.28" (the
+   headers' versions; the libraries are opened at run time), or NULL when
+   built without CUDA. */
+const char *rt_cuda_build(char *buf, size_t size);
+/* GPU gpu's name and architecture ("NVIDIA H200, sm_90"), or -1 with why in err. */
+int     rt_cuda_gpu_name(int gpu, char *buf, size_t size, char *err, size_t err_size);
 /* Device cuda:gpu. NULL with a message in err. */
 Device *rt_device_cuda_new(int gpu, const CudaOptions *opt, char *err, size_t err_size);
 /* Joins the n CUDA devices of this process (and the same of every rank of

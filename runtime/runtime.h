@@ -165,6 +165,9 @@ int  rt_cache_report(bool clear, FILE *out);
    sets it and starts mgc again (execv of /proc/self/exe with argv). Call first
    thing, before any thread or MPI. With verbose, says which kernels run. */
 void rt_cpu_blas_core(char **argv, bool verbose);
+/* OpenBLAS's version and the kernels it runs on this CPU, and what mgc does
+   about it ("0.3.21, Prescott kernels; mgc trains with OPENBLAS_CORETYPE=SkylakeX"). */
+void rt_cpu_blas_describe(char *buf, size_t size);
 /* cg_fnv1a over a string, from h (CG_FNV1A_START to start): the caches' keys. */
 uint64_t rt_fnv1a(uint64_t h, const char *s);
 /* Compiles C kernel source, given as pieces that each compile alone, with

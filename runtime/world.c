@@ -19,6 +19,20 @@ static bool launched(void)
     return false;
 }
 
+const char *rt_world_mpi_build(char *buf, size_t size)
+{
+#if defined(HAVE_MPI) && defined(OMPI_MAJOR_VERSION)
+    snprintf(buf, size, "Open MPI %d.%d.%d", OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
+    return buf;
+#elif defined(HAVE_MPI)
+    snprintf(buf, size, "MPI %d.%d", MPI_VERSION, MPI_SUBVERSION);
+    return buf;
+#else
+    (void)buf; (void)size;
+    return NULL;
+#endif
+}
+
 int rt_world_init(World *w, int *argc, char ***argv, char *err, size_t err_size)
 {
     memset(w, 0, sizeof *w);

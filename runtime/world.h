@@ -16,6 +16,8 @@ typedef struct World {
     bool mpi;                 /* MPI was initialised (and must be finalised) */
 } World;
 
+/* The MPI this build has ("Open MPI 4.1.4"), or NULL when built without it. */
+const char *rt_world_mpi_build(char *buf, size_t size);
 /* Joins the other ranks when started by mpirun. Returns 0, or -1 with err. */
 int  rt_world_init(World *w, int *argc, char ***argv, char *err, size_t err_size);
 void rt_world_finalize(World *w);

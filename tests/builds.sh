@@ -22,6 +22,11 @@ if make -s -j2 CUDA=0 MPI=0 BUILD=$P BIN=$P/mgc > "$tmp/build" 2>&1; then
     rc=$?
     [ $rc -eq 2 ] && grep -q "built without CUDA" "$tmp/out" && grep -q "train on CPU devices with --devices cpu:1" "$tmp/out" &&
         ok "plain build: --gpus 1 says it was built without CUDA (exit 2)" || { bad "plain build --gpus 1: exit $rc"; cat "$tmp/out"; }
+    $P/mgc --version > "$tmp/out" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] && grep -q "^  MPI       not built in" "$tmp/out" && grep -q "^  CUDA      not built in" "$tmp/out" &&
+        grep -q "^  NVRTC     this mgc was built without NVRTC" "$tmp/out" && grep -q "^  OpenBLAS  0\.[0-9]" "$tmp/out" &&
+        ! grep -q "^  GPUs" "$tmp/out" && ok "plain build: --version says MPI and CUDA are not built in" || { bad "plain --version: exit $rc"; cat "$tmp/out"; }
     $P/mgc nets/lenet.net --emit ptx > "$tmp/out" 2>&1
     rc=$?
     [ $rc -ne 0 ] && grep -q "built without NVRTC" "$tmp/out" && ok "plain build: --emit ptx says it was built without NVRTC" ||
@@ -59,6 +64,12 @@ if [ -f /usr/local/cuda/include/cuda.h ]; then
     [ $rc -eq 1 ] && grep -q "does not compile for sm_95; it compiles for sm_75, .*sm_90" "$tmp/out" &&
         ok "--emit ptx --arch sm_95: not an architecture NVRTC knows, its list given" || { bad "--arch sm_95: exit $rc"; cat "$tmp/out"; }
     nm ./mgc | grep -q " cuda_launch" && ok "the CUDA device is in the build" || bad "the build has no CUDA device"
+    ./mgc --version > "$tmp/out" 2>&1
+    cuda_v=$(awk '/define CUDA_VERSION/ { printf "%d.%d", $3 / 1000, $3 % 1000 / 10 }' /usr/local/cuda/include/cuda.h)
+    grep -q "^  CUDA      built with CUDA $cuda_v, cuBLAS [0-9]*\.[0-9]*, " "$tmp/out" && grep -q "^  NVRTC     NVRTC [0-9]" "$tmp/out" &&
+        grep -q "^  GPUs      " "$tmp/out" && ok "--version: CUDA $cuda_v, NVRTC, and the GPUs or why there are none" || { bad "--version of the CUDA build"; cat "$tmp/out"; }
+    MGC_NVRTC=$tmp/none/libnvrtc.so ./mgc --version 2>&1 | grep -q "^  NVRTC     cannot open NVRTC" &&
+        ok "--version without NVRTC says it cannot open it" || bad "--version without NVRTC"
     ./mgc nets/lenet.net --gpus 1 > "$tmp/out" 2>&1
     if ldconfig -p | grep -q "libcuda.so.1 "; then
         echo "note: this machine has a GPU driver: the no-driver message is not checked"
