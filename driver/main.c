@@ -662,8 +662,8 @@ int main(int argc, char **argv)
     case EMIT_PTX: {
         if (compile(&c, &arena, &diag, true, true, false, &train, &train_prog)) break;
         char why[8192];
-        size_t n;
-        char *ptx = rt_nvrtc_ptx(cg_source(&train_prog, TARGET_CUDA), train.net_name, c.arch, &n, why, sizeof why);
+        size_t ptx_len;
+        char *ptx = rt_nvrtc_ptx(cg_source(&train_prog, TARGET_CUDA), train.net_name, c.arch, &ptx_len, why, sizeof why);
         if (!ptx) {
             fprintf(stderr, "mgc: --emit ptx: %s\n", why);
             break;

@@ -6,10 +6,11 @@
 ** or HASH.compute_XX.ptx (CUDA kernels), and while a compile runs or after it
 ** failed its objects, logs and temporary files. An entry is complete when its
 ** .so, .cubin or .ptx is there; its last use is the newest modification time
-** among its files (a hit touches that main file). After an entry is added, the least recently
-** used complete entries are removed while the cache holds more than its limit
-** (MGC_CACHE_MB, default 1000 MB) and until it holds at most 80% of it, and
-** what a compile left behind a day ago and never finished is removed too.
+** among its files (a hit touches that main file). After an entry is added,
+** the least recently used complete entries are removed while the cache holds
+** more than its limit (MGC_CACHE_MB, default 1000 MB) and until it holds at
+** most 80% of it, and what a compile left behind a day ago and never
+** finished is removed too.
 */
 #include "runtime.h"
 #include <dirent.h>
