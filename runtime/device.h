@@ -75,7 +75,7 @@ struct Device {
     const DeviceOps *ops;
     DeviceKind kind;
     char name[24];            /* "cpu:0", "cuda:1" */
-    char model[64];           /* "NVIDIA H200 (sm_90)"; empty on CPU devices */
+    char model[64];           /* "NVIDIA H200, sm_90"; empty on CPU devices */
     int threads;              /* CPU: the threads it computes with */
     bool host_memory;         /* its memory is the host's: the Store's tensors are used in place */
     bool can_record;          /* replay/record_* may be used (see DeviceOps) */

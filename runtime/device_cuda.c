@@ -831,22 +831,29 @@ const char *rt_cuda_build(char *buf, size_t size)
     return buf;
 }
 
+/* dev's compute capability and "NAME, sm_XY" (the run report's and --version's words for it) */
+static CUresult describe_gpu(CUdevice dev, int *major, int *minor, char *model, size_t size)
+{
+    char name[48] = "";
+    CUresult r = cu.cuDeviceGetName(name, sizeof name, dev);
+    if (r == CUDA_SUCCESS) r = cu.cuDeviceGetAttribute(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+    if (r == CUDA_SUCCESS) r = cu.cuDeviceGetAttribute(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    if (r == CUDA_SUCCESS) snprintf(model, size, "%.40s, sm_%d%d", name, *major, *minor);
+    return r;
+}
+
 int rt_cuda_gpu_name(int gpu, char *buf, size_t size, char *err, size_t err_size)
 {
     int count = rt_cuda_device_count(err, err_size);
     if (count < 0) return -1;
     CUdevice dev;
-    int major = 0, minor = 0;
-    char name[64] = "";
+    int major, minor;
     CUresult r = cu.cuDeviceGet(&dev, gpu);
-    if (r == CUDA_SUCCESS) r = cu.cuDeviceGetName(name, sizeof name, dev);
-    if (r == CUDA_SUCCESS) r = cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    if (r == CUDA_SUCCESS) r = cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    if (r == CUDA_SUCCESS) r = describe_gpu(dev, &major, &minor, buf, size);
     if (r != CUDA_SUCCESS) {
         snprintf(err, err_size, "cuda:%d: %s", gpu, cu_msg(r));
         return -1;
     }
-    snprintf(buf, size, "%s, sm_%d%d", name, major, minor);
     return 0;
 }
 
@@ -884,12 +891,8 @@ Device *rt_device_cuda_new(int gpu, const CudaOptions *opt, char *err, size_t er
     TRY(cu.cuDeviceGet(&c->dev, gpu));
     TRY(cu.cuDevicePrimaryCtxRetain(&c->ctx, c->dev));
     TRY(cu.cuCtxSetCurrent(c->ctx));
-    TRY(cu.cuDeviceGetAttribute(&c->major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->dev));
-    TRY(cu.cuDeviceGetAttribute(&c->minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->dev));
+    TRY(describe_gpu(c->dev, &c->major, &c->minor, d->model, sizeof d->model));
     TRY(cu.cuDeviceGetAttribute(&c->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, c->dev));
-    char name[48];
-    TRY(cu.cuDeviceGetName(name, sizeof name, c->dev));
-    snprintf(d->model, sizeof d->model, "%.40s, sm_%d%d", name, c->major, c->minor);
     TRY(cu.cuStreamCreate(&c->s, CU_STREAM_NON_BLOCKING));
     TRY(cu.cuStreamCreate(&c->cs, CU_STREAM_NON_BLOCKING));
     TRY(cu.cuStreamCreate(&c->ms, CU_STREAM_NON_BLOCKING));
