@@ -53,22 +53,7 @@ fi
 # Two checkpoints: the largest, over tensors, of max|a - b| / max(max|b|, FLOOR)
 # (running statistics included). FLOOR 0: plain relative differences.
 compare() {  # A B TOL FLOOR WHAT
-    if out=$($PY - "$1" "$2" "$3" "$4" <<'EOF'
-import sys
-sys.path.insert(0, "tests")
-import st
-a, b = st.load(sys.argv[1]), st.load(sys.argv[2])
-tol, floor = float(sys.argv[3]), float(sys.argv[4])
-assert set(a) == set(b), "different tensors"
-worst, name = 0.0, ""
-for k in a:
-    scale = max(float(b[k].double().abs().max()), floor) or 1.0
-    e = float((a[k].double() - b[k].double()).abs().max()) / scale
-    if e > worst: worst, name = e, k
-print(f"max relative difference {worst:.2e} ({name}), {len(a)} tensors")
-sys.exit(0 if worst <= tol else 1)
-EOF
-    ); then ok "$5: $out"; else bad "$5: $out (tolerance $3)"; fi
+    if out=$($PY tests/st.py compare "$1" "$2" "$3" "$4"); then ok "$5: $out"; else bad "$5: $out (tolerance $3)"; fi
 }
 
 train() {  # OUT ARGS...: one run that must succeed

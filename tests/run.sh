@@ -47,6 +47,7 @@ suite examples bash tests/examples.sh
 suite builds bash tests/builds.sh
 if [ -f /usr/local/cuda/include/nvrtc.h ]; then
     suite nvrtc bash tests/nvrtc.sh
+    suite fakecuda bash tests/fakecuda.sh   # the CUDA device on GPUs emulated on the CPU
 else
     echo "nvrtc      skipped: no CUDA toolkit at /usr/local/cuda"
 fi

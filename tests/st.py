@@ -11,6 +11,9 @@ padded with spaces to a multiple of 8, then little-endian raw data.
 Self-check / cross-check from the command line (used by tests/unit_runtime.c):
     python3 tests/st.py roundtrip IN OUT   load IN (ours), check, save as OUT
     python3 tests/st.py dump FILE          print name dtype shape sum
+    python3 tests/st.py compare A B TOL [FLOOR]
+        the largest, over tensors, of max|a - b| / max(max|b|, FLOOR) (FLOOR
+        default 0: plain relative differences); exit 0 when it is <= TOL
 """
 import json
 import struct
@@ -89,8 +92,29 @@ def save(tensors, path, metadata=None):
             f.write(b)
 
 
+def max_relative_difference(a_path, b_path, floor=0.0):
+    """(worst, tensor, count): the largest, over the tensors of two files that
+    hold the same ones, of max|a - b| / max(max|b|, floor); NaN is the worst"""
+    a, b = load(a_path), load(b_path)
+    if set(a) != set(b):
+        raise SystemExit(f"{a_path} and {b_path} hold different tensors: {sorted(set(a) ^ set(b))[:5]}")
+    worst, name = 0.0, ""
+    for k in a:
+        if b[k].numel() == 0:
+            continue
+        scale = max(float(b[k].double().abs().max()), floor) or 1.0
+        e = float((a[k].double() - b[k].double()).abs().max()) / scale
+        if e > worst or e != e:
+            worst, name = e, k
+    return worst, name, len(a)
+
+
 def _main(argv):
-    if len(argv) == 3 and argv[0] == "dump":
+    if len(argv) in (4, 5) and argv[0] == "compare":
+        worst, name, n = max_relative_difference(argv[1], argv[2], float(argv[4]) if len(argv) == 5 else 0.0)
+        print(f"max relative difference {worst:.2e} ({name}), {n} tensors")
+        return 0 if worst <= float(argv[3]) else 1
+    if len(argv) == 2 and argv[0] == "dump":
         for name, t in load(argv[1]).items():
             print(name, _NAMES[t.dtype], list(t.shape), float(t.double().sum()))
         return 0

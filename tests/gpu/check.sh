@@ -25,14 +25,21 @@
 #                                       # on the CPU, short epochs and no build (./mgc as
 #                                       # it is), so that its own bugs show before a GPU
 #                                       # session's few minutes are spent on them
+#   bash tests/gpu/check.sh --fake      # here, on the GPUs of tests/fakecuda (the driver,
+#                                       # NVRTC, cuBLAS and NCCL on the CPU; tests/fakecuda.sh
+#                                       # sets them up): cuda devices as written, no build,
+#                                       # PyTorch on the CPU, short epochs
+# Where the machine has two GPUs or more, the check phase adds two replicas on
+# two GPUs (NCCL) against cpu:2. REF_SKIP: more --skip patterns for ref.py.
 set -u
-DRY=0 PHASES=check,ref,lenet,resnet
+DRY=0 FAKE=0 PHASES=check,ref,lenet,resnet
 while [ $# -gt 0 ]; do
     case $1 in
         --dry-run) DRY=1 ;;
+        --fake) FAKE=1 ;;
         --phase) PHASES=${2:-}; shift ;;
         --phase=*) PHASES=${1#--phase=} ;;
-        *) echo "check.sh: unknown argument '$1' (--dry-run, --phase build,check,ref,lenet,resnet)"; exit 2 ;;
+        *) echo "check.sh: unknown argument '$1' (--dry-run, --fake, --phase build,check,ref,lenet,resnet)"; exit 2 ;;
     esac
     shift
 done
@@ -54,6 +61,7 @@ export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/mgc-gpu-cache}
 dev() { if [ $DRY = 1 ]; then case $1 in cuda:0) echo cpu ;; cuda:0,cuda:0) echo cpu:2 ;; *) echo "$1" ;; esac; else echo "$1"; fi; }
 TORCH_DEV=cuda EPOCH=""
 [ $DRY = 1 ] && TORCH_DEV=cpu EPOCH="--limit-train 2560 --limit-test 1000" && echo "dry run: CPU devices stand in for the GPU"
+[ $FAKE = 1 ] && TORCH_DEV=cpu EPOCH="--limit-train 2560 --limit-test 1000" && echo "fake GPUs: tests/fakecuda runs the CUDA path on the CPU"
 step() { echo; echo "== $* ($((SECONDS - T0)) s)"; }
 fails=0
 failed() { fails=$((fails + 1)); echo "FAIL $*"; }
@@ -64,7 +72,7 @@ command -v nvcc > /dev/null && nvcc --version | tail -1
 $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" 2>&1 | tail -1
 
 step "build"
-if [ $DRY = 1 ]; then echo "dry run: ./mgc as it is"; else
+if [ $DRY = 1 ] || [ $FAKE = 1 ]; then echo "no build: ./mgc as it is"; else
 # flex/bison missing: the carried generated parser and lexer, newer than their sources
 if ! command -v bison > /dev/null || ! command -v flex > /dev/null; then
     mkdir -p build && cp .gpu/gen/* build/ && touch build/parser.tab.h build/parser.tab.c && sleep 1 && touch build/lexer.c
@@ -100,36 +108,43 @@ fi
 if phase check; then
 step "the GPU against the CPU backend, check mode"
 # a run that fails with CUDA graphs runs again without them, to tell the two apart
-$PY - "$R" $DRY <<'EOF' || fails=$((fails + 1))
+GPUS=$(./mgc --version 2> /dev/null | grep -cE ' cuda:[0-9]+, ')
+$PY - "$R" $DRY "$GPUS" <<'EOF' || fails=$((fails + 1))
 import os, subprocess, sys, torch
 sys.path.insert(0, "tests")
 import st
 R = sys.argv[1]
 def dev(d):   # the dry run's CPU stand-ins
     return {"cuda:0": "cpu", "cuda:0,cuda:0": "cpu:2"}.get(d, d) if sys.argv[2] == "1" else d
-def mgc(*a):
-    run = lambda env: subprocess.run(["./mgc"] + [str(x) for x in a], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     timeout=100, env=dict(os.environ, **env))
+def mgc(*a, env={}):
+    run = lambda more: subprocess.run(["./mgc"] + [str(x) for x in a], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      timeout=100, env=dict(os.environ, **env, **more))
     p = run({})
     if p.returncode:
         q = run({"MGC_CUDA_GRAPHS": "0", "CUDA_LAUNCH_BLOCKING": "1"})
         raise SystemExit(f"FAIL mgc {' '.join(map(str, a))}:\n{p.stdout.decode()[-800:]}\n"
                          f"-- again with MGC_CUDA_GRAPHS=0 CUDA_LAUNCH_BLOCKING=1: exit {q.returncode}\n{q.stdout.decode()[-800:]}")
 bad = 0
-for net, b, steps, extra, dev_a, dev_b, tol in [
-        ("nets/lenet.net", 64, 3, [], "cuda:0", "cpu", 1e-4),
-        ("nets/resnet18.net", 32, 2, [], "cuda:0", "cpu", 2e-3),
-        ("nets/lenet.net", 64, 3, [], "cuda:0,cuda:0", "cpu:2", 1e-4),
-        ("tests/nets/small_resnet.net", 6, 2, ["--sync-bn"], "cuda:0,cuda:0", "cpu:2", 1e-4),
-        ("tests/nets/small_resnet.net", 6, 2, ["--sync-bn"], "cuda:0,cuda:0", "cuda:0", 1e-4)]:
+# a device list ending in " nographs" runs with MGC_CUDA_GRAPHS=0: three steps are one
+# run as issued, one recorded into a CUDA graph, one replayed
+cases = [("nets/lenet.net", 64, 3, [], "cuda:0", "cpu", 1e-4),
+         ("nets/lenet.net", 64, 3, [], "cuda:0", "cuda:0 nographs", 1e-6),
+         ("nets/resnet18.net", 32, 2, [], "cuda:0", "cpu", 2e-3),
+         ("nets/lenet.net", 64, 3, [], "cuda:0,cuda:0", "cpu:2", 1e-4),
+         ("tests/nets/small_resnet.net", 6, 2, ["--sync-bn"], "cuda:0,cuda:0", "cpu:2", 1e-4),
+         ("tests/nets/small_resnet.net", 6, 2, ["--sync-bn"], "cuda:0,cuda:0", "cuda:0", 1e-4)]
+if int(sys.argv[3]) >= 2 and sys.argv[2] != "1":   # two GPUs: NCCL
+    cases += [("nets/lenet.net", 64, 3, [], "cuda:0,cuda:1", "cpu:2", 1e-4),
+              ("tests/nets/small_resnet.net", 6, 3, ["--sync-bn"], "cuda:0,cuda:1", "cpu:2", 1e-4)]
+for net, b, steps, extra, dev_a, dev_b, tol in cases:
     g = torch.Generator().manual_seed(1)
     shape = (1, 12, 12) if "small" in net else (1, 28, 28)
     x, y = torch.randn((b,) + shape, generator=g), torch.randint(0, 10, (b,), generator=g)
     st.save({"x": x, "y": y}, f"{R}/batch.st")
     mgc(net, "--epochs", 0, "--batch-size", b, *extra, "--save", f"{R}/init.st")
     for d, out in ((dev_a, "a"), (dev_b, "b")):
-        mgc(net, "--devices", dev(d), "--batch-size", b, *extra, "--load", f"{R}/init.st", "--batch", f"{R}/batch.st",
-            "--steps", steps, "--lr", 0.01, "--dump", f"{R}/{out}.st")
+        mgc(net, "--devices", dev(d.split()[0]), "--batch-size", b, *extra, "--load", f"{R}/init.st", "--batch", f"{R}/batch.st",
+            "--steps", steps, "--lr", 0.01, "--dump", f"{R}/{out}.st", env={"MGC_CUDA_GRAPHS": "0"} if "nographs" in d else {})
     A, B = st.load(f"{R}/a.st"), st.load(f"{R}/b.st")
     worst, name = 0.0, ""
     for k in B:
@@ -150,7 +165,7 @@ step "every op on cuda:0 against PyTorch (tests/torch/ref.py)"
 J=$(( $(nproc) / 2 )); [ $J -gt 8 ] && J=8; [ $J -lt 1 ] && J=1
 pids=()
 for k in $(seq 0 $((J - 1))); do
-    ( MGC="./mgc --devices $(dev cuda:0)" REF_OUT=/tmp/mgc-gpu-ref/$k REF_MGC_TIMEOUT=100 timeout "${REF_TIMEOUT:-150}" $PY tests/torch/ref.py --skip 'dp_*' --shard $k/$J \
+    ( MGC="./mgc --devices $(dev cuda:0)" REF_OUT=/tmp/mgc-gpu-ref/$k REF_MGC_TIMEOUT=100 timeout "${REF_TIMEOUT:-150}" $PY tests/torch/ref.py --skip 'dp_*' ${REF_SKIP:+--skip "$REF_SKIP"} --shard $k/$J \
           > "$R/ref.$k.txt" 2>&1; echo $? > "$R/ref.$k.rc" ) &
     pids+=($!)
 done
@@ -185,7 +200,8 @@ phase resnet && MGC_PROFILE=1 timeout 40 ./mgc nets/resnet18.net --devices "$(de
 if phase lenet || phase resnet; then
 step "table"
 [ $DRY = 1 ] && echo "dry run: the cuda rows ran on cpu and cpu:2, PyTorch on the CPU, epochs of 2,560 examples"
-$PY - "$R" "$PHASES" <<'EOF' | tee "$R/table.txt"
+[ $FAKE = 1 ] && echo "fake GPUs: the cuda rows ran on tests/fakecuda (the CPU; nothing to say of a GPU's speed), PyTorch on the CPU, epochs of 2,560 examples"
+$PY - "$R" "$PHASES" "$TORCH_DEV" <<'EOF' | tee "$R/table.txt"
 import json, os, sys
 R = sys.argv[1]
 def rec(f):
@@ -196,7 +212,7 @@ for net in ("lenet", "resnet18"):
     if net.replace("18", "") not in sys.argv[2].split(","): continue
     t = rec(f"{net}-torch.jsonl")
     for run, f in (("mgc cuda:0", f"{net}-cuda:0.jsonl"), ("mgc cuda:0,cuda:0", f"{net}-cuda:0,cuda:0.jsonl"),
-                   ("PyTorch cuda", f"{net}-torch.jsonl")):
+                   (f"PyTorch {sys.argv[3]}", f"{net}-torch.jsonl")):
         r = rec(f)
         if not r:
             print(f"{net:10} {run:22} {'(failed)':>11}"); continue

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The CUDA device without a GPU. tests/fakecuda/ stands in for the CUDA
+# driver, NVRTC, cuBLAS and NCCL: what mgc calls of them, done on the CPU,
+# the generated CUDA kernels compiled by the C++ compiler with its shim.h
+# (each kernel's threads and barriers emulated). mgc opens those libraries
+# with dlopen; pointed at it, the CUDA build runs its whole GPU path here and
+# in CI, two fake GPUs: what tests/gpu/check.sh checks on a real one (whole
+# nets on cuda:0 and on two replicas of one GPU against CPU devices in check
+# mode, CUDA graphs on and off; every op against PyTorch on cuda:0), two GPUs through NCCL against cpu:2 (check mode, and a
+# training run whose checkpoint must match), and the errors a user of GPUs
+# meets. It finds what is wrong in what mgc asks of CUDA (kernels, launch
+# geometry, cuBLAS's column-major operands, captures, collectives), not races
+# between streams or speed: that needs a GPU. Needs $MGC_DATA for the runs
+# on data. Prints "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+MGC=${MGC:-./mgc}
+PY=/usr/bin/python3
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL fakecuda $*"; }
+finish() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; exit; }
+
+if ! nm "$MGC" 2> /dev/null | grep -q " cuda_launch"; then
+    echo "skip: $MGC has no CUDA device (built without the CUDA toolkit)"; finish
+fi
+mkdir -p "$tmp/lib"
+if ! cc -std=gnu11 -O1 -fPIC -shared -Wall -Wextra -Wno-unused-parameter -Werror -I"$CUDA_HOME/include" \
+        -DFAKECUDA_SHIM="\"$PWD/tests/fakecuda/shim.h\"" tests/fakecuda/fakecuda.c -o "$tmp/lib/libfakecuda.so" \
+        -lopenblas -ldl -lpthread > "$tmp/build" 2>&1; then
+    bad "tests/fakecuda/fakecuda.c does not build"; sed 's/^/    /' "$tmp/build" | head -20; finish
+fi
+ln -s libfakecuda.so "$tmp/lib/libcuda.so.1"
+export LD_LIBRARY_PATH=$tmp/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export MGC_NVRTC=$tmp/lib/libfakecuda.so MGC_CUBLAS=$tmp/lib/libfakecuda.so MGC_NCCL=$tmp/lib/libfakecuda.so
+export XDG_CACHE_HOME=$tmp/cache FAKECUDA_GPUS=2
+export OPENBLAS_NUM_THREADS=1   # the fake cuBLAS's GEMMs are small: OpenBLAS's threads would only spin
+
+# expect NAME STATUS TEXT -- ARGS
+expect() {
+    local name=$1 status=$2 text=$3; shift 4
+    timeout 120 "$MGC" "$@" > "$tmp/out" 2>&1
+    local rc=$?
+    if [ $rc -ne "$status" ]; then bad "$name: exit $rc, wanted $status (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
+    elif ! grep -qF -- "$text" "$tmp/out"; then bad "$name: output lacks '$text'"; head -5 "$tmp/out" | sed 's/^/    /'
+    else ok "$name"; fi
+}
+L=nets/lenet.net
+expect "--version lists the two fake GPUs" 0 "cuda:1, fakecuda (CPU emulation), sm_90" -- --version
+expect "--gpus 3 on two GPUs" 2 "there is no cuda:2: this machine has 2 GPUs (cuda:0 to cuda:1)" -- $L --gpus 3 --epochs 0
+expect "two replicas of one GPU beside another GPU" 1 "NCCL cannot put two replicas on one GPU" -- $L --devices cuda:0,cuda:0,cuda:1 --epochs 0
+FAKECUDA_GPUS=0 expect "--gpus 1 where the driver sees none" 2 "the CUDA driver sees no GPU on this machine; train on CPU devices" -- $L --gpus 1 --epochs 0
+
+if [ -z "${MGC_DATA:-}" ]; then echo "skip: MGC_DATA is not set: nothing runs on the fake GPUs"; finish; fi
+
+# the GPU check, on the fake GPUs (ResNet-18's own reference cases, 14 s of
+# each on the fake GPU, are left to its check-mode case)
+OUT=$tmp/gpu REF_SKIP='resnet18*' PY=$PY bash tests/gpu/check.sh --fake --phase check,ref > "$tmp/check" 2>&1
+rc=$?
+n_ok=$(grep -c "^ok  " "$tmp/check")
+n_ref=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed (.*/\1/p' "$tmp/check" | tail -1)
+pass=$((pass + n_ok + ${n_ref:-0}))
+if [ $rc -eq 0 ] && [ "$n_ok" -ge 8 ] && [ "${n_ref:-0}" -gt 0 ]; then
+    ok "tests/gpu/check.sh --fake: $n_ok nets in check mode, $n_ref op checks against PyTorch"
+else
+    bad "tests/gpu/check.sh --fake: exit $rc"; grep -E "^FAIL|^gpu check|^== " "$tmp/check" | head -20 | sed 's/^/    /'
+fi
+grep -E "^ok  " "$tmp/check" | sed 's/^/    /'
+
+# LeNet trained on two GPUs through NCCL, CUDA graphs and all, ends where cpu:2 ends
+A="--epochs 1 --limit-train 1312 --limit-test 256 --batch-size 64 --lr 0.01 --seed 7"
+if timeout 300 "$MGC" $L $A --gpus 2 --save "$tmp/g2.st" > "$tmp/g2" 2>&1 &&
+        timeout 300 "$MGC" $L $A --devices cpu:2 --save "$tmp/c2.st" > "$tmp/c2" 2>&1; then
+    if out=$($PY tests/st.py compare "$tmp/g2.st" "$tmp/c2.st" 1e-4); then ok "LeNet 21 steps on --gpus 2 = cpu:2: $out"
+    else bad "LeNet 21 steps on --gpus 2 against cpu:2: $out (tolerance 1e-4)"; fi
+    acc_g=$(sed -n 's/.*test acc \([0-9.]*\).*/\1/p' "$tmp/g2") acc_c=$(sed -n 's/.*test acc \([0-9.]*\).*/\1/p' "$tmp/c2")
+    [ -n "$acc_g" ] && [ "$acc_g" = "$acc_c" ] && ok "the same test accuracy on --gpus 2 and cpu:2 ($acc_g)" ||
+        bad "test accuracy on --gpus 2 '$acc_g', on cpu:2 '$acc_c'"
+else
+    bad "LeNet on --gpus 2 or cpu:2 failed"; tail -5 "$tmp/g2" "$tmp/c2" | sed 's/^/    /'
+fi
+finish
