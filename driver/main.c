@@ -245,6 +245,27 @@ static int print_version(void)
     return 0;
 }
 
+/* The options that take a value (--name VALUE or --name=VALUE) or are flags;
+   the switch in parse_args has a case for each (-Wswitch says when one lacks it). */
+enum Opt {
+    O_DEVICES, O_GPUS, O_EPOCHS, O_BATCH_SIZE, O_LR, O_MOMENTUM, O_WEIGHT_DECAY, O_SEED, O_DATA, O_LIMIT_TRAIN,
+    O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET, O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB,
+    O_ARCH, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE, O_COUNT
+};
+static const struct { const char *name; bool flag; } options[O_COUNT] = {
+    [O_DEVICES] = { "--devices" }, [O_GPUS] = { "--gpus" }, [O_EPOCHS] = { "--epochs" },
+    [O_BATCH_SIZE] = { "--batch-size" }, [O_LR] = { "--lr" }, [O_MOMENTUM] = { "--momentum" },
+    [O_WEIGHT_DECAY] = { "--weight-decay" }, [O_SEED] = { "--seed" }, [O_DATA] = { "--data" },
+    [O_LIMIT_TRAIN] = { "--limit-train" }, [O_LIMIT_TEST] = { "--limit-test" }, [O_THREADS] = { "--threads" },
+    [O_SAVE] = { "--save" }, [O_LOAD] = { "--load" }, [O_RESUME] = { "--resume" }, [O_LOG] = { "--log" },
+    [O_EMIT] = { "--emit" }, [O_SET] = { "--set" }, [O_BATCH] = { "--batch" }, [O_STEPS] = { "--steps" },
+    [O_DUMP] = { "--dump" }, [O_BUCKET_MB] = { "--bucket-mb" }, [O_ARCH] = { "--arch" },
+    [O_DUMP_KERNELS] = { "--dump-kernels" }, [O_SYNC_BN] = { "--sync-bn", true }, [O_TF32] = { "--tf32", true },
+    [O_CHECK_NAN] = { "--check-nan", true }, [O_EVALUATE] = { "--evaluate", true },
+};
+/* the options handled before the table's (they end the parse, or take no value) */
+static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose" };
+
 static int parse_args(int argc, char **argv, Cli *c)
 {
     memset(c, 0, sizeof *c);
@@ -259,6 +280,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     c->arch = "sm_90";
     int gpus = 0;
     bool devices_given = false;
+    const char *load = NULL, *resume = NULL;
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i];
         if (arg[0] != '-' || !arg[1]) {
@@ -286,51 +308,39 @@ static int parse_args(int argc, char **argv, Cli *c)
         } else {
             snprintf(name, sizeof name, "%s", arg);
         }
-        static const char *const known[] = { "--devices", "--gpus", "--epochs", "--batch-size", "--lr", "--momentum",
-            "--weight-decay", "--seed", "--data", "--limit-train", "--limit-test", "--threads", "--save", "--load",
-            "--log", "--emit", "--set", "--batch", "--steps", "--dump", "--sync-bn", "--bucket-mb", "--arch",
-            "--dump-kernels", "--tf32", "--check-nan", "--resume", "--evaluate", NULL };
         int which = -1;
-        for (int k = 0; known[k]; k++)
-            if (!strcmp(name, known[k])) which = k;
+        for (int k = 0; k < O_COUNT; k++)
+            if (!strcmp(name, options[k].name)) which = k;
         if (which < 0) {
             const char *best = NULL;
             int bestd = 4;
-            static const char *const alone[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", NULL };
-            for (const char *const *list = known; list; list = list == known ? alone : NULL)
-                for (int k = 0; list[k]; k++) {
-                    int d = diag_edit_distance(name, list[k]);
-                    if (d < bestd) { bestd = d; best = list[k]; }
-                }
+            for (int k = 0; k < O_COUNT + (int)(sizeof early_options / sizeof *early_options); k++) {
+                const char *o = k < O_COUNT ? options[k].name : early_options[k - O_COUNT];
+                int d = diag_edit_distance(name, o);
+                if (d < bestd) { bestd = d; best = o; }
+            }
             if (best) return bad("unknown option '%s'; did you mean '%s'?", name, best);
             return bad("unknown option '%s'%s", name, "");
         }
-        if (which == 20 || which == 24 || which == 25 || which == 27) {   /* a flag */
-            if (val) return bad("%s takes no value, got '%s'", name, val);
-            if (which == 20) t->sync_bn = true;
-            else if (which == 24) t->tf32 = true;
-            else if (which == 27) t->evaluate = true;
-            else t->check_nan = true;
-            continue;
-        }
-        if (!val) {
+        if (options[which].flag && val) return bad("%s takes no value, got '%s'", name, val);
+        if (!val && !options[which].flag) {
             if (i + 1 >= argc) return bad("%s needs a value%s", name, "");
             val = argv[++i];
         }
         long v;
         int rc = 0;
-        switch (which) {
-        case 0: c->devices = val; devices_given = c->devices_given = true; break;
-        case 1:
+        switch ((enum Opt)which) {
+        case O_DEVICES: c->devices = val; devices_given = c->devices_given = true; break;
+        case O_GPUS:
             rc = parse_long(name, val, 1, MAX_REPLICAS, &v);
             if (!rc) gpus = (int)v, c->gpus_arg = val;
             break;
-        case 2: rc = parse_long(name, val, 0, 1000000, &v); t->epochs = (int)v; break;
-        case 3: rc = parse_long(name, val, 1, 1 << 20, &v); t->batch_size = (int)v; break;
-        case 4: rc = parse_float(name, val, 0, false, 1e30, &t->lr); break;
-        case 5: rc = parse_float(name, val, 0, false, 1, &t->momentum); break;
-        case 6: rc = parse_float(name, val, 0, false, 1e30, &t->weight_decay); break;
-        case 7: {
+        case O_EPOCHS: rc = parse_long(name, val, 0, 1000000, &v); t->epochs = (int)v; break;
+        case O_BATCH_SIZE: rc = parse_long(name, val, 1, 1 << 20, &v); t->batch_size = (int)v; break;
+        case O_LR: rc = parse_float(name, val, 0, false, 1e30, &t->lr); break;
+        case O_MOMENTUM: rc = parse_float(name, val, 0, false, 1, &t->momentum); break;
+        case O_WEIGHT_DECAY: rc = parse_float(name, val, 0, false, 1e30, &t->weight_decay); break;
+        case O_SEED: {
             char *end;
             errno = 0;
             unsigned long long s = strtoull(val, &end, 10);
@@ -338,17 +348,15 @@ static int parse_args(int argc, char **argv, Cli *c)
             t->seed = s;
             break;
         }
-        case 8: t->data_dir = val; break;
-        case 9: rc = parse_long(name, val, 1, INT_MAX, &v); t->limit_train = (int)v; break;
-        case 10: rc = parse_long(name, val, 0, INT_MAX, &v); t->limit_test = (int)v; break;
-        case 11: rc = parse_long(name, val, 1, 1024, &v); t->threads = (int)v; break;
-        case 12: t->save = val; break;
-        case 13:
-            if (t->resume) return bad("--load and --resume both name a checkpoint: give one%s%s", "", "");
-            t->load = val;
-            break;
-        case 14: t->log = val; break;
-        case 15:
+        case O_DATA: t->data_dir = val; break;
+        case O_LIMIT_TRAIN: rc = parse_long(name, val, 1, INT_MAX, &v); t->limit_train = (int)v; break;
+        case O_LIMIT_TEST: rc = parse_long(name, val, 0, INT_MAX, &v); t->limit_test = (int)v; break;
+        case O_THREADS: rc = parse_long(name, val, 1, 1024, &v); t->threads = (int)v; break;
+        case O_SAVE: t->save = val; break;
+        case O_LOAD: load = val; break;
+        case O_RESUME: resume = val; break;
+        case O_LOG: t->log = val; break;
+        case O_EMIT:
             if (!strcmp(val, "ir")) c->emit = EMIT_IR;
             else if (!strcmp(val, "eval-ir")) c->emit = EMIT_EVAL_IR;
             else if (!strcmp(val, "grad")) c->emit = EMIT_GRAD;
@@ -358,7 +366,7 @@ static int parse_args(int argc, char **argv, Cli *c)
             else if (!strcmp(val, "ptx")) c->emit = EMIT_PTX;
             else return bad("--emit expects ir, eval-ir, grad, kernels, cuda, ptx or dp, got '%s'%s", val, "");
             break;
-        case 16: {
+        case O_SET: {
             const char *e = strchr(val, '=');
             if (!e || e == val) return bad("--set expects NAME=VALUE, got '%s'%s", val, "");
             if (c->nsets == 64) return bad("too many --set options%s%s", "", "");
@@ -367,20 +375,16 @@ static int parse_args(int argc, char **argv, Cli *c)
             c->nsets++;
             break;
         }
-        case 17: t->batch_file = val; break;
-        case 18: rc = parse_long(name, val, 1, 1000000, &v); t->steps = (int)v; break;
-        case 19: t->dump = val; break;
-        case 22:
+        case O_BATCH: t->batch_file = val; break;
+        case O_STEPS: rc = parse_long(name, val, 1, 1000000, &v); t->steps = (int)v; break;
+        case O_DUMP: t->dump = val; break;
+        case O_ARCH:
             if (strncmp(val, "sm_", 3) || !val[3] || strspn(val + 3, "0123456789") != strlen(val + 3))
                 return bad("--arch expects a GPU architecture such as sm_80 or sm_90, got '%s'%s", val, "");
             c->arch = val;
             break;
-        case 23: c->dump_kernels = val; break;
-        case 26:
-            if (t->load) return bad("--load and --resume both name a checkpoint: give one%s%s", "", "");
-            t->load = val, t->resume = true;
-            break;
-        case 21: {
+        case O_DUMP_KERNELS: c->dump_kernels = val; break;
+        case O_BUCKET_MB: {
             char *end;
             errno = 0;
             double mb = strtod(val, &end);
@@ -392,10 +396,18 @@ static int parse_args(int argc, char **argv, Cli *c)
             c->bucket_mb = (float)mb;
             break;
         }
+        case O_SYNC_BN: t->sync_bn = true; break;
+        case O_TF32: t->tf32 = true; break;
+        case O_CHECK_NAN: t->check_nan = true; break;
+        case O_EVALUATE: t->evaluate = true; break;
+        case O_COUNT: break;
         }
         if (rc) return rc;
     }
     if (!c->net) return bad("no net given: mgc NET.net [options], e.g. mgc nets/lenet.net%s%s", "", "");
+    if (load && resume) return bad("--load and --resume both name a checkpoint: give one%s%s", "", "");
+    t->load = load ? load : resume;
+    t->resume = resume != NULL;
     if (gpus && devices_given) return bad("--gpus and --devices both say where to train: give one%s%s", "", "");
     static char gpu_list[MAX_REPLICAS * 9];
     if (gpus) {   /* --gpus N: the first N GPUs */

@@ -170,6 +170,7 @@ expect devices 2 "unknown device list" -- $L --devices tpu
 ldconfig -p 2> /dev/null | grep -q "libcuda.so.1 " || expect gpus 2 "train on CPU devices with --devices cpu:2" -- $L --gpus 2
 expect dump-alone 2 "--dump needs --batch" -- $L --dump x.st
 expect resume-load 2 "--load and --resume both name a checkpoint" -- $L --load a.st --resume b.st
+expect resume-load-order 2 "--load and --resume both name a checkpoint" -- $L --resume b.st --load a.st
 expect resume-batch 2 "check mode (--batch) takes --load" -- $L --resume a.st --batch b.st --steps 1
 # --resume on a checkpoint that holds the epochs asked for trains nothing; on
 # one that is not --save's (a check-mode dump has no epoch) it says so
