@@ -594,16 +594,22 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
     if (!ncoll) printf("  none\n");
 }
 
-/* The GPUs asked for exist: said before anything is compiled. 0, or -1 said. */
-static int check_gpus(const Cli *c, const World *w)
+/* The GPUs asked for exist, on every rank: said before anything is compiled.
+   0, or -1 on every rank, said by the first rank that lacks its GPUs (the
+   others would otherwise wait for it in their first collective). */
+static int check_gpus(const Cli *c, World *w)
 {
     char err[512];
     int count = rt_cuda_device_count(err, sizeof err), most = -1;
     for (int k = 0; k < c->cfg.replicas; k++)
         if (c->cfg.devices[k].index > most) most = c->cfg.devices[k].index;
-    if (count >= 0 && most < count) return 0;
-    if (w->rank != 0) return -1;
-    fprintf(stderr, "mgc: --%s %s: ", c->devices_given ? "devices" : "gpus", c->devices_given ? c->devices : c->gpus_arg);
+    bool ok = count >= 0 && most < count;
+    int first_bad = rt_world_max_status(w, ok ? 0 : w->size - w->rank);   /* the lowest failing rank, as size - rank */
+    if (!first_bad) return 0;
+    if (w->rank != w->size - first_bad) return -1;
+    fprintf(stderr, "mgc: ");
+    if (w->size > 1) fprintf(stderr, "rank %d: ", w->rank);
+    fprintf(stderr, "--%s %s: ", c->devices_given ? "devices" : "gpus", c->devices_given ? c->devices : c->gpus_arg);
     if (count < 0)
         fprintf(stderr, "%s; train on CPU devices with --devices cpu:%d\n", err, c->cfg.replicas);
     else if (count == 0)
@@ -612,8 +618,12 @@ static int check_gpus(const Cli *c, const World *w)
         char have[64];
         if (count == 1) snprintf(have, sizeof have, "1 GPU (cuda:0)");
         else snprintf(have, sizeof have, "%d GPUs (cuda:0 to cuda:%d)", count, count - 1);
-        fprintf(stderr, "there is no cuda:%d: this machine has %s; ask for fewer%s\n", most, have,
-                c->cfg.replicas > count ? ", or put several replicas on one GPU, e.g. --devices cuda:0,cuda:0" : "");
+        if (w->size > 1)
+            fprintf(stderr, "there is no cuda:%d: this machine has %s, and its ranks take them in turn, %d each; start "
+                    "fewer ranks on it, or ask for fewer GPUs each\n", most, have, c->cfg.replicas);
+        else
+            fprintf(stderr, "there is no cuda:%d: this machine has %s; ask for fewer%s\n", most, have,
+                    c->cfg.replicas > count ? ", or put several replicas on one GPU, e.g. --devices cuda:0,cuda:0" : "");
     }
     return -1;
 }

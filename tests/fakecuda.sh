@@ -6,8 +6,10 @@
 # with dlopen; pointed at it, the CUDA build runs its whole GPU path here and
 # in CI, two fake GPUs: what tests/gpu/check.sh checks on a real one (whole
 # nets on cuda:0 and on two replicas of one GPU against CPU devices in check
-# mode, CUDA graphs on and off; every op against PyTorch on cuda:0), two GPUs through NCCL against cpu:2 (check mode, and a
-# training run whose checkpoint must match), and the errors a user of GPUs
+# mode, CUDA graphs on and off; every op against PyTorch on cuda:0), two GPUs
+# through NCCL against cpu:2 (check mode, and a training run whose checkpoint
+# must match, and the same on two processes under mpirun, a GPU each), and the
+# errors a user of GPUs
 # meets. It finds what is wrong in what mgc asks of CUDA (kernels, launch
 # geometry, cuBLAS's column-major operands, captures, collectives), not races
 # between streams or speed: that needs a GPU. Needs $MGC_DATA for the runs
@@ -30,7 +32,7 @@ fi
 mkdir -p "$tmp/lib"
 if ! cc -std=gnu11 -O1 -fPIC -shared -Wall -Wextra -Wno-unused-parameter -Werror -I"$CUDA_HOME/include" \
         -DFAKECUDA_SHIM="\"$PWD/tests/fakecuda/shim.h\"" tests/fakecuda/fakecuda.c -o "$tmp/lib/libfakecuda.so" \
-        -lopenblas -ldl -lpthread > "$tmp/build" 2>&1; then
+        -lopenblas -ldl -lpthread -lrt > "$tmp/build" 2>&1; then
     bad "tests/fakecuda/fakecuda.c does not build"; sed 's/^/    /' "$tmp/build" | head -20; finish
 fi
 ln -s libfakecuda.so "$tmp/lib/libcuda.so.1"
@@ -81,5 +83,24 @@ if timeout 300 "$MGC" $L $A --gpus 2 --save "$tmp/g2.st" > "$tmp/g2" 2>&1 &&
         bad "test accuracy on --gpus 2 '$acc_g', on cpu:2 '$acc_c'"
 else
     bad "LeNet on --gpus 2 or cpu:2 failed"; tail -5 "$tmp/g2" "$tmp/c2" | sed 's/^/    /'
+fi
+
+# the same on two processes, a GPU each: NCCL's id sent by MPI, the ranks' GPUs taken in turn
+if [ -f "$tmp/g2.st" ] && command -v mpirun > /dev/null && ldd "$MGC" | grep -q libmpi; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    if timeout 300 mpirun -np 2 "$MGC" $L $A --gpus 1 --save "$tmp/m2.st" > "$tmp/m2" 2>&1; then
+        if out=$($PY tests/st.py compare "$tmp/m2.st" "$tmp/g2.st" 0); then ok "mpirun -np 2 x --gpus 1 = --gpus 2, bit for bit: $out"
+        else bad "mpirun -np 2 x --gpus 1 against --gpus 2: $out"; fi
+    else
+        bad "mpirun -np 2 $MGC --gpus 1 failed"; tail -5 "$tmp/m2" | sed 's/^/    /'
+    fi
+    # one GPU, two ranks that take a GPU each: rank 1 has none, says so, and neither waits for the other
+    FAKECUDA_GPUS=1 timeout 120 mpirun -np 2 "$MGC" $L --gpus 1 --epochs 0 > "$tmp/m1" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1: --gpus 1: there is no cuda:1: this machine has 1 GPU (cuda:0), and its ranks take them in turn" "$tmp/m1"; then
+        ok "mpirun -np 2 --gpus 1 on one GPU: rank 1 says it has none, both stop (exit $rc)"
+    else
+        bad "mpirun -np 2 --gpus 1 on one GPU: exit $rc$([ $rc -eq 124 ] && echo ', a hang')"; tail -5 "$tmp/m1" | sed 's/^/    /'
+    fi
 fi
 finish

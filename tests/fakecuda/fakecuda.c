@@ -7,7 +7,8 @@
 ** machine without a GPU: the generated CUDA kernels (compiled by the system's
 ** C++ compiler with shim.h), the launches and their geometry, cuBLAS's
 ** column-major GEMMs, streams, events and CUDA graph capture and replay, and
-** NCCL's allreduce between replicas in one process.
+** NCCL's allreduce between replicas, in one process or in several on this
+** machine (mpirun: the ranks meet in shared memory named after NCCL's id).
 **
 ** It is a test double, not a GPU: everything runs in order on the calling
 ** thread (as under CUDA_LAUNCH_BLOCKING=1), so it finds what is wrong in what
@@ -33,6 +34,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -40,6 +42,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -669,20 +673,22 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
 
 /* -------------------------------------------------------------------- NCCL */
 
-/* the ranks of one communicator, all in this process: each call waits for the others */
+/* The ranks of one communicator, in this process or in others on this
+   machine (mpirun): a shared-memory segment named after the unique id. Each
+   call leaves its part of the data there, a round of CHUNK floats at a time,
+   waits for the others, and sums every rank's part in rank order (the same
+   bits everywhere). */
+enum { CHUNK = 1 << 20, MAX_RANKS = 64 };
 typedef struct Clique {
-    ncclUniqueId id;
-    int n, refs, arrived;
-    unsigned long generation;
-    pthread_mutex_t m;
+    pthread_mutex_t m;         /* process-shared, like cv */
     pthread_cond_t cv;
-    const float *send[64];
-    size_t count[64];
+    int n, arrived, refs, ready;
+    unsigned long generation;
+    size_t count[MAX_RANKS];
+    float data[];              /* n x CHUNK */
 } Clique;
 
-struct ncclComm { Clique *q; int rank; };
-
-static Clique *cliques[64];
+struct ncclComm { Clique *q; int rank; size_t size; char name[64]; };
 
 static void clique_wait(Clique *q, int rank)
 {
@@ -705,27 +711,27 @@ static void clique_wait(Clique *q, int rank)
     pthread_mutex_unlock(&q->m);
 }
 
-/* every rank sums in rank order: the same bits everywhere */
 static void allreduce(ncclComm_t comm, const float *send, float *recv, size_t count)
 {
     Clique *q = comm->q;
-    q->send[comm->rank] = send;
-    q->count[comm->rank] = count;
-    clique_wait(q, comm->rank);
-    for (int r = 0; r < q->n; r++)
-        if (q->count[r] != count) {
-            say("ncclAllReduce: rank %d sums %zu values, rank %d %zu", comm->rank, count, r, q->count[r]);
-            abort();
+    int me = comm->rank;
+    for (size_t off = 0; off < count; off += CHUNK) {
+        size_t len = count - off < CHUNK ? count - off : CHUNK;
+        memcpy(q->data + (size_t)me * CHUNK, send + off, len * sizeof(float));
+        q->count[me] = count;
+        clique_wait(q, me);
+        for (int r = 0; r < q->n; r++)
+            if (q->count[r] != count) {
+                say("ncclAllReduce: rank %d sums %zu values, rank %d %zu", me, count, r, q->count[r]);
+                abort();
+            }
+        for (size_t i = 0; i < len; i++) {   /* send is in the segment: recv may be send */
+            float s = 0;
+            for (int r = 0; r < q->n; r++) s += q->data[(size_t)r * CHUNK + i];
+            recv[off + i] = s;
         }
-    float *sum = malloc(count * sizeof *sum + 1);
-    for (size_t i = 0; i < count; i++) {
-        float s = 0;
-        for (int r = 0; r < q->n; r++) s += q->send[r][i];
-        sum[i] = s;
+        clique_wait(q, me);   /* every rank has read the round before the next is written */
     }
-    clique_wait(q, comm->rank);   /* every rank has read every send buffer */
-    memcpy(recv, sum, count * sizeof *sum);
-    free(sum);
 }
 
 const char *ncclGetErrorString(ncclResult_t r)
@@ -738,36 +744,67 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
     static unsigned long counter;
     memset(id, 0, sizeof *id);
-    unsigned long v = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
-    int pid = getpid();
-    memcpy(id->internal, &v, sizeof v);
-    memcpy(id->internal + sizeof v, &pid, sizeof pid);
+    unsigned long v[3] = { __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED), (unsigned long)getpid(), (unsigned long)time(NULL) };
+    memcpy(id->internal, v, sizeof v);
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int n, ncclUniqueId id, int rank)
 {
-    if (n < 1 || n > 64 || rank < 0 || rank >= n) return ncclInvalidArgument;
-    pthread_mutex_lock(&lock);
-    Clique *q = NULL;
-    int free_slot = -1;
-    for (int k = 0; k < 64 && !q; k++) {
-        if (cliques[k] && !memcmp(&cliques[k]->id, &id, sizeof id)) q = cliques[k];
-        if (!cliques[k] && free_slot < 0) free_slot = k;
+    if (n < 1 || n > MAX_RANKS || rank < 0 || rank >= n) return ncclInvalidArgument;
+    unsigned long v[3];
+    memcpy(v, id.internal, sizeof v);
+    struct ncclComm *c = calloc(1, sizeof *c);
+    snprintf(c->name, sizeof c->name, "/fakecuda-nccl-%lx-%lx-%lx", v[0], v[1], v[2]);
+    c->rank = rank;
+    c->size = sizeof(Clique) + (size_t)n * CHUNK * sizeof(float);
+    int fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    bool creator = fd >= 0;
+    if (!creator) fd = shm_open(c->name, O_RDWR, 0600);
+    Clique *q = MAP_FAILED;
+    if (fd >= 0 && (!creator || ftruncate(fd, (off_t)c->size) == 0)) {
+        for (int tries = 0; tries < 60000; tries++) {   /* the creator may not have sized it yet */
+            struct stat st;
+            if (fstat(fd, &st) == 0 && (size_t)st.st_size >= c->size) break;
+            usleep(1000);
+        }
+        q = mmap(NULL, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     }
-    if (!q && free_slot >= 0) {
-        q = cliques[free_slot] = calloc(1, sizeof *q);
-        q->id = id;
+    if (fd >= 0) close(fd);
+    if (q == MAP_FAILED) {
+        say("ncclCommInitRank: the shared segment %s: %s", c->name, strerror(errno));
+        free(c);
+        return ncclSystemError;
+    }
+    if (creator) {
+        pthread_mutexattr_t ma;
+        pthread_condattr_t ca;
+        pthread_mutexattr_init(&ma);
+        pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+        pthread_mutex_init(&q->m, &ma);
+        pthread_cond_init(&q->cv, &ca);
         q->n = n;
-        pthread_mutex_init(&q->m, NULL);
-        pthread_cond_init(&q->cv, NULL);
+        __atomic_store_n(&q->ready, 1, __ATOMIC_RELEASE);
     }
-    if (q) q->refs++;
-    pthread_mutex_unlock(&lock);
-    if (!q || q->n != n) return ncclInvalidUsage;
-    *comm = calloc(1, sizeof **comm);
-    (*comm)->q = q;
-    (*comm)->rank = rank;
+    for (int tries = 0; !__atomic_load_n(&q->ready, __ATOMIC_ACQUIRE); tries++) {
+        if (tries == 60000) {
+            say("ncclCommInitRank: %s was never initialised", c->name);
+            abort();
+        }
+        usleep(1000);
+    }
+    if (q->n != n) {
+        munmap(q, c->size);
+        free(c);
+        return ncclInvalidUsage;
+    }
+    pthread_mutex_lock(&q->m);
+    q->refs++;
+    pthread_mutex_unlock(&q->m);
+    c->q = q;
+    *comm = c;
     return ncclSuccess;
 }
 
@@ -793,15 +830,12 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm ? ncclSuccess : ncc
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
     if (!comm) return ncclInvalidArgument;
-    pthread_mutex_lock(&lock);
     Clique *q = comm->q;
-    if (--q->refs == 0)
-        for (int k = 0; k < 64; k++)
-            if (cliques[k] == q) {
-                cliques[k] = NULL;
-                free(q);
-            }
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_lock(&q->m);
+    bool last = --q->refs == 0;
+    pthread_mutex_unlock(&q->m);
+    munmap(q, comm->size);
+    if (last) shm_unlink(comm->name);
     free(comm);
     return ncclSuccess;
 }
