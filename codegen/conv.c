@@ -1,6 +1,6 @@
 /*
 ** Convolutions, forward and both gradients, six ways. Every strategy reads
-** one geometry, ConvGeom (conv_geom() below), whichever of the three ops it
+** one geometry, ConvGeom (cg_conv_geom() below), whichever of the three ops it
 ** lowers:
 **
 **   x [N, C, H, W], w [O, C, K, K], y [N, O, OH, OW]; stride S, padding P.
@@ -51,7 +51,7 @@
      conv2d_grad_x  dy = in[0], w = in[1], dx = the node (the shape of x)
      conv2d_grad_w  dy = in[0], x = in[1], dw = the node (the shape of w)
    Stride and padding are i[0], i[1] on all three (autodiff copies them). */
-static ConvGeom conv_geom(const Graph *g, int id)
+ConvGeom cg_conv_geom(const Graph *g, int id)
 {
     const Node *n = &g->nodes[id];
     const Shape *xs, *ws, *ys;
@@ -819,414 +819,6 @@ static void conv_dense_grad_w(Lower *L, int id, const ConvGeom *G)
     cg_end_kernel(L);
 }
 
-/* ------------------------------------------- im2col + GEMM, a few examples at a time */
-
-/* The columns of one chunk of examples, at most about this many floats
-   (640 KB): they stay in the core's L2 cache between their im2col and their
-   GEMM, where CONV_GEMM's columns for the whole batch (29 MB for one of
-   ResNet-18's 64-channel layers) go out to memory and back. */
-#define CG_CHUNK_FLOATS (160L << 10)
-
-static int chunk_examples(const ConvGeom *G)
-{
-    long per = (long)G->C * G->K * G->K * G->OH * G->OW;
-    long nb = CG_CHUNK_FLOATS / (per > 0 ? per : 1);
-    return nb < 1 ? 1 : nb > 64 ? 64 : (int)nb;
-}
-
-/* Floats of a padded copy of one input plane (0 without padding: the plane itself serves). */
-static long pad_floats(const ConvGeom *G) { return G->P > 0 ? ((long)G->H + 2 * G->P) * ((long)G->W + 2 * G->P) : 0; }
-
-/* The body's loop over im2col rows [r0, r1) of the chunk's examples n0 ..
-   n0+nb-1: col[(r - r0) * ld + j * P + p], ld = nb * P. Each input plane is
-   read once, into `pad` (the kernel's scratch, pad_floats() of it) with a
-   zero border when padded: every tap's row is then plain copies of OW inputs
-   (S apart), with no test per element. */
-static void chunk_im2col(Lower *L, const ConvGeom *G, const char *r0, const char *r1)
-{
-    int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW;
-    long Wp = (long)W + 2 * Pd, KK = (long)K * K;
-    cg_body(L, "        {   /* im2col: rows [%s, %s) of the chunk's columns, row (c, ky, kx) */\n", r0, r1);
-    if (Pd > 0)
-        cg_body(L, "            for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;   /* the border stays zero */\n", pad_floats(G));
-    cg_body(L, "            for (int j = 0; j < nb; j++)\n"
-               "                for (long c = (%s) / %ld; c * %ld < (%s); c++) {\n"
-               "                    const float *xp = x + ((n0 + j) * %d + c) * %d;\n",
-            r0, KK, KK, r1, C, H * W);
-    if (Pd > 0)
-        cg_body(L, "                    for (int iy = 0; iy < %d; iy++)\n"
-                   "                        for (int ix = 0; ix < %d; ix++) pad[(iy + %d) * %ldL + %d + ix] = xp[iy * %d + ix];\n"
-                   "                    const float *src = pad;\n", H, W, Pd, Wp, Pd, W);
-    else
-        cg_body(L, "                    const float *src = xp;\n");
-    cg_body(L, "                    for (int t = 0; t < %ld; t++) {\n"
-               "                        long r = c * %ld + t;\n"
-               "                        if (r < (%s) || r >= (%s)) continue;\n"
-               "                        int ky = t / %d, kx = t %% %d;\n"
-               "                        float *row = col + (r - (%s)) * ld + j * %d;\n",
-            KK, KK, r0, r1, K, K, r0, OH * OW);
-    /* Short rows with stride 1 (ResNet-18's 7x7 and 4x4 maps): each output row but
-       the last as one 8-float load and store, whose tail the next row's store
-       overwrites, the last row by its own width; the loads stay in the padded plane
-       (or the input plane, where its rows are long enough). GCC made the rows of 7
-       scalar copies: stage 1's forward im2col 1.6 -> 1.3 ms a step on one thread; the rest is
-       writing the columns. */
-    if (S == 1 && OW >= 4 && OW < 8 && OH >= 2 && (Pd > 0 || K + 7 <= 2 * W))
-        cg_body(L, "                        for (int oy = 0; oy < %d; oy++) {   /* rows of %d in 8-float stores */\n"
-                   "                            mgc_f8 v = mgc_load8(src + (oy + ky) * %ldL + kx);\n"
-                   "                            __builtin_memcpy(row + oy * %d, &v, sizeof v);\n"
-                   "                        }\n"
-                   "                        __builtin_memcpy(row + %d, src + %ldL + ky * %ldL + kx, %d * sizeof(float));\n"
-                   "                    }\n"
-                   "                }\n"
-                   "        }\n",
-                OH - 1, OW, Wp, OW, (OH - 1) * OW, (OH - 1) * Wp, Wp, OW);
-    else
-        cg_body(L, "                        for (int oy = 0; oy < %d; oy++) {\n"
-                   "                            const float *sp = src + (oy * %d + ky) * %ldL + kx;\n"
-                   "                            float *dp = row + oy * %d;\n"
-                   "                            for (int ox = 0; ox < %d; ox++) dp[ox] = sp[ox * %d];\n"
-                   "                        }\n"
-                   "                    }\n"
-                   "                }\n"
-                   "        }\n",
-                OH, S, Wp, OW, OW, S);
-}
-
-/* The chunk's gradient dy (examples n0 .. n0+nb-1) as t[O, ld]: row o holds
-   each example's plane o side by side. */
-static void chunk_pack_grad(Lower *L, const ConvGeom *G)
-{
-    long P = (long)G->OH * G->OW;
-    cg_body(L, "        for (int j = 0; j < nb; j++)   /* dy's planes, output channel major */\n"
-               "            for (int o = 0; o < %d; o++) {\n"
-               "                const float *src = dy + ((n0 + j) * %d + o) * %ldL;\n"
-               "                float *dst = t + o * ld + j * %ldL;\n"
-               "                for (int p = 0; p < %ld; p++) dst[p] = src[p];\n"
-               "            }\n", G->O, G->O, P, P, P);
-}
-
-/* The chunked forward's and input gradient's scratch and loop: `cols` (the
-   chunk's columns or their gradient, [CKK, nb*P]), t ([O, nb*P]) and pad (one
-   padded plane) in one allocation, then one chunk of examples n0 ..
-   n0+nb-1 per iteration, ld = nb * P. */
-static void chunk_loop(Lower *L, const ConvGeom *G, const char *fn, const char *cols, long pad)
-{
-    int NB = chunk_examples(G);
-    long P = (long)G->OH * G->OW, CKK = (long)G->C * G->K * G->K;
-    cg_body(L, "    float *%s = mgc_scratch(%ldL * %d + %ldL, \"%s\"), *t = %s + %ldL * %d, *pad = t + %ldL * %d;\n"
-               "    (void)pad;\n",
-            cols, (CKK + G->O) * P, NB, pad, fn, cols, CKK * P, NB, G->O * P, NB);
-    if (pad > pad_floats(G))   /* col2im's rows, zero-bordered: the borders are never written */
-        cg_body(L, "    for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;\n", pad);
-    cg_body(L, "    FOR_EACH(ch, (N + %d) / %d) {\n"
-               "        long n0 = ch * %d;\n"
-               "        int nb = N - n0 < %d ? (int)(N - n0) : %d, ld = nb * %ld;\n",
-            NB - 1, NB, NB, NB, NB, P);
-}
-
-/* In a chunked forward's loop (chunk `ch`, `part` the BatchNorm's partial sums):
-   per output channel o < O the mean and the sum of squared deviations of its
-   values in this chunk, `nseg` runs of `len` floats from `seg` (C expressions
-   of o and of the run j), two passes in double in lanes the compiler
-   vectorises; `shift` is added to the mean (a bias not in the values). */
-void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const char *len, const char *shift)
-{
-    cg_body(L, "        double *pd = (double *)part + ch * %dL * 2;   /* this chunk's partial statistics */\n"
-               "        for (int o = 0; o < %d; o++) {\n"
-               "            double s_l[MGC_DLANES] = { 0 }, q_l[MGC_DLANES] = { 0 };\n"
-               "            for (long j = 0; j < (%s); j++) {\n"
-               "                const float *r = %s;\n"
-               "                long q = 0;\n"
-               "                for (; q + MGC_DLANES <= (%s); q += MGC_DLANES)\n"
-               "                    for (int l = 0; l < MGC_DLANES; l++) s_l[l] += r[q + l];\n"
-               "                for (; q < (%s); q++) s_l[0] += r[q];\n"
-               "            }\n"
-               "            double s = 0;\n"
-               "            for (int l = 0; l < MGC_DLANES; l++) s += s_l[l];\n"
-               "            const double mean = s / ((double)(%s) * (%s));\n"
-               "            for (long j = 0; j < (%s); j++) {\n"
-               "                const float *r = %s;\n"
-               "                long q = 0;\n"
-               "                for (; q + MGC_DLANES <= (%s); q += MGC_DLANES)\n"
-               "                    for (int l = 0; l < MGC_DLANES; l++) { double d = r[q + l] - mean; q_l[l] += d * d; }\n"
-               "                for (; q < (%s); q++) { double d = r[q] - mean; q_l[0] += d * d; }\n"
-               "            }\n"
-               "            double m2 = 0;\n"
-               "            for (int l = 0; l < MGC_DLANES; l++) m2 += q_l[l];\n"
-               "            pd[2 * o] = mean + %s;\n"
-               "            pd[2 * o + 1] = m2;\n"
-               "        }\n", O, O, nseg, seg, len, len, nseg, len, nseg, seg, len, len, shift);
-}
-
-/* x, w, bias? -> y: per chunk of examples, im2col into scratch, t[O, nb*P] = w . col
-   (CBLAS, this thread), and y = t + bias (and a fused relu) */
-static void conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
-{
-    const Node *n = &L->g->nodes[id];
-    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, NB = chunk_examples(G);
-    long P = (long)G->OH * G->OW, CKK = (long)C * K * K;
-    bool bias = n->nin == 3;
-    int stats = L->dec->stats_of[id];   /* the bn_stats node whose partial sums this kernel writes, or -1 */
-    int b[5] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), -1, -1 };
-    const char *names[5] = { "=y", "x", "w", NULL, NULL };
-    int nargs = 3;
-    if (bias) b[nargs] = buf_of(L, n->in[2]), names[nargs++] = "bias";
-    if (stats >= 0) {
-        /* per chunk and channel two doubles (4 floats); at most N chunks */
-        L->part[stats] = cg_new_buf(L, BUF_WORK, dimn(4L * O), "BatchNorm partial sums", stats);
-        b[nargs] = L->part[stats], names[nargs++] = "=part";
-    }
-    Step *st = cg_kernel(L, id, "conv2d_chunked", dimn(1), nargs, b, names);
-    st->heavy = st->c_only = true;
-    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d*%d*%d], y [N, %d, %d, %d]; stride %d, padding %d.\n"
-               "       %d examples per iteration: their columns col[%ld, nb*%ld] (in cache), t = w . col\n"
-               "       (CBLAS on this thread), y = t + bias%s */\n",
-            C, H, W, O, C, K, K, O, G->OH, G->OW, G->S, G->P, NB, CKK, P,
-            stats >= 0 ? ";\n       and per channel the chunk's mean and sum of squared deviations of y, for bn_stats" : "");
-    chunk_loop(L, G, st->fn, "col", pad_floats(G));
-    chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
-    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %ld, 1.0f, w, %ld, col, ld, 0.0f, t, ld);\n"
-               "        for (int j = 0; j < nb; j++)\n"
-               "            for (int o = 0; o < %d; o++) {\n"
-               "                const float *src = t + o * ld + j * %ldL;\n"
-               "                float *dst = y + ((n0 + j) * %d + o) * %ldL;\n"
-               "                const float b = %s;\n"
-               "                for (int p = 0; p < %ld; p++) dst[p] = %s;\n"
-               "            }\n",
-            O, CKK, CKK, O, P, O, P, bias ? "bias[o]" : "0.0f", P,
-            L->relu_out[id] ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
-    if (stats >= 0)   /* each channel's row of t (nb*P values, in cache); the bias shifts the mean only */
-        cg_chunk_stats(L, O, "t + o * ld", "1", "ld", bias ? "bias[o]" : "0.0");
-    cg_body(L, "    }\n    free(col);\n");
-    cg_end_kernel(L);
-}
-
-/* The statistics of a BatchNorm whose chunked convolution summed them chunk by
-   chunk (its kernel's `part`: per chunk and channel the mean and the sum of
-   squared deviations, in double): combined in chunk order (Chan et al.'s
-   pairwise update), so the result does not depend on the threads. */
-void cg_lower_bn_stats_chunks(Lower *L, int id)
-{
-    const Node *n = &L->g->nodes[id];
-    int conv = L->dec->stats_by[id];
-    ConvGeom G = conv_geom(L->g, conv);
-    int C = G.O, NB = L->dec->conv[conv] == CONV_WINOGRAD ? cg_winograd_examples(&G) : chunk_examples(&G);
-    long P = (long)G.OH * G.OW;
-    int b[2] = { cg_out_buf(L, id), L->part[id] };
-    Step *st = cg_kernel(L, id, "bn_stats_chunks", dimc(C), 2, b, (const char *const[]){ "=stats", "part" });
-    st->c_only = true;
-    cg_body(L, "    /* part: per chunk of %d examples (%ld values a channel each) and channel, the mean and the sum of\n"
-               "       squared deviations, written by the convolution's kernel; stats [3, %d]: mean,\n"
-               "       1/sqrt(biased var + eps), biased var */\n", NB, NB * P, C);
-    cg_body(L, "    const double *pd = (const double *)part;\n"
-               "    const long chunks = (N + %d) / %d;\n"
-               "    FOR_EACH(c, %dL) {\n"
-               "        double cnt = 0, mean = 0, m2 = 0;\n"
-               "        for (long k = 0; k < chunks; k++) {\n"
-               "            const double nk = (double)(N - k * %d < %d ? N - k * %d : %d) * %ld;\n"
-               "            const double mk = pd[(k * %d + c) * 2], tot = cnt + nk, delta = mk - mean;\n"
-               "            mean += delta * nk / tot;\n"
-               "            m2 += pd[(k * %d + c) * 2 + 1] + delta * delta * cnt * nk / tot;\n"
-               "            cnt = tot;\n"
-               "        }\n"
-               "        const double var = m2 / cnt;\n"
-               "        stats[c] = (float)mean;\n"
-               "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
-               "        stats[%d + c] = (float)var;\n"
-               "    }\n",
-            NB - 1, NB, C, NB, NB, NB, NB, P, C, C, C, n->f[0], 2 * C);
-    cg_end_kernel(L);
-}
-
-/* dy, w -> dx: per chunk, t = dy's planes, dcol[CKK, nb*P] = w^T . t (CBLAS), col2im into dx */
-static void conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
-{
-    const Node *n = &L->g->nodes[id];
-    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW, NB = chunk_examples(G);
-    long P = (long)OH * OW, CKK = (long)C * K * K;
-    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    Step *st = cg_kernel(L, id, "conv2d_grad_x_chunked", dimn(1), 3, b, (const char *const[]){ "=dx", "dy", "w" });
-    st->heavy = st->c_only = true;
-    cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d*%d*%d], dx [N, %d, %d, %d]; stride %d, padding %d.\n"
-               "       %d examples per iteration: t = their dy, dcol = w^T . t (%s on this thread),\n"
-               "       added back into their planes of dx (col2im) */\n",
-            O, OH, OW, O, C, K, K, C, H, W, S, Pd, NB, O <= 32 ? "mgc_gemm_tn, an example at a time," : "CBLAS");
-    /* Stride 1: col2im in two passes over a zero-bordered scratch q[K][Hp][R] (R = OW + 2(K-1),
-       a row's data at K-1): q[kx] sums the rows of taps (0..K-1, kx) down the rows, as aligned
-       adds; then each row of dx is the sum of the K rows q[kx] shifted by kx, loads only. The
-       one-pass form below adds each tap's rows at their shifted place, read-modify-writes that
-       overlap at a different offset per tap (LeNet's conv2: 25 taps a plane). */
-    bool two_pass = S == 1;
-    long Hp = (long)H + 2 * Pd, R = (long)OW + 2 * (K - 1), Q = (long)K * Hp * R;
-    bool small = O <= 32;
-    chunk_loop(L, G, st->fn, "dcol", two_pass ? Q : pad_floats(G));
-    if (!small) chunk_pack_grad(L, G);
-    long Wp = (long)W + 2 * Pd;
-    /* A short K (few output channels, LeNet's conv2: 16): the prelude's register-blocked
-       GEMM, one example at a time, its columns read back from L1 by col2im (LeNet's conv2:
-       1.78 -> 1.14 ms a step on one thread; CBLAS's packing costs more than its multiply-adds
-       there). Else one CBLAS GEMM over the chunk. */
-    const char *cp_at = small ? arena_printf(L->p->arena, "%ldL", P) : arena_printf(L->p->arena, "ld + j * %ldL", P);
-    if (small)
-        cg_body(L, "        (void)ld;\n"
-                   "        for (int j = 0; j < nb; j++) {\n"
-                   "            mgc_gemm_tn(%ld, %ld, %d, w, %ld, dy + (n0 + j) * %ldL, %ld, dcol, %ld);   /* dy's planes in place */\n",
-                CKK, P, O, CKK, O * P, P, P);
-    else
-        cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %ld, ld, %d, 1.0f, w, %ld, t, ld, 0.0f, dcol, ld);\n"
-                   "        for (int j = 0; j < nb; j++) {\n",
-                CKK, O, CKK);
-    if (two_pass) {
-        cg_body(L, "            /* col2im, two passes */\n"
-                   "            for (int c = 0; c < %d; c++) {\n"
-                   "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n"
-                   "                for (int kx = 0; kx < %d; kx++) {\n"
-                   "                    float *qk = pad + kx * %ldL + %d;\n"
-                   "                    for (long iy = 0; iy < %ldL; iy++)\n"
-                   "                        for (int ox = 0; ox < %d; ox++) qk[iy * %ldL + ox] = 0.0f;\n"
-                   "                    for (int ky = 0; ky < %d; ky++) {\n"
-                   "                        const float *cp = dcol + (c * %d + ky * %d + kx) * %s;\n"
-                   "                        for (int oy = 0; oy < %d; oy++) {\n"
-                   "                            float *qr = qk + (oy + ky) * %ldL;\n"
-                   "                            const float *sp = cp + oy * %d;\n"
-                   "                            for (int ox = 0; ox < %d; ox++) qr[ox] += sp[ox];\n"
-                   "                        }\n"
-                   "                    }\n"
-                   "                }\n"
-                   "                for (int iy = 0; iy < %d; iy++) {\n"
-                   "                    const float *q0 = pad + (iy + %d) * %ldL + %d;\n"
-                   "                    float *dr = dxp + iy * %d;\n"
-                   "                    for (int ix = 0; ix < %d; ix++) dr[ix] = q0[ix]",
-                C, C, H * W, K, Hp * R, K - 1, Hp, OW, R, K, K * K, K, cp_at, OH, R, OW, OW, H, Pd, R, K - 1 + Pd, W, W);
-        for (int kx = 1; kx < K; kx++) cg_body(L, " + q0[%ld + ix]", kx * Hp * R - kx);
-        cg_body(L, ";\n                }\n");
-    } else {
-        /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
-        cg_body(L, "            /* col2im */\n"
-                   "            for (int c = 0; c < %d; c++) {\n"
-                   "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);
-        if (Pd == 0) cg_body(L, "                float *pad = dxp;\n");
-        cg_body(L, "                for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;\n"
-                   "                for (int t = 0; t < %d; t++) {\n"
-                   "                    int ky = t / %d, kx = t %% %d;\n"
-                   "                    const float *cp = dcol + (c * %d + t) * %s;\n"
-                   "                    for (int oy = 0; oy < %d; oy++) {\n"
-                   "                        float *dp = pad + (oy * %d + ky) * %ldL + kx;\n"
-                   "                        const float *sp = cp + oy * %d;\n"
-                   "                        for (int ox = 0; ox < %d; ox++) dp[ox * %d] += sp[ox];\n"
-                   "                    }\n"
-                   "                }\n",
-                Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, cp_at, OH, S, Wp, OW, OW, S);
-        if (Pd > 0)
-            cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
-                       "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ldL + %d + ix];\n",
-                    H, W, W, Pd, Wp, Pd);
-    }
-    cg_body(L, "            }\n        }\n    }\n    free(dcol);\n");
-    cg_end_kernel(L);
-}
-
-/* dy, x -> dw[O, CKK] = sum over chunks of t . col^T, for gradients too large to
-   keep CG_WGROUPS partial copies of: each thread owns a range of dw's columns
-   (im2col rows), makes only those rows of each chunk's columns and accumulates
-   its own block of dw (CBLAS, beta 1 after the first chunk). */
-static void conv_chunked_grad_w_rows(Lower *L, int id, const ConvGeom *G)
-{
-    const Node *n = &L->g->nodes[id];
-    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K;
-    long P = (long)G->OH * G->OW, CKK = (long)C * K * K;
-    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    Step *st = cg_kernel(L, id, "conv2d_grad_w_chunked", dimc(CKK), 3, b, (const char *const[]){ "=dw", "dy", "x" });
-    st->heavy = st->c_only = true;
-    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %ld]; stride %d, padding %d.\n"
-               "       This thread's columns [r0, r1) of dw, over the batch NB examples at a time:\n"
-               "       t = their dy, col = their im2col rows r0..r1, dw[:, r0:r1] += t . col^T */\n",
-            O, G->OH, G->OW, C, H, W, O, CKK, G->S, G->P);
-    cg_body(L, "    long r0 = %ldL * a.thread / a.nthreads, r1 = %ldL * (a.thread + 1) / a.nthreads;\n"
-               "    if (r0 >= r1) return;\n"
-               "    if (N == 0) {\n"
-               "        for (int o = 0; o < %d; o++) for (long r = r0; r < r1; r++) dw[o * %ldL + r] = 0.0f;\n"
-               "        return;\n"
-               "    }\n"
-               "    /* examples per chunk: this thread's rows of their columns about %ld floats */\n"
-               "    long NB = %ldL / ((r1 - r0) * %ldL);\n"
-               "    NB = NB < 1 ? 1 : NB > 1024 ? 1024 : NB;\n"
-               "    float *col = mgc_scratch((r1 - r0) * %ldL * NB + %ldL * NB + %ldL, \"%s\"), *t = col + (r1 - r0) * %ldL * NB;\n"
-               "    float *pad = t + %ldL * NB;\n"
-               "    (void)pad;\n"
-               "    for (long n0 = 0; n0 < N; n0 += NB) {\n"
-               "        int nb = N - n0 < NB ? (int)(N - n0) : (int)NB, ld = nb * %ld;\n",
-            CKK, CKK, O, CKK, CG_CHUNK_FLOATS, CG_CHUNK_FLOATS, P, P, O * P, pad_floats(G), st->fn, P, O * P, P);
-    chunk_pack_grad(L, G);
-    chunk_im2col(L, G, "r0", "r1");
-    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, (int)(r1 - r0), ld, 1.0f, t, ld, col, ld,\n"
-               "                    n0 ? 1.0f : 0.0f, dw + r0, %ld);\n"
-               "    }\n    free(col);\n", O, CKK);
-    cg_end_kernel(L);
-}
-
-/* dy, x -> dw[O, CKK]: CG_WGROUPS groups of examples, each a partial dw over
-   all columns (its own dy and im2col, chunk by chunk, the chunk's columns in
-   cache), then dw = the partials' sum in group order (a second kernel).
-   Measured on ResNet-18 against splitting dw's columns between threads (each
-   thread then packed all of dy, and the stem's 49 columns gave GEMMs 24
-   wide): the weight gradients 42 -> 38 ms a step (the stem's 3.8 -> 2.6, the
-   first 1x1 projection's 0.77 -> 0.47); 16 groups: 40. */
-static void conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
-{
-    const Node *n = &L->g->nodes[id];
-    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, NB = chunk_examples(G);
-    long P = (long)G->OH * G->OW, CKK = (long)C * K * K, OC = (long)O * CKK;
-    if (OC * CG_WGROUPS > CG_WGROUPS_MAX_FLOATS) {
-        conv_chunked_grad_w_rows(L, id, G);
-        return;
-    }
-    int part = cg_new_buf(L, BUF_WORK, dimc(CG_WGROUPS * OC), "weight gradient per group of examples", id);
-    int b[3] = { part, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    Step *st = cg_kernel(L, id, "conv2d_grad_w_groups", dimc(CG_WGROUPS), 3, b, (const char *const[]){ "=part", "dy", "x" });
-    st->heavy = st->c_only = true;
-    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], part [%d, %d, %ld]; stride %d, padding %d.\n"
-               "       One group of examples per iteration, %d at a time: t = their dy, col = their im2col,\n"
-               "       part[g] += t . col^T */\n",
-            O, G->OH, G->OW, C, H, W, CG_WGROUPS, O, CKK, G->S, G->P, NB);
-    cg_body(L, "    float *col = mgc_scratch(%ldL * %d + %ldL * %d + %ldL, \"%s\"), *t = col + %ldL * %d, *pad = t + %ldL * %d;\n"
-               "    (void)pad;\n",
-            CKK * P, NB, O * P, NB, pad_floats(G), st->fn, CKK * P, NB, O * P, NB);
-    cg_group_chunks(L, OC, NB, P);
-    chunk_pack_grad(L, G);
-    chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
-    cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, %ld, ld, 1.0f, t, ld, col, ld, n0 == e0 ? 0.0f : 1.0f, pg, %ld);\n"
-               "        }\n    }\n    free(col);\n", O, CKK, CKK);
-    cg_end_kernel(L);
-    int b2[2] = { cg_out_buf(L, id), part };
-    Step *s2 = cg_kernel(L, id, "conv2d_grad_w_sum", dimc(OC), 2, b2, (const char *const[]){ "=dw", "part" });
-    s2->grain = CG_WGROUPS;
-    s2->c_only = true;
-    cg_body(L, "    /* dw = the %d groups' partial gradients, added in order */\n"
-               "    FOR_EACH(i, %ldL) {\n"
-               "        float acc = part[i];\n"
-               "        for (int g = 1; g < %d; g++) acc += part[g * %ldL + i];\n"
-               "        dw[i] = acc;\n"
-               "    }\n", CG_WGROUPS, OC, CG_WGROUPS, OC);
-    cg_end_kernel(L);
-}
-
-/* A weight gradient's loop over its CG_WGROUPS groups of examples (FOR_EACH
-   g), each writing its partial sum pg (`per_group` floats of `part`; zeros
-   for a group with no examples), and in it the loop over the group's chunks
-   of NB examples n0 .. n0+nb-1, ld = nb * cols; the body closes both. */
-void cg_group_chunks(Lower *L, long per_group, int NB, long cols)
-{
-    cg_body(L, "    FOR_EACH(g, %dL) {\n"
-               "        float *pg = part + g * %ldL;\n"
-               "        const long e0 = N * g / %d, e1 = N * (g + 1) / %d;\n"
-               "        if (e0 == e1) for (long q = 0; q < %ldL; q++) pg[q] = 0.0f;   /* no examples (N < %d) */\n"
-               "        for (long n0 = e0; n0 < e1; n0 += %d) {\n"
-               "            int nb = e1 - n0 < %d ? (int)(e1 - n0) : %d, ld = nb * %ld;\n",
-            CG_WGROUPS, per_group, CG_WGROUPS, CG_WGROUPS, per_group, CG_WGROUPS, NB, NB, NB, cols);
-}
-
 /* ------------------------------------------------------------------- dispatch */
 
 /* The pairs (output o of n, tap k of K) whose input o*S - P + k is in [0, size):
@@ -1275,7 +867,7 @@ static const char *conv_why(Arena *a, const CgOptions *opt, const ConvGeom *G, C
         break;
     case CONV_CHUNKED:
         what = arena_printf(a, "chunked: im2col + GEMM %d examples at a time on each thread, their columns (%ld KB) in cache",
-                            chunk_examples(G), CKK * P * chunk_examples(G) * 4 / 1024);
+                            cg_chunk_examples(G), CKK * P * cg_chunk_examples(G) * 4 / 1024);
         break;
     case CONV_WINOGRAD:
         what = arena_printf(a, "winograd: F(2x2, 3x3), %ld 2x2 tiles per map, 16 GEMMs with K = %d over %d examples' tiles at a time "
@@ -1298,7 +890,7 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
     for (int id = 0; id < g->n; id++) {
         Op op = g->nodes[id].op;
         if (op != OP_CONV2D && op != OP_CONV2D_BWD_X && op != OP_CONV2D_BWD_W) continue;
-        ConvGeom G = conv_geom(g, id);   /* the layer's, for its gradients too: one choice per layer */
+        ConvGeom G = cg_conv_geom(g, id);   /* the layer's, for its gradients too: one choice per layer */
         ConvStrategy s = cg_conv_strategy(opt, G.C, G.K, G.O, G.OW, G.S, G.P, G.H * G.W, G.OH * G.OW);
         if (op == OP_CONV2D_BWD_X && s == CONV_VECTOR && opt && opt->conv < 0 && opt->cpu_only &&
             (double)G.C * G.K * G.K * G.OH * G.OW <= INT_MAX) {
@@ -1309,7 +901,7 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
             int fwd = g->nodes[id].grad_of;
             if (fwd >= 0 && d->conv_why && d->conv_why[fwd])
                 d->conv_why[fwd] = arena_printf(g->arena, "%s; its input gradient chunked (im2col + GEMM %d examples at a time, in cache)",
-                                                d->conv_why[fwd], chunk_examples(&G));
+                                                d->conv_why[fwd], cg_chunk_examples(&G));
         }
         bool wg_more = 16 * cg_winograd_tiles(&G) * 2 > 9L * G.OH * G.OW;   /* more than half of im2col's */
         if (op == OP_CONV2D_BWD_W && s == CONV_WINOGRAD && (!cg_winograd_grad_w_fits(&G) || (opt->conv < 0 && wg_more))) {
@@ -1336,7 +928,7 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
         if (pn->op != OP_MAXPOOL || pn->i[0] != 2 || pn->i[1] != 2 || pn->i[2] != 0) continue;
         int x = pn->in[0], c = d->fused[x] >= 0 && g->nodes[x].op == OP_RELU ? d->fused[x] : x;
         if (g->nodes[c].op != OP_CONV2D || !d->relu_out[c] || d->conv[c] != CONV_DIRECT || d->pool_of[c] >= 0) continue;
-        ConvGeom G = conv_geom(g, c);
+        ConvGeom G = cg_conv_geom(g, c);
         if (!rows_vec_fits(d->cpu_only, &G, true) || G.OH != 2 * pn->shape.d[2] || G.OW != 2 * pn->shape.d[3]) continue;
         d->pool_of[c] = id;
         d->pool_by[id] = c;
@@ -1497,7 +1089,7 @@ static void conv_pooled_grad_w(Lower *L, int id, const ConvGeom *G)
 void cg_lower_conv(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
-    ConvGeom G = conv_geom(L->g, id);
+    ConvGeom G = cg_conv_geom(L->g, id);
     ConvStrategy how = (ConvStrategy)L->dec->conv[id];   /* cg_choose_convs() */
     if (n->op == OP_CONV2D) {
         switch (how) {
@@ -1505,7 +1097,7 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_VECTOR: conv_vector_forward(L, id, &G); break;
         case CONV_GEMM: conv_gemm_forward(L, id, &G); break;
         case CONV_DENSE: conv_dense_forward(L, id, &G); break;
-        case CONV_CHUNKED: conv_chunked_forward(L, id, &G); break;
+        case CONV_CHUNKED: cg_conv_chunked_forward(L, id, &G); break;
         case CONV_WINOGRAD: cg_lower_conv_winograd(L, id, &G); break;
         }
     } else if (n->op == OP_CONV2D_BWD_W) {
@@ -1518,7 +1110,7 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_VECTOR: conv_vector_grad_w(L, id, &G); break;
         case CONV_GEMM: conv_gemm_grad_w(L, id, &G); break;
         case CONV_DENSE: conv_dense_grad_w(L, id, &G); break;
-        case CONV_CHUNKED: conv_chunked_grad_w(L, id, &G); break;
+        case CONV_CHUNKED: cg_conv_chunked_grad_w(L, id, &G); break;
         case CONV_WINOGRAD: cg_lower_conv_winograd(L, id, &G); break;
         }
     } else {   /* OP_CONV2D_BWD_X */
@@ -1526,7 +1118,7 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_DIRECT: conv_direct_grad_x(L, id, &G); break;
         case CONV_VECTOR: case CONV_GEMM: conv_gemm_grad_x(L, id, &G, how); break;
         case CONV_DENSE: conv_dense_grad_x(L, id, &G); break;
-        case CONV_CHUNKED: conv_chunked_grad_x(L, id, &G); break;
+        case CONV_CHUNKED: cg_conv_chunked_grad_x(L, id, &G); break;
         case CONV_WINOGRAD: cg_lower_conv_winograd(L, id, &G); break;
         }
     }

@@ -5,7 +5,9 @@
 ** The driver (codegen/lower.c) walks the graph and calls one lowering function
 ** per op; the op families live beside their gradients:
 **   elementwise.c  relu/sigmoid/tanh, add/mul, const, dropout, and their gradients
-**   conv.c         convolutions: direct, channel-vectorised, im2col + GEMM, dense
+**   conv.c         convolutions: direct, channel-vectorised, im2col + GEMM, dense;
+**                  the choice among every form, and the dispatch
+**   conv_chunked.c im2col + GEMM a chunk of examples at a time
 **   winograd.c     3x3 convolutions as Winograd's F(2x2, 3x3)
 **   linear.c       linear layers (GEMM + epilogue), their gradients, bias gradients
 **   pool.c         max/avg/global-average pooling and their gradients
@@ -104,9 +106,15 @@ void cg_lower_const(Lower *L, int id);
 void cg_lower_dropout_mask(Lower *L, int id);
 /* conv.c */
 void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */
-/* conv.c: a weight gradient's loop over CG_WGROUPS groups of examples and their chunks */
+ConvGeom cg_conv_geom(const Graph *g, int id);     /* the geometry of any of the three */
+/* conv_chunked.c: CONV_CHUNKED's three ops; examples per chunk */
+void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G);
+void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G);
+void cg_conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G);
+int  cg_chunk_examples(const ConvGeom *G);
+/* conv_chunked.c: a weight gradient's loop over CG_WGROUPS groups of examples and their chunks */
 void cg_group_chunks(Lower *L, long per_group, int NB, long cols);
-/* conv.c: in a chunked forward's loop, the chunk's BatchNorm partial sums per channel
+/* conv_chunked.c: in a chunked forward's loop, the chunk's BatchNorm partial sums per channel
    (its mean and sum of squared deviations) over nseg runs of len floats at seg */
 void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const char *len, const char *shift);
 /* winograd.c: CONV_WINOGRAD's three ops; where it applies (3x3, stride 1, padding 1);
@@ -129,13 +137,14 @@ void cg_lower_global_avgpool_grad(Lower *L, int id);
 void cg_lower_bn_stats(Lower *L, int id);
 /* norm.c: in a loop over (n, c) planes, c and channel c's BatchNorm as y = x * scale + shift */
 void cg_bn_scale_shift(Lower *L, int C);
+/* conv_chunked.c: bn_stats from a chunked convolution's partial sums */
 void cg_lower_bn_stats_chunks(Lower *L, int id);
 /* pool.c: the max pool of one plane src [H, W] -> dst [OH, OW], inside a kernel's loop. */
 void cg_max_pool_plane(Lower *L, const char *src, const char *dst, int K, int S, int P, int H, int W, int OH, int OW,
                        bool nan_free, int ind);
 /* pool.c: in a loop over 2x2 windows with a0..a3 declared, m (their maximum) and e0..e3
    (the first maximum, the one a gradient goes to); nan_free: the values are a ReLU's. */
-void cg_first_max_2x2(Lower *L, int indent, bool nan_free);   /* conv.c: bn_stats from a chunked convolution's partial sums */
+void cg_first_max_2x2(Lower *L, int indent, bool nan_free);
 void cg_lower_bn_eval_stats(Lower *L, int id);
 void cg_lower_bn_apply(Lower *L, int id);
 void cg_lower_bn_grad_params(Lower *L, int id);
