@@ -7,9 +7,8 @@
 # devices and says what --emit ptx lacks. Prints "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL builds $*"; }
+SUITE=builds
+. tests/lib.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 P=build/plain

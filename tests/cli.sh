@@ -5,28 +5,11 @@
 set -u
 cd "$(dirname "$0")/.."
 MGC=${MGC:-./mgc}
-pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+SUITE=cli
+. tests/lib.sh
 export XDG_CACHE_HOME="$tmp/cache"
-
-# expect NAME STATUS TEXT -- ARGS: mgc ARGS exits with STATUS and prints TEXT (stdout or stderr)
-expect() {
-    local name=$1 status=$2 text=$3; shift 4
-    "$MGC" "$@" > "$tmp/out" 2>&1
-    local rc=$?
-    if [ $rc -ne "$status" ]; then
-        echo "FAIL cli $name: exit $rc, wanted $status (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
-        fail=$((fail + 1))
-    elif ! grep -qF -- "$text" "$tmp/out"; then
-        echo "FAIL cli $name: output lacks '$text' (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
-        fail=$((fail + 1))
-    elif grep -qE "Segmentation|AddressSanitizer|runtime error|Assertion" "$tmp/out"; then
-        echo "FAIL cli $name: crashed"; fail=$((fail + 1))
-    else
-        pass=$((pass + 1))
-    fi
-}
 
 L=nets/lenet.net
 # The kernel cache (empty at first): the second run compiles nothing.

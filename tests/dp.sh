@@ -8,24 +8,12 @@ set -u
 cd "$(dirname "$0")/.."
 MGC=${MGC:-./mgc}
 PY=/usr/bin/python3
-pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+SUITE=dp
+. tests/lib.sh
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-$tmp/cache}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL dp $*"; }
-
-# expect NAME STATUS TEXT -- ARGS
-expect() {
-    local name=$1 status=$2 text=$3; shift 4
-    timeout 120 "$MGC" "$@" > "$tmp/out" 2>&1
-    local rc=$?
-    if [ $rc -ne "$status" ]; then bad "$name: exit $rc, wanted $status (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
-    elif ! grep -qF -- "$text" "$tmp/out"; then bad "$name: output lacks '$text'"; head -5 "$tmp/out" | sed 's/^/    /'
-    else pass=$((pass + 1)); fi
-}
 
 L=nets/lenet.net
 expect cpu0 2 "no devices to train on; use cpu:1 or more" -- $L --devices cpu:0

@@ -19,11 +19,10 @@ cd "$(dirname "$0")/.."
 MGC=${MGC:-./mgc}
 PY=/usr/bin/python3
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-pass=0 fail=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL fakecuda $*"; }
+SUITE=fakecuda
+. tests/lib.sh
 finish() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; exit; }
 
 if ! nm "$MGC" 2> /dev/null | grep -q " cuda_launch"; then
@@ -41,15 +40,6 @@ export MGC_NVRTC=$tmp/lib/libfakecuda.so MGC_CUBLAS=$tmp/lib/libfakecuda.so MGC_
 export XDG_CACHE_HOME=$tmp/cache FAKECUDA_GPUS=2
 export OPENBLAS_NUM_THREADS=1   # the fake cuBLAS's GEMMs are small: OpenBLAS's threads would only spin
 
-# expect NAME STATUS TEXT -- ARGS
-expect() {
-    local name=$1 status=$2 text=$3; shift 4
-    timeout 120 "$MGC" "$@" > "$tmp/out" 2>&1
-    local rc=$?
-    if [ $rc -ne "$status" ]; then bad "$name: exit $rc, wanted $status (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
-    elif ! grep -qF -- "$text" "$tmp/out"; then bad "$name: output lacks '$text'"; head -5 "$tmp/out" | sed 's/^/    /'
-    else ok "$name"; fi
-}
 L=nets/lenet.net
 expect "--version lists the two fake GPUs" 0 "cuda:1, fakecuda (CPU emulation), sm_90" -- --version
 expect "--gpus 3 on two GPUs" 2 "there is no cuda:2: this machine has 2 GPUs (cuda:0 to cuda:1)" -- $L --gpus 3 --epochs 0

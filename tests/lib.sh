@@ -1,0 +1,18 @@
+# The shell suites' shared helpers (sourced). The suite sets SUITE (its name
+# in FAIL lines), MGC and tmp; pass and fail count its checks, and its last
+# line says "N passed, M failed" (run.sh sums them).
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $SUITE $*"; }
+
+# expect NAME STATUS TEXT -- ARGS: mgc ARGS exits with STATUS within two
+# minutes, prints TEXT (stdout or stderr), and shows no crash
+expect() {
+    local name=$1 status=$2 text=$3; shift 4
+    timeout 120 "$MGC" "$@" > "$tmp/out" 2>&1
+    local rc=$?
+    if [ $rc -ne "$status" ]; then bad "$name: exit $rc, wanted $status (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
+    elif ! grep -qF -- "$text" "$tmp/out"; then bad "$name: output lacks '$text' (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
+    elif grep -qE "Segmentation|AddressSanitizer|runtime error|Assertion" "$tmp/out"; then bad "$name: crashed (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
+    else pass=$((pass + 1)); fi
+}
