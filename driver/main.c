@@ -64,6 +64,12 @@ static void usage(FILE *out)
         "  --epochs N             passes over the training set (default 10; 0: initialise only)\n"
         "  --batch-size B         the global batch (default 256)\n"
         "  --lr X                 learning rate (default 0.1)\n"
+        "  --lr-schedule S        how the learning rate changes, once an epoch, as PyTorch's schedulers:\n"
+        "                           constant   (default)\n"
+        "                           cosine     from --lr down along a half cosine over --epochs\n"
+        "                                      (CosineAnnealingLR, T_max = epochs)\n"
+        "                           step:E1,E2,...  times --lr-gamma after epochs E1, E2, ... (MultiStepLR)\n"
+        "  --lr-gamma G           the factor of step:... (default 0.1; 0 to 1)\n"
         "  --momentum M           SGD momentum (default 0)\n"
         "  --weight-decay W       L2 penalty, as PyTorch's SGD (default 0)\n"
         "  --seed S               seeds initialisation, shuffling and dropout (default 0)\n"
@@ -248,13 +254,14 @@ static int print_version(void)
 /* The options that take a value (--name VALUE or --name=VALUE) or are flags;
    the switch in parse_args has a case for each (-Wswitch says when one lacks it). */
 enum Opt {
-    O_DEVICES, O_GPUS, O_EPOCHS, O_BATCH_SIZE, O_LR, O_MOMENTUM, O_WEIGHT_DECAY, O_SEED, O_DATA, O_LIMIT_TRAIN,
+    O_DEVICES, O_GPUS, O_EPOCHS, O_BATCH_SIZE, O_LR, O_LR_SCHEDULE, O_LR_GAMMA, O_MOMENTUM, O_WEIGHT_DECAY, O_SEED, O_DATA, O_LIMIT_TRAIN,
     O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET, O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB,
     O_ARCH, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE, O_COUNT
 };
 static const struct { const char *name; bool flag; } options[O_COUNT] = {
     [O_DEVICES] = { "--devices" }, [O_GPUS] = { "--gpus" }, [O_EPOCHS] = { "--epochs" },
-    [O_BATCH_SIZE] = { "--batch-size" }, [O_LR] = { "--lr" }, [O_MOMENTUM] = { "--momentum" },
+    [O_BATCH_SIZE] = { "--batch-size" }, [O_LR] = { "--lr" }, [O_LR_SCHEDULE] = { "--lr-schedule" },
+    [O_LR_GAMMA] = { "--lr-gamma" }, [O_MOMENTUM] = { "--momentum" },
     [O_WEIGHT_DECAY] = { "--weight-decay" }, [O_SEED] = { "--seed" }, [O_DATA] = { "--data" },
     [O_LIMIT_TRAIN] = { "--limit-train" }, [O_LIMIT_TEST] = { "--limit-test" }, [O_THREADS] = { "--threads" },
     [O_SAVE] = { "--save" }, [O_LOAD] = { "--load" }, [O_RESUME] = { "--resume" }, [O_LOG] = { "--log" },
@@ -266,6 +273,35 @@ static const struct { const char *name; bool flag; } options[O_COUNT] = {
 /* the options handled before the table's (they end the parse, or take no value) */
 static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose" };
 
+/* --lr-schedule constant | cosine | step:E1,E2,... (increasing epochs) */
+static int parse_schedule(const char *val, TrainConfig *t)
+{
+    t->lr_nmilestones = 0;
+    if (!strcmp(val, "constant")) t->lr_schedule = LR_CONSTANT;
+    else if (!strcmp(val, "cosine")) t->lr_schedule = LR_COSINE;
+    else if (!strncmp(val, "step:", 5)) {
+        t->lr_schedule = LR_STEP;
+        const char *p = val + 5;
+        int cap = (int)(sizeof t->lr_milestones / sizeof *t->lr_milestones);
+        for (;;) {
+            char *end;
+            errno = 0;
+            long e = strtol(p, &end, 10);
+            if (end == p || errno || e < 1 || e > 1000000 || (*end && *end != ','))
+                return bad("--lr-schedule step: expects epochs E1,E2,... (whole numbers from 1), got '%s'%s", val, "");
+            if (t->lr_nmilestones && e <= t->lr_milestones[t->lr_nmilestones - 1])
+                return bad("--lr-schedule %s: the epochs must increase%s", val, "");
+            if (t->lr_nmilestones == cap) return bad("--lr-schedule %s: at most 16 epochs%s", val, "");
+            t->lr_milestones[t->lr_nmilestones++] = (int)e;
+            if (!*end) break;
+            p = end + 1;
+        }
+    } else {
+        return bad("--lr-schedule expects constant, cosine or step:E1,E2,... (e.g. step:30,60), got '%s'%s", val, "");
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, Cli *c)
 {
     memset(c, 0, sizeof *c);
@@ -273,6 +309,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     t->epochs = 10;
     t->batch_size = 256;
     t->lr = 0.1f;
+    t->lr_gamma = 0.1f;
     t->limit_train = t->limit_test = -1;
     t->steps = 1;
     c->devices = "cpu";
@@ -281,6 +318,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     int gpus = 0;
     bool devices_given = false;
     const char *load = NULL, *resume = NULL;
+    bool gamma_given = false;
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i];
         if (arg[0] != '-' || !arg[1]) {
@@ -338,6 +376,8 @@ static int parse_args(int argc, char **argv, Cli *c)
         case O_EPOCHS: rc = parse_long(name, val, 0, 1000000, &v); t->epochs = (int)v; break;
         case O_BATCH_SIZE: rc = parse_long(name, val, 1, 1 << 20, &v); t->batch_size = (int)v; break;
         case O_LR: rc = parse_float(name, val, 0, false, 1e30, &t->lr); break;
+        case O_LR_SCHEDULE: rc = parse_schedule(val, t); break;
+        case O_LR_GAMMA: rc = parse_float(name, val, 0, false, 1, &t->lr_gamma); gamma_given = true; break;
         case O_MOMENTUM: rc = parse_float(name, val, 0, false, 1, &t->momentum); break;
         case O_WEIGHT_DECAY: rc = parse_float(name, val, 0, false, 1e30, &t->weight_decay); break;
         case O_SEED: {
@@ -405,6 +445,8 @@ static int parse_args(int argc, char **argv, Cli *c)
         if (rc) return rc;
     }
     if (!c->net) return bad("no net given: mgc NET.net [options], e.g. mgc nets/lenet.net%s%s", "", "");
+    if (gamma_given && t->lr_schedule != LR_STEP)
+        return bad("--lr-gamma is the factor of --lr-schedule step:E1,E2,...; give that too%s%s", "", "");
     if (load && resume) return bad("--load and --resume both name a checkpoint: give one%s%s", "", "");
     t->load = load ? load : resume;
     t->resume = resume != NULL;

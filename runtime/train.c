@@ -56,6 +56,16 @@ const char *rt_commas(long v, char buf[32])
     return buf;
 }
 
+float train_lr(const TrainConfig *cfg, int epoch)
+{
+    double lr = cfg->lr;
+    if (cfg->lr_schedule == LR_COSINE && cfg->epochs > 0)
+        lr *= 0.5 * (1.0 + cos(M_PI * (double)(epoch - 1) / (double)cfg->epochs));
+    for (int k = 0; cfg->lr_schedule == LR_STEP && k < cfg->lr_nmilestones; k++)
+        if (cfg->lr_milestones[k] < epoch) lr *= cfg->lr_gamma;
+    return (float)lr;
+}
+
 void train_shard(long b, int parts, int j, long *first, long *count)
 {
     long q = b / parts, r = b % parts;
@@ -950,6 +960,8 @@ int train_run(const Model *m, const TrainConfig *cfg)
         if (G.comm) rt_comm_reset_stats(G.comm);
         long steps0 = G.r[0].steps;
         G.epoch = epoch;
+        float lr = train_lr(cfg, epoch);
+        for (int k = 0; k < G.n; k++) rt_exec_set_sgd(&G.r[k].tr, lr, cfg->momentum, cfg->weight_decay);
         G.t0 = t0;
         on_every_replica(g, epoch_on_replica);
         double t_train = now() - t0;
@@ -987,8 +999,10 @@ int train_run(const Model *m, const TrainConfig *cfg)
             char accs[32];
             if (isnan(test_acc)) snprintf(accs, sizeof accs, "-");
             else snprintf(accs, sizeof accs, "%.3f", test_acc);
-            printf("epoch %d/%d  loss %.3f  train acc %.3f  test acc %s  %s examples/s  %.1f s  on %s\n",
-                   epoch, cfg->epochs, sums[0] / seen, sums[1] / seen, accs, rt_commas((long)eps, num), secs, devs);
+            char lrs[32] = "";
+            if (cfg->lr_schedule != LR_CONSTANT) snprintf(lrs, sizeof lrs, "  lr %.4g", (double)lr);
+            printf("epoch %d/%d  loss %.3f  train acc %.3f  test acc %s%s  %s examples/s  %.1f s  on %s\n",
+                   epoch, cfg->epochs, sums[0] / seen, sums[1] / seen, accs, lrs, rt_commas((long)eps, num), secs, devs);
             if (cr.dev) {
                 printf("  communication per step: %.2f MB sent by the busiest replica (ring bound 2(N-1)/N S = %.2f MB)",
                        cr.bytes_per_step / 1e6, cr.bound_per_step / 1e6);
@@ -1007,8 +1021,8 @@ int train_run(const Model *m, const TrainConfig *cfg)
                 fprintf(log, "{\"epoch\": %d, \"loss\": %.6f, \"train_acc\": %.6f, \"test_acc\": ", epoch, sums[0] / seen, sums[1] / seen);
                 if (isnan(test_acc)) fprintf(log, "null");
                 else fprintf(log, "%.6f", test_acc);
-                fprintf(log, ", \"examples_per_s\": %.1f, \"seconds\": %.3f, \"train_seconds\": %.3f, \"replicas\": %d",
-                        eps, secs, t_train, G.total);
+                fprintf(log, ", \"lr\": %.9g, \"examples_per_s\": %.1f, \"seconds\": %.3f, \"train_seconds\": %.3f, \"replicas\": %d",
+                        (double)lr, eps, secs, t_train, G.total);
                 size_t peak = rt_peak_resident();
                 if (peak) fprintf(log, ", \"peak_resident_mb\": %.1f", (double)peak / (1 << 20));
                 if (cr.dev) {

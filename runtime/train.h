@@ -11,6 +11,10 @@
 
 #define TRAIN_MAX_DEVICES 64  /* devices in one process */
 
+/* --lr-schedule, as PyTorch's schedulers stepped once an epoch: constant;
+   CosineAnnealingLR(T_max = epochs); MultiStepLR(milestones, gamma). */
+typedef enum { LR_CONSTANT, LR_COSINE, LR_STEP } LrSchedule;
+
 /* One device of this process: cpu (its index numbers the replica) or cuda:index (a GPU). */
 typedef struct DeviceSpec { DeviceKind kind; int index; } DeviceSpec;
 
@@ -18,6 +22,9 @@ typedef struct TrainConfig {
     int epochs;               /* 0: initialise (and --save) only */
     int batch_size;           /* the global batch, over every replica of every rank */
     float lr, momentum, weight_decay;
+    LrSchedule lr_schedule;   /* how the learning rate changes from epoch to epoch (train_lr) */
+    int lr_milestones[16], lr_nmilestones;   /* LR_STEP: after these epochs, increasing */
+    float lr_gamma;           /* LR_STEP: the factor at each milestone */
     unsigned long long seed;
     const char *data_dir;     /* resolved directory */
     int limit_train, limit_test;   /* -1: all */
@@ -50,6 +57,9 @@ typedef struct Model {
 
 /* Runs the whole job. Returns the process exit status (0 ok, 1 error, 130 interrupted). */
 int train_run(const Model *m, const TrainConfig *cfg);
+
+/* The learning rate of epoch (1, 2, ...) of the run cfg describes. */
+float train_lr(const TrainConfig *cfg, int epoch);
 
 /* How a batch of b examples is split over `parts` replicas: replica j gets
    count examples from first on; sizes differ by at most one. */

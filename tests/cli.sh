@@ -155,6 +155,11 @@ expect dump-alone 2 "--dump needs --batch" -- $L --dump x.st
 expect resume-load 2 "--load and --resume both name a checkpoint" -- $L --load a.st --resume b.st
 expect resume-load-order 2 "--load and --resume both name a checkpoint" -- $L --resume b.st --load a.st
 expect resume-batch 2 "check mode (--batch) takes --load" -- $L --resume a.st --batch b.st --steps 1
+expect schedule-word 2 "--lr-schedule expects constant, cosine or step:E1,E2,..." -- $L --lr-schedule wobble
+expect schedule-order 2 "--lr-schedule step:3,2: the epochs must increase" -- $L --lr-schedule step:3,2
+expect schedule-epochs 2 "step: expects epochs E1,E2,... (whole numbers from 1), got 'step:1,x'" -- $L --lr-schedule step:1,x
+expect schedule-gamma 2 "--lr-gamma is the factor of --lr-schedule step:E1,E2,...; give that too" -- $L --lr-gamma 0.5
+expect schedule-gamma-range 2 "--lr-gamma must be in [0, 1], got 2" -- $L --lr-schedule step:1 --lr-gamma 2
 # --resume on a checkpoint that holds the epochs asked for trains nothing; on
 # one that is not --save's (a check-mode dump has no epoch) it says so
 "$MGC" $L --epochs 0 --save "$tmp/e0.st" > /dev/null 2>&1
@@ -300,6 +305,39 @@ PY
     else
         echo "FAIL evaluate: wanted test acc $want"; tail -2 "$tmp/eval" | sed 's/^/    /'; fail=$((fail + 1))
     fi
+    # --lr-schedule: the rate of every epoch (the log's "lr") is PyTorch's schedulers' stepped
+    # once an epoch; and it is the rate the epoch trains at: a rate of 0 from epoch 2 on
+    # (step:1, gamma 0, no momentum) leaves the parameters where epoch 1 left them, bit for bit
+    S="--limit-train 256 --limit-test 64 --batch-size 128"
+    "$MGC" $L $S --epochs 7 --lr 0.2 --lr-schedule cosine --log "$tmp/cos.jsonl" > "$tmp/sched" 2>&1 &&
+        "$MGC" $L $S --epochs 7 --lr 0.2 --lr-schedule step:2,5 --lr-gamma 0.3 --log "$tmp/step.jsonl" >> "$tmp/sched" 2>&1
+    if out=$(/usr/bin/python3 - "$tmp/cos.jsonl" "$tmp/step.jsonl" <<'PY'
+import json, sys, torch
+def torch_lrs(make, epochs=7):
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.2)
+    sched, lrs = make(opt), []
+    for _ in range(epochs):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step(); sched.step()
+    return lrs
+worst = 0.0
+for path, make in ((sys.argv[1], lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=7)),
+                   (sys.argv[2], lambda o: torch.optim.lr_scheduler.MultiStepLR(o, milestones=[2, 5], gamma=0.3))):
+    got = [json.loads(l)["lr"] for l in open(path)]
+    want = torch_lrs(make)
+    assert len(got) == len(want), (got, want)
+    worst = max(worst, max(abs(g - w) / w for g, w in zip(got, want)))
+print(f"cosine and step:2,5 over 7 epochs, worst relative difference {worst:.1e}")
+sys.exit(0 if worst < 1e-6 else 1)
+PY
+    ); then ok "--lr-schedule = PyTorch's CosineAnnealingLR and MultiStepLR: $out"
+    else bad "--lr-schedule against PyTorch's schedulers: $out"; tail -3 "$tmp/sched" | sed 's/^/    /'; fi
+    "$MGC" $L $S --epochs 1 --save "$tmp/one.st" > /dev/null 2>&1 &&
+        "$MGC" $L $S --epochs 3 --lr-schedule step:1 --lr-gamma 0 --save "$tmp/frozen.st" > "$tmp/frozen" 2>&1 &&
+        grep -q "^epoch 3/3 .* lr 0 " "$tmp/frozen" &&
+        /usr/bin/python3 tests/st.py compare "$tmp/frozen.st" "$tmp/one.st" 0 > /dev/null &&
+        ok "--lr-schedule step:1 --lr-gamma 0: epochs 2 and 3 train at rate 0, the parameters are epoch 1's" ||
+        bad "--lr-schedule step:1 --lr-gamma 0 moved the parameters after epoch 1"
     expect evaluate-save 2 "--evaluate only measures the parameters on the test set: it takes --load, not --save" -- $L --evaluate --save x.st
     # ResNet-18 (BatchNorm in training form): a few steps on a small subset lower the loss.
     "$MGC" nets/resnet18.net --epochs 2 --limit-train 256 --limit-test 64 --batch-size 32 --lr 0.05 --log "$tmp/rn.jsonl" > "$tmp/rn" 2>&1

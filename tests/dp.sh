@@ -86,7 +86,7 @@ train "$tmp/r2.st" "$MGC" $R $RA --devices cpu:2 &&
 # Ctrl-C during an epoch on two devices: both stop at the same step (their
 # votes are summed with the last bucket), exit 130, the checkpoint keeps the
 # last finished epoch; no replica is left waiting for a sum
-"$MGC" $L --devices cpu:2 --epochs 20 --momentum 0.9 --save "$tmp/int.st" > "$tmp/int.out" 2>&1 &
+"$MGC" $L --devices cpu:2 --epochs 20 --momentum 0.9 --lr-schedule step:1 --lr-gamma 0.5 --save "$tmp/int.st" > "$tmp/int.out" 2>&1 &
 pid=$!
 for _ in $(seq 1 600); do grep -q "^epoch 1/20" "$tmp/int.out" && break; sleep 0.1; done
 sleep 0.3
@@ -105,11 +105,12 @@ else
 fi
 
 # --resume goes on from that checkpoint and ends bit for bit where a run never
-# interrupted ends (the epoch's shuffle, the step count, momentum buffers)
+# interrupted ends (the epoch's shuffle, the step count, momentum buffers, the
+# epoch's learning rate: halved after epoch 1)
 if [ -n "$epoch" ] && [ "$epoch" -ge 1 ] 2> /dev/null; then
     to=$((epoch + 1))
-    "$MGC" $L --devices cpu:2 --epochs $to --momentum 0.9 --save "$tmp/int.st" --resume "$tmp/int.st" > "$tmp/res.out" 2>&1 &&
-        "$MGC" $L --devices cpu:2 --epochs $to --momentum 0.9 --save "$tmp/whole.st" > /dev/null 2>&1 &&
+    "$MGC" $L --devices cpu:2 --epochs $to --momentum 0.9 --lr-schedule step:1 --lr-gamma 0.5 --save "$tmp/int.st" --resume "$tmp/int.st" > "$tmp/res.out" 2>&1 &&
+        "$MGC" $L --devices cpu:2 --epochs $to --momentum 0.9 --lr-schedule step:1 --lr-gamma 0.5 --save "$tmp/whole.st" > /dev/null 2>&1 &&
         grep -q "going on from $tmp/int.st after epoch $epoch" "$tmp/res.out" && grep -q "^epoch $to/$to" "$tmp/res.out"
     if [ $? -eq 0 ] && cmp -s "$tmp/int.st" "$tmp/whole.st"; then
         ok "--resume after Ctrl-C: epoch $to on from epoch $epoch = $to epochs never stopped, bit for bit"

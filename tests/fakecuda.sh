@@ -75,6 +75,18 @@ else
     bad "LeNet on --gpus 2 or cpu:2 failed"; tail -5 "$tmp/g2" "$tmp/c2" | sed 's/^/    /'
 fi
 
+# a learning rate that changes between epochs reaches the GPU: a CUDA graph
+# recorded at one rate is not replayed at another (rate 0 after epoch 1: the
+# parameters stay epoch 1's, bit for bit)
+S="--limit-train 256 --limit-test 64 --batch-size 128"
+if timeout 300 "$MGC" $L $S --epochs 1 --gpus 1 --save "$tmp/one.st" > "$tmp/s1" 2>&1 &&
+        timeout 300 "$MGC" $L $S --epochs 3 --gpus 1 --lr-schedule step:1 --lr-gamma 0 --save "$tmp/frozen.st" > "$tmp/s3" 2>&1 &&
+        out=$($PY tests/st.py compare "$tmp/frozen.st" "$tmp/one.st" 0); then
+    ok "--lr-schedule step:1 --lr-gamma 0 on cuda:0: the parameters are epoch 1's: $out"
+else
+    bad "--lr-schedule on cuda:0: the rate of epochs 2 and 3 was not 0 (${out:-a run failed})"; tail -3 "$tmp/s3" | sed 's/^/    /'
+fi
+
 # the same on two processes, a GPU each: NCCL's id sent by MPI, the ranks' GPUs taken in turn
 if [ -f "$tmp/g2.st" ] && command -v mpirun > /dev/null && ldd "$MGC" | grep -q libmpi; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
