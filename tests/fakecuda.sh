@@ -4,12 +4,13 @@
 # the generated CUDA kernels compiled by the C++ compiler with its shim.h
 # (each kernel's threads and barriers emulated). mgc opens those libraries
 # with dlopen; pointed at it, the CUDA build runs its whole GPU path here and
-# in CI, two fake GPUs: what tests/gpu/check.sh checks on a real one (whole
+# in CI, on fake GPUs: what tests/gpu/check.sh checks on a real one (whole
 # nets on cuda:0 and on two replicas of one GPU against CPU devices in check
-# mode, CUDA graphs on and off; every op against PyTorch on cuda:0), two GPUs
-# through NCCL against cpu:2 (check mode, and a training run whose checkpoint
-# must match, and the same on two processes under mpirun, a GPU each), and the
-# errors a user of GPUs
+# mode, CUDA graphs on and off; every op against PyTorch on cuda:0); two GPUs
+# through NCCL against cpu:2 in check mode; the data-parallel cases against
+# PyTorch on k GPUs and on one; a training run on two GPUs whose checkpoint
+# must match cpu:2's, and the same on two processes under mpirun, a GPU each;
+# a learning rate that changes between epochs; and the errors a user of GPUs
 # meets. It finds what is wrong in what mgc asks of CUDA (kernels, launch
 # geometry, cuBLAS's column-major operands, captures, collectives), not races
 # between streams or speed: that needs a GPU. Needs $MGC_DATA for the runs
@@ -61,6 +62,22 @@ else
     bad "tests/gpu/check.sh --fake: exit $rc"; grep -E "^FAIL|^gpu check|^== " "$tmp/check" | head -20 | sed 's/^/    /'
 fi
 grep -E "^ok  " "$tmp/check" | sed 's/^/    /'
+
+# the data-parallel reference cases (k replicas against PyTorch on the global batch,
+# SyncBatchNorm's semantics included): on k GPUs through NCCL, and on one GPU
+for where in cuda cuda:0; do
+    skip=""
+    [ $where = cuda:0 ] && skip=dp_resnet18_sync2   # ResNet-18's is the NCCL run's (12 s)
+    FAKECUDA_GPUS=3 REF_DP_DEVICES=$where REF_OUT=$tmp/refdp timeout 300 $PY tests/torch/ref.py --only 'dp_*' ${skip:+--skip $skip} > "$tmp/refdp.log" 2>&1
+    rc=$?
+    line=$(grep -E "^[0-9]+ passed, [0-9]+ failed" "$tmp/refdp.log" | tail -1)
+    n=${line%% passed*}
+    if [ $rc -eq 0 ] && [ "${n:-0}" -gt 0 ]; then
+        pass=$((pass + n)); ok "the data-parallel reference cases on REF_DP_DEVICES=$where: $line"
+    else
+        bad "the data-parallel reference cases on REF_DP_DEVICES=$where: exit $rc, ${line:-no summary}"; grep "^FAIL" "$tmp/refdp.log" | head -5 | sed 's/^/    /'
+    fi
+done
 
 # LeNet trained on two GPUs through NCCL, CUDA graphs and all, ends where cpu:2 ends
 A="--epochs 1 --limit-train 1312 --limit-test 256 --batch-size 64 --lr 0.01 --seed 7"

@@ -7,6 +7,8 @@
     /usr/bin/python3 tests/torch/ref.py --skip 'dp_*'  # all cases but those
     /usr/bin/python3 tests/torch/ref.py --shard 1/4    # every 4th case from the second: 4 processes share them
     MGC=./mgc /usr/bin/python3 tests/torch/ref.py      # binary (default ./mgc; may be a command)
+    REF_DP_DEVICES=cuda:0 ...  # the dp_* cases' k replicas on one GPU (cuda:0 k times);
+    REF_DP_DEVICES=cuda ...    # on k GPUs, cuda:0 .. cuda:k-1 (default cpu:k)
 
 For every case: write a seeded random batch (x F32 [B,C,H,W], y I64 [B]);
 `mgc NET --epochs 0 --seed S --save init.safetensors` gives mgc's initial
@@ -640,7 +642,10 @@ def cases():
     # semantics, i.e. plain BatchNorm on the whole batch); without it, each
     # replica normalises its own shard (shards=k in the reference, as DDP).
     def dp(name, net, replicas, sync, batch, seed, steps=2, tol=1e-4, **kw):
-        args = ["--devices", f"cpu:{replicas}"] + (["--sync-bn"] if sync else [])
+        where = os.environ.get("REF_DP_DEVICES", "cpu")
+        devices = (f"cpu:{replicas}" if where == "cpu" else ",".join([where] * replicas) if ":" in where
+                   else ",".join(f"cuda:{k}" for k in range(replicas)))
+        args = ["--devices", devices] + (["--sync-bn"] if sync else [])
         cs.append(dict(kind="compare", name=name, net=net, batch=batch, seed=seed, steps=steps,
                        lr=0.05, momentum=0.9, wd=1e-3, tol=tol, mgc_args=args, replicas=replicas,
                        shards=1 if sync else replicas, **kw))
