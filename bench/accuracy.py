@@ -108,6 +108,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=None, help="default: 10 for LeNet, 1 for ResNet-18")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--momentum", type=float, default=0.0)
+    ap.add_argument("--lr-schedule", default="constant", help="constant, cosine or step:E1,E2,... (both sides)")
     ap.add_argument("--devices", default="cpu:1", help="mgc's devices (cpu:N)")
     ap.add_argument("--sync-bn", action="store_true", help="mgc's --sync-bn")
     ap.add_argument("--torch-shards", type=int, default=1, help="PyTorch's --shards (per-replica BatchNorm of K replicas)")
@@ -130,7 +132,8 @@ def main():
         ap.error("--no-mgc and --no-torch leave nothing to run")
     if not a.no_mgc and not os.path.isfile(a.mgc):
         sys.exit(f"accuracy.py: no mgc at {a.mgc} (run make)")
-    common = ["--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr", str(a.lr)]
+    common = ["--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr", str(a.lr), "--momentum", str(a.momentum),
+              "--lr-schedule", a.lr_schedule]
     if a.limit_train:
         common += ["--limit-train", str(a.limit_train)]
     sets = [x for s in a.set for x in ("--set", s)]

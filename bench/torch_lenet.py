@@ -133,6 +133,9 @@ def add_options(ap, epochs):
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.0)
+    ap.add_argument("--lr-schedule", default="constant",
+                    help="constant, cosine (CosineAnnealingLR over --epochs) or step:E1,E2,... (MultiStepLR), stepped once an epoch: mgc's")
+    ap.add_argument("--lr-gamma", type=float, default=0.1, help="step:...'s factor")
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=0)
@@ -189,6 +192,13 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     n = xtr.shape[0]
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
                           weight_decay=a.weight_decay)
+    sched = None
+    if a.lr_schedule == "cosine":
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=a.epochs)
+    elif a.lr_schedule.startswith("step:"):
+        sched = torch.optim.lr_scheduler.MultiStepLR(opt, [int(e) for e in a.lr_schedule[5:].split(",")], gamma=a.lr_gamma)
+    elif a.lr_schedule != "constant":
+        raise SystemExit(f"--lr-schedule {a.lr_schedule}: constant, cosine or step:E1,E2,...")
     loss_fn = nn.CrossEntropyLoss()
     print(f"torch {torch.__version__} on {a.device}, {what}threads {torch.get_num_threads()}, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')}, "
@@ -220,10 +230,13 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
         if dev.type == "cuda":
             torch.cuda.synchronize()
         train_s = time.perf_counter() - t0
+        lr = opt.param_groups[0]["lr"]
+        if sched:
+            sched.step()
         total_train_s += train_s
         test_acc = evaluate(model, xte, yte, 1000)  # eval mode: BatchNorm's running statistics
         rec = {"epoch": epoch, "loss": loss_sum / seen, "train_acc": correct / seen,
-               "test_acc": test_acc, "examples_per_s": seen / train_s,
+               "test_acc": test_acc, "lr": lr, "examples_per_s": seen / train_s,
                "seconds": train_s, "peak_resident_mb": peak_resident_mb()}
         epochs.append(rec)
         if logf:

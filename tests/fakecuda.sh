@@ -29,6 +29,9 @@ finish() { echo "$pass passed, $fail failed"; [ $fail -eq 0 ]; exit; }
 if ! nm "$MGC" 2> /dev/null | grep -q " cuda_launch"; then
     echo "skip: $MGC has no CUDA device (built without the CUDA toolkit)"; finish
 fi
+if [ "$(uname -m)" != x86_64 ]; then
+    echo "skip: the fake GPUs' fibers switch with x86-64 instructions (this is $(uname -m))"; finish
+fi
 mkdir -p "$tmp/lib"
 if ! cc -std=gnu11 -O1 -fPIC -shared -Wall -Wextra -Wno-unused-parameter -Werror -I"$CUDA_HOME/include" \
         -DFAKECUDA_SHIM="\"$PWD/tests/fakecuda/shim.h\"" tests/fakecuda/fakecuda.c -o "$tmp/lib/libfakecuda.so" \
