@@ -254,9 +254,10 @@ static int print_version(void)
 /* The options that take a value (--name VALUE or --name=VALUE) or are flags;
    the switch in parse_args has a case for each (-Wswitch says when one lacks it). */
 enum Opt {
-    O_DEVICES, O_GPUS, O_EPOCHS, O_BATCH_SIZE, O_LR, O_LR_SCHEDULE, O_LR_GAMMA, O_MOMENTUM, O_WEIGHT_DECAY, O_SEED, O_DATA, O_LIMIT_TRAIN,
-    O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET, O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB,
-    O_ARCH, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE, O_COUNT
+    O_DEVICES, O_GPUS, O_EPOCHS, O_BATCH_SIZE, O_LR, O_LR_SCHEDULE, O_LR_GAMMA, O_MOMENTUM, O_WEIGHT_DECAY,
+    O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
+    O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
+    O_COUNT
 };
 static const struct { const char *name; bool flag; } options[O_COUNT] = {
     [O_DEVICES] = { "--devices" }, [O_GPUS] = { "--gpus" }, [O_EPOCHS] = { "--epochs" },
