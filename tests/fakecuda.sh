@@ -12,8 +12,9 @@
 # must match cpu:2's, and the same on two processes under mpirun, a GPU each;
 # a learning rate that changes between epochs; and the errors a user of GPUs
 # meets. It finds what is wrong in what mgc asks of CUDA (kernels, launch
-# geometry, cuBLAS's column-major operands, captures, collectives), not races
-# between streams or speed: that needs a GPU. Needs $MGC_DATA for the runs
+# geometry, cuBLAS's column-major operands, captures, collectives, the order
+# of streams: each is a thread of its own, and copies to and from pinned
+# memory run late), not speed: that needs a GPU. Needs $MGC_DATA for the runs
 # on data. Prints "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."

@@ -10,16 +10,24 @@
 ** NCCL's allreduce between replicas, in one process or in several on this
 ** machine (mpirun: the ranks meet in shared memory named after NCCL's id).
 **
-** It is a test double, not a GPU: everything runs in order on the calling
-** thread (as under CUDA_LAUNCH_BLOCKING=1), so it finds what is wrong in what
-** mgc asks for, not races between streams. What it checks on the way, as the
-** real libraries would fail or as a GPU would silently misbehave:
+** It is a test double, not a GPU. Each stream is a thread that works through
+** its queue while the host goes on, events order streams as the driver's
+** do, and host memory is read or written when the copy runs (pinned memory)
+** or before the call returns (pageable). A copy between the host's pinned
+** memory and the device runs 2 ms late; the host memory it will fill reads
+** as NaN until then, and the memory it will read must not change meanwhile
+** (checked by a hash): a synchronisation that mgc forgets shows as wrong
+** numbers or a stop that says so. A stream's work runs in order, one kernel
+** at a time (FAKECUDA_SYNC=1: all work when issued, as under
+** CUDA_LAUNCH_BLOCKING=1). What it checks on the way, as the real libraries
+** would fail or as a GPU would silently misbehave:
 **   - device memory starts as NaN (0xff bytes), not zeros;
 **   - copies, memsets and GEMM operands stay inside one allocation;
 **   - cuBLAS's leading dimensions and NCCL's counts and types;
 **   - capture: no allocation, synchronisation or pageable-memory copy while a
-**     stream is capturing; every stream that joined a capture is joined back
-**     before it ends; a graph update keeps the graph's shape;
+**     stream is capturing, and no wait for an event from outside; every
+**     stream that joined a capture is joined back before it ends; a graph
+**     update keeps the graph's shape (launches in flight keep the old one);
 **   - kernels: one-dimensional grids and blocks of at most 1024 threads, and
 **     every thread of a block meets each barrier (shim.h).
 ** FAKECUDA_GPUS (default 2) GPUs of FAKECUDA_SMS (default 2) multiprocessors,
@@ -135,6 +143,8 @@ typedef struct Work {
     const void *src;
     size_t bytes;
     unsigned char value;
+    int host;                  /* W_COPY issued, not captured: 1 into pinned memory, 2 out of it (checked by hash) */
+    uint64_t hash;
     struct { int ta, tb, m, n, k, lda, ldb, ldc; float alpha, beta; const float *a, *b; float *c; } g;
     struct { ncclComm_t comm; const float *send; float *recv; size_t count; } ar;
 } Work;
@@ -150,20 +160,73 @@ typedef struct Capture {
     int njoined;
 } Capture;
 
-struct CUstream_st { Capture *cap; CUevent last_record; };
-struct CUevent_st { Capture *cap; bool joined_back; };
+/* Each stream is a queue that a thread of its own works through, as a GPU
+   works through a stream behind the host's back: the host goes on at once and
+   sees the results only after a synchronisation (cuStreamSynchronize, or an
+   event another stream waits for), so a missing one shows as wrong numbers.
+   FAKECUDA_SYNC=1 does all work when it is issued instead. */
+enum { I_WORK, I_RECORD, I_WAIT, I_GRAPH };
+typedef struct Item {
+    int kind;
+    Work w;                    /* I_WORK */
+    CUevent e;                 /* I_RECORD, I_WAIT: the event and the record it is, or waits for */
+    unsigned long gen;
+    Work *graph;               /* I_GRAPH: a copy of the graph's work, as it was when launched */
+    int ngraph;
+} Item;
+
+struct CUstream_st {
+    Capture *cap;
+    CUevent last_record;
+    CUcontext ctx;
+    pthread_t thread;
+    pthread_mutex_t m;
+    pthread_cond_t cv;         /* an item queued, or the queue drained */
+    Item *q;
+    int head, n, size;         /* q[head .. n) to do */
+    bool busy, stop;
+};
+/* recorded: the records issued (host side); done: those the stream has reached (under ev_lock) */
+struct CUevent_st { Capture *cap; bool joined_back; unsigned long recorded, done; };
 struct CUctx_st { int gpu; };
+static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
+static bool synchronous;       /* FAKECUDA_SYNC=1 */
+static CUstream streams[256];  /* every live stream, for the calls that synchronise a context */
+static __thread CUcontext current_ctx;
 struct CUmod_st { void *h; };
 
 static __thread Capture *thread_capture;   /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: this thread's */
 
 static void allreduce(ncclComm_t comm, const float *send, float *recv, size_t count);
 
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t v;
+        memcpy(&v, b + k, 8);
+        h = (h ^ v) * 1099511628211ull;
+    }
+    for (; k < n; k++) h = (h ^ b[k]) * 1099511628211ull;
+    return h;
+}
+
 static void run(const Work *w)
 {
     switch (w->kind) {
     case W_KERNEL: w->f->launch(w->args, w->gx, w->bx); break;
-    case W_COPY: memcpy(w->dst, w->src, w->bytes); break;
+    case W_COPY:
+        if (w->host) usleep(2000);   /* late, as a GPU may be: a host that does not wait reads or writes too early */
+        if (w->host == 2 && hash_bytes(w->src, w->bytes) != w->hash) {
+            say("the host changed pinned memory at %p (%zu bytes) after queueing a copy out of it, before the copy ran: "
+                "a missing synchronisation", w->src, w->bytes);
+            abort();
+        }
+        memcpy(w->dst, w->src, w->bytes);
+        break;
     case W_SET: memset(w->dst, w->value, w->bytes); break;
     case W_GEMM:
         cblas_sgemm(CblasColMajor, w->g.ta ? CblasTrans : CblasNoTrans, w->g.tb ? CblasTrans : CblasNoTrans, w->g.m, w->g.n,
@@ -178,7 +241,98 @@ static void work_free(Work *w)
     if (w->kind == W_KERNEL) free(w->args);
 }
 
-/* the work is done now, or kept in the graph its stream is capturing into */
+static void wait_event(CUevent e, unsigned long gen)
+{
+    pthread_mutex_lock(&ev_lock);
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += 120;
+    while (e->done < gen)
+        if (pthread_cond_timedwait(&ev_cv, &ev_lock, &t) == ETIMEDOUT) {
+            say("a stream waited 120 s for an event that was never reached");
+            abort();
+        }
+    pthread_mutex_unlock(&ev_lock);
+}
+
+static void do_item(Item *it)
+{
+    switch (it->kind) {
+    case I_WORK: run(&it->w); work_free(&it->w); break;
+    case I_RECORD:
+        pthread_mutex_lock(&ev_lock);
+        if (it->e->done < it->gen) it->e->done = it->gen;
+        pthread_cond_broadcast(&ev_cv);
+        pthread_mutex_unlock(&ev_lock);
+        break;
+    case I_WAIT: wait_event(it->e, it->gen); break;
+    case I_GRAPH:
+        for (int k = 0; k < it->ngraph; k++) {
+            run(&it->graph[k]);
+            work_free(&it->graph[k]);
+        }
+        free(it->graph);
+        break;
+    }
+}
+
+static void *stream_thread(void *arg)
+{
+    CUstream s = arg;
+    pthread_mutex_lock(&s->m);
+    for (;;) {
+        while (s->head == s->n && !s->stop) pthread_cond_wait(&s->cv, &s->m);
+        if (s->head == s->n) break;   /* stopped, and nothing left */
+        Item it = s->q[s->head++];
+        s->busy = true;
+        pthread_mutex_unlock(&s->m);
+        do_item(&it);
+        pthread_mutex_lock(&s->m);
+        s->busy = false;
+        if (s->head == s->n) {
+            s->head = s->n = 0;
+            pthread_cond_broadcast(&s->cv);   /* drained */
+        }
+    }
+    pthread_mutex_unlock(&s->m);
+    return NULL;
+}
+
+/* the item, done by s's thread after what s has queued (now, for no stream or FAKECUDA_SYNC=1) */
+static void enqueue(CUstream s, Item *it)
+{
+    if (!s || synchronous) {
+        do_item(it);
+        return;
+    }
+    pthread_mutex_lock(&s->m);
+    if (s->n == s->size) s->q = realloc(s->q, sizeof *s->q * (size_t)(s->size = s->size ? 2 * s->size : 64));
+    s->q[s->n++] = *it;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->m);
+}
+
+static void drain(CUstream s)
+{
+    if (!s || synchronous) return;
+    pthread_mutex_lock(&s->m);
+    while (s->head != s->n || s->busy) pthread_cond_wait(&s->cv, &s->m);
+    pthread_mutex_unlock(&s->m);
+}
+
+/* every stream of this thread's context: what cuMemFree and its kind wait for */
+static void drain_context(void)
+{
+    CUstream list[256];
+    int n = 0;
+    pthread_mutex_lock(&lock);
+    for (int k = 0; k < 256; k++)
+        if (streams[k] && streams[k]->ctx == current_ctx) list[n++] = streams[k];
+    pthread_mutex_unlock(&lock);
+    for (int k = 0; k < n; k++) drain(list[k]);
+}
+
+/* the work is queued on s, or kept in the graph s is capturing into */
 static void submit(CUstream s, Work *w)
 {
     if (s && s->cap) {
@@ -188,8 +342,8 @@ static void submit(CUstream s, Work *w)
         s->last_record = NULL;
         return;
     }
-    run(w);
-    work_free(w);
+    Item it = { .kind = I_WORK, .w = *w };
+    enqueue(s, &it);
 }
 
 /* a call that may not happen while this thread captures: it breaks the capture */
@@ -274,7 +428,11 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 }
 
 CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return d < 0 || d >= 64 ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS; }
-CUresult cuCtxSetCurrent(CUcontext c) { (void)c; return CUDA_SUCCESS; }
+CUresult cuCtxSetCurrent(CUcontext c)
+{
+    current_ctx = c;
+    return CUDA_SUCCESS;
+}
 
 CUresult cuMemAlloc(CUdeviceptr *p, size_t bytes)
 {
@@ -292,6 +450,7 @@ CUresult cuMemFree(CUdeviceptr p)
     CUresult r = capture_forbids("cuMemFree");
     if (r) return r;
     if (!p) return CUDA_SUCCESS;
+    drain_context();   /* as the driver's: after the work that may use it */
     if (!untrack((void *)(uintptr_t)p, false)) {
         say("cuMemFree of %p: not a device allocation (freed twice?)", (void *)(uintptr_t)p);
         return CUDA_ERROR_INVALID_VALUE;
@@ -310,6 +469,7 @@ CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags)
 
 CUresult cuMemFreeHost(void *p)
 {
+    drain_context();
     if (!untrack(p, true)) {
         say("cuMemFreeHost of %p: not from cuMemHostAlloc", p);
         return CUDA_ERROR_INVALID_VALUE;
@@ -350,6 +510,19 @@ static CUresult copy(CUstream s, void *dst, const void *src, size_t n, int host_
         return CUDA_ERROR_INVALID_VALUE;
     }
     Work w = { .kind = W_COPY, .dst = dst, .src = src, .bytes = n };
+    bool queued = s && !s->cap && !synchronous;
+    if (host_side >= 0 && !(s && s->cap) && !inside(dev_side[host_side], n, true)) {
+        drain(s);   /* pageable memory: the driver copies it before the call returns */
+        run(&w);
+        return CUDA_SUCCESS;
+    }
+    if (queued && host_side == 0) {   /* what the host reads before the copy has run: NaN */
+        memset(dst, 0xff, n);
+        w.host = 1;
+    } else if (queued && host_side == 1) {   /* the host must leave it alone until the copy has run */
+        w.hash = hash_bytes(src, n);
+        w.host = 2;
+    }
     submit(s, &w);
     return CUDA_SUCCESS;
 }
@@ -369,19 +542,52 @@ CUresult cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream 
     return copy(s, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n, -1, "cuMemcpyDtoDAsync");
 }
 
+static void read_env(void)
+{
+    const char *v = getenv("FAKECUDA_SYNC");
+    synchronous = v && !strcmp(v, "1");
+}
+
 CUresult cuStreamCreate(CUstream *s, unsigned flags)
 {
     (void)flags;
-    *s = calloc(1, sizeof **s);
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, read_env);
+    CUstream x = calloc(1, sizeof *x);
+    x->ctx = current_ctx;
+    pthread_mutex_init(&x->m, NULL);
+    pthread_cond_init(&x->cv, NULL);
+    pthread_mutex_lock(&lock);
+    int slot = -1;
+    for (int k = 0; k < 256 && slot < 0; k++)
+        if (!streams[k]) slot = k;
+    if (slot >= 0) streams[slot] = x;
+    pthread_mutex_unlock(&lock);
+    if (slot < 0 || pthread_create(&x->thread, NULL, stream_thread, x)) {
+        free(x);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *s = x;
     return CUDA_SUCCESS;
 }
 
 CUresult cuStreamDestroy(CUstream s)
 {
-    if (s && s->cap) {
+    if (!s) return CUDA_ERROR_INVALID_VALUE;
+    if (s->cap) {
         say("cuStreamDestroy of a stream that records a CUDA graph");
         return CUDA_ERROR_ILLEGAL_STATE;
     }
+    pthread_mutex_lock(&s->m);   /* its work is finished first, as the driver's */
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->m);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_lock(&lock);
+    for (int k = 0; k < 256; k++)
+        if (streams[k] == s) streams[k] = NULL;
+    pthread_mutex_unlock(&lock);
+    free(s->q);
     free(s);
     return CUDA_SUCCESS;
 }
@@ -393,6 +599,7 @@ CUresult cuStreamSynchronize(CUstream s)
         s->cap->invalid = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     }
+    drain(s);
     return CUDA_SUCCESS;
 }
 
@@ -405,6 +612,7 @@ CUresult cuEventCreate(CUevent *e, unsigned flags)
 
 CUresult cuEventDestroy(CUevent e)
 {
+    drain_context();   /* no stream still to reach one of its records */
     free(e);
     return CUDA_SUCCESS;
 }
@@ -414,27 +622,42 @@ CUresult cuEventRecord(CUevent e, CUstream s)
     if (!e) return CUDA_ERROR_INVALID_VALUE;
     e->cap = s ? s->cap : NULL;
     e->joined_back = false;
-    if (s && s->cap) s->last_record = e;
+    if (s && s->cap) {
+        s->last_record = e;
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&ev_lock);
+    Item it = { .kind = I_RECORD, .e = e, .gen = ++e->recorded };
+    pthread_mutex_unlock(&ev_lock);
+    enqueue(s, &it);
     return CUDA_SUCCESS;
 }
 
-/* nothing to wait for (everything ran when it was issued), except in a
-   capture: a stream that waits for an event recorded in one joins it */
+/* s goes on once the event's latest record (when this is called) is reached;
+   in a capture, a stream that waits for an event recorded in it joins it */
 CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
 {
     (void)flags;
     if (!s || !e) return CUDA_ERROR_INVALID_VALUE;
-    if (e->cap && e->cap->graph) {
-        if (s == e->cap->origin) e->joined_back = true;
-        else if (!s->cap) {
-            if (e->cap->njoined == 16) return CUDA_ERROR_NOT_SUPPORTED;
-            s->cap = e->cap;
-            e->cap->joined[e->cap->njoined++] = s;
-        }
-        else if (s->cap != e->cap) {
-            say("cuStreamWaitEvent joins two captures");
+    if (!(e->cap && e->cap->graph)) {
+        if (s->cap) {
+            say("cuStreamWaitEvent: a capturing stream waits for an event recorded outside the capture");
             return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
         }
+        pthread_mutex_lock(&ev_lock);
+        Item it = { .kind = I_WAIT, .e = e, .gen = e->recorded };
+        pthread_mutex_unlock(&ev_lock);
+        if (it.gen) enqueue(s, &it);
+        return CUDA_SUCCESS;
+    }
+    if (s == e->cap->origin) e->joined_back = true;
+    else if (!s->cap) {
+        if (e->cap->njoined == 16) return CUDA_ERROR_NOT_SUPPORTED;
+        s->cap = e->cap;
+        e->cap->joined[e->cap->njoined++] = s;
+    } else if (s->cap != e->cap) {
+        say("cuStreamWaitEvent joins two captures");
+        return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
     }
     return CUDA_SUCCESS;
 }
@@ -480,6 +703,7 @@ CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 CUresult cuModuleUnload(CUmodule m)
 {
     if (!m) return CUDA_ERROR_INVALID_VALUE;
+    drain_context();
     dlclose(m->h);
     free(m);
     return CUDA_SUCCESS;
@@ -594,7 +818,16 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
         say("cuGraphLaunch into a capturing stream is not emulated");
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    for (int k = 0; k < e->n; k++) run(&e->w[k]);
+    /* a copy: an update or a destruction of the graph does not touch a launch in flight */
+    Item it = { .kind = I_GRAPH, .graph = malloc(sizeof *e->w * (size_t)(e->n ? e->n : 1)), .ngraph = e->n };
+    for (int k = 0; k < e->n; k++) {
+        it.graph[k] = e->w[k];
+        if (e->w[k].kind == W_KERNEL) {
+            it.graph[k].args = malloc(e->w[k].f->argsize);
+            memcpy(it.graph[k].args, e->w[k].args, e->w[k].f->argsize);
+        }
+    }
+    enqueue(s, &it);
     return CUDA_SUCCESS;
 }
 
