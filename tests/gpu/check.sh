@@ -19,7 +19,10 @@
 #        check (check mode, ~1-2 min), ref (every op, ~2-3 min), lenet and resnet
 #        (an epoch on each device list, and PyTorch); default all. A device session
 #        gives at most 600 s a command: run them as two or three commands, e.g.
-#        --phase check,lenet then --phase ref then --phase resnet
+#        --phase check,lenet then --phase resnet then --phase ref. CI already
+#        runs check and ref on emulated GPUs (tests/fakecuda.sh): on a real one
+#        what they add is the GPU's own arithmetic and concurrency, and what only
+#        a GPU can give is the speed (lenet, resnet): run those first
 #   bash tests/gpu/check.sh --dry-run   # here, without a GPU: the same script with
 #                                       # cpu for cuda:0, cpu:2 for cuda:0,cuda:0, PyTorch
 #                                       # on the CPU, short epochs and no build (./mgc as
