@@ -642,6 +642,22 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
    others would otherwise wait for it in their first collective). */
 static int check_gpus(const Cli *c, World *w)
 {
+    /* NCCL holds one replica a GPU: a GPU named twice is for replicas that all
+       share it, in one process (they sum on it); the same on every rank */
+    bool same = true, distinct = true;
+    for (int k = 0; k < c->cfg.replicas; k++) {
+        same &= c->cfg.devices[k].index == c->cfg.devices[0].index;
+        for (int j = 0; j < k; j++) distinct &= c->cfg.devices[k].index != c->cfg.devices[j].index;
+    }
+    if (!distinct && (!same || w->size > 1)) {
+        if (w->rank == 0)
+            fprintf(stderr, "mgc: --devices %s: %s\n", c->devices,
+                    w->size > 1 ? "under mpirun every replica needs a GPU of its own (NCCL holds one replica a GPU): "
+                                  "name each GPU once"
+                                : "a GPU named twice holds replicas that all share it: put every replica on one GPU "
+                                  "(--devices cuda:0,cuda:0) or each on its own (--gpus N)");
+        return -1;
+    }
     char err[512];
     int count = rt_cuda_device_count(err, sizeof err), most = -1;
     for (int k = 0; k < c->cfg.replicas; k++)

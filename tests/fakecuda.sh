@@ -48,7 +48,7 @@ export OPENBLAS_NUM_THREADS=1   # the fake cuBLAS's GEMMs are small: OpenBLAS's 
 L=nets/lenet.net
 expect "--version lists the two fake GPUs" 0 "cuda:1, fakecuda (CPU emulation), sm_90" -- --version
 expect "--gpus 3 on two GPUs" 2 "there is no cuda:2: this machine has 2 GPUs (cuda:0 to cuda:1)" -- $L --gpus 3 --epochs 0
-expect "two replicas of one GPU beside another GPU" 1 "NCCL cannot put two replicas on one GPU" -- $L --devices cuda:0,cuda:0,cuda:1 --epochs 0
+expect "two replicas of one GPU beside another GPU" 2 "a GPU named twice holds replicas that all share it: put every replica on one GPU" -- $L --devices cuda:0,cuda:0,cuda:1 --epochs 0
 FAKECUDA_GPUS=0 expect "--gpus 1 where the driver sees none" 2 "the CUDA driver sees no GPU on this machine; train on CPU devices" -- $L --gpus 1 --epochs 0
 
 if [ -z "${MGC_DATA:-}" ]; then echo "skip: MGC_DATA is not set: nothing runs on the fake GPUs"; finish; fi
@@ -117,6 +117,12 @@ if [ -f "$tmp/g2.st" ] && command -v mpirun > /dev/null && ldd "$MGC" | grep -q 
     else
         bad "mpirun -np 2 $MGC --gpus 1 failed"; tail -5 "$tmp/m2" | sed 's/^/    /'
     fi
+    # replicas sharing a GPU under mpirun: refused on every rank before anything starts
+    timeout 120 mpirun -np 2 "$MGC" $L --devices cuda:0,cuda:0 --epochs 0 > "$tmp/m0" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "under mpirun every replica needs a GPU of its own" "$tmp/m0" &&
+        ok "mpirun -np 2 --devices cuda:0,cuda:0: refused, exit $rc" ||
+        { bad "mpirun -np 2 --devices cuda:0,cuda:0: exit $rc"; tail -3 "$tmp/m0" | sed 's/^/    /'; }
     # one GPU, two ranks that take a GPU each: rank 1 has none, says so, and neither waits for the other
     FAKECUDA_GPUS=1 timeout 120 mpirun -np 2 "$MGC" $L --gpus 1 --epochs 0 > "$tmp/m1" 2>&1
     rc=$?

@@ -168,7 +168,7 @@ step "every op on cuda:0 against PyTorch (tests/torch/ref.py)"
 J=$(( $(nproc) / 2 )); [ $J -gt 8 ] && J=8; [ $J -lt 1 ] && J=1
 pids=()
 for k in $(seq 0 $((J - 1))); do
-    ( MGC="./mgc --devices $(dev cuda:0)" REF_OUT=/tmp/mgc-gpu-ref/$k REF_MGC_TIMEOUT=100 timeout "${REF_TIMEOUT:-150}" $PY tests/torch/ref.py --skip 'dp_*' ${REF_SKIP:+--skip "$REF_SKIP"} --shard $k/$J \
+    ( MGC="./mgc --devices $(dev cuda:0)" REF_OUT="$R/ref-work/$k" REF_MGC_TIMEOUT=100 timeout "${REF_TIMEOUT:-150}" $PY tests/torch/ref.py --skip 'dp_*' ${REF_SKIP:+--skip "$REF_SKIP"} --shard $k/$J \
           > "$R/ref.$k.txt" 2>&1; echo $? > "$R/ref.$k.rc" ) &
     pids+=($!)
 done
