@@ -241,6 +241,26 @@ static void work_free(Work *w)
     if (w->kind == W_KERNEL) free(w->args);
 }
 
+/* a copy of n works, kernel arguments included (a graph instantiated, a launch in flight) */
+static Work *works_copy(const Work *w, int n)
+{
+    Work *c = malloc(sizeof *c * (size_t)(n ? n : 1));
+    for (int k = 0; k < n; k++) {
+        c[k] = w[k];
+        if (w[k].kind == W_KERNEL) {
+            c[k].args = malloc(w[k].f->argsize);
+            memcpy(c[k].args, w[k].args, w[k].f->argsize);
+        }
+    }
+    return c;
+}
+
+static void works_free(Work *w, int n)
+{
+    for (int k = 0; k < n; k++) work_free(&w[k]);
+    free(w);
+}
+
 static void wait_event(CUevent e, unsigned long gen)
 {
     pthread_mutex_lock(&ev_lock);
@@ -267,11 +287,8 @@ static void do_item(Item *it)
         break;
     case I_WAIT: wait_event(it->e, it->gen); break;
     case I_GRAPH:
-        for (int k = 0; k < it->ngraph; k++) {
-            run(&it->graph[k]);
-            work_free(&it->graph[k]);
-        }
-        free(it->graph);
+        for (int k = 0; k < it->ngraph; k++) run(&it->graph[k]);
+        works_free(it->graph, it->ngraph);
         break;
     }
 }
@@ -744,8 +761,7 @@ CUresult cuStreamBeginCapture(CUstream s, CUstreamCaptureMode mode)
 
 static void graph_free(struct CUgraph_st *g)
 {
-    for (int k = 0; g && k < g->n; k++) work_free(&g->w[k]);
-    if (g) free(g->w);
+    if (g) works_free(g->w, g->n);
     free(g);
 }
 
@@ -778,14 +794,7 @@ CUresult cuGraphInstantiate(CUgraphExec *e, CUgraph g, unsigned long long flags)
     if (!g || flags) return CUDA_ERROR_INVALID_VALUE;
     *e = calloc(1, sizeof **e);
     (*e)->n = g->n;
-    (*e)->w = malloc(sizeof *g->w * (size_t)(g->n ? g->n : 1));
-    for (int k = 0; k < g->n; k++) {
-        (*e)->w[k] = g->w[k];
-        if (g->w[k].kind == W_KERNEL) {
-            (*e)->w[k].args = malloc(g->w[k].f->argsize);
-            memcpy((*e)->w[k].args, g->w[k].args, g->w[k].f->argsize);
-        }
-    }
+    (*e)->w = works_copy(g->w, g->n);
     return CUDA_SUCCESS;
 }
 
@@ -819,14 +828,7 @@ CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
         return CUDA_ERROR_NOT_SUPPORTED;
     }
     /* a copy: an update or a destruction of the graph does not touch a launch in flight */
-    Item it = { .kind = I_GRAPH, .graph = malloc(sizeof *e->w * (size_t)(e->n ? e->n : 1)), .ngraph = e->n };
-    for (int k = 0; k < e->n; k++) {
-        it.graph[k] = e->w[k];
-        if (e->w[k].kind == W_KERNEL) {
-            it.graph[k].args = malloc(e->w[k].f->argsize);
-            memcpy(it.graph[k].args, e->w[k].args, e->w[k].f->argsize);
-        }
-    }
+    Item it = { .kind = I_GRAPH, .graph = works_copy(e->w, e->n), .ngraph = e->n };
     enqueue(s, &it);
     return CUDA_SUCCESS;
 }
@@ -840,8 +842,7 @@ CUresult cuGraphDestroy(CUgraph g)
 CUresult cuGraphExecDestroy(CUgraphExec e)
 {
     if (!e) return CUDA_ERROR_INVALID_VALUE;
-    for (int k = 0; k < e->n; k++) work_free(&e->w[k]);
-    free(e->w);
+    works_free(e->w, e->n);
     free(e);
     return CUDA_SUCCESS;
 }
