@@ -597,20 +597,15 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
     g->n = n;
     g->ncolls = ncolls;
     g->dev = calloc((size_t)n, sizeof *g->dev);
-    bool same = true, distinct = true;
+    /* a GPU named twice holds every replica of this one process (the driver's
+       check_gpus refuses any other list before anything starts): the on-GPU
+       sum; else one GPU a replica, NCCL */
+    bool same = true;
     for (int k = 0; k < n; k++) {
         g->dev[k] = devs[k]->impl;
         same &= g->dev[k]->gpu == g->dev[0]->gpu;
-        for (int j = 0; j < k; j++) distinct &= g->dev[k]->gpu != g->dev[j]->gpu;
     }
     g->same_gpu = same && n > 1 && world->size == 1;
-    if (!g->same_gpu && !distinct) {
-        snprintf(err, err_size, "NCCL cannot put two replicas on one GPU: give each replica its own GPU (--gpus N), or, "
-                 "in one process without mpirun, put every replica on the same GPU (--devices cuda:0,cuda:0)");
-        free(g->dev);
-        free(g);
-        return -1;
-    }
     if (g->same_gpu && n > RV_MAX) {
         snprintf(err, err_size, "at most %d replicas on one GPU (asked for %d)", RV_MAX, n);
         free(g->dev);
