@@ -70,6 +70,10 @@ static void usage(FILE *out)
         "                                      (CosineAnnealingLR, T_max = epochs)\n"
         "                           step:E1,E2,...  times --lr-gamma after epochs E1, E2, ... (MultiStepLR)\n"
         "  --lr-gamma G           the factor of step:... (default 0.1; 0 to 1)\n"
+        "  --lr-per step|epoch    how often the schedule moves (default epoch); step: once a training step,\n"
+        "                         cosine over all the run's steps, step:... milestones counted in steps\n"
+        "  --warmup N             the first N steps of the run scale the rate by (t+1)/N, t = 0, 1, ...\n"
+        "                         (default 0)\n"
         "  --momentum M           SGD momentum (default 0)\n"
         "  --weight-decay W       L2 penalty, as PyTorch's SGD (default 0)\n"
         "  --seed S               seeds initialisation, shuffling and dropout (default 0)\n"
@@ -254,7 +258,7 @@ static int print_version(void)
 /* The options that take a value (--name VALUE or --name=VALUE) or are flags;
    the switch in parse_args has a case for each (-Wswitch says when one lacks it). */
 enum Opt {
-    O_DEVICES, O_GPUS, O_EPOCHS, O_BATCH_SIZE, O_LR, O_LR_SCHEDULE, O_LR_GAMMA, O_MOMENTUM, O_WEIGHT_DECAY,
+    O_DEVICES, O_GPUS, O_EPOCHS, O_BATCH_SIZE, O_LR, O_LR_SCHEDULE, O_LR_GAMMA, O_LR_PER, O_WARMUP, O_MOMENTUM, O_WEIGHT_DECAY,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
     O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
     O_COUNT
@@ -262,7 +266,7 @@ enum Opt {
 static const struct { const char *name; bool flag; } options[O_COUNT] = {
     [O_DEVICES] = { "--devices" }, [O_GPUS] = { "--gpus" }, [O_EPOCHS] = { "--epochs" },
     [O_BATCH_SIZE] = { "--batch-size" }, [O_LR] = { "--lr" }, [O_LR_SCHEDULE] = { "--lr-schedule" },
-    [O_LR_GAMMA] = { "--lr-gamma" }, [O_MOMENTUM] = { "--momentum" },
+    [O_LR_GAMMA] = { "--lr-gamma" }, [O_LR_PER] = { "--lr-per" }, [O_WARMUP] = { "--warmup" }, [O_MOMENTUM] = { "--momentum" },
     [O_WEIGHT_DECAY] = { "--weight-decay" }, [O_SEED] = { "--seed" }, [O_DATA] = { "--data" },
     [O_LIMIT_TRAIN] = { "--limit-train" }, [O_LIMIT_TEST] = { "--limit-test" }, [O_THREADS] = { "--threads" },
     [O_SAVE] = { "--save" }, [O_LOAD] = { "--load" }, [O_RESUME] = { "--resume" }, [O_LOG] = { "--log" },
@@ -274,7 +278,7 @@ static const struct { const char *name; bool flag; } options[O_COUNT] = {
 /* the options handled before the table's (they end the parse, or take no value) */
 static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose" };
 
-/* --lr-schedule constant | cosine | step:E1,E2,... (increasing epochs) */
+/* --lr-schedule constant | cosine | step:E1,E2,... (increasing epochs, or steps with --lr-per step) */
 static int parse_schedule(const char *val, TrainConfig *t)
 {
     t->lr_nmilestones = 0;
@@ -289,10 +293,10 @@ static int parse_schedule(const char *val, TrainConfig *t)
             errno = 0;
             long e = strtol(p, &end, 10);
             if (end == p || errno || e < 1 || e > 1000000 || (*end && *end != ','))
-                return bad("--lr-schedule step: expects epochs E1,E2,... (whole numbers from 1), got '%s'%s", val, "");
+                return bad("--lr-schedule step: expects epochs (or steps) E1,E2,... (whole numbers from 1), got '%s'%s", val, "");
             if (t->lr_nmilestones && e <= t->lr_milestones[t->lr_nmilestones - 1])
-                return bad("--lr-schedule %s: the epochs must increase%s", val, "");
-            if (t->lr_nmilestones == cap) return bad("--lr-schedule %s: at most 16 epochs%s", val, "");
+                return bad("--lr-schedule %s: the milestones must increase%s", val, "");
+            if (t->lr_nmilestones == cap) return bad("--lr-schedule %s: at most 16 milestones%s", val, "");
             t->lr_milestones[t->lr_nmilestones++] = (int)e;
             if (!*end) break;
             p = end + 1;
@@ -379,6 +383,11 @@ static int parse_args(int argc, char **argv, Cli *c)
         case O_LR: rc = parse_float(name, val, 0, false, 1e30, &t->lr); break;
         case O_LR_SCHEDULE: rc = parse_schedule(val, t); break;
         case O_LR_GAMMA: rc = parse_float(name, val, 0, false, 1, &t->lr_gamma); gamma_given = true; break;
+        case O_LR_PER:
+            if (!strcmp(val, "step") || !strcmp(val, "epoch")) t->lr_per_step = val[0] == 's';
+            else return bad("--lr-per expects step or epoch, got '%s'%s", val, "");
+            break;
+        case O_WARMUP: rc = parse_long(name, val, 0, 1000000000, &v); t->warmup = (int)v; break;
         case O_MOMENTUM: rc = parse_float(name, val, 0, false, 1, &t->momentum); break;
         case O_WEIGHT_DECAY: rc = parse_float(name, val, 0, false, 1e30, &t->weight_decay); break;
         case O_SEED: {

@@ -56,14 +56,23 @@ const char *rt_commas(long v, char buf[32])
     return buf;
 }
 
-float train_lr(const TrainConfig *cfg, int epoch)
+float train_lr(const TrainConfig *cfg, int epoch, long step, long steps_per_epoch)
 {
     double lr = cfg->lr;
-    if (cfg->lr_schedule == LR_COSINE && cfg->epochs > 0)
-        lr *= 0.5 * (1.0 + cos(M_PI * (double)(epoch - 1) / (double)cfg->epochs));
+    long t = (long)(epoch - 1) * steps_per_epoch + step;   /* the steps of the run before this one */
+    /* the schedule's clock: epochs or steps gone, and how many the run has */
+    double u = cfg->lr_per_step ? (double)t : (double)(epoch - 1);
+    double total = cfg->lr_per_step ? (double)cfg->epochs * (double)steps_per_epoch : (double)cfg->epochs;
+    if (cfg->lr_schedule == LR_COSINE && total > 0) lr *= 0.5 * (1.0 + cos(M_PI * u / total));
     for (int k = 0; cfg->lr_schedule == LR_STEP && k < cfg->lr_nmilestones; k++)
-        if (cfg->lr_milestones[k] < epoch) lr *= cfg->lr_gamma;
+        if (cfg->lr_milestones[k] <= u) lr *= cfg->lr_gamma;
+    if (t < cfg->warmup) lr *= (double)(t + 1) / (double)cfg->warmup;
     return (float)lr;
+}
+
+bool train_lr_per_step(const TrainConfig *cfg)
+{
+    return cfg->warmup > 0 || (cfg->lr_per_step && cfg->lr_schedule != LR_CONSTANT);
 }
 
 void train_shard(long b, int parts, int j, long *first, long *count)
@@ -105,6 +114,7 @@ typedef struct Group {
     const int *order;
     int count;                /* examples */
     int epoch;
+    long steps_per_epoch;     /* training steps in every epoch */
     double t0, last_draw;     /* the epoch's start, the progress line's last drawing */
     /* check mode */
     float *x, *y;             /* the whole batch, host */
@@ -351,10 +361,13 @@ static void epoch_on_replica(Group *g, Replica *r)
     r->compute_seconds = 0;
     r->stop = false;
     double wait0 = r->tr.wait_seconds;
-    long at = 0, b, first, n;
+    long at = 0, b, first, n, step = 0;
     double t0 = now();
     bool have = gather_shard(g, r, &r->tr, B, W, at, &b, &first, &n);
-    while (have && !r->stop) {
+    bool per_step = train_lr_per_step(cfg);
+    for (; have && !r->stop; step++) {
+        if (per_step)   /* every replica computes the same rate from the step's place in the run */
+            rt_exec_set_sgd(&r->tr, train_lr(cfg, g->epoch, step, g->steps_per_epoch), cfg->momentum, cfg->weight_decay);
         if (control) {
             control[0] = interrupted ? 1.0f : 0.0f;
             control[1] = r->diverged ? 1.0f : 0.0f;
@@ -917,6 +930,8 @@ int train_run(const Model *m, const TrainConfig *cfg)
     }
     data_limit(&train, cfg->limit_train);
     data_limit(&test, cfg->limit_test);
+    /* every full batch, and a last one with an example for each replica at least (gather_shard) */
+    G.steps_per_epoch = train.n / cfg->batch_size + (train.n % cfg->batch_size >= G.total ? 1 : 0);
     order = malloc(sizeof(int) * (size_t)(train.n > test.n ? train.n : test.n) + 1);
     device_list(g, devs, sizeof devs);
     if (world->rank == 0) {
@@ -960,7 +975,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
         if (G.comm) rt_comm_reset_stats(G.comm);
         long steps0 = G.r[0].steps;
         G.epoch = epoch;
-        float lr = train_lr(cfg, epoch);
+        float lr = train_lr(cfg, epoch, 0, G.steps_per_epoch);
         for (int k = 0; k < G.n; k++) rt_exec_set_sgd(&G.r[k].tr, lr, cfg->momentum, cfg->weight_decay);
         G.t0 = t0;
         on_every_replica(g, epoch_on_replica);
@@ -994,13 +1009,14 @@ int train_run(const Model *m, const TrainConfig *cfg)
         double secs = now() - t0;
         double seen = sums[2] > 0 ? sums[2] : 1, eps = sums[2] / t_train;
         long steps = G.r[0].steps - steps0;
+        if (train_lr_per_step(cfg) && steps > 0) lr = train_lr(cfg, epoch, steps - 1, G.steps_per_epoch);   /* the last step's */
         CommReport cr = comm_report(g, steps);
         if (world->rank == 0) {
             char accs[32];
             if (isnan(test_acc)) snprintf(accs, sizeof accs, "-");
             else snprintf(accs, sizeof accs, "%.3f", test_acc);
             char lrs[32] = "";
-            if (cfg->lr_schedule != LR_CONSTANT) snprintf(lrs, sizeof lrs, "  lr %.4g", (double)lr);
+            if (cfg->lr_schedule != LR_CONSTANT || cfg->warmup) snprintf(lrs, sizeof lrs, "  lr %.4g", (double)lr);
             printf("epoch %d/%d  loss %.3f  train acc %.3f  test acc %s%s  %s examples/s  %.1f s  on %s\n",
                    epoch, cfg->epochs, sums[0] / seen, sums[1] / seen, accs, lrs, rt_commas((long)eps, num), secs, devs);
             if (cr.dev) {

@@ -11,8 +11,9 @@
 
 #define TRAIN_MAX_DEVICES 64  /* devices in one process */
 
-/* --lr-schedule, as PyTorch's schedulers stepped once an epoch: constant;
-   CosineAnnealingLR(T_max = epochs); MultiStepLR(milestones, gamma). */
+/* --lr-schedule, as PyTorch's schedulers stepped once an epoch (or, with
+   --lr-per step, once a step): constant; CosineAnnealingLR(T_max = epochs,
+   or every step of the run); MultiStepLR(milestones, gamma). */
 typedef enum { LR_CONSTANT, LR_COSINE, LR_STEP } LrSchedule;
 
 /* One device of this process: cpu (its index numbers the replica) or cuda:index (a GPU). */
@@ -23,8 +24,10 @@ typedef struct TrainConfig {
     int batch_size;           /* the global batch, over every replica of every rank */
     float lr, momentum, weight_decay;
     LrSchedule lr_schedule;   /* how the learning rate changes from epoch to epoch (train_lr) */
-    int lr_milestones[16], lr_nmilestones;   /* LR_STEP: after these epochs, increasing */
+    int lr_milestones[16], lr_nmilestones;   /* LR_STEP: after these epochs (steps with lr_per_step), increasing */
     float lr_gamma;           /* LR_STEP: the factor at each milestone */
+    bool lr_per_step;         /* the schedule's clock counts steps, not epochs */
+    int warmup;               /* the first `warmup` steps of the run scale the rate by (t + 1) / warmup */
     unsigned long long seed;
     const char *data_dir;     /* resolved directory */
     int limit_train, limit_test;   /* -1: all */
@@ -59,7 +62,11 @@ typedef struct Model {
 int train_run(const Model *m, const TrainConfig *cfg);
 
 /* The learning rate of epoch (1, 2, ...) of the run cfg describes. */
-float train_lr(const TrainConfig *cfg, int epoch);
+/* The learning rate of step `step` (from 0) of epoch `epoch` (from 1), an
+   epoch having steps_per_epoch steps. */
+float train_lr(const TrainConfig *cfg, int epoch, long step, long steps_per_epoch);
+/* Whether the rate changes within an epoch (set before every step, then). */
+bool train_lr_per_step(const TrainConfig *cfg);
 
 /* How a batch of b examples is split over `parts` replicas: replica j gets
    count examples from first on; sizes differ by at most one. */

@@ -156,9 +156,11 @@ expect resume-load 2 "--load and --resume both name a checkpoint" -- $L --load a
 expect resume-load-order 2 "--load and --resume both name a checkpoint" -- $L --resume b.st --load a.st
 expect resume-batch 2 "check mode (--batch) takes --load" -- $L --resume a.st --batch b.st --steps 1
 expect schedule-word 2 "--lr-schedule expects constant, cosine or step:E1,E2,..." -- $L --lr-schedule wobble
-expect schedule-order 2 "--lr-schedule step:3,2: the epochs must increase" -- $L --lr-schedule step:3,2
-expect schedule-epochs 2 "step: expects epochs E1,E2,... (whole numbers from 1), got 'step:1,x'" -- $L --lr-schedule step:1,x
+expect schedule-order 2 "--lr-schedule step:3,2: the milestones must increase" -- $L --lr-schedule step:3,2
+expect schedule-epochs 2 "step: expects epochs (or steps) E1,E2,... (whole numbers from 1), got 'step:1,x'" -- $L --lr-schedule step:1,x
 expect schedule-gamma 2 "--lr-gamma is the factor of --lr-schedule step:E1,E2,...; give that too" -- $L --lr-gamma 0.5
+expect lr-per 2 "--lr-per expects step or epoch, got 'batch'" -- $L --lr-per batch
+expect warmup-negative 2 "--warmup must be in 0..1000000000, got -3" -- $L --warmup -3
 expect schedule-gamma-range 2 "--lr-gamma must be in [0, 1], got 2" -- $L --lr-schedule step:1 --lr-gamma 2
 # --resume on a checkpoint that holds the epochs asked for trains nothing; on
 # one that is not --save's (a check-mode dump has no epoch) it says so
@@ -332,12 +334,49 @@ sys.exit(0 if worst < 1e-6 else 1)
 PY
     ); then ok "--lr-schedule = PyTorch's CosineAnnealingLR and MultiStepLR: $out"
     else bad "--lr-schedule against PyTorch's schedulers: $out"; tail -3 "$tmp/sched" | sed 's/^/    /'; fi
+    # --lr-per step, --warmup: the rate of each epoch's last step (2 steps an epoch here: t = 1, 3, ..., 13)
+    # is PyTorch's schedulers' stepped once a step: warmup as LinearLR(1/W -> 1 over W-1 steps) chained
+    # with CosineAnnealingLR(T_max = all 14 steps); MultiStepLR with milestones counted in steps
+    "$MGC" $L $S --epochs 7 --lr 0.2 --lr-per step --lr-schedule cosine --warmup 5 --log "$tmp/scos.jsonl" > "$tmp/ssched" 2>&1 &&
+        "$MGC" $L $S --epochs 7 --lr 0.2 --lr-per step --lr-schedule step:3,8 --lr-gamma 0.3 --log "$tmp/sstep.jsonl" >> "$tmp/ssched" 2>&1 &&
+        "$MGC" $L $S --epochs 7 --lr 0.2 --warmup 4 --log "$tmp/swarm.jsonl" >> "$tmp/ssched" 2>&1
+    if out=$(/usr/bin/python3 - "$tmp/scos.jsonl" "$tmp/sstep.jsonl" "$tmp/swarm.jsonl" <<'PY'
+import json, sys, torch
+S = torch.optim.lr_scheduler
+def torch_lrs(make, steps=14):
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.2)
+    sched, lrs = make(opt), []
+    for _ in range(steps):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step(); sched.step()
+    return lrs[1::2]   # each epoch's last step
+worst = 0.0
+for path, make in ((sys.argv[1], lambda o: S.ChainedScheduler([S.LinearLR(o, 1 / 5, 1.0, 4), S.CosineAnnealingLR(o, T_max=14)])),
+                   (sys.argv[2], lambda o: S.MultiStepLR(o, milestones=[3, 8], gamma=0.3)),
+                   (sys.argv[3], lambda o: S.LinearLR(o, 1 / 4, 1.0, 3))):
+    got = [json.loads(l)["lr"] for l in open(path)]
+    want = torch_lrs(make)
+    assert len(got) == len(want), (got, want)
+    worst = max(worst, max(abs(g - w) / w for g, w in zip(got, want)))
+print(f"per step, cosine after a 5-step warmup, step:3,8, a 4-step warmup alone, worst relative difference {worst:.1e}")
+sys.exit(0 if worst < 1e-6 else 1)
+PY
+    ); then ok "--lr-per step, --warmup = PyTorch's LinearLR, CosineAnnealingLR and MultiStepLR stepped every step: $out"
+    else bad "--lr-per step against PyTorch's schedulers: $out"; tail -3 "$tmp/ssched" | sed 's/^/    /'; fi
     "$MGC" $L $S --epochs 1 --save "$tmp/one.st" > /dev/null 2>&1 &&
         "$MGC" $L $S --epochs 3 --lr-schedule step:1 --lr-gamma 0 --save "$tmp/frozen.st" > "$tmp/frozen" 2>&1 &&
         grep -q "^epoch 3/3 .* lr 0 " "$tmp/frozen" &&
         /usr/bin/python3 tests/st.py compare "$tmp/frozen.st" "$tmp/one.st" 0 > /dev/null &&
         ok "--lr-schedule step:1 --lr-gamma 0: epochs 2 and 3 train at rate 0, the parameters are epoch 1's" ||
         bad "--lr-schedule step:1 --lr-gamma 0 moved the parameters after epoch 1"
+    # counted in steps, the same milestone: after step 2 (epoch 1's end) the same parameters; after
+    # step 3 (epoch 2's first step trains) not; a GPU's recorded step is re-recorded at each new rate
+    "$MGC" $L $S --epochs 3 --lr-per step --lr-schedule step:2 --lr-gamma 0 --save "$tmp/frozen2.st" > /dev/null 2>&1 &&
+        /usr/bin/python3 tests/st.py compare "$tmp/frozen2.st" "$tmp/one.st" 0 > /dev/null &&
+        "$MGC" $L $S --epochs 3 --lr-per step --lr-schedule step:3 --lr-gamma 0 --save "$tmp/frozen3.st" > /dev/null 2>&1 &&
+        ! /usr/bin/python3 tests/st.py compare "$tmp/frozen3.st" "$tmp/one.st" 0 > /dev/null 2>&1 &&
+        ok "--lr-per step: milestone 2 (epoch 1's 2 steps) freezes epoch 1's parameters bit for bit, milestone 3 trains one step more" ||
+        bad "--lr-per step --lr-schedule step:N --lr-gamma 0 froze the parameters at the wrong step"
     expect evaluate-save 2 "--evaluate only measures the parameters on the test set: it takes --load, not --save" -- $L --evaluate --save x.st
     # ResNet-18 (BatchNorm in training form): a few steps on a small subset lower the loss.
     "$MGC" nets/resnet18.net --epochs 2 --limit-train 256 --limit-test 64 --batch-size 32 --lr 0.05 --log "$tmp/rn.jsonl" > "$tmp/rn" 2>&1

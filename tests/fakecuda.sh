@@ -108,6 +108,25 @@ else
     bad "--lr-schedule on cuda:0: the rate of epochs 2 and 3 was not 0 (${out:-a run failed})"; tail -3 "$tmp/s3" | sed 's/^/    /'
 fi
 
+# a rate that changes every step (--lr-per step, --warmup): each step's recorded graph is
+# updated to the step's rate; milestone 2 in steps is epoch 1's end (2 steps an epoch here);
+# a cosine after a warmup on cuda:0 with CUDA graphs ends where it ends without them, bit for bit
+W="--epochs 3 --gpus 1 --lr-per step --lr-schedule cosine --warmup 3"
+if [ -f "$tmp/one.st" ] &&
+        timeout 300 "$MGC" $L $S --epochs 3 --gpus 1 --lr-per step --lr-schedule step:2 --lr-gamma 0 --save "$tmp/frozen2.st" > "$tmp/s4" 2>&1 &&
+        out=$($PY tests/st.py compare "$tmp/frozen2.st" "$tmp/one.st" 0); then
+    ok "--lr-per step --lr-schedule step:2 --lr-gamma 0 on cuda:0: the parameters are epoch 1's: $out"
+else
+    bad "--lr-per step on cuda:0: the rate after step 2 was not 0 (${out:-a run failed})"; tail -3 "$tmp/s4" | sed 's/^/    /'
+fi
+if timeout 300 "$MGC" $L $S $W --save "$tmp/wg.st" > "$tmp/wg" 2>&1 &&
+        MGC_CUDA_GRAPHS=0 timeout 300 "$MGC" $L $S $W --save "$tmp/wn.st" > "$tmp/wn" 2>&1 &&
+        out=$($PY tests/st.py compare "$tmp/wg.st" "$tmp/wn.st" 0); then
+    ok "--lr-per step --lr-schedule cosine --warmup 3 on cuda:0: CUDA graphs on = off, bit for bit: $out"
+else
+    bad "--lr-per step on cuda:0 with and without CUDA graphs: ${out:-a run failed}"; tail -3 "$tmp/wg" "$tmp/wn" | sed 's/^/    /'
+fi
+
 # the same on two processes, a GPU each: NCCL's id sent by MPI, the ranks' GPUs taken in turn
 if [ -f "$tmp/g2.st" ] && command -v mpirun > /dev/null && ldd "$MGC" | grep -q libmpi; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
