@@ -80,7 +80,8 @@ typedef struct Step {
     int nf;
     float f[4];               /* run-time scalars (a.f[]): learning rate etc. */
     bool seeded;              /* needs a fresh random seed each run (dropout) */
-    bool sgd;                 /* an SGD update: f[] comes from the executor's learning rate etc. */
+    bool sgd;                 /* an SGD update: reads its scalars from Program.sgd_scalars; f[] holds the
+                                 net's own (the executor's until told otherwise) */
     long src_begin, src_end;  /* its text in Program.source: [begin, end) */
     Dim work;                 /* iterations of the kernel's FOR_EACH (threads / grid size) */
     bool heavy;               /* each iteration loops over the batch: worth threads even when few */
@@ -118,6 +119,9 @@ typedef struct Program {
     Collective *colls;        /* the collectives, in the order every replica starts them */
     int ncolls;
     int control;              /* one float summed with the last bucket (a replica's vote to stop), or -1 */
+    int sgd_scalars;          /* 3 floats the host fills before every run (learning rate, momentum, weight
+                                 decay), read by the update kernels: a rate that changes from step to step
+                                 changes no kernel argument (a recorded CUDA graph stays valid); or -1 */
     ProgParam *params;        /* trainable parameters with a gradient, in the net's order */
     int nparams;
     long param_scalars;       /* trainable scalars, all parameters */

@@ -13,9 +13,9 @@
 **   persistent buffer of its own (the runtime's Store keeps them by name,
 **   shared with the evaluation program and checkpoints), so one kernel
 **   cannot take a whole bucket's parameters: it takes the bucket buffer once
-**   (the gradients, at their offsets) and the parameters and momenta of up
-**   to 3 parameters (7 without momentum). So an update of P parameters is
-**   P/3 kernels, not P (ResNet-18 on cpu:2: 62 -> 21). The group is lowered
+**   (the gradients, at their offsets), the SGD scalars, and the parameters
+**   and momenta of up to 3 parameters (6 without momentum). So an update of
+**   P parameters is P/3 kernels, not P (ResNet-18 on cpu:2: 62 -> 21). The group is lowered
 **   at its last update, every member's buffers made by then (a momentum
 **   buffer's node comes just before its update), with the first member as
 **   its node; only momentum buffers lie between the members. Each element
@@ -74,7 +74,7 @@ static void fuse_sgd(const Graph *g, CgDecisions *d)
             continue;
         }
         const Node *f = first >= 0 ? &g->nodes[first] : NULL;
-        int most = (CG_MAXARGS - 1) / (n->nin - 1);
+        int most = (CG_MAXARGS - 2) / (n->nin - 1);   /* the gradients' bucket and the scalars take two */
         if (f && b == bucket && n->nin == f->nin && count < most && memcmp(n->f, f->f, sizeof(float) * 3) == 0) {
             d->fused[id] = first;
             count++;

@@ -193,19 +193,31 @@ void cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, 
 
 /* ------------------------------------------------------------------- the update */
 
-/* param, grad, velocity? : PyTorch's SGD, in place; run-time scalars lr, momentum, weight decay */
+/* The buffer of the run's SGD scalars (Program.sgd_scalars), made at the first update. */
+static int sgd_scalars(Lower *L)
+{
+    Program *p = L->p;
+    if (p->sgd_scalars < 0) p->sgd_scalars = cg_new_buf(L, BUF_INPUT, dimc(3), "SGD scalars (lr, momentum, weight decay)", -1);
+    return p->sgd_scalars;
+}
+
+/* param, grad, velocity?, scalars : PyTorch's SGD, in place; the scalars (lr, momentum, weight
+   decay) are the host's of this run, read from memory */
 static void lower_sgd(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     Dim work = dim_of(&n->shape);
     bool mom = n->nin == 3;
-    int b[3] = { buf_of(L, n->in[0]), buf_of(L, n->in[1]), mom ? buf_of(L, n->in[2]) : -1 };
-    Step *s = cg_kernel(L, id, "sgd", work, mom ? 3 : 2, b, (const char *const[]){ "=param", "grad", "=velocity" });
-    s->nf = 3;
-    s->sgd = true;   /* the executor's learning rate etc. */
-    memcpy(s->f, n->f, sizeof(float) * 3);
-    cg_body(L, "    /* PyTorch's SGD: g += wd * p; v = momentum * v + g; p -= lr * v.  a.f = lr, momentum, weight decay */\n");
-    cg_body(L, "    const float lr = a.f[0], momentum = a.f[1], wd = a.f[2];\n    (void)momentum;\n");
+    int b[4] = { buf_of(L, n->in[0]), buf_of(L, n->in[1]), mom ? buf_of(L, n->in[2]) : -1, -1 };
+    const char *names[4] = { "=param", "grad", "=velocity", NULL };
+    int na = mom ? 3 : 2;
+    b[na] = sgd_scalars(L);
+    names[na++] = "sgd";
+    Step *s = cg_kernel(L, id, "sgd", work, na, b, names);
+    s->sgd = true;
+    memcpy(s->f, n->f, sizeof(float) * 3);   /* the net's own scalars: not the kernel's (nf 0) */
+    cg_body(L, "    /* PyTorch's SGD: g += wd * p; v = momentum * v + g; p -= lr * v.  sgd = lr, momentum, weight decay */\n");
+    cg_body(L, "    const float lr = sgd[0], momentum = sgd[1], wd = sgd[2];\n    (void)momentum;\n");
     cg_body(L, "    FOR_EACH(i, %s) {\n        float gi = grad[i] + wd * param[i];\n", cg_work_str(L, work));
     if (mom) cg_body(L, "        gi = velocity[i] = momentum * velocity[i] + gi;\n");
     cg_body(L, "        param[i] -= lr * gi;\n    }\n");
@@ -251,9 +263,10 @@ static void lower_sgd_group(Lower *L, int first)
     }
     b[na] = bucket;
     names[na++] = "grads";
+    b[na] = sgd_scalars(L);
+    names[na++] = "sgd";
     for (int m = 0; m < nm; m++) total += dim_of(&g->nodes[members[m]].shape).c;
     Step *s = cg_kernel(L, first, "sgd_bucket", dimc(total), na, b, names);
-    s->nf = 3;
     s->sgd = true;
     memcpy(s->f, n0->f, sizeof(float) * 3);
     cg_body(L, "    /* PyTorch's SGD (as sgd) for %d parameters, their gradients in %s at their offsets:\n", nm, p->bufs[bucket].name);
@@ -261,8 +274,8 @@ static void lower_sgd_group(Lower *L, int first)
         const Node *pn = &g->nodes[g->nodes[members[m]].in[0]];
         cg_body(L, "       %%%d %s: param%d, grads + %ld\n", members[m], pn->name ? pn->name : "", m, offset[m]);
     }
-    cg_body(L, "       a.f = lr, momentum, weight decay */\n");
-    cg_body(L, "    const float lr = a.f[0], momentum = a.f[1], wd = a.f[2];\n    (void)momentum;\n");
+    cg_body(L, "       sgd = lr, momentum, weight decay */\n");
+    cg_body(L, "    const float lr = sgd[0], momentum = sgd[1], wd = sgd[2];\n    (void)momentum;\n");
     for (int m = 0; m < nm; m++) {   /* one loop a member: each thread's share of each, contiguous (C) */
         cg_body(L, "    FOR_EACH(i, %ldL) {\n        float gi = grads[%ldL + i] + wd * param%d[i];\n",
                 dim_of(&g->nodes[members[m]].shape).c, offset[m], m);
@@ -325,6 +338,7 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     for (int id = 0; id < g->n; id++)
         p->node_buf[id] = L.col[id] = L.dyt[id] = L.dyc[id] = L.part[id] = L.in_bucket[id] = -1;
     p->control = -1;
+    p->sgd_scalars = -1;
     char *text = NULL;
     size_t len = 0;
     L.src = open_memstream(&text, &len);

@@ -55,17 +55,17 @@ typedef struct DeviceOps {
     double (*allreduce_wait)(Device *d, Comm *c, int replica, int coll);
     /* optional (NULL: none), used where the device's can_record is set: a
        run's steps recorded once and replayed (CUDA graphs). A run is named by
-       two keys: shape (the program and the batch: what decides which steps
-       run) and values (the scalars the kernels get). replay runs what was
-       recorded under both keys and returns true, or returns false having
-       nothing for them; between record_begin and record_end the device
+       its shape (the program and the batch: what decides which steps
+       run; the kernels' arguments follow from it). replay runs what was
+       recorded under that key and returns true, or returns false having
+       nothing for it; between record_begin and record_end the device
        records instead of running, and record_end runs the recording once and
-       keeps it (updating one of the same shape when it can). record_end
-       returns 0 then; -1 when recording failed and nothing ran; 1 when
-       recording never began and the steps ran as they were issued. */
-    bool  (*replay)(Device *d, unsigned long long shape, unsigned long long values);
+       keeps it. record_end returns 0 then; -1 when recording failed and
+       nothing ran; 1 when recording never began and the steps ran as they
+       were issued. */
+    bool  (*replay)(Device *d, unsigned long long shape);
     void  (*record_begin)(Device *d);
-    int   (*record_end)(Device *d, unsigned long long shape, unsigned long long values);
+    int   (*record_end)(Device *d, unsigned long long shape);
     void  (*destroy)(Device *d);
 } DeviceOps;
 

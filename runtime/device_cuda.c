@@ -20,8 +20,9 @@
 **               (collectives, ordered by events both ways, so a bucket's sum
 **               overlaps the rest of the backward pass)
 **   graphs      a run's steps captured once per batch shape into a CUDA
-**               graph and replayed; new scalars (learning rate, dropout
-**               seed) update the instantiated graph in place
+**               graph and replayed (the learning rate is read from device
+**               memory, uploaded before each run, so a new rate needs no
+**               new graph)
 **   collectives NCCL between GPUs (one communicator over every replica of
 **               every rank; the unique id goes out by MPI); several replicas
 **               on one GPU (cuda:0,cuda:0), which NCCL cannot do, sum on that
@@ -110,7 +111,7 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
     X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuStreamCreate) X(cuStreamDestroy)   \
     X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
     X(cuModuleLoadData) X(cuModuleGetFunction) X(cuModuleUnload) X(cuLaunchKernel)                        \
-    X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphExecUpdate)              \
+    X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate)                                \
     X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)
 
 #define CUBLAS_FUNCS(X) \
@@ -214,7 +215,7 @@ static const char *cu_msg(CUresult r)
 enum { GRAPH_SLOTS = 4 };   /* training and evaluation, at the full and the last batch */
 
 typedef struct GraphSlot {
-    unsigned long long shape, values, used;
+    unsigned long long shape, used;
     CUgraphExec exec;
 } GraphSlot;
 
@@ -672,11 +673,11 @@ static GraphSlot *slot_for(CudaDev *c, unsigned long long shape)
     return NULL;
 }
 
-static bool cuda_replay(Device *d, unsigned long long shape, unsigned long long values)
+static bool cuda_replay(Device *d, unsigned long long shape)
 {
     CudaDev *c = cur(d);
     GraphSlot *g = slot_for(c, shape);
-    if (!g || g->values != values) return false;
+    if (!g) return false;
     g->used = ++c->clock;
     CU(d, cu.cuGraphLaunch(g->exec, c->s));
     c->replayed = true;
@@ -690,7 +691,7 @@ static void cuda_record_begin(Device *d)
     if (cu.cuStreamBeginCapture(c->s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) == CUDA_SUCCESS) c->recording = true;
 }
 
-static int cuda_record_end(Device *d, unsigned long long shape, unsigned long long values)
+static int cuda_record_end(Device *d, unsigned long long shape)
 {
     CudaDev *c = cur(d);
     if (!c->recording) return 1;   /* recording never began: the steps ran as they were issued */
@@ -704,30 +705,21 @@ static int cuda_record_end(Device *d, unsigned long long shape, unsigned long lo
         if (graph) cu.cuGraphDestroy(graph);
         return -1;
     }
-    GraphSlot *g = slot_for(c, shape);
-    bool updated = false;
-    if (g) {   /* same steps, new scalars: update in place */
-        CUgraphExecUpdateResultInfo info;
-        updated = cu.cuGraphExecUpdate(g->exec, graph, &info) == CUDA_SUCCESS;
-        if (!updated) {
-            cu.cuGraphExecDestroy(g->exec);
-            g->exec = NULL;
-        }
-    } else {   /* the least recently used slot */
+    GraphSlot *g = slot_for(c, shape);   /* NULL: recorded only when not found */
+    if (!g) {   /* the least recently used slot */
         g = &c->graphs[0];
         for (int k = 1; k < GRAPH_SLOTS; k++)
             if (!c->graphs[k].exec || (g->exec && c->graphs[k].used < g->used)) g = &c->graphs[k];
-        if (g->exec) cu.cuGraphExecDestroy(g->exec);
-        g->exec = NULL;
     }
-    if (!updated && cu.cuGraphInstantiate(&g->exec, graph, 0) != CUDA_SUCCESS) {
+    if (g->exec) cu.cuGraphExecDestroy(g->exec);
+    g->exec = NULL;
+    if (cu.cuGraphInstantiate(&g->exec, graph, 0) != CUDA_SUCCESS) {
         g->exec = NULL;
         cu.cuGraphDestroy(graph);
         return -1;
     }
     cu.cuGraphDestroy(graph);
     g->shape = shape;
-    g->values = values;
     g->used = ++c->clock;
     CU(d, cu.cuGraphLaunch(g->exec, c->s));
     c->replayed = true;

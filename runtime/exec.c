@@ -11,11 +11,13 @@
 **
 ** On a device with memory of its own (a GPU, or a CPU device told to act like
 ** one), the buffers the host fills or reads have a host staging copy
-** (Exec.host): a run uploads the input, labels and control votes first and
-** brings back the loss, the correct count and the votes last; anything else
-** (logits, gradients) comes back on request (rt_exec_fetch). A device that
-** records runs (CUDA graphs) records the steps once per key (the batch, the
-** learning rate, the seed when a step is seeded) and replays them after.
+** (Exec.host): a run uploads the input, labels, control votes and SGD scalars
+** first and brings back the loss, the correct count and the votes last;
+** anything else (logits, gradients) comes back on request (rt_exec_fetch). A
+** device that records runs (CUDA graphs) records the steps once per batch
+** shape and replays them after: what changes from run to run is in memory
+** (the learning rate too), except a seeded step's seed, so a program with
+** one (dropout) is not recorded.
 */
 #include "runtime.h"
 #include <math.h>
@@ -96,7 +98,7 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
     x->activation_bytes = p->plan_bytes;
     /* what the host sees: in place, or staged */
     int seen[8 + CG_MAXARGS], nseen = 0;
-    int fixed[] = { p->input, p->labels, p->loss, p->correct, p->logits, p->input_grad, p->control };
+    int fixed[] = { p->input, p->labels, p->loss, p->correct, p->logits, p->input_grad, p->control, p->sgd_scalars };
     for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) seen[nseen++] = fixed[k];
     for (int b = 0; b < p->nbufs; b++) {
         bool wanted = false;
@@ -249,7 +251,6 @@ static void run_steps(Exec *x, long n, long global_n, long first)
             a.global_batch = global_n;
             a.first = first;
             memcpy(a.f, s->f, sizeof a.f);
-            if (s->sgd) memcpy(a.f, x->sgd, sizeof x->sgd);
             /* the same masks on every replica count: seeded by run, step and the global example index */
             a.seed = s->seeded ? x->seed * 0x9E3779B97F4A7C15ULL + (x->runs_before + x->runs) * 0xD1B54A32D192ED03ULL + (unsigned long long)k : 0;
             dev->ops->launch(dev, x->fn[k], &a, s, work);
@@ -321,15 +322,15 @@ void rt_exec_start(Exec *x, long n, long global_n, long first)
     if (p->input >= 0) stage_batch(x, p->input, cg_dim(p->bufs[p->input].size, n));
     stage_batch(x, p->labels, n);
     stage(x, p->control, 2, true);
+    if (p->sgd_scalars >= 0) {   /* this run's learning rate etc., read by the update kernels */
+        memcpy(x->host[p->sgd_scalars], x->sgd, sizeof x->sgd);
+        stage(x, p->sgd_scalars, 3, true);
+    }
     bool ran = false;
     if (dev->ops->replay && dev->can_record && x->record && !x->step_seconds && !x->check_nan) {
         unsigned long long shape = mix(mix(mix(mix(0x6d6763, (unsigned long long)(uintptr_t)p), (unsigned long long)n),
                                            (unsigned long long)global_n), (unsigned long long)first);
-        unsigned int bits[3];
-        memcpy(bits, x->sgd, sizeof bits);
-        unsigned long long values = 0x76616c;
-        for (int k = 0; k < 3; k++) values = mix(values, bits[k]);
-        ran = dev->ops->replay(dev, shape, values);
+        ran = dev->ops->replay(dev, shape);
         bool seen = false;
         for (int k = 0; k < x->nseen; k++) seen |= x->seen[k] == shape;
         if (!ran && !seen) {
@@ -339,7 +340,7 @@ void rt_exec_start(Exec *x, long n, long global_n, long first)
         } else if (!ran) {
             dev->ops->record_begin(dev);
             run_steps(x, n, global_n, first);
-            int rr = dev->ops->record_end(dev, shape, values);
+            int rr = dev->ops->record_end(dev, shape);
             ran = rr >= 0;   /* 0: recorded and ran; 1: never recorded, ran as issued; -1: nothing ran */
             if (rr != 0) x->record = false;   /* this device cannot record this program: run the steps from now on */
         }

@@ -27,7 +27,7 @@
 **   - capture: no allocation, synchronisation or pageable-memory copy while a
 **     stream is capturing, and no wait for an event from outside; every
 **     stream that joined a capture is joined back before it ends; a graph
-**     update keeps the graph's shape (launches in flight keep the old one);
+**     launched is copied (launches in flight keep it when it is destroyed);
 **   - kernels: one-dimensional grids and blocks of at most 1024 threads, and
 **     every thread of a block meets each barrier (shim.h).
 ** FAKECUDA_GPUS (default 2) GPUs of FAKECUDA_SMS (default 2) multiprocessors,
@@ -795,28 +795,6 @@ CUresult cuGraphInstantiate(CUgraphExec *e, CUgraph g, unsigned long long flags)
     *e = calloc(1, sizeof **e);
     (*e)->n = g->n;
     (*e)->w = works_copy(g->w, g->n);
-    return CUDA_SUCCESS;
-}
-
-CUresult cuGraphExecUpdate(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info)
-{
-    if (info) memset(info, 0, sizeof *info);
-    bool same = e->n == g->n;
-    for (int k = 0; same && k < g->n; k++)
-        same = e->w[k].kind == g->w[k].kind && (g->w[k].kind != W_KERNEL || !strcmp(e->w[k].f->name, g->w[k].f->name));
-    if (!same) {
-        if (info) info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-    }
-    for (int k = 0; k < g->n; k++) {
-        void *args = e->w[k].args;
-        e->w[k] = g->w[k];
-        if (g->w[k].kind == W_KERNEL) {
-            memcpy(args, g->w[k].args, g->w[k].f->argsize);
-            e->w[k].args = args;
-        }
-    }
-    if (info) info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
     return CUDA_SUCCESS;
 }
 
