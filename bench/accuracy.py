@@ -109,7 +109,10 @@ def main():
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.0)
-    ap.add_argument("--lr-schedule", default="constant", help="constant, cosine or step:E1,E2,... (both sides)")
+    ap.add_argument("--lr-schedule", default="cosine", help="cosine (mgc's default), constant or step:E1,E2,... (both sides)")
+    ap.add_argument("--lr-per", choices=("epoch", "step"), default=None,
+                    help="how often the schedule moves (both sides; default mgc's: step for cosine, epoch for step:...)")
+    ap.add_argument("--warmup", type=int, default=0, help="linear warmup steps (both sides)")
     ap.add_argument("--devices", default="cpu:1", help="mgc's devices (cpu:N)")
     ap.add_argument("--sync-bn", action="store_true", help="mgc's --sync-bn")
     ap.add_argument("--torch-shards", type=int, default=1, help="PyTorch's --shards (per-replica BatchNorm of K replicas)")
@@ -133,11 +136,15 @@ def main():
     if not a.no_mgc and not os.path.isfile(a.mgc):
         sys.exit(f"accuracy.py: no mgc at {a.mgc} (run make)")
     common = ["--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr", str(a.lr), "--momentum", str(a.momentum),
-              "--lr-schedule", a.lr_schedule]
+              "--lr-schedule", a.lr_schedule, "--warmup", str(a.warmup)] + (["--lr-per", a.lr_per] if a.lr_per else [])
     if a.limit_train:
         common += ["--limit-train", str(a.limit_train)]
     sets = [x for s in a.set for x in ("--set", s)]
-    print(f"{net}: {a.epochs} epoch{'s' if a.epochs != 1 else ''}, batch {a.batch_size}, lr {a.lr}, seeds "
+    per = a.lr_per or ("step" if a.lr_schedule == "cosine" else "epoch")
+    recipe = f" ({a.lr_schedule}{'' if a.lr_schedule == 'constant' else f' per {per}'}" \
+             f"{f', warmup {a.warmup} steps' if a.warmup else ''})"
+    print(f"{net}: {a.epochs} epoch{'s' if a.epochs != 1 else ''}, batch {a.batch_size}, lr {a.lr}{recipe}"
+          f"{f', momentum {a.momentum}' if a.momentum else ''}, seeds "
           f"{a.seeds[0]}..{a.seeds[-1]} ({len(a.seeds)})"
           f"{'' if a.no_mgc else f'; mgc on {a.devices}' + (' --sync-bn' if a.sync_bn else '')}"
           f"{'' if a.no_torch else f', PyTorch with {a.torch_shards} shard' + ('s' if a.torch_shards != 1 else '')}"

@@ -133,9 +133,15 @@ def add_options(ap, epochs):
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.0)
-    ap.add_argument("--lr-schedule", default="constant",
-                    help="constant, cosine (CosineAnnealingLR over --epochs) or step:E1,E2,... (MultiStepLR), stepped once an epoch: mgc's")
+    ap.add_argument("--lr-schedule", default="cosine",
+                    help="cosine (CosineAnnealingLR over the run), constant or step:E1,E2,... (MultiStepLR): mgc's, "
+                         "with its default")
     ap.add_argument("--lr-gamma", type=float, default=0.1, help="step:...'s factor")
+    ap.add_argument("--lr-per", choices=("epoch", "step"), default=None,
+                    help="how often the schedule moves; default: every step for cosine (T_max = all the run's "
+                         "steps), once an epoch for step:... (milestones in epochs): mgc's")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="the first N steps scale the rate by (t+1)/N (LinearLR chained with the schedule): mgc's")
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=0)
@@ -192,13 +198,18 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     n = xtr.shape[0]
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
                           weight_decay=a.weight_decay)
+    # the schedule steps once an epoch, or once a step (--lr-per step); a warmup
+    # (LinearLR) steps once a step and multiplies: PyTorch's chainable forms compose
+    per_step = a.lr_per == "step" if a.lr_per else a.lr_schedule == "cosine"
+    clock = a.epochs * -(-n // a.batch_size) if per_step else a.epochs
     sched = None
     if a.lr_schedule == "cosine":
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=a.epochs)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=clock)
     elif a.lr_schedule.startswith("step:"):
         sched = torch.optim.lr_scheduler.MultiStepLR(opt, [int(e) for e in a.lr_schedule[5:].split(",")], gamma=a.lr_gamma)
     elif a.lr_schedule != "constant":
         raise SystemExit(f"--lr-schedule {a.lr_schedule}: constant, cosine or step:E1,E2,...")
+    warm = torch.optim.lr_scheduler.LinearLR(opt, 1 / a.warmup, 1.0, a.warmup - 1) if a.warmup > 1 else None
     loss_fn = nn.CrossEntropyLoss()
     print(f"torch {torch.__version__} on {a.device}, {what}threads {torch.get_num_threads()}, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')}, "
@@ -223,6 +234,11 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
                 loss = loss_fn(logits, yb)
             loss.backward()
             opt.step()
+            lr = opt.param_groups[0]["lr"]   # this step's
+            if warm:
+                warm.step()
+            if sched and per_step:
+                sched.step()
             b = yb.shape[0]
             loss_sum += loss.item() * b
             correct += (logits.argmax(1) == yb).sum().item()
@@ -230,8 +246,7 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
         if dev.type == "cuda":
             torch.cuda.synchronize()
         train_s = time.perf_counter() - t0
-        lr = opt.param_groups[0]["lr"]
-        if sched:
+        if sched and not per_step:
             sched.step()
         total_train_s += train_s
         test_acc = evaluate(model, xte, yte, 1000)  # eval mode: BatchNorm's running statistics

@@ -64,14 +64,15 @@ static void usage(FILE *out)
         "  --epochs N             passes over the training set (default 10; 0: initialise only)\n"
         "  --batch-size B         the global batch (default 256)\n"
         "  --lr X                 learning rate (default 0.1)\n"
-        "  --lr-schedule S        how the learning rate changes, once an epoch, as PyTorch's schedulers:\n"
-        "                           constant   (default)\n"
-        "                           cosine     from --lr down along a half cosine over --epochs\n"
-        "                                      (CosineAnnealingLR, T_max = epochs)\n"
+        "  --lr-schedule S        how the learning rate changes, as PyTorch's schedulers:\n"
+        "                           cosine     (default) from --lr down along a half cosine over the run,\n"
+        "                                      every step (CosineAnnealingLR, T_max = all the run's steps)\n"
+        "                           constant   --lr throughout\n"
         "                           step:E1,E2,...  times --lr-gamma after epochs E1, E2, ... (MultiStepLR)\n"
         "  --lr-gamma G           the factor of step:... (default 0.1; 0 to 1)\n"
-        "  --lr-per step|epoch    how often the schedule moves (default epoch); step: once a training step,\n"
-        "                         cosine over all the run's steps, step:... milestones counted in steps\n"
+        "  --lr-per step|epoch    how often the schedule moves: every step (cosine's default) or once an\n"
+        "                         epoch (step:...'s default); cosine per epoch has T_max = epochs, step:...\n"
+        "                         per step counts its milestones in steps\n"
         "  --warmup N             the first N steps of the run scale the rate by (t+1)/N, t = 0, 1, ...\n"
         "                         (default 0)\n"
         "  --momentum M           SGD momentum (default 0)\n"
@@ -100,7 +101,8 @@ static void usage(FILE *out)
         "                         headed by the IR nodes it computes, and exit\n"
         "  --set NAME=VALUE       override a net parameter (repeatable)\n"
         "  --batch FILE --steps K --dump OUT\n"
-        "                         check mode: K steps on the batch x, y in FILE.safetensors;\n"
+        "                         check mode: K steps on the batch x, y in FILE.safetensors at --lr\n"
+        "                         (no schedule);\n"
         "                         OUT gets losses, logits, gradients and final parameters\n"
         "  -v, --verbose          say what is compiled and cached\n"
         "  --cache-info           where the kernel cache is, its entries and size, and exit; it is kept\n"
@@ -315,6 +317,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     t->batch_size = 256;
     t->lr = 0.1f;
     t->lr_gamma = 0.1f;
+    t->lr_schedule = LR_COSINE;
     t->limit_train = t->limit_test = -1;
     t->steps = 1;
     c->devices = "cpu";
@@ -323,7 +326,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     int gpus = 0;
     bool devices_given = false;
     const char *load = NULL, *resume = NULL;
-    bool gamma_given = false;
+    bool gamma_given = false, per_given = false;
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i];
         if (arg[0] != '-' || !arg[1]) {
@@ -384,7 +387,7 @@ static int parse_args(int argc, char **argv, Cli *c)
         case O_LR_SCHEDULE: rc = parse_schedule(val, t); break;
         case O_LR_GAMMA: rc = parse_float(name, val, 0, false, 1, &t->lr_gamma); gamma_given = true; break;
         case O_LR_PER:
-            if (!strcmp(val, "step") || !strcmp(val, "epoch")) t->lr_per_step = val[0] == 's';
+            if (!strcmp(val, "step") || !strcmp(val, "epoch")) t->lr_per_step = val[0] == 's', per_given = true;
             else return bad("--lr-per expects step or epoch, got '%s'%s", val, "");
             break;
         case O_WARMUP: rc = parse_long(name, val, 0, 1000000000, &v); t->warmup = (int)v; break;
@@ -455,6 +458,7 @@ static int parse_args(int argc, char **argv, Cli *c)
         if (rc) return rc;
     }
     if (!c->net) return bad("no net given: mgc NET.net [options], e.g. mgc nets/lenet.net%s%s", "", "");
+    if (!per_given) t->lr_per_step = t->lr_schedule == LR_COSINE;   /* a smooth cosine; milestones in epochs */
     if (gamma_given && t->lr_schedule != LR_STEP)
         return bad("--lr-gamma is the factor of --lr-schedule step:E1,E2,...; give that too%s%s", "", "");
     if (load && resume) return bad("--load and --resume both name a checkpoint: give one%s%s", "", "");

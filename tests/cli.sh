@@ -307,11 +307,11 @@ PY
     else
         echo "FAIL evaluate: wanted test acc $want"; tail -2 "$tmp/eval" | sed 's/^/    /'; fail=$((fail + 1))
     fi
-    # --lr-schedule: the rate of every epoch (the log's "lr") is PyTorch's schedulers' stepped
-    # once an epoch; and it is the rate the epoch trains at: a rate of 0 from epoch 2 on
+    # --lr-schedule per epoch: the rate of every epoch (the log's "lr") is PyTorch's schedulers'
+    # stepped once an epoch; and it is the rate the epoch trains at: a rate of 0 from epoch 2 on
     # (step:1, gamma 0, no momentum) leaves the parameters where epoch 1 left them, bit for bit
     S="--limit-train 256 --limit-test 64 --batch-size 128"
-    "$MGC" $L $S --epochs 7 --lr 0.2 --lr-schedule cosine --log "$tmp/cos.jsonl" > "$tmp/sched" 2>&1 &&
+    "$MGC" $L $S --epochs 7 --lr 0.2 --lr-schedule cosine --lr-per epoch --log "$tmp/cos.jsonl" > "$tmp/sched" 2>&1 &&
         "$MGC" $L $S --epochs 7 --lr 0.2 --lr-schedule step:2,5 --lr-gamma 0.3 --log "$tmp/step.jsonl" >> "$tmp/sched" 2>&1
     if out=$(/usr/bin/python3 - "$tmp/cos.jsonl" "$tmp/step.jsonl" <<'PY'
 import json, sys, torch
@@ -336,11 +336,13 @@ PY
     else bad "--lr-schedule against PyTorch's schedulers: $out"; tail -3 "$tmp/sched" | sed 's/^/    /'; fi
     # --lr-per step, --warmup: the rate of each epoch's last step (2 steps an epoch here: t = 1, 3, ..., 13)
     # is PyTorch's schedulers' stepped once a step: warmup as LinearLR(1/W -> 1 over W-1 steps) chained
-    # with CosineAnnealingLR(T_max = all 14 steps); MultiStepLR with milestones counted in steps
+    # with CosineAnnealingLR(T_max = all 14 steps); MultiStepLR with milestones counted in steps; and
+    # the default, no schedule option given: cosine every step
     "$MGC" $L $S --epochs 7 --lr 0.2 --lr-per step --lr-schedule cosine --warmup 5 --log "$tmp/scos.jsonl" > "$tmp/ssched" 2>&1 &&
         "$MGC" $L $S --epochs 7 --lr 0.2 --lr-per step --lr-schedule step:3,8 --lr-gamma 0.3 --log "$tmp/sstep.jsonl" >> "$tmp/ssched" 2>&1 &&
-        "$MGC" $L $S --epochs 7 --lr 0.2 --warmup 4 --log "$tmp/swarm.jsonl" >> "$tmp/ssched" 2>&1
-    if out=$(/usr/bin/python3 - "$tmp/scos.jsonl" "$tmp/sstep.jsonl" "$tmp/swarm.jsonl" <<'PY'
+        "$MGC" $L $S --epochs 7 --lr 0.2 --lr-schedule constant --warmup 4 --log "$tmp/swarm.jsonl" >> "$tmp/ssched" 2>&1 &&
+        "$MGC" $L $S --epochs 7 --lr 0.2 --log "$tmp/sdef.jsonl" >> "$tmp/ssched" 2>&1
+    if out=$(/usr/bin/python3 - "$tmp/scos.jsonl" "$tmp/sstep.jsonl" "$tmp/swarm.jsonl" "$tmp/sdef.jsonl" <<'PY'
 import json, sys, torch
 S = torch.optim.lr_scheduler
 def torch_lrs(make, steps=14):
@@ -353,17 +355,19 @@ def torch_lrs(make, steps=14):
 worst = 0.0
 for path, make in ((sys.argv[1], lambda o: S.ChainedScheduler([S.LinearLR(o, 1 / 5, 1.0, 4), S.CosineAnnealingLR(o, T_max=14)])),
                    (sys.argv[2], lambda o: S.MultiStepLR(o, milestones=[3, 8], gamma=0.3)),
-                   (sys.argv[3], lambda o: S.LinearLR(o, 1 / 4, 1.0, 3))):
+                   (sys.argv[3], lambda o: S.LinearLR(o, 1 / 4, 1.0, 3)),
+                   (sys.argv[4], lambda o: S.CosineAnnealingLR(o, T_max=14))):
     got = [json.loads(l)["lr"] for l in open(path)]
     want = torch_lrs(make)
     assert len(got) == len(want), (got, want)
     worst = max(worst, max(abs(g - w) / w for g, w in zip(got, want)))
-print(f"per step, cosine after a 5-step warmup, step:3,8, a 4-step warmup alone, worst relative difference {worst:.1e}")
+print(f"per step, cosine after a 5-step warmup, step:3,8, a 4-step warmup alone, the default cosine, "
+      f"worst relative difference {worst:.1e}")
 sys.exit(0 if worst < 1e-6 else 1)
 PY
     ); then ok "--lr-per step, --warmup = PyTorch's LinearLR, CosineAnnealingLR and MultiStepLR stepped every step: $out"
     else bad "--lr-per step against PyTorch's schedulers: $out"; tail -3 "$tmp/ssched" | sed 's/^/    /'; fi
-    "$MGC" $L $S --epochs 1 --save "$tmp/one.st" > /dev/null 2>&1 &&
+    "$MGC" $L $S --epochs 1 --lr-schedule constant --save "$tmp/one.st" > /dev/null 2>&1 &&
         "$MGC" $L $S --epochs 3 --lr-schedule step:1 --lr-gamma 0 --save "$tmp/frozen.st" > "$tmp/frozen" 2>&1 &&
         grep -q "^epoch 3/3 .* lr 0 " "$tmp/frozen" &&
         /usr/bin/python3 tests/st.py compare "$tmp/frozen.st" "$tmp/one.st" 0 > /dev/null &&

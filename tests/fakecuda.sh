@@ -100,7 +100,7 @@ fi
 # recorded at one rate is not replayed at another (rate 0 after epoch 1: the
 # parameters stay epoch 1's, bit for bit)
 S="--limit-train 256 --limit-test 64 --batch-size 128"
-if timeout 300 "$MGC" $L $S --epochs 1 --gpus 1 --save "$tmp/one.st" > "$tmp/s1" 2>&1 &&
+if timeout 300 "$MGC" $L $S --epochs 1 --gpus 1 --lr-schedule constant --save "$tmp/one.st" > "$tmp/s1" 2>&1 &&
         timeout 300 "$MGC" $L $S --epochs 3 --gpus 1 --lr-schedule step:1 --lr-gamma 0 --save "$tmp/frozen.st" > "$tmp/s3" 2>&1 &&
         out=$($PY tests/st.py compare "$tmp/frozen.st" "$tmp/one.st" 0); then
     ok "--lr-schedule step:1 --lr-gamma 0 on cuda:0: the parameters are epoch 1's: $out"
