@@ -192,6 +192,23 @@ static double replica_diff(Group *g, bool running)
 
 /* The parameters and state, with what --resume needs to go on as if never
    stopped: the epoch finished, the training steps run, the seed and batch. */
+/* The learning-rate recipe in words (a checkpoint's "lr_schedule"): what --resume compares. */
+static void schedule_str(const TrainConfig *cfg, char *out, size_t size)
+{
+    int p = snprintf(out, size, "lr %g", (double)cfg->lr);
+    if (cfg->lr_schedule == LR_COSINE)
+        p += snprintf(out + p, size - (size_t)p, ", cosine over %d epoch%s, every %s", cfg->epochs, cfg->epochs == 1 ? "" : "s",
+                      cfg->lr_per_step ? "step" : "epoch");
+    else if (cfg->lr_schedule == LR_STEP) {
+        p += snprintf(out + p, size - (size_t)p, ", times %g after %s", (double)cfg->lr_gamma, cfg->lr_per_step ? "steps" : "epochs");
+        for (int k = 0; k < cfg->lr_nmilestones && p < (int)size; k++)
+            p += snprintf(out + p, size - (size_t)p, "%s%d", k ? "," : " ", cfg->lr_milestones[k]);
+    } else {
+        p += snprintf(out + p, size - (size_t)p, ", constant");
+    }
+    if (cfg->warmup && p < (int)size) snprintf(out + p, size - (size_t)p, ", warmup %d steps", cfg->warmup);
+}
+
 static int save_checkpoint(Store *s, const char *path, const char *net, int epoch, unsigned long long steps,
                            const TrainConfig *cfg)
 {
@@ -212,6 +229,9 @@ static int save_checkpoint(Store *s, const char *path, const char *net, int epoc
     st_writer_set_meta(w, "seed", v);
     snprintf(v, sizeof v, "%d", cfg->batch_size);
     st_writer_set_meta(w, "batch_size", v);
+    char sched[256];
+    schedule_str(cfg, sched, sizeof sched);
+    st_writer_set_meta(w, "lr_schedule", sched);
     st_writer_set_meta(w, "format", "mgc checkpoint: PyTorch state_dict names and layouts");
     char err[512];
     int rc = st_writer_save(w, path, err, sizeof err);
@@ -233,7 +253,10 @@ static int save_everywhere(Group *g, const char *path, int epoch)
 }
 
 /* What --resume reads from a checkpoint's metadata besides its tensors. */
-typedef struct Resume { unsigned long long epoch, steps, seed, batch_size; } Resume;
+typedef struct Resume {
+    unsigned long long epoch, steps, seed, batch_size;
+    char schedule[256];       /* the learning-rate recipe (schedule_str), or "" (an older mgc's checkpoint) */
+} Resume;
 
 /* The metadata key of f as a whole number (seeds are 64 bits: not through a double). */
 static int meta_count(const StFile *f, const char *path, const char *key, unsigned long long *out)
@@ -267,6 +290,7 @@ static int load_checkpoint(Store *s, const char *path, Resume *resume)
         st_free(&f);
         return -1;
     }
+    if (resume && st_meta_get(&f, "lr_schedule", resume->schedule, sizeof resume->schedule) < 0) resume->schedule[0] = 0;
     for (int k = 0; k < s->n; k++) {
         StoreEntry *e = &s->e[k];
         const StTensor *t = st_find(&f, e->name);
@@ -860,7 +884,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     if (rt_world_max_status(world, rc)) goto out;
     rt_store_init(&G.r[0].store, cfg->seed);
     rc = 0;
-    Resume resume = { 0, 0, 0, 0 };
+    Resume resume = { 0 };
     if (cfg->load && world->rank == 0 && load_checkpoint(&G.r[0].store, cfg->load, cfg->resume ? &resume : NULL)) rc = 1;
     if (rt_world_max_status(world, rc)) goto out;
     int first_epoch = 1;
@@ -878,6 +902,11 @@ int train_run(const Model *m, const TrainConfig *cfg)
                     printf("mgc: note: the checkpoint was trained with --seed %llu --batch-size %llu, this run has --seed %llu "
                            "--batch-size %d: it goes on, but not as the first run would have\n",
                            resume.seed, resume.batch_size, cfg->seed, cfg->batch_size);
+                char sched[256];
+                schedule_str(cfg, sched, sizeof sched);
+                if (resume.schedule[0] && strcmp(resume.schedule, sched))
+                    printf("mgc: note: the checkpoint was trained with %s; this run has %s: epoch %d goes on along "
+                           "this run's schedule, not the first run's\n", resume.schedule, sched, first_epoch);
             }
             fflush(stdout);
         }

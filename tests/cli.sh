@@ -166,6 +166,10 @@ expect schedule-gamma-range 2 "--lr-gamma must be in [0, 1], got 2" -- $L --lr-s
 # one that is not --save's (a check-mode dump has no epoch) it says so
 "$MGC" $L --epochs 0 --save "$tmp/e0.st" > /dev/null 2>&1
 expect resume-done 0 "holds 0 epochs already, --epochs 0: nothing to train" -- $L --epochs 0 --resume "$tmp/e0.st"
+# a cosine over 0 epochs saved, resumed as a cosine over 1: the rate recipe differs, and is named
+if [ -n "${MGC_DATA:-}" ]; then
+    expect resume-schedule 0 "the checkpoint was trained with lr 0.1, cosine over 0 epochs, every step; this run has lr 0.1, cosine over 1 epoch, every step: epoch 1 goes on along this run's schedule" -- $L --epochs 1 --limit-train 256 --limit-test 64 --resume "$tmp/e0.st" --save "$tmp/e0b.st"
+fi
 /usr/bin/python3 -c "import sys; sys.path.insert(0, 'tests'); import st, torch; st.save({'x': torch.zeros(2)}, sys.argv[1])" "$tmp/foreign.st" 2> /dev/null &&
     expect resume-foreign 1 "does not say its epoch (not one of mgc --save's" -- $L --epochs 1 --resume "$tmp/foreign.st"
 expect missing-net 1 "cannot open 'nope.net'" -- nope.net --emit ir
