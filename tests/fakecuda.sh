@@ -108,9 +108,10 @@ else
     bad "--lr-schedule on cuda:0: the rate of epochs 2 and 3 was not 0 (${out:-a run failed})"; tail -3 "$tmp/s3" | sed 's/^/    /'
 fi
 
-# a rate that changes every step (--lr-per step, --warmup): each step's recorded graph is
-# updated to the step's rate; milestone 2 in steps is epoch 1's end (2 steps an epoch here);
-# a cosine after a warmup on cuda:0 with CUDA graphs ends where it ends without them, bit for bit
+# a rate that changes every step (--lr-per step, --warmup): the recorded graph, replayed as it
+# is, reads each step's rate from device memory; milestone 2 in steps is epoch 1's end (2 steps
+# an epoch here); a cosine after a warmup on cuda:0 with CUDA graphs ends where it ends without
+# them, bit for bit
 W="--epochs 3 --gpus 1 --lr-per step --lr-schedule cosine --warmup 3"
 if [ -f "$tmp/one.st" ] &&
         timeout 300 "$MGC" $L $S --epochs 3 --gpus 1 --lr-per step --lr-schedule step:2 --lr-gamma 0 --save "$tmp/frozen2.st" > "$tmp/s4" 2>&1 &&
