@@ -190,8 +190,6 @@ static double replica_diff(Group *g, bool running)
 
 /* ------------------------------------------------------------------ checkpoints */
 
-/* The parameters and state, with what --resume needs to go on as if never
-   stopped: the epoch finished, the training steps run, the seed and batch. */
 /* The learning-rate recipe in words (a checkpoint's "lr_schedule"): what --resume compares. */
 static void schedule_str(const TrainConfig *cfg, char *out, size_t size)
 {
@@ -209,6 +207,9 @@ static void schedule_str(const TrainConfig *cfg, char *out, size_t size)
     if (cfg->warmup && p < (int)size) snprintf(out + p, size - (size_t)p, ", warmup %d steps", cfg->warmup);
 }
 
+/* The parameters and state, with what --resume needs to go on as if never
+   stopped: the epoch finished, the training steps run, the seed and batch;
+   and the rate's recipe, which --resume compares with its own. */
 static int save_checkpoint(Store *s, const char *path, const char *net, int epoch, unsigned long long steps,
                            const TrainConfig *cfg)
 {
