@@ -68,7 +68,8 @@ grep -q "communication per step" "$tmp/log" && ok "cpu:3 prints the communicatio
 
 # CPU devices that keep their memory apart from the host's (MGC_CPU_OWN_MEMORY=1)
 # take the paths a GPU takes: parameters uploaded after initialising, staged
-# input, labels and votes, running statistics and checkpoints downloaded.
+# input, labels, votes and SGD scalars (the default cosine: a new rate every
+# step), running statistics and checkpoints downloaded.
 # Nothing else changes, so the numbers must be the same bits.
 [ -f "$tmp/l2.st" ] && MGC_CPU_OWN_MEMORY=1 train "$tmp/l2own.st" "$MGC" $L $LA --devices cpu:2 &&
     compare "$tmp/l2own.st" "$tmp/l2.st" 0 0 "LeNet 201 steps on cpu:2 with device memory of their own = in host memory, bit for bit"
