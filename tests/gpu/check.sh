@@ -132,7 +132,12 @@ bad = 0
 # run as issued, one recorded into a CUDA graph, one replayed
 cases = [("nets/lenet.net", 64, 3, [], "cuda:0", "cpu", 1e-4),
          ("nets/lenet.net", 64, 3, [], "cuda:0", "cuda:0 nographs", 1e-6),
-         ("nets/resnet18.net", 32, 2, [], "cuda:0", "cpu", 2e-3),
+         # ResNet-18: what step 1 computes (logits, gradients, both losses, running statistics) to 1e-4;
+         # the parameters after step 2 (and the evaluation logits of them) to 2e-2: step 1's parameters
+         # agree to 3e-6, but step 2's gradients of the first layers are ill-conditioned (ReLU and max-pool
+         # decisions near ties flip): float64 PyTorch from the CPU's step-1 parameters lands 6.5e-3 from
+         # float64 PyTorch's own second step on stage1.0.bn1.bias (measured 2026-12-05)
+         ("nets/resnet18.net", 32, 2, [], "cuda:0", "cpu", {"default": 1e-4, "after": 2e-2}),
          ("nets/lenet.net", 64, 3, [], "cuda:0,cuda:0", "cpu:2", 1e-4),
          ("tests/nets/small_resnet.net", 6, 2, ["--sync-bn"], "cuda:0,cuda:0", "cpu:2", 1e-4),
          ("tests/nets/small_resnet.net", 6, 2, ["--sync-bn"], "cuda:0,cuda:0", "cuda:0", 1e-4)]
@@ -149,15 +154,18 @@ for net, b, steps, extra, dev_a, dev_b, tol in cases:
         mgc(net, "--devices", dev(d.split()[0]), "--batch-size", b, *extra, "--load", f"{R}/init.st", "--batch", f"{R}/batch.st",
             "--steps", steps, "--lr", 0.01, "--dump", f"{R}/{out}.st", env={"MGC_CUDA_GRAPHS": "0"} if "nographs" in d else {})
     A, B = st.load(f"{R}/a.st"), st.load(f"{R}/b.st")
-    worst, name = 0.0, ""
+    worst, name, ratio, ok = 0.0, "", -1.0, True
     for k in B:
         if k.startswith("replicas."): continue
         e = float((A[k].double() - B[k].double()).norm()) / max(float(B[k].double().norm()), 1e-6)
-        if e > worst: worst, name = e, k
-    ok = worst <= tol
+        after = k == "eval_logits" or not (k.startswith("grad.") or k in ("logits", "loss") or "running" in k)
+        t = tol if not isinstance(tol, dict) else tol["after" if after else "default"]
+        ok &= e <= t
+        if e / t > ratio: worst, name, ratio = e, k, e / t   # the closest to its tolerance
+    tol = f"{tol:g}" if not isinstance(tol, dict) else f"{tol['default']:g}, {tol['after']:g} after the last step"
     bad += not ok
     print(f"{'ok  ' if ok else 'FAIL'} {net} {' '.join(extra)}: {dev_a} against {dev_b}, {steps} steps of {b}: "
-          f"worst relative difference {worst:.1e} ({name}), tolerance {tol:g}")
+          f"worst relative difference {worst:.1e} ({name}), tolerance {tol}")
 sys.exit(bad > 0)
 EOF
 fi
