@@ -7,13 +7,16 @@
 **        --lower--> Program (kernels as text, GEMMs, collectives) --> training
 **
 ** Only this file exits. Exit status: 0 ok, 1 error in the net, data or run,
-** 2 bad command line, 130 interrupted.
+** 2 bad command line or environment (ranks started differently included),
+** 128 + the signal when SIGINT, SIGTERM or SIGHUP stopped the run.
 */
 #include "frontend.h"
 #include "train.h"
 #include "data.h"
 #include "world.h"
 #include "ptx.h"
+#include "agree.h"
+#include "paths.h"
 #include <sys/stat.h>
 #include <time.h>
 #include <errno.h>
@@ -114,14 +117,18 @@ static void usage(FILE *out)
         "  MGC_DATA               the Fashion-MNIST directory when --data is not given\n"
         "  MGC_CC                 the C compiler for the CPU kernels (default cc; \"ccache gcc\" works)\n"
         "  MGC_CACHE_MB           the kernel cache's size limit in MB (default 1000)\n"
-        "  XDG_CACHE_HOME         the kernel cache is in $XDG_CACHE_HOME/mgc (default ~/.cache/mgc)\n"
+        "  XDG_CACHE_HOME         the kernel cache is in $XDG_CACHE_HOME/mgc (default ~/.cache/mgc); it must be\n"
+        "                         yours and writable by nobody else, nor any directory above it (docs/running.md)\n"
         "  MGC_PROFILE=1          print the time of every step of the training program\n"
         "  MGC_FUSE=0             no fusion pass\n"
         "  MGC_CONV=S             one convolution form everywhere: direct|vector|gemm|dense|chunked|winograd\n"
         "  MGC_CUDA_GRAPHS=0      GPUs: launch every step instead of replaying a CUDA graph\n"
         "  MGC_NVRTC, MGC_CUBLAS, MGC_NCCL\n"
         "                         the NVRTC, cuBLAS and NCCL libraries to open (default the system's)\n"
-        "  OPENBLAS_CORETYPE      OpenBLAS's kernels (mgc sets it where OpenBLAS misjudges the CPU)\n");
+        "  OPENBLAS_CORETYPE      OpenBLAS's kernels (mgc sets it where OpenBLAS misjudges the CPU)\n"
+        "A value mgc does not know stops it (status 2). SIGINT, SIGTERM and SIGHUP stop a run after the current\n"
+        "step, the last finished epoch saved (status 128 + the signal); under mpirun the ranks must be started\n"
+        "alike, or none starts.\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b)
@@ -151,7 +158,7 @@ static int parse_long(const char *opt, const char *s, long min, long max, long *
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (!*s || *end || errno) return bad("%s expects a whole number, got '%s'", opt, s);
+    if (!diag_decimal(s, false) || *end || errno) return bad("%s expects a whole number, got '%s'", opt, s);
     if (v < min || v > max) {
         char range[64];
         snprintf(range, sizeof range, "%ld..%ld", min, max);
@@ -167,7 +174,7 @@ static int parse_float(const char *opt, const char *s, double min, bool min_open
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (!*s || *end || errno || !isfinite(v)) return bad("%s expects a number, got '%s'", opt, s);
+    if (!diag_decimal(s, true) || *end || errno || !isfinite(v)) return bad("%s expects a number, got '%s'", opt, s);
     if (v < min || (min_open && v == min) || v > max) {
         if (max < 1e30)
             fprintf(stderr, "mgc: %s must be in %c%g, %g], got %s\n(see mgc --help)\n", opt, min_open ? '(' : '[', min, max, s);
@@ -291,10 +298,10 @@ static int parse_schedule(const char *val, TrainConfig *t)
         const char *p = val + 5;
         int cap = (int)(sizeof t->lr_milestones / sizeof *t->lr_milestones);
         for (;;) {
-            char *end;
+            char *end = (char *)p;
             errno = 0;
-            long e = strtol(p, &end, 10);
-            if (end == p || errno || e < 1 || e > 1000000 || (*end && *end != ','))
+            long e = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : 0;
+            if (e == 0 || errno || e < 1 || e > 1000000 || (*end && *end != ','))
                 return bad("--lr-schedule step: expects epochs (or steps) E1,E2,... (whole numbers from 1), got '%s'%s", val, "");
             if (t->lr_nmilestones && e <= t->lr_milestones[t->lr_nmilestones - 1])
                 return bad("--lr-schedule %s: the milestones must increase%s", val, "");
@@ -309,9 +316,28 @@ static int parse_schedule(const char *val, TrainConfig *t)
     return 0;
 }
 
+/* The kernel cache's environment, checked before --cache-info reads it:
+   0, or 2 with a message. */
+static int check_cache_env(void)
+{
+    const char *mb = getenv("MGC_CACHE_MB"), *xdg = getenv("XDG_CACHE_HOME");
+    if (mb && *mb && rt_cache_limit() < 0) {
+        fprintf(stderr, "mgc: MGC_CACHE_MB='%s' is not a size in MB (a number above 0, at most 1e9, e.g. 500); unset it "
+                "for 1000 MB\n", mb);
+        return 2;
+    }
+    if (xdg && *xdg && xdg[0] != '/') {
+        fprintf(stderr, "mgc: XDG_CACHE_HOME='%s' is not an absolute path (the kernel cache goes to $XDG_CACHE_HOME/mgc): "
+                "give one starting with /, or unset it for ~/.cache\n", xdg);
+        return 2;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, Cli *c)
 {
     memset(c, 0, sizeof *c);
+    if (check_cache_env()) return 2;
     TrainConfig *t = &c->cfg;
     t->epochs = 10;
     t->batch_size = 256;
@@ -397,7 +423,8 @@ static int parse_args(int argc, char **argv, Cli *c)
             char *end;
             errno = 0;
             unsigned long long s = strtoull(val, &end, 10);
-            if (!*val || *end || errno || val[0] == '-') return bad("%s expects a non-negative whole number, got '%s'", name, val);
+            if (!diag_decimal(val, false) || *end || errno || val[0] == '-')
+                return bad("%s expects a non-negative whole number, got '%s'", name, val);
             t->seed = s;
             break;
         }
@@ -441,7 +468,7 @@ static int parse_args(int argc, char **argv, Cli *c)
             char *end;
             errno = 0;
             double mb = strtod(val, &end);
-            if (!*val || *end || errno || !isfinite(mb)) return bad("%s expects a number of megabytes, got '%s'", name, val);
+            if (!diag_decimal(val, true) || *end || errno || !isfinite(mb)) return bad("%s expects a number of megabytes, got '%s'", name, val);
             if (!(mb > 0) || mb > 1e6) {
                 fprintf(stderr, "mgc: %s must be more than 0 and at most 1e6, got %s\n(see mgc --help)\n", name, val);
                 return 2;
@@ -650,6 +677,129 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
     if (!ncoll) printf("  none\n");
 }
 
+/* ------------------------------------------------------------ the ranks agree */
+
+/* A file's bytes as an agreement item: its size and a digest, or why it cannot be read. */
+static void agree_file(Agreement *a, const char *name, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    uint64_t h = CG_FNV1A_START;
+    long long n = 0;
+    unsigned char buf[65536];
+    size_t got;
+    while (f && (got = fread(buf, 1, sizeof buf, f)) > 0) {
+        h = cg_fnv1a(h, buf, got);
+        n += (long long)got;
+    }
+    char shown[AGREE_VALUE], num[32];
+    if (!f || ferror(f)) snprintf(shown, sizeof shown, "%s cannot be read (%s)", path, f ? "read error" : strerror(errno));
+    else snprintf(shown, sizeof shown, "%s, %s bytes, digest %08llx", path, rt_commas((long)n, num), (unsigned long long)(h >> 32));
+    if (f) fclose(f);
+    rt_agree_add_hash(a, name, f ? h : 1, shown);
+}
+
+/* What every rank of an mpirun launch must have alike, before anything is
+   compiled or read: the mgc, the net and --set, the options that shape the
+   run, the environment that shapes the kernels, and the data. */
+static void agree_inputs(const Cli *c, const char *devices, Agreement *a)
+{
+    const TrainConfig *t = &c->cfg;
+    char b1[256], b2[256];
+    const char *cuda = rt_cuda_build(b1, sizeof b1), *mpi = rt_world_mpi_build(b2, sizeof b2);
+    rt_agree_add(a, "mgc", "%s, %s, %s", MGC_VERSION, cuda ? cuda : "no CUDA", mpi ? mpi : "no MPI");
+    agree_file(a, "the net's text", c->net);
+    char sets[1024] = "";
+    for (int k = 0, p = 0; k < c->nsets && p < (int)sizeof sets; k++)
+        p += snprintf(sets + p, sizeof sets - (size_t)p, "%s%s=%s", k ? " " : "", c->sets[k].name, c->sets[k].value);
+    rt_agree_add(a, "--set", "%s", c->nsets ? sets : "none");
+    rt_agree_add(a, "--devices (each rank's)", "%s", devices);
+    rt_agree_add(a, "--epochs", "%d", t->epochs);
+    rt_agree_add(a, "--batch-size", "%d", t->batch_size);
+    rt_agree_add(a, "--lr", "%.9g", (double)t->lr);
+    char sched[256] = "";
+    int p = snprintf(sched, sizeof sched, "%s, per %s", t->lr_schedule == LR_COSINE ? "cosine" : t->lr_schedule == LR_STEP ? "step"
+                     : "constant", t->lr_per_step ? "step" : "epoch");
+    for (int k = 0; k < t->lr_nmilestones && p < (int)sizeof sched; k++)
+        p += snprintf(sched + p, sizeof sched - (size_t)p, "%s%d", k ? "," : " at ", t->lr_milestones[k]);
+    rt_agree_add(a, "--lr-schedule and --lr-per", "%s", sched);
+    rt_agree_add(a, "--lr-gamma", "%.9g", (double)t->lr_gamma);
+    rt_agree_add(a, "--warmup", "%d", t->warmup);
+    rt_agree_add(a, "--momentum", "%.9g", (double)t->momentum);
+    rt_agree_add(a, "--weight-decay", "%.9g", (double)t->weight_decay);
+    rt_agree_add(a, "--seed", "%llu", t->seed);
+    rt_agree_add(a, "--limit-train", "%d%s", t->limit_train, t->limit_train < 0 ? " (all)" : "");
+    rt_agree_add(a, "--limit-test", "%d%s", t->limit_test, t->limit_test < 0 ? " (all)" : "");
+    rt_agree_add(a, "--sync-bn", "%s", t->sync_bn ? "on" : "off");
+    rt_agree_add(a, "--bucket-mb", "%.9g", (double)c->bucket_mb);
+    rt_agree_add(a, "--tf32", "%s", t->tf32 ? "on" : "off");
+    rt_agree_add(a, "--check-nan", "%s", t->check_nan ? "on" : "off");
+    rt_agree_add(a, "--evaluate", "%s", t->evaluate ? "on" : "off");
+    rt_agree_add(a, "--load or --resume", "%s", t->resume ? "--resume" : t->load ? "--load" : "neither");
+    rt_agree_add(a, "--save", "%s", t->save ? "given" : "not given");
+    rt_agree_add(a, "check mode (--batch, --steps)", "%s, %d step%s", t->batch_file ? "on" : "off", t->steps, t->steps == 1 ? "" : "s");
+    const char *conv = getenv("MGC_CONV");
+    rt_agree_add(a, "the kernels' environment (MGC_FUSE, MGC_CONV)", "fusion %s, convolutions %s%s", c->fuse ? "on" : "off",
+                 c->conv < 0 ? "chosen per layer" : "MGC_CONV=", c->conv < 0 ? "" : conv);
+    if (t->batch_file) agree_file(a, "the --batch file", t->batch_file);
+    if (!t->batch_file && (t->epochs > 0 || t->evaluate)) {
+        char probe[1024];
+        data_probe(t->data_dir, probe, sizeof probe);
+        rt_agree_add(a, "the data (--data, MGC_DATA)", "%s", probe);
+    }
+}
+
+/* What the compilers made, where the inputs agreed: whether the net
+   compiled, and the training program's plan (parameters, collectives and
+   kernels), which a different build or environment could change. */
+static void agree_program(const Program *p, Agreement *a)
+{
+    if (!p) {
+        rt_agree_add(a, "the net compiles", "no (rank 0 says why where it is the one)");
+        return;
+    }
+    rt_agree_add(a, "the net compiles", "yes");
+    uint64_t h = CG_FNV1A_START;
+    long floats = 0;
+    for (int k = 0; k < p->ncolls; k++) {
+        h = cg_fnv1a(h, &p->colls[k].floats, sizeof p->colls[k].floats);
+        floats += p->colls[k].floats;
+    }
+    for (int k = 0; k < p->nparams; k++) {
+        const Buf *b = &p->bufs[p->params[k].buf];
+        h = rt_fnv1a(h, b->name);
+        h = cg_fnv1a(h, b->shape.d, sizeof(int) * (size_t)b->shape.nd);
+    }
+    h = rt_fnv1a(h, cg_source(p, TARGET_C));
+    char num[32];
+    char shown[AGREE_VALUE];
+    snprintf(shown, sizeof shown, "%d steps, %d collectives of %s floats, %d parameter tensors, digest %08llx", p->nsteps,
+             p->ncolls, rt_commas(floats, num), p->nparams, (unsigned long long)(h >> 32));
+    rt_agree_add_hash(a, "the training program", h, shown);
+}
+
+/* ------------------------------------------------------------ files written */
+
+/* --save, --dump and --log can be written, checked before anything is compiled
+   or trained (rank 0 writes them): 0, or 2 with a message. */
+static int check_outputs(const Cli *c)
+{
+    const TrainConfig *t = &c->cfg;
+    const struct { const char *opt, *path; bool replaced; } out[] = {
+        { "--save", t->save, true }, { "--dump", t->dump, true }, { "--log", t->log, false },
+    };
+    for (size_t k = 0; k < sizeof out / sizeof *out; k++) {
+        if (!out[k].path) continue;
+        char err[4400];
+        int rc = out[k].replaced ? rt_check_replaceable(out[k].path, err, sizeof err)
+                                 : rt_check_appendable(out[k].path, err, sizeof err);
+        if (rc) {
+            fprintf(stderr, "mgc: %s %s\n", out[k].opt, err);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 /* The GPUs asked for exist, on every rank: said before anything is compiled.
    0, or -1 on every rank, said by the first rank that lacks its GPUs (the
    others would otherwise wait for it in their first collective). */
@@ -704,10 +854,16 @@ int main(int argc, char **argv)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* started with no PATH (env -i, some service managers): the C compiler
+       finds its linker on the system's default search path */
+    if (!getenv("PATH")) {
+        char path[256];
+        if (confstr(_CS_PATH, path, sizeof path) > 0) setenv("PATH", path, 1);
+    }
     Cli c;
     int rc = parse_args(argc, argv, &c);
     if (rc) return rc;
-    rt_cpu_blas_core(argv, c.cfg.verbose);   /* may start mgc again, with OpenBLAS's right kernels */
+    if (rt_cpu_blas_core(argv, c.cfg.verbose)) return 2;   /* may start mgc again, with OpenBLAS's right kernels */
     c.cfg.started = (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec;
     World world;
     char err[512];
@@ -717,6 +873,29 @@ int main(int argc, char **argv)
     }
     c.cfg.world = &world;
     c.total_replicas = c.cfg.replicas * world.size;
+    bool running = c.emit == EMIT_NONE && !c.dump_kernels;   /* trains, evaluates or checks: not an --emit */
+    char data_dir[4096];
+    if (!c.cfg.data_dir) c.cfg.data_dir = data_default_dir(data_dir, sizeof data_dir);
+    /* under mpirun, before anything else: were the ranks started alike? */
+    if (running && world.size > 1) {
+        char devs[MAX_REPLICAS * 12] = "";
+        if (c.cfg.devices[0].kind == DEV_CPU) snprintf(devs, sizeof devs, "cpu:%d", c.cfg.replicas);
+        for (int k = 0, p = 0; c.cfg.devices[0].kind == DEV_CUDA && k < c.cfg.replicas; k++)
+            p += snprintf(devs + p, sizeof devs - (size_t)p, "%scuda:%d", k ? "," : "", c.cfg.devices[k].index);
+        Agreement *inputs = calloc(1, sizeof *inputs);
+        agree_inputs(&c, devs, inputs);
+        int differ = rt_agree(&world, inputs);
+        free(inputs);
+        if (differ) {
+            rt_world_finalize(&world);
+            return 2;
+        }
+    }
+    /* what rank 0 will write, checked before an epoch is spent */
+    if (running && rt_world_max_status(&world, world.rank == 0 ? check_outputs(&c) : 0)) {
+        rt_world_finalize(&world);
+        return 2;
+    }
     if (c.cfg.batch_size < c.total_replicas) {
         if (world.rank == 0)
             fprintf(stderr, "mgc: --batch-size %d is smaller than the %d devices (%s%s): every device needs an example; "
@@ -807,11 +986,20 @@ int main(int argc, char **argv)
         break;
     case EMIT_NONE: {
         bool checking = c.cfg.batch_file != NULL;
-        if (compile(&c, &arena, &diag, true, true, checking, &train, &train_prog)) break;
-        if (compile(&c, &arena, &diag, false, false, false, &eval, &eval_prog)) break;
+        bool compiled = !compile(&c, &arena, &diag, true, true, checking, &train, &train_prog) &&
+                        !compile(&c, &arena, &diag, false, false, false, &eval, &eval_prog);
+        if (world.size > 1) {   /* the same program everywhere (a different build or environment could differ) */
+            Agreement *plan = calloc(1, sizeof *plan);
+            agree_program(compiled ? &train_prog : NULL, plan);
+            int differ = rt_agree(&world, plan);
+            free(plan);
+            if (differ) {
+                status = 2;
+                break;
+            }
+        }
+        if (!compiled) break;
         cg_share_kernels_with(&eval_prog, &train_prog);   /* its forward kernels are the training program's */
-        char dir[4096];
-        if (!c.cfg.data_dir) c.cfg.data_dir = data_default_dir(dir, sizeof dir);
         c.cfg.progress = isatty(2) && !checking;
         Model m = { &train_prog, &eval_prog };
         status = train_run(&m, &c.cfg);

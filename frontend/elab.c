@@ -1109,21 +1109,18 @@ static bool parse_value(const char *s, Value *v)
 {
     if (!strcmp(s, "true")) { *v = vbool(true); return true; }
     if (!strcmp(s, "false")) { *v = vbool(false); return true; }
-    if (!*s) return false;
     char *end;
     errno = 0;
-    long long i = strtoll(s, &end, 10);
-    if (!*end && !errno && i >= -(long long)INT_MAX && i <= INT_MAX) { *v = vint(i); return true; }
-    errno = 0;
-    double f = strtod(s, &end);
-    if (!*end && !errno && isfinite(f) && end != s) {
-        /* "1e3" and "1.0" are numbers; reject hex and inf/nan spellings */
-        for (const char *p = s; *p; p++)
-            if (!strchr("0123456789+-.eE", *p)) return false;
-        *v = vfloat(f);
-        return true;
+    if (diag_decimal(s, false)) {
+        long long i = strtoll(s, &end, 10);
+        if (!errno && i >= -(long long)INT_MAX && i <= INT_MAX) { *v = vint(i); return true; }
+        return false;
     }
-    return false;
+    if (!diag_decimal(s, true)) return false;   /* "1e3" and "1.0" are numbers; hex, inf and nan are not */
+    double f = strtod(s, &end);
+    if (errno || !isfinite(f)) return false;
+    *v = vfloat(f);
+    return true;
 }
 
 static int run_net(Elab *E, const FeOverride *sets, int nsets)

@@ -13,6 +13,11 @@ void diag_init(Diag *d, FILE *out)
     d->usage = 0;
 }
 
+/* The source line of loc and a caret under its column. A line longer than
+   DIAG_WINDOW columns shows only a window of that many around the caret, cut
+   at UTF-8 character boundaries and marked "...": a generated file with a
+   line of megabytes errs in milliseconds, not in pages of output. */
+#define DIAG_WINDOW 200
 static void show_line(FILE *out, Loc loc)
 {
     if (!loc.file || !loc.file->text || loc.line <= 0) return;
@@ -20,10 +25,23 @@ static void show_line(FILE *out, Loc loc)
     for (int l = 1; l < loc.line && *p; p++)
         if (*p == '\n') l++;
     const char *end = strchr(p, '\n');
-    int len = end ? (int)(end - p) : (int)strlen(p);
-    fprintf(out, "%5d | %.*s\n", loc.line, len, p);
-    fprintf(out, "      | ");
-    for (int i = 1; i < loc.col && i <= len; i++) fputc(p[i - 1] == '\t' ? '\t' : ' ', out);
+    long len = end ? (long)(end - p) : (long)strlen(p);
+    long caret = loc.col > 1 ? (long)loc.col - 1 : 0;   /* bytes before the caret */
+    if (caret > len) caret = len;
+    long from = 0, to = len;
+    if (len > DIAG_WINDOW) {
+        from = caret - DIAG_WINDOW / 2;
+        if (from < 0) from = 0;
+        to = from + DIAG_WINDOW;
+        if (to > len) to = len, from = len - DIAG_WINDOW;
+        while (from > 0 && ((unsigned char)p[from] & 0xC0) == 0x80) from--;   /* not inside a character */
+        while (to < len && ((unsigned char)p[to] & 0xC0) == 0x80) to++;
+    }
+    const char *pre = from > 0 ? "..." : "", *post = to < len ? "..." : "";
+    fprintf(out, "%5d | %s%.*s%s\n", loc.line, pre, (int)(to - from), p + from, post);
+    fprintf(out, "      | %s", from > 0 ? "   " : "");
+    for (long i = from; i < caret; i++)   /* a column per character: none for UTF-8's continuation bytes */
+        if (((unsigned char)p[i] & 0xC0) != 0x80) fputc(p[i] == '\t' ? '\t' : ' ', out);
     fprintf(out, "^\n");
 }
 
@@ -54,6 +72,33 @@ void diag_note(Diag *d, Loc loc, const char *fmt, ...)
     va_start(ap, fmt);
     vreport(d, loc, "note", fmt, ap);
     va_end(ap);
+}
+
+static const char *digits(const char *p)
+{
+    while (*p >= '0' && *p <= '9') p++;
+    return p;
+}
+
+bool diag_decimal(const char *s, bool fraction)
+{
+    const char *p = s;
+    if (*p == '+' || *p == '-') p++;
+    const char *q = digits(p);
+    bool some = q > p;
+    if (fraction && *q == '.') {
+        const char *r = digits(q + 1);
+        some |= r > q + 1;
+        q = r;
+    }
+    if (!some) return false;
+    if (fraction && (*q == 'e' || *q == 'E')) {
+        p = q + 1;
+        if (*p == '+' || *p == '-') p++;
+        q = digits(p);
+        if (q == p) return false;
+    }
+    return *q == 0;
 }
 
 int diag_edit_distance(const char *a, const char *b)

@@ -8,6 +8,7 @@
 */
 #ifndef MGC_DIAG_H
 #define MGC_DIAG_H
+#include <stdbool.h>
 #include <stdio.h>
 
 typedef struct SourceFile {
@@ -30,6 +31,11 @@ void diag_init(Diag *d, FILE *out);
 void diag_at(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A follow-up "note:" line attached to the previous error (no count). */
 void diag_note(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Whether s is a number as mgc spells them on the command line, in --set and
+   in the environment: [+-]digits, and with `fraction` also a decimal point
+   and an exponent [eE][+-]digits ("1", "-2", "0.5", ".5", "5.", "1e-3").
+   No spaces, no hex, no inf or nan: strtod alone takes "0x10" for 16. */
+bool diag_decimal(const char *s, bool fraction);
 /* Levenshtein distance, for "did you mean" suggestions. */
 int  diag_edit_distance(const char *a, const char *b);
 

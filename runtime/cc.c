@@ -25,6 +25,7 @@ static int run_program(char *const *argv, const char *out_path)
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        umask(022);   /* what the compiler writes into the cache: writable by its owner only */
         int fd = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) {
             dup2(fd, 1);
@@ -93,18 +94,27 @@ static int seal_of(const char *path, char *out, size_t size)
     return ok;
 }
 
-/* The entry so_path is whole: its seal matches the one written beside it
-   (so_path + ".seal") when it was compiled. A truncated or garbage shared
-   object would crash dlopen (SIGBUS, SIGSEGV) on every later run. */
-static bool entry_sound(const char *so_path)
+/* What a cache entry so_path is worth loading: ENTRY_OK when it is the
+   user's alone (rt_cache_entry_trusted; a symbolic link is not) and whole, its
+   seal matching the one written beside it (so_path + ".seal") when it was
+   compiled: a truncated or garbage shared object would crash dlopen (SIGBUS,
+   SIGSEGV) on every later run. */
+typedef enum { ENTRY_OK, ENTRY_FOREIGN, ENTRY_UNSEALED, ENTRY_DAMAGED } EntryState;
+static EntryState entry_state(const char *so_path)
 {
+    int fd = open(so_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    bool trusted = fd >= 0 && rt_cache_entry_trusted(fd, so_path, false) == 0;
+    if (fd < 0) fprintf(stderr, "mgc: the cached kernels %s cannot be opened as a file (%s): compiled again in their place\n",
+                        so_path, strerror(errno));
+    if (fd >= 0) close(fd);
+    if (!trusted) return ENTRY_FOREIGN;
     char seal_path[4700], want[64] = "", have[64];
     snprintf(seal_path, sizeof seal_path, "%s.seal", so_path);
     FILE *f = fopen(seal_path, "r");
-    if (!f) return false;
+    if (!f) return ENTRY_UNSEALED;
     if (!fgets(want, sizeof want, f)) want[0] = 0;
     fclose(f);
-    return want[0] && seal_of(so_path, have, sizeof have) && strcmp(want, have) == 0;
+    return want[0] && seal_of(so_path, have, sizeof have) && strcmp(want, have) == 0 ? ENTRY_OK : ENTRY_DAMAGED;
 }
 
 /* Runs the compiler on every piece, `jobs` at a time (each waited for by
@@ -118,6 +128,7 @@ static int compile_pieces(char ***argvs, const char *const *logs, int n, int job
         while (next < n && next - first < jobs && failed < 0) {
             pid[next] = fork();
             if (pid[next] == 0) {
+                umask(022);
                 int fd = open(logs[next], O_WRONLY | O_CREAT | O_TRUNC, 0644);
                 if (fd >= 0) {
                     dup2(fd, 1);
@@ -165,17 +176,16 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
     char kdir[4200];
     if (rt_kernel_cache(kdir, sizeof kdir, err, err_size)) return -1;
     snprintf(so_path, so_size, "%s/%016llx.so", kdir, (unsigned long long)h);
-    if (access(so_path, R_OK) == 0) {
-        if (entry_sound(so_path)) {
+    struct stat entry;
+    if (lstat(so_path, &entry) == 0) {
+        EntryState e = entry_state(so_path);   /* a foreign entry is said there */
+        if (e == ENTRY_OK) {
             rt_cache_touch(so_path);
             if (verbose) fprintf(stderr, "mgc: kernels found in cache %s\n", so_path);
             return 0;
         }
-        char seal_path[4700];
-        snprintf(seal_path, sizeof seal_path, "%s.seal", so_path);
-        if (access(seal_path, F_OK) == 0)
-            fprintf(stderr, "mgc: the cached kernels %s are damaged: compiling them again\n", so_path);
-        else if (verbose)
+        if (e == ENTRY_DAMAGED) fprintf(stderr, "mgc: the cached kernels %s are damaged: compiling them again\n", so_path);
+        else if (e == ENTRY_UNSEALED && verbose)
             fprintf(stderr, "mgc: the cached kernels %s have no seal (an older mgc made them): compiling them again\n", so_path);
     }
     /* HASH.K.c -> HASH.K.PID.o (log HASH.K.PID.log), side by side; then linked */
@@ -198,7 +208,7 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
            lets its compiler read a source this one is rewriting */
         char tmp_c[4900];
         snprintf(tmp_c, sizeof tmp_c, "%s.%d.tmp", c_path[k], (int)getpid());
-        FILE *f = fopen(tmp_c, "w");
+        FILE *f = rt_cache_create(tmp_c);
         bool written = f && fputs(parts[k], f) >= 0;
         if (f && fclose(f)) written = false;
         if (!written || rename(tmp_c, c_path[k])) {
@@ -261,8 +271,8 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
     char seal[64], seal_path[4700], tmp_seal[4800];
     snprintf(seal_path, sizeof seal_path, "%s.seal", so_path);
     snprintf(tmp_seal, sizeof tmp_seal, "%s.%d.tmp", seal_path, (int)getpid());
-    FILE *sf = seal_of(tmp_so, seal, sizeof seal) ? fopen(tmp_seal, "w") : NULL;
-    if (!sf || fputs(seal, sf) < 0 || fclose(sf) || rename(tmp_seal, seal_path) || rename(tmp_so, so_path)) {
+    FILE *sf = seal_of(tmp_so, seal, sizeof seal) ? rt_cache_create(tmp_seal) : NULL;
+    if (!sf || chmod(tmp_so, 0755) || fputs(seal, sf) < 0 || fclose(sf) || rename(tmp_seal, seal_path) || rename(tmp_so, so_path)) {
         snprintf(err, err_size, "cannot put compiled kernels into the cache '%s': %s", so_path, strerror(errno));
         unlink(tmp_seal);
         unlink(tmp_so);

@@ -13,6 +13,7 @@
 #include "rng.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -259,6 +260,37 @@ int data_load_fashion_mnist(const char *dir, Dataset *train, Dataset *test,
         return -1;
     }
     return 0;
+}
+
+void data_probe(const char *dir, char *out, size_t size)
+{
+    int p = 0;
+    for (int k = 0; k < F_COUNT && p < (int)size; k++) {
+        char path[4200];
+        unsigned char header[16] = { 0 };
+        int found = find_file(dir, k, path, sizeof path);
+        gzFile f = found > 0 ? gzopen(path, "rb") : NULL;
+        int got = f ? gzread(f, header, k == F_TRAIN_IMAGES || k == F_TEST_IMAGES ? 16 : 8) : -1;
+        if (f) gzclose(f);
+        const char *name = file_names[k];
+        if (got < 8) {
+            p += snprintf(out + p, size - (size_t)p, "%s%s unreadable", p ? ", " : "", name);
+            continue;
+        }
+        int short_name = (int)strcspn(name, "-") + 7;   /* "train-images", "t10k-labels" */
+        p += snprintf(out + p, size - (size_t)p, "%s%.*s %u", p ? ", " : "", short_name, name, be32(header + 4));
+        if (got >= 16 && p < (int)size) p += snprintf(out + p, size - (size_t)p, "x%ux%u", be32(header + 8), be32(header + 12));
+        /* gzip's trailer: the CRC-32 and length of what it holds, a digest of the contents for free */
+        struct stat st;
+        FILE *raw = fopen(path, "rb");
+        unsigned char magic[2] = { 0 }, tail[8];
+        bool gz = raw && fread(magic, 1, 2, raw) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+        if (gz && !fseek(raw, -8, SEEK_END) && fread(tail, 1, 8, raw) == 8 && p < (int)size)
+            p += snprintf(out + p, size - (size_t)p, " crc %02x%02x%02x%02x", tail[3], tail[2], tail[1], tail[0]);
+        else if (!gz && !stat(path, &st) && p < (int)size)
+            p += snprintf(out + p, size - (size_t)p, " (%lld bytes)", (long long)st.st_size);
+        if (raw) fclose(raw);
+    }
 }
 
 void data_free(Dataset *d)

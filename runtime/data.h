@@ -30,6 +30,11 @@ typedef struct Dataset {
    bytes) and both datasets empty. */
 int  data_load_fashion_mnist(const char *dir, Dataset *train, Dataset *test,
                              char *err, size_t err_size);
+/* What the four files in dir hold, from their headers (and gzip's CRC-32 of
+   their contents), in words, without reading the data: "train-images 60000x28x28
+   crc ..., train-labels 60000 crc ..., ...", a file that cannot be read said so.
+   For ranks to compare before they start. */
+void data_probe(const char *dir, char *out, size_t size);
 /* Frees and zeroes; safe on a zeroed or already freed Dataset. */
 void data_free(Dataset *d);
 /* Keeps the first n examples (no-op if n < 0 or n >= d->n; memory is kept). */

@@ -128,17 +128,27 @@ void rt_cpu_blas_describe(char *buf, size_t size)
     const char *version = config && !strncmp(config, "OpenBLAS ", 9) ? config + 9 : "(version unknown)";
     int vlen = (int)strcspn(version, " ");
     if (!core) core = "unknown";
-    if (set) snprintf(buf, size, "%.*s, %s kernels (OPENBLAS_CORETYPE=%s)", vlen, version, core, set);
+    if (set && strcasecmp(set, core))
+        snprintf(buf, size, "%.*s, %s kernels (OPENBLAS_CORETYPE=%s, which it does not take: mgc stops on it)", vlen,
+                 version, core, set);
+    else if (set) snprintf(buf, size, "%.*s, %s kernels (OPENBLAS_CORETYPE=%s)", vlen, version, core, set);
     else if (want && !blas_core_enough(core, want))
         snprintf(buf, size, "%.*s, %s kernels, older than this CPU runs: mgc trains with OPENBLAS_CORETYPE=%s", vlen, version,
                  core, want);
     else snprintf(buf, size, "%.*s, %s kernels", vlen, version, core);
 }
 
-void rt_cpu_blas_core(char **argv, bool verbose)
+int rt_cpu_blas_core(char **argv, bool verbose)
 {
     const char *core = openblas_get_corename(), *want = cpu_blas_core(), *set = getenv("OPENBLAS_CORETYPE");
-    if (!core) return;
+    if (!core) return 0;
+    if (set && *set && strcasecmp(set, core)) {   /* a name it does not know, or kernels it has not for this CPU */
+        fprintf(stderr, "mgc: OPENBLAS_CORETYPE=%s: OpenBLAS does not take it and runs its %s kernels instead (a name it "
+                "does not know, or kernels it has no build of); unset it (OpenBLAS chooses, and mgc corrects a choice "
+                "older than the CPU), or name kernels OpenBLAS has, e.g. OPENBLAS_CORETYPE=%s\n", set, core,
+                want ? want : "Haswell");
+        return -1;
+    }
     if (!set && want && !blas_core_enough(core, want)) {
         if (verbose)
             fprintf(stderr, "mgc: OpenBLAS took this CPU for a %s; it runs %s kernels: starting again with OPENBLAS_CORETYPE=%s "
@@ -148,9 +158,10 @@ void rt_cpu_blas_core(char **argv, bool verbose)
         execv("/proc/self/exe", argv);
         /* no /proc: go on with the kernels OpenBLAS chose */
         if (verbose) fprintf(stderr, "mgc: cannot start again (%s): OpenBLAS's %s kernels it is\n", strerror(errno), core);
-        return;
+        return 0;
     }
     if (verbose) fprintf(stderr, "mgc: OpenBLAS kernels for %s%s\n", core, set ? " (OPENBLAS_CORETYPE)" : "");
+    return 0;
 }
 
 static int cpu_load(Device *d, const Program *p, bool verbose, void **module, KernelFn *fns, char *err, size_t err_size)

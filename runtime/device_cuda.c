@@ -40,6 +40,7 @@
 #include "rendezvous.h"
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -363,7 +364,13 @@ static void *image_for(CudaDev *c, const char *source, bool verbose, bool fresh,
     if (rt_kernel_cache(kdir, sizeof kdir, err, err_size)) return NULL;
     if (ptx) snprintf(path, path_size, "%s/%016llx.compute_%d.ptx", kdir, (unsigned long long)h, got);
     else snprintf(path, path_size, "%s/%016llx.%s.cubin", kdir, (unsigned long long)h, arch);
-    FILE *f = fresh ? NULL : fopen(path, "rb");
+    int fd = fresh ? -1 : open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && rt_cache_entry_trusted(fd, path, false)) {   /* another's, or writable by others: compiled anew */
+        close(fd);
+        fd = -1;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (fd >= 0 && !f) close(fd);
     if (f) {
         fseek(f, 0, SEEK_END);
         long n = ftell(f);
@@ -389,7 +396,7 @@ static void *image_for(CudaDev *c, const char *source, bool verbose, bool fresh,
     img[*size] = 0;   /* rt_nvrtc_* leave a byte for it */
     char tmp[4700];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    f = fopen(tmp, "wb");
+    f = rt_cache_create(tmp);
     if (f && fwrite(img, 1, *size, f) == *size && fclose(f) == 0) {
         if (rename(tmp, path)) unlink(tmp);
         else rt_cache_prune(h, verbose);

@@ -144,11 +144,21 @@ void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay);
 void rt_exec_profile(Exec *x);
 void rt_exec_profile_report(const Exec *x, FILE *out);
 
-/* Cache directory for compiled kernels: $XDG_CACHE_HOME/mgc, else ~/.cache/mgc. */
-const char *rt_cache_dir(char *buf, size_t size);
-/* The kernel cache's directory (made if missing): 0, or -1 with err. */
+/* The kernel cache's root: $XDG_CACHE_HOME/mgc, else ~/.cache/mgc (HOME, or
+   the passwd entry's home), else a private directory made for this run and
+   removed at its end. 0, or -1 with err (XDG_CACHE_HOME relative). */
+int  rt_cache_root(char *buf, size_t size, char *err, size_t err_size);
+/* The kernel cache's directory (made if missing), checked to be trusted:
+   it and every directory above it writable by nobody but the user (cache.c
+   says the rule). 0, or -1 with err saying what was found and the fix. */
 int  rt_kernel_cache(char *dir, size_t size, char *err, size_t err_size);
-/* The kernel cache's limit in bytes: $MGC_CACHE_MB (10^6 bytes), else 1000 MB. */
+/* An entry about to be loaded, open as fd: a regular file of the user's that
+   nobody else can write (0); else -1, said on stderr unless quiet. */
+int  rt_cache_entry_trusted(int fd, const char *path, bool quiet);
+/* A new file in the cache (O_NOFOLLOW, mode 0644 whatever the umask), or NULL. */
+FILE *rt_cache_create(const char *path);
+/* The kernel cache's limit in bytes: $MGC_CACHE_MB (10^6 bytes), else 1000 MB;
+   -1 when MGC_CACHE_MB is not a number above 0 (the driver stops on it). */
 long long rt_cache_limit(void);
 /* Marks a cache entry (its .so or .cubin) used now. */
 void rt_cache_touch(const char *path);
@@ -163,8 +173,10 @@ int  rt_cache_report(bool clear, FILE *out);
    CPUs with AVX-512 for a Prescott (kernels of a quarter of the speed): where
    it chose kernels older than this CPU runs and OPENBLAS_CORETYPE is not set,
    sets it and starts mgc again (execv of /proc/self/exe with argv). Call first
-   thing, before any thread or MPI. With verbose, says which kernels run. */
-void rt_cpu_blas_core(char **argv, bool verbose);
+   thing, before any thread or MPI. With verbose, says which kernels run.
+   -1, said, when OPENBLAS_CORETYPE names kernels OpenBLAS does not run (a
+   name it does not know: it says "Core not found" and chooses itself). */
+int  rt_cpu_blas_core(char **argv, bool verbose);
 /* OpenBLAS's version and the kernels it runs on this CPU, and what mgc does
    about it ("0.3.21, Prescott kernels; mgc trains with OPENBLAS_CORETYPE=SkylakeX"). */
 void rt_cpu_blas_describe(char *buf, size_t size);

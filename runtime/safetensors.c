@@ -9,10 +9,12 @@
 */
 #include "safetensors.h"
 #include "errbuf.h"
+#include "paths.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1066,16 +1068,33 @@ int st_writer_save(StWriter *w, const char *path, char *err, size_t err_size)
         return -1;
     }
 
-    size_t plen = strlen(path);
+    /* a symbolic link is followed: its target is replaced, the link stays; a
+       FIFO or device node is not a file to replace */
+    char target[PATH_MAX];
+    struct stat st;
+    if (rt_path_target(path, target, sizeof target)) {
+        set_err(err, err_size, "%s: cannot follow its symbolic links: %s", path, strerror(errno));
+        free(h.s);
+        return -1;
+    }
+    if (!stat(target, &st) && !S_ISREG(st.st_mode)) {
+        set_err(err, err_size, "%s: not a regular file (a directory, FIFO or device): not replaced", target);
+        free(h.s);
+        return -1;
+    }
+    size_t plen = strlen(target);
     char *tmp = malloc(plen + 5);
     if (!tmp) {
         free(h.s);
         set_err(err, err_size, "%s: out of memory", path);
         return -1;
     }
-    memcpy(tmp, path, plen);
+    memcpy(tmp, target, plen);
     memcpy(tmp + plen, ".tmp", 5);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* a .tmp left by an earlier run that was killed while saving goes first; a
+       new one is made, never written through whatever has that name */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
         set_err(err, err_size, "%s: cannot create: %s", tmp, strerror(errno));
         free(h.s);
@@ -1103,14 +1122,14 @@ int st_writer_save(StWriter *w, const char *path, char *err, size_t err_size)
         free(tmp);
         return -1;
     }
-    if (rename(tmp, path) < 0) {
-        set_err(err, err_size, "%s: cannot rename %s into place: %s", path, tmp, strerror(errno));
+    if (rename(tmp, target) < 0) {
+        set_err(err, err_size, "%s: cannot rename %s into place: %s", target, tmp, strerror(errno));
         unlink(tmp);
         free(tmp);
         return -1;
     }
     /* Make the rename durable too (best effort). */
-    memcpy(tmp, path, plen + 1);
+    memcpy(tmp, target, plen + 1);
     int dfd = open(dirname(tmp), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         fsync(dfd);

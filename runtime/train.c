@@ -34,8 +34,31 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t interrupted;
-static void on_sigint(int sig) { (void)sig; interrupted = 1; }
+/* SIGINT (Ctrl-C), SIGTERM (Slurm's preemption, docker stop, systemd, mpirun)
+   and SIGHUP (a closed terminal) ask the run to stop: after the current step,
+   on every replica and rank at the same step (the control vote), with the
+   last finished epoch's checkpoint whole, and status 128 + the signal. A
+   checkpoint being written when the signal comes is finished first. */
+static volatile sig_atomic_t interrupted;   /* the signal that asked to stop, or 0 */
+static void on_stop_signal(int sig) { interrupted = sig; }
+static const int stop_signals[] = { SIGINT, SIGTERM, SIGHUP };
+#define NSTOP_SIGNALS ((int)(sizeof stop_signals / sizeof *stop_signals))
+
+/* Every rank's status and stop request at one point of the run (a
+   collective): 0 go on; 1 some rank failed; 128 + the signal where one asked
+   to stop (the largest, where several did). */
+static int stop_point(World *w, int rc)
+{
+    int all = rt_world_max_status(w, rc ? 1000 : (int)interrupted);
+    if (all >= 1000) return 1;
+    if (all > 0) interrupted = all;
+    return all > 0 ? 128 + all : 0;
+}
+
+static const char *signal_name(int sig)
+{
+    return sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "a signal";
+}
 
 static double now(void)
 {
@@ -553,6 +576,21 @@ static int check_mode(Group *g)
         return 1;
     }
     st_free(&f);
+    /* the batch as the loader checks data: finite inputs, whole labels of the net's classes */
+    for (long i = 0; i < b * per_x; i++)
+        if (!isfinite(g->x[i])) {
+            fprintf(stderr, "mgc: --batch %s: 'x' holds %g at element %ld (example %ld): the inputs must be finite\n",
+                    cfg->batch_file, (double)g->x[i], i, i / per_x);
+            return 1;
+        }
+    for (long i = 0; i < b; i++) {
+        float y = g->y[i];
+        if (!(y >= 0 && y < (float)classes && y == floorf(y))) {
+            fprintf(stderr, "mgc: --batch %s: label %ld of 'y' is %.9g; the net has %d classes: labels are whole numbers "
+                    "0 to %d\n", cfg->batch_file, i, (double)y, classes, classes - 1);
+            return 1;
+        }
+    }
     g->losses = calloc((size_t)cfg->steps * (size_t)g->total, sizeof(float));
     g->logits = calloc((size_t)(b * classes), sizeof(float));
     g->eval_logits = calloc((size_t)(b * classes), sizeof(float));
@@ -822,6 +860,12 @@ int train_run(const Model *m, const TrainConfig *cfg)
     int *order = NULL;
     FILE *log = NULL;
     bool log_failed = false;
+    /* from here on a stop signal is a request, answered at the next stop point or step */
+    struct sigaction stop_sa = { .sa_handler = on_stop_signal }, old_sa[NSTOP_SIGNALS];
+    sigemptyset(&stop_sa.sa_mask);
+    interrupted = 0;
+    for (int k = 0; k < NSTOP_SIGNALS; k++) sigaction(stop_signals[k], &stop_sa, &old_sa[k]);
+    int stopped_at = 0;       /* set where a signal stopped the run: 1 before training, 2 during an epoch, 3 after one */
 
     /* the cores of this process, shared out between its replicas */
     int threads = cfg->threads > 0 ? cfg->threads : rt_cores();
@@ -882,7 +926,12 @@ int train_run(const Model *m, const TrainConfig *cfg)
         r->tr.seed = r->ev.seed = cfg->seed;
         opt.verbose = false;   /* once is enough */
     }
-    if (rt_world_max_status(world, rc)) goto out;
+    if ((status = stop_point(world, rc))) {   /* the kernels took a while to compile: a stop asked meanwhile is answered */
+        stopped_at = status > 1;
+        if (status == 1) goto out;
+        goto stop;
+    }
+    status = 1;
     rt_store_init(&G.r[0].store, cfg->seed);
     rc = 0;
     Resume resume = { 0 };
@@ -954,10 +1003,13 @@ int train_run(const Model *m, const TrainConfig *cfg)
         fprintf(stderr, "mgc: cannot write --log %s: %s\n", cfg->log, strerror(errno));
         rc = 1;
     }
-    if (rt_world_max_status(world, rc)) {
-        if (!rc) fprintf(stderr, "mgc: rank %d: stopping, another rank failed (see its message)\n", world->rank);
-        goto out;
+    if ((status = stop_point(world, rc))) {
+        if (status == 1 && !rc) fprintf(stderr, "mgc: rank %d: stopping, another rank failed (see its message)\n", world->rank);
+        stopped_at = status > 1;
+        if (status == 1) goto out;
+        goto stop;
     }
+    status = 1;
     data_limit(&train, cfg->limit_train);
     data_limit(&test, cfg->limit_test);
     /* every full batch, and a last one with an example for each replica at least (gather_shard) */
@@ -991,8 +1043,6 @@ int train_run(const Model *m, const TrainConfig *cfg)
         status = 0;
         goto out;
     }
-    struct sigaction sa = { .sa_handler = on_sigint }, old_sa;
-    sigaction(SIGINT, &sa, &old_sa);
     int epoch;
     status = 0;
     bool stopped = false;
@@ -1030,7 +1080,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
                 report_nan(g);
                 status = 1;
             } else {
-                interrupted = 1;
+                stopped_at = 2;   /* the signal's number: below, from every rank */
             }
             break;
         }
@@ -1096,15 +1146,30 @@ int train_run(const Model *m, const TrainConfig *cfg)
         }
         free(cr.dev);
         if (cfg->save && save_everywhere(g, cfg->save, epoch)) { status = 1; break; }
+        if (epoch < cfg->epochs && stop_point(world, 0)) {   /* asked during the evaluation or the save: stop here */
+            stopped_at = 3;
+            break;
+        }
     }
-    sigaction(SIGINT, &old_sa, NULL);
-    if (interrupted && status == 0) {
-        if (world->rank == 0)
-            fprintf(stderr, "\nmgc: interrupted during epoch %d%s%s%s\n", epoch,
-                    cfg->save ? "; the checkpoint holds the last finished epoch: " : "", cfg->save ? cfg->save : "",
-                    cfg->save && epoch > 1 ? " (--resume it to go on)" : "");
-        status = 130;
+    if (status == 0 && stopped_at) {   /* which signal, from whichever rank got it */
+        int sig = stop_point(world, 0) - 128;
+        if (sig > 0 && world->rank == 0) {
+            if (stopped_at == 3)
+                fprintf(stderr, "\nmgc: interrupted by %s after epoch %d%s%s%s\n", signal_name(sig), epoch,
+                        cfg->save ? "; the checkpoint holds it: " : "", cfg->save ? cfg->save : "", cfg->save ? " (--resume it to go on)" : "");
+            else if (cfg->save && (epoch > first_epoch || cfg->resume))
+                fprintf(stderr, "\nmgc: interrupted by %s during epoch %d; the checkpoint holds the last finished epoch: %s "
+                        "(--resume it to go on)\n", signal_name(sig), epoch, cfg->save);
+            else
+                fprintf(stderr, "\nmgc: interrupted by %s during epoch %d%s\n", signal_name(sig), epoch,
+                        cfg->save ? "; no epoch had finished: nothing was saved" : "");
+        }
+        status = sig > 0 ? 128 + sig : 130;
     }
+    goto out;
+stop:   /* a signal before the training began */
+    if (world->rank == 0)
+        fprintf(stderr, "mgc: interrupted by %s before the training began; nothing was trained or saved\n", signal_name(status - 128));
 out:
     if (G.n > 0 && G.r[0].have_tr && G.r[0].tr.step_seconds && G.r[0].tr.runs) rt_exec_profile_report(&G.r[0].tr, stderr);
     if (log && fclose(log)) {
@@ -1130,5 +1195,6 @@ out:
     for (int k = 0; G.grads && k < tp->nparams; k++) free(G.grads[k]);
     free(G.grads);
     free(G.x); free(G.y); free(G.losses); free(G.logits); free(G.eval_logits); free(G.grad_x);
+    for (int k = 0; k < NSTOP_SIGNALS; k++) sigaction(stop_signals[k], &old_sa[k], NULL);
     return status;
 }

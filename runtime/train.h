@@ -58,7 +58,8 @@ typedef struct Model {
     const Program *train, *eval;
 } Model;
 
-/* Runs the whole job. Returns the process exit status (0 ok, 1 error, 130 interrupted). */
+/* Runs the whole job. Returns the process exit status (0 ok, 1 error, 128 + the
+   signal when SIGINT, SIGTERM or SIGHUP stopped it). */
 int train_run(const Model *m, const TrainConfig *cfg);
 
 /* The learning rate of epoch (1, 2, ...) of the run cfg describes. */

@@ -125,3 +125,15 @@ void rt_world_bcast(World *w, void *data, size_t bytes)
     (void)w; (void)data; (void)bytes;
 }
 
+
+void rt_world_allgather(World *w, const void *mine, void *all, size_t bytes)
+{
+#ifdef HAVE_MPI
+    if (w->mpi && bytes <= (1UL << 30)) {
+        MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+        return;
+    }
+#endif
+    (void)w;
+    memcpy(all, mine, bytes);
+}

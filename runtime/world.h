@@ -27,6 +27,8 @@ int  rt_world_max_status(World *w, int status);
 void rt_world_sum_f32(World *w, float *v, long n);
 void rt_world_sum_f64(World *w, double *v, int n);
 void rt_world_max_f64(World *w, double *v, int n);
+/* Every rank's `bytes` bytes (at most 1 GiB), in rank order: all holds size x bytes. */
+void rt_world_allgather(World *w, const void *mine, void *all, size_t bytes);
 /* Rank 0's bytes to every rank. */
 void rt_world_bcast(World *w, void *data, size_t bytes);
 
