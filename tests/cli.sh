@@ -111,7 +111,7 @@ MGC_FUSE=no expect env-fuse-bad 2 "MGC_FUSE='no' is not one of 0|1" -- $L --emit
 MGC_PROFILE=yes expect env-profile-bad 2 "MGC_PROFILE='yes' is not one of 0|1" -- $L --emit ir
 MGC_PROFILE=0 MGC_CONV= expect env-defaults 0 "kernel k0_" -- $L --emit kernels
 expect typo-cache 2 "unknown option '--cache-inf'; did you mean '--cache-info'?" -- --cache-inf
-MGC_CACHE_MB=lots expect cache-limit-bad 0 "MGC_CACHE_MB='lots' is not a size in MB" -- --cache-info
+MGC_CACHE_MB=lots expect cache-limit-bad 2 "MGC_CACHE_MB='lots' is not a size in MB" -- --cache-info
 # MGC_CC that is not a compiler: a clear message, no crash
 MGC_CC=no-such-cc expect cc-missing 1 "cannot run the C compiler 'no-such-cc'" -- $L --epochs 0
 expect help 0 "usage: mgc NET.net" -- --help
@@ -230,7 +230,7 @@ fi
 # More threads than cores: said, and capped at the cores
 expect threads-cap 0 "is more than the" -- $L --epochs 0 --threads 1024
 expect load-missing 1 "cannot load checkpoint" -- $L --epochs 0 --load "$tmp/none.safetensors"
-expect save-unwritable 1 "cannot save checkpoint" -- $L --epochs 0 --save "$tmp/no/such/dir/x.safetensors"
+expect save-unwritable 2 "the directory $tmp/no/such/dir does not exist" -- $L --epochs 0 --save "$tmp/no/such/dir/x.safetensors"
 expect init-save 0 "saved to" -- $L --epochs 0 --save "$tmp/lenet.safetensors"
 expect load-other-net 1 "checkpoint has no tensor 'bn1.weight'" -- nets/resnet18.net --epochs 0 --load "$tmp/lenet.safetensors"
 expect load-wrong-shape 1 "has shape [6,1,5,5] but the net needs [6,3,5,5]" -- $L --set in_channels=3 --epochs 0 --load "$tmp/lenet.safetensors"

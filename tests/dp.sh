@@ -92,13 +92,12 @@ pid=$!
 for _ in $(seq 1 600); do grep -q "^epoch 1/20" "$tmp/int.out" && break; sleep 0.1; done
 sleep 0.3
 kill -INT $pid
-( sleep 60; kill -9 $pid 2> /dev/null ) &
-watchdog=$!
-wait $pid
+wait_for $pid 60
 rc=$?
-kill $watchdog 2> /dev/null
 epoch=$($PY -c "import sys; sys.path.insert(0, 'tests'); import st; print(st.load_metadata(sys.argv[1]).get('epoch'))" "$tmp/int.st" 2>/dev/null)
-during=$(sed -n 's/.*interrupted during epoch \([0-9]*\).*/\1/p' "$tmp/int.out")
+during=$(sed -n 's/.*interrupted by SIGINT (Ctrl-C) during epoch \([0-9]*\).*/\1/p' "$tmp/int.out")
+after=$(sed -n 's/.*interrupted by SIGINT (Ctrl-C) after epoch \([0-9]*\).*/\1/p' "$tmp/int.out")   # while it saved
+[ -n "$after" ] && during=$((after + 1))
 if [ $rc -eq 130 ] && [ -n "$during" ] && [ -n "$epoch" ] && [ "$epoch" -ge 1 ] && [ "$epoch" -eq $((during - 1)) ]; then
     ok "Ctrl-C on cpu:2 during epoch $during: exit 130, the checkpoint holds epoch $epoch"
 else
@@ -180,11 +179,17 @@ st.save({'x': torch.randn(6, 1, 12, 12, generator=g), 'y': torch.randint(0, 10, 
     else
         bad "--sync-bn check mode under mpirun failed"; tail -5 "$tmp/out" | sed 's/^/    /'
     fi
-    # a rank that cannot read its data stops every rank, with a message naming it, and no hang
+    # a rank that fails after the ranks agreed (its copy of the data has the
+    # same headers and gzip trailer, but a damaged stream) stops every rank,
+    # with a message naming it, and no hang
+    mkdir -p "$tmp/damaged"
+    cp "$MGC_DATA"/*-ubyte* "$tmp/damaged/"
+    f=$(ls "$tmp/damaged"/train-images-idx3-ubyte*)
+    printf 'garbage!garbage!' | dd of="$f" bs=1 seek=100000 conv=notrunc status=none
     t0=$SECONDS
-    timeout 120 mpirun -np 1 "$MGC" $L --epochs 1 : -np 1 "$MGC" $L --epochs 1 --data /nonexistent/dir > "$tmp/out" 2>&1
+    timeout 120 mpirun -np 1 "$MGC" $L --epochs 1 : -np 1 "$MGC" $L --epochs 1 --data "$tmp/damaged" > "$tmp/out" 2>&1
     rc=$?
-    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1: .*/nonexistent/dir" "$tmp/out" &&
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "rank 1: .*$tmp/damaged" "$tmp/out" &&
        grep -q "rank 0: stopping, another rank failed" "$tmp/out"; then
         ok "a failing rank stops both, exit $rc in $((SECONDS - t0)) s"
     else

@@ -16,3 +16,13 @@ expect() {
     elif grep -qE "Segmentation|AddressSanitizer|runtime error|Assertion" "$tmp/out"; then bad "$name: crashed (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
     else pass=$((pass + 1)); fi
 }
+
+# wait_for PID SECONDS: waits for a background mgc, killing it (-9) after
+# SECONDS; returns its exit status (137 when it had to be killed). No
+# watchdog subshell: one killed early would run the suite's EXIT trap.
+wait_for() {
+    local pid=$1 ticks=$(($2 * 10))
+    while [ $ticks -gt 0 ] && kill -0 "$pid" 2> /dev/null; do sleep 0.1; ticks=$((ticks - 1)); done
+    kill -9 "$pid" 2> /dev/null
+    wait "$pid"
+}

@@ -37,12 +37,13 @@ mkdir -p build
 OBJ_FE="build/frontend/*.o build/parser.tab.o build/lexer.o build/ir/*.o"
 suite frontend sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Ibuild -o build/unit_frontend tests/unit_frontend.c $OBJ_FE -lm && ./build/unit_frontend"
 suite verify sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Ibuild -o build/unit_verify tests/unit_verify.c $OBJ_FE build/codegen/*.o -lm && ./build/unit_verify"
-suite runtime sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Iruntime -o build/unit_runtime tests/unit_runtime.c runtime/data.c runtime/safetensors.c runtime/rng.c runtime/ptx.c -lz -lm -lpthread -ldl && ./build/unit_runtime"
+suite runtime sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Iruntime -o build/unit_runtime tests/unit_runtime.c runtime/data.c runtime/safetensors.c runtime/paths.c runtime/rng.c runtime/ptx.c -lz -lm -lpthread -ldl && ./build/unit_runtime"
 suite comm sh -c "make -s build/unit_comm && ./build/unit_comm"
 suite bad bash tests/bad.sh
 suite golden bash tests/golden.sh
 suite cli bash tests/cli.sh
 suite dp bash tests/dp.sh
+suite hardening bash tests/hardening.sh
 suite examples bash tests/examples.sh
 suite builds bash tests/builds.sh
 if [ -f /usr/local/cuda/include/nvrtc.h ]; then

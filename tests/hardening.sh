@@ -1,0 +1,286 @@
+#!/usr/bin/env bash
+# What a hostile local user, a cluster and a careless hand can do to a run
+# (issue 24), each case against what mgc must do:
+#   - the kernel cache: loaded only where nobody else could have written it
+#     (directories owned by another uid, writable by others, planted entries
+#     with a valid seal; no shared fallback without HOME);
+#   - ranks started differently under mpirun stop at once, naming the first
+#     difference and who differs;
+#   - SIGTERM and SIGHUP stop like Ctrl-C, at random moments: status
+#     128 + signal, a message, the last finished epoch whole, no .tmp left;
+#   - check mode's batch, --save/--log paths, long lines, numbers and the
+#     environment are all checked, strictly, before any work.
+# Needs $MGC_DATA for the training cases. Prints "N passed, M failed".
+set -u
+cd "$(dirname "$0")/.."
+MGC=${MGC:-./mgc}
+PY=/usr/bin/python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; [ -n "${plant_dir:-}" ] && rm -rf "$plant_dir"' EXIT
+SUITE=hardening
+. tests/lib.sh
+export XDG_CACHE_HOME="$tmp/cache"
+L=nets/lenet.net
+MGC_ABS=$(cd "$(dirname "$MGC")" && pwd)/$(basename "$MGC")
+
+# ---------------------------------------------------------------- the kernel cache
+# A cache whose root or kernels directory belongs to another uid, or that
+# others can write, or below a directory others can write (not sticky), is
+# refused with what was found and the fix; a sticky one above (like /tmp) is fine.
+if [ "$(id -u)" -eq 0 ]; then
+    c="$tmp/own"; mkdir -p "$c/mgc/kernels"; chown 65534 "$c/mgc"
+    XDG_CACHE_HOME="$c" expect cache-foreign-root 1 "$c/mgc belongs to uid 65534" -- $L --epochs 0
+    c="$tmp/own2"; mkdir -p "$c/mgc/kernels"; chown 65534 "$c/mgc/kernels"
+    XDG_CACHE_HOME="$c" expect cache-foreign-kernels 1 "is not trusted: $c/mgc/kernels belongs to uid 65534" -- $L --epochs 0
+    XDG_CACHE_HOME="$c" expect cache-info-foreign 1 "is not trusted" -- --cache-info
+else
+    echo "skip cache cases with another uid's directories: not root (chown needs it)"
+fi
+c="$tmp/gw"; mkdir -p "$c/mgc/kernels"; chmod 0770 "$c/mgc/kernels"
+XDG_CACHE_HOME="$c" expect cache-group-writable 1 "$c/mgc/kernels is writable by its group (mode 0770)" -- $L --epochs 0
+c="$tmp/ow"; mkdir -p "$c/up"; chmod 0777 "$c/up"
+XDG_CACHE_HOME="$c/up" expect cache-parent-writable 1 "$c/up is writable by its group and others (mode 0777)" -- $L --epochs 0
+chmod 1777 "$c/up"   # sticky, as /tmp: others cannot rename what is the user's
+XDG_CACHE_HOME="$c/up" expect cache-parent-sticky 0 "initialised" -- $L --epochs 0
+ls -ld "$c/up/mgc" | grep -q '^drwx------' && ok "the cache directories mgc makes are its owner's alone (0700)" ||
+    bad "cache-mode: $(ls -ld "$c/up/mgc")"
+
+# A planted entry: a shared object whose constructor leaves a mark, put where
+# the kernels of lenet go, with a seal anyone can compute. Owned by the user
+# it is loaded (so the plant would work: the check below can fail); owned by
+# another uid, or writable by others, it is never loaded, compiled again in
+# its place, and the run succeeds.
+c="$tmp/plant"
+XDG_CACHE_HOME="$c" "$MGC" $L --epochs 0 > /dev/null 2>&1
+so=$(ls "$c/mgc/kernels/"*.so 2> /dev/null | head -1)
+printf '#include <stdio.h>\n__attribute__((constructor)) static void mark(void) { FILE *f = fopen("%s", "w"); if (f) fclose(f); }\n' \
+    "$tmp/pwned" > "$tmp/plant.c"
+plant() {  # mode owner: the planted .so and its valid seal in place of the entry
+    cc -shared -fPIC -o "$so" "$tmp/plant.c" && chmod "$1" "$so" && chown "$2" "$so" &&
+        $PY -c "
+import sys
+b = open(sys.argv[1], 'rb').read(); h = 0xcbf29ce484222325
+for x in b: h = ((h ^ x) * 0x100000001b3) & 0xffffffffffffffff
+open(sys.argv[1] + '.seal', 'w').write('%d %016x\n' % (len(b), h))" "$so"
+}
+if [ -z "$so" ]; then
+    bad "cache-plant: no entry to plant over in $c"
+else
+    rm -f "$tmp/pwned"
+    plant 0644 "$(id -u)" && XDG_CACHE_HOME="$c" "$MGC" $L --epochs 0 > "$tmp/out" 2>&1
+    [ -e "$tmp/pwned" ] && ok "a planted entry of the user's own, sealed, is loaded (the plant works: the checks below can fail)" ||
+        bad "cache-plant-control: the planted entry was not loaded: $(head -2 "$tmp/out")"
+    for how in "0644 65534 belongs to uid 65534" "0666 $(id -u) is writable by its group and others" "0664 $(id -u) is writable by its group"; do
+        set -- $how
+        [ "$2" != "$(id -u)" ] && [ "$(id -u)" -ne 0 ] && continue
+        rm -f "$tmp/pwned"
+        plant "$1" "$2"
+        XDG_CACHE_HOME="$c" "$MGC" $L --epochs 0 > "$tmp/out" 2>&1
+        rc=$?
+        if [ $rc -eq 0 ] && [ ! -e "$tmp/pwned" ] && grep -q "not loading the cached kernels $so: the file ${how#* * }" "$tmp/out" &&
+           [ "$(stat -c %u "$so")" = "$(id -u)" ] && XDG_CACHE_HOME="$c" "$MGC" $L --epochs 0 -v 2>&1 | grep -q "found in cache $so"; then
+            ok "a planted, sealed entry (mode $1, uid $2) is not loaded: compiled again in its place, the run succeeds"
+        else
+            bad "cache-plant (mode $1, uid $2): exit $rc, loaded: $([ -e "$tmp/pwned" ] && echo yes || echo no)"; head -3 "$tmp/out" | sed 's/^/    /'
+        fi
+    done
+fi
+
+# No HOME and no XDG_CACHE_HOME, and no home in the passwd entry (nobody's is
+# /nonexistent): a private directory for the run, gone at its end; never the
+# old shared /tmp/.cache/mgc.
+if [ "$(id -u)" -eq 0 ] && setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$MGC_ABS" -a -r $L 2> /dev/null; then
+    mkdir -p "$tmp/nobody-tmp"; chmod 1777 "$tmp/nobody-tmp"; chmod 0755 "$tmp"
+    setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/bin:/bin TMPDIR="$tmp/nobody-tmp" "$MGC_ABS" $L --epochs 0 -v > "$tmp/out" 2>&1
+    rc=$?
+    chmod 0700 "$tmp"
+    if [ $rc -eq 0 ] && grep -q "compiled into $tmp/nobody-tmp/mgc-kernels-" "$tmp/out" && grep -q "compiled kernels .* -> $tmp/nobody-tmp/mgc-kernels-" "$tmp/out" &&
+       [ -z "$(ls -A "$tmp/nobody-tmp")" ]; then
+        ok "no home: the kernels go to a private directory for the run, removed at its end"
+    else
+        bad "cache-no-home: exit $rc, left: $(ls -A "$tmp/nobody-tmp")"; grep -i "cache\|kernels\|error" "$tmp/out" | head -3 | sed 's/^/    /'
+    fi
+else
+    echo "skip the no-home case: not root, or uid 65534 cannot run $MGC_ABS"
+fi
+
+# --------------------------------------------------------------- the environment
+MGC_CACHE_MB=abc expect env-cache-mb 2 "MGC_CACHE_MB='abc' is not a size in MB" -- $L --epochs 0
+MGC_CACHE_MB=0x10 expect env-cache-mb-hex 2 "MGC_CACHE_MB='0x10' is not a size in MB" -- --cache-info
+MGC_CACHE_MB=-5 expect env-cache-mb-negative 2 "MGC_CACHE_MB='-5'" -- $L --epochs 0
+MGC_CACHE_MB=0.5 expect env-cache-mb-ok 0 "initialised" -- $L --epochs 0
+XDG_CACHE_HOME=relative/dir expect env-xdg-relative 2 "XDG_CACHE_HOME='relative/dir' is not an absolute path" -- $L --epochs 0
+OPENBLAS_CORETYPE=Bogus expect env-blas-bogus 2 "OPENBLAS_CORETYPE=Bogus: OpenBLAS does not take it and runs its" -- $L --epochs 0
+OPENBLAS_CORETYPE=Bogus expect env-blas-bogus-version 0 "which it does not take" -- --version
+MGC_FUSE=2 expect env-fuse 2 "MGC_FUSE='2' is not one of 0|1" -- $L --epochs 0
+for arg in "--lr 0x10" "--lr inf" "--lr 1e" "--momentum 0x0.8" "--epochs +1x" "--bucket-mb 0x19" "--seed 0x5" "--limit-train 1e3"; do
+    set -- $arg
+    expect "number $arg" 2 "$1 expects a" -- $L --epochs 0 $arg
+done
+expect number-spaces 2 "--epochs expects a whole number, got ' 1'" -- $L --epochs " 1"
+expect set-hex 2 "classes" -- $L --epochs 0 --set classes=0x10
+expect numbers-decimal 0 "initialised" -- $L --epochs 0 --lr .05 --momentum 9e-1 --weight-decay 5E-4 --set classes=+10
+
+# ----------------------------------------------------------- very long source lines
+$PY -c "open('$tmp/long.net', 'w').write('net x {\n' + ' ' * 10_000_000 + '\$ ' + 'b' * 1000 + '\n}\n')"
+t0=$(date +%s%N)
+"$MGC" "$tmp/long.net" --emit ir > "$tmp/out" 2>&1
+rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 )) bytes=$(wc -c < "$tmp/out")
+if [ $rc -eq 1 ] && [ "$bytes" -lt 2000 ] && [ $ms -lt 3000 ] && grep -q "2:10000001: error" "$tmp/out" && grep -q '| \.\.\. .*\$ bbb.*\.\.\.$' "$tmp/out"; then
+    ok "an error on a 10 MB line: $bytes bytes of message (a window round the caret), $ms ms"
+else
+    bad "long-line: exit $rc, $bytes bytes, $ms ms"; head -c 400 "$tmp/out" | sed 's/^/    /'
+fi
+
+# ----------------------------------------------------------- files mgc writes
+t0=$SECONDS
+expect save-missing-dir 2 "--save $tmp/nowhere/ck.st: the directory $tmp/nowhere does not exist" -- $L --epochs 3 --save "$tmp/nowhere/ck.st"
+[ $((SECONDS - t0)) -lt 5 ] && ok "a --save into no directory is refused before any work ($((SECONDS - t0)) s)" || bad "save-early: $((SECONDS - t0)) s"
+mkfifo "$tmp/fifo"
+expect save-fifo 2 "--save $tmp/fifo is a FIFO" -- $L --epochs 1 --save "$tmp/fifo"
+[ -p "$tmp/fifo" ] && ok "the FIFO is left a FIFO" || bad "save-fifo: the FIFO was replaced"
+# a device node of the test's own as root (a regressed mgc must not replace /dev/null); else /dev/null, which
+# nobody else can replace
+dev=/dev/null
+[ "$(id -u)" -eq 0 ] && mknod "$tmp/null" c 1 3 && dev="$tmp/null"
+expect save-device 2 "--save $dev is a character device" -- $L --epochs 1 --save "$dev"
+[ -c "$dev" ] && ok "the device node is left a device node" || bad "save-device: $dev was replaced"
+expect save-directory 2 "is a directory" -- $L --epochs 1 --save "$tmp"
+expect dump-missing-dir 2 "--dump $tmp/nowhere/d.st: the directory" -- $L --batch "$tmp/none.st" --dump "$tmp/nowhere/d.st"
+expect log-missing-dir 2 "--log $tmp/nowhere/l.jsonl: the directory $tmp/nowhere does not exist" -- $L --epochs 1 --log "$tmp/nowhere/l.jsonl"
+mkdir -p "$tmp/ro"; chmod 0555 "$tmp/ro"
+if [ "$(id -u)" -ne 0 ]; then expect save-read-only 2 "cannot write into the directory $tmp/ro" -- $L --epochs 1 --save "$tmp/ro/ck.st"; fi
+# a symbolic link is followed: its target replaced, atomically; the link stays
+mkdir -p "$tmp/real"; ln -s real/ck.st "$tmp/link.st"; echo "stale" > "$tmp/real/ck.st.tmp"
+if "$MGC" $L --epochs 0 --save "$tmp/link.st" > "$tmp/out" 2>&1 && [ -L "$tmp/link.st" ] && [ -f "$tmp/real/ck.st" ] &&
+   [ ! -e "$tmp/real/ck.st.tmp" ] && $PY -c "import sys; sys.path.insert(0, 'tests'); import st; st.load(sys.argv[1])" "$tmp/link.st"; then
+    ok "--save onto a symbolic link replaces its target and keeps the link; a stale .tmp of a killed run is gone"
+else
+    bad "save-symlink: $(ls -la "$tmp/link.st" "$tmp/real" 2>&1 | tr '\n' ' ')"
+fi
+
+# ----------------------------------------------------------- check mode's batch
+for bad_label in 10 200 -1 1e9 nan 2.5; do
+    $PY -c "
+import sys; sys.path.insert(0, 'tests'); import st, torch
+st.save({'x': torch.rand(4, 1, 28, 28), 'y': torch.tensor([1.0, 2.0, float('$bad_label'), 0.0])}, '$tmp/b.st')"
+    expect "batch-label-$bad_label" 1 "label 2 of 'y' is" -- $L --batch "$tmp/b.st" --steps 1
+done
+$PY -c "
+import sys; sys.path.insert(0, 'tests'); import st, torch
+x = torch.rand(4, 1, 28, 28); x[3, 0, 5, 7] = float('nan')
+st.save({'x': x, 'y': torch.tensor([1, 2, 3, 0])}, '$tmp/b.st')"
+expect batch-input-nan 1 "'x' holds nan at element 2499 (example 3): the inputs must be finite" -- $L --batch "$tmp/b.st" --steps 1
+$PY -c "
+import sys; sys.path.insert(0, 'tests'); import st, torch
+st.save({'x': torch.rand(4, 1, 28, 28), 'y': torch.tensor([1, 2, 9, 0])}, '$tmp/b.st')"
+expect batch-good 0 "step 1  loss" -- $L --batch "$tmp/b.st" --steps 1
+
+# ----------------------------------------------------------- signals
+# SIGTERM or SIGHUP at a random moment of a short run that saves every epoch:
+# the run stops after the current step with status 128 + signal and a message
+# naming it; no .tmp is left; the checkpoint, if any, is whole and holds the
+# epoch the message names.
+if [ -n "${MGC_DATA:-}" ] && [ -d "$MGC_DATA" ]; then
+    signalled=0 good=0
+    for try in $(seq 1 10); do
+        sig=$([ $((try % 2)) -eq 0 ] && echo HUP || echo TERM)
+        num=$([ $sig = HUP ] && echo 1 || echo 15)
+        ck="$tmp/sig$try.st"
+        "$MGC" $L --devices cpu:2 --epochs 4 --save "$ck" > "$tmp/sig.out" 2>&1 &
+        pid=$!
+        sleep "$($PY -c "import random; random.seed($try); print(round(random.uniform(0.1, 3.0), 2))")"
+        kill -$sig $pid 2> /dev/null
+        wait_for $pid 60
+        rc=$?
+        [ $rc -eq 0 ] && continue   # it finished first
+        signalled=$((signalled + 1))
+        held=$($PY -c "import sys; sys.path.insert(0, 'tests'); import st; st.load(sys.argv[1]); print(st.load_metadata(sys.argv[1])['epoch'])" "$ck" 2> /dev/null)
+        said=$(grep -o "interrupted by SIG[A-Z]*[^;]*" "$tmp/sig.out")
+        want=""
+        case "$said" in
+            *"during epoch"*) want=$(( ${said##* } - 1 )) ;;
+            *"after epoch"*) want=${said##* } ;;
+        esac
+        [ "$want" = 0 ] && want=""
+        if [ $rc -eq $((128 + num)) ] && [[ $said == "interrupted by SIG$sig"* ]] && ! ls "$tmp"/sig$try.st.tmp > /dev/null 2>&1 &&
+           [ "$held" = "$want" ]; then
+            good=$((good + 1))
+        else
+            bad "SIG$sig at try $try: exit $rc, said '$said', checkpoint epoch '$held' (want '$want'), $(ls "$tmp" | grep -c "sig$try.st.tmp") .tmp"
+        fi
+    done
+    [ $good -eq $signalled ] && [ $signalled -ge 5 ] &&
+        ok "SIGTERM/SIGHUP at random moments: $good of $good runs stopped with 128+signal, named it, kept their last epoch, left no .tmp"
+    [ $signalled -lt 5 ] && bad "signals: only $signalled of 10 runs were signalled before they ended"
+    # while a large checkpoint is written (ResNet-18, 45 MB, --epochs 0, the
+    # kernels cached): at random moments through a whole run's length, the
+    # checkpoint is finished (exit 0) or never begun (143), never left half
+    "$MGC" nets/resnet18.net --epochs 0 > /dev/null 2>&1   # the kernels compiled and cached
+    t0=$(date +%s%N)
+    "$MGC" nets/resnet18.net --epochs 0 --save "$tmp/big0.st" > /dev/null 2>&1
+    whole=$(( ($(date +%s%N) - t0) / 1000000 ))
+    done_=0 stopped=0 wrong=0
+    for try in 1 2 3 4 5 6 7 8; do
+        ck="$tmp/big$try.st"
+        "$MGC" nets/resnet18.net --epochs 0 --save "$ck" > "$tmp/big.out" 2>&1 &
+        pid=$!
+        sleep "$($PY -c "import random; random.seed(10 + $try); print(round(random.uniform(0.4, 1.05) * $whole / 1000, 3))")"
+        kill -TERM $pid 2> /dev/null
+        wait_for $pid 60
+        rc=$?
+        if [ $rc -eq 0 ] && [ ! -e "$ck.tmp" ] && $PY -c "import sys; sys.path.insert(0, 'tests'); import st; st.load(sys.argv[1])" "$ck"; then
+            done_=$((done_ + 1))
+        elif [ $rc -eq 143 ] && [ ! -e "$ck" ] && [ ! -e "$ck.tmp" ] && grep -q "interrupted by SIGTERM before the training began" "$tmp/big.out"; then
+            stopped=$((stopped + 1))
+        else
+            wrong=$((wrong + 1))
+            bad "SIGTERM while saving ResNet-18 (try $try): exit $rc, $(ls "$tmp" | grep "big$try" | tr '\n' ' ')"; tail -2 "$tmp/big.out" | sed 's/^/    /'
+        fi
+    done
+    [ $wrong -eq 0 ] && ok "SIGTERM through ResNet-18's initialise-and-save run ($whole ms): $done_ saved whole, $stopped stopped before, no .tmp"
+else
+    echo "skip the signal cases: no \$MGC_DATA"
+fi
+
+# ----------------------------------------------------------- ranks that disagree
+# Under mpirun, ranks started with different options, nets, data or
+# environment stop before anything is compiled or read, all with status 2,
+# rank 0 naming the first difference and which ranks have what.
+if "$MGC" --version | grep -q "MPI       built with" && command -v mpirun > /dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none
+    MPI="timeout 60 mpirun --oversubscribe"
+    A="--epochs 1 --limit-train 512 --limit-test 64"
+    cp $L "$tmp/lenet2.net"; echo "# one more comment" >> "$tmp/lenet2.net"
+    mkdir -p "$tmp/nodata"
+    disagree() {  # name, text, then the two ranks' command lines separated by ::
+        local name=$1 text=$2; shift 2
+        local one=() two=() side=1
+        for a in "$@"; do
+            if [ "$a" = "::" ]; then side=2; elif [ $side = 1 ]; then one+=("$a"); else two+=("$a"); fi
+        done
+        local t0=$SECONDS
+        $MPI -np 1 "${one[@]}" : -np 1 "${two[@]}" > "$tmp/mpi.out" 2>&1
+        local rc=$?
+        if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF -- "$text" "$tmp/mpi.out" && grep -q "none has started" "$tmp/mpi.out" &&
+           grep -q "Exit code:    2" "$tmp/mpi.out" && ! grep -qE "Segmentation|double free|corruption" "$tmp/mpi.out"; then
+            ok "mpirun, $name: both ranks stop with status 2 in $((SECONDS - t0)) s: $text"
+        else
+            bad "mpirun $name: exit $rc"; grep -E "mgc|Exit code" "$tmp/mpi.out" | head -4 | sed 's/^/    /'
+        fi
+    }
+    disagree epochs "--epochs differs (rank 0: 1; rank 1: 2)" "$MGC" $L $A :: "$MGC" $L $A --epochs 2
+    disagree classes "--set differs (rank 0: none; rank 1: classes=12)" "$MGC" $L $A :: "$MGC" $L $A --set classes=12
+    disagree batch "--batch-size differs (rank 0: 256; rank 1: 128)" "$MGC" $L $A :: "$MGC" $L $A --batch-size 128
+    disagree seed "--seed differs (rank 0: 0; rank 1: 7)" "$MGC" $L $A :: "$MGC" $L $A --seed 7
+    disagree lr "--lr differs (rank 0: 0.100000001; rank 1: 0.0500000007)" "$MGC" $L $A :: "$MGC" $L $A --lr 0.05
+    disagree net "the net's text differs" "$MGC" $L $A :: "$MGC" "$tmp/lenet2.net" $A
+    [ -n "${MGC_DATA:-}" ] && disagree data "the data (--data, MGC_DATA) differs (rank 0: train-images 60000x28x28" "$MGC" $L $A :: "$MGC" $L $A --data "$tmp/nodata"
+    disagree env "the kernels' environment (MGC_FUSE, MGC_CONV) differs (rank 0: fusion off" env MGC_FUSE=0 "$MGC" $L $A :: "$MGC" $L $A
+    disagree devices "--devices (each rank's) differs (rank 0: cpu:1; rank 1: cpu:2)" "$MGC" $L $A :: "$MGC" $L $A --devices cpu:2
+else
+    echo "skip the rank cases: mgc built without MPI, or no mpirun"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
