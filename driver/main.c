@@ -15,6 +15,7 @@
 #include "data.h"
 #include "world.h"
 #include "ptx.h"
+#include "device_cuda.h"
 #include "agree.h"
 #include "paths.h"
 #include <sys/stat.h>

@@ -89,4 +89,29 @@ struct Device {
 Device *rt_device_cpu_new(int index, int threads, bool own_memory);
 void    rt_device_free(Device *d);
 
+/* ---- the registry (runtime/devices.c): devices by kind, for the trainer ---- */
+
+/* One device of this process: cpu:index (index numbers the replica) or
+   cuda:index (a GPU). */
+typedef struct DeviceSpec { DeviceKind kind; int index; } DeviceSpec;
+
+/* How a device is made, whatever its kind (each kind takes what applies). */
+typedef struct DeviceOptions {
+    int threads;              /* CPU: the threads it computes with */
+    bool own_memory;          /* CPU: memory apart from the host's (testing) */
+    bool tf32;                /* CUDA: GEMMs may round to TF32 */
+    bool verbose;             /* say what is found and compiled */
+} DeviceOptions;
+
+struct World;
+/* The device spec asks for: NULL with the reason in err. */
+Device *rt_device_new(DeviceSpec spec, const DeviceOptions *o, char *err, size_t err_size);
+/* Joins this process's n devices, all of one kind (and the same of every
+   rank of world), into one data-parallel group for ncolls collectives. The
+   CPU kind's group is *comm (the executor's Comm); other kinds keep theirs
+   and leave *comm NULL. 0, or -1 with err. */
+int     rt_device_group(Device **devs, int n, struct World *world, int ncolls, Comm **comm, char *err, size_t err_size);
+/* The kind's name ("cpu", "cuda"). */
+const char *rt_device_kind_name(DeviceKind kind);
+
 #endif

@@ -7,7 +7,6 @@
 #define MGC_TRAIN_H
 #include "runtime.h"
 #include "world.h"
-#include "device_cuda.h"
 
 #define TRAIN_MAX_DEVICES 64  /* devices in one process */
 
@@ -16,8 +15,6 @@
    or every step of the run); MultiStepLR(milestones, gamma). */
 typedef enum { LR_CONSTANT, LR_COSINE, LR_STEP } LrSchedule;
 
-/* One device of this process: cpu (its index numbers the replica) or cuda:index (a GPU). */
-typedef struct DeviceSpec { DeviceKind kind; int index; } DeviceSpec;
 
 typedef struct TrainConfig {
     int epochs;               /* 0: initialise (and --save) only */

@@ -1,0 +1,155 @@
+/*
+** Checkpoints: replica 0's parameters and state in a safetensors file under
+** PyTorch's state_dict names, with what --resume needs to go on as if the
+** run had never stopped (the epoch, the steps, the seed, the batch, the
+** rate's recipe). Rank 0 writes and reads; the others learn the outcome.
+*/
+#include "train_internal.h"
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The parameters and state, with what --resume needs to go on as if never
+   stopped: the epoch finished, the training steps run, the seed and batch;
+   and the rate's recipe, which --resume compares with its own. */
+static int save_checkpoint(Store *s, const char *path, const char *net, int epoch, unsigned long long steps,
+                           const TrainConfig *cfg)
+{
+    StWriter *w = st_writer_new();
+    for (int k = 0; k < s->n; k++) {
+        StoreEntry *e = &s->e[k];
+        long long shape[IR_MAXDIM];
+        for (int d = 0; d < e->shape.nd; d++) shape[d] = e->shape.d[d];
+        st_writer_add_f32(w, e->name, e->shape.nd, shape, e->data);
+    }
+    char v[64];
+    st_writer_set_meta(w, "net", net);
+    snprintf(v, sizeof v, "%d", epoch);
+    st_writer_set_meta(w, "epoch", v);
+    snprintf(v, sizeof v, "%llu", steps);
+    st_writer_set_meta(w, "steps", v);
+    snprintf(v, sizeof v, "%llu", cfg->seed);
+    st_writer_set_meta(w, "seed", v);
+    snprintf(v, sizeof v, "%d", cfg->batch_size);
+    st_writer_set_meta(w, "batch_size", v);
+    char sched[256];
+    train_schedule_str(cfg, sched, sizeof sched);
+    st_writer_set_meta(w, "lr_schedule", sched);
+    st_writer_set_meta(w, "format", "mgc checkpoint: PyTorch state_dict names and layouts");
+    char err[512];
+    int rc = st_writer_save(w, path, err, sizeof err);
+    st_writer_free(w);
+    if (rc) fprintf(stderr, "mgc: cannot save checkpoint: %s\n", err);
+    return rc;
+}
+
+/* Rank 0 saves; every rank learns whether it worked. */
+int train_save(Group *g, const char *path, int epoch)
+{
+    int rc = 0;
+    if (g->world->rank == 0) {
+        rt_store_download(&g->r[0].store, STORE_ALL);
+        const Exec *x = &g->r[0].tr;
+        rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch, x->runs_before + x->runs, g->cfg) ? 1 : 0;
+    }
+    return rt_world_max_status(g->world, rc);
+}
+
+/* The metadata key of f as a whole number (seeds are 64 bits: not through a double). */
+static int meta_count(const StFile *f, const char *path, const char *key, unsigned long long *out)
+{
+    char v[64], *end;
+    if (st_meta_get(f, key, v, sizeof v) < 0) {
+        fprintf(stderr, "mgc: %s: the checkpoint does not say its %s (not one of mgc --save's, or an older mgc's): "
+                "--resume cannot go on from it; --load starts a new run from its parameters\n", path, key);
+        return -1;
+    }
+    errno = 0;
+    *out = strtoull(v, &end, 10);
+    if (!v[0] || v[0] == '-' || *end || errno) {
+        fprintf(stderr, "mgc: %s: the checkpoint's %s is '%s', not a count\n", path, key, v);
+        return -1;
+    }
+    return 0;
+}
+
+int train_load_checkpoint(Store *s, const char *path, Resume *resume)
+{
+    StFile f;
+    char err[512];
+    if (st_load(path, &f, err, sizeof err)) {
+        fprintf(stderr, "mgc: cannot load checkpoint: %s\n", err);
+        return -1;
+    }
+    int bad = 0, nonfinite_tensors = 0;
+    if (resume && (meta_count(&f, path, "epoch", &resume->epoch) || meta_count(&f, path, "steps", &resume->steps) ||
+                   meta_count(&f, path, "seed", &resume->seed) || meta_count(&f, path, "batch_size", &resume->batch_size))) {
+        st_free(&f);
+        return -1;
+    }
+    if (resume && st_meta_get(&f, "lr_schedule", resume->schedule, sizeof resume->schedule) < 0) resume->schedule[0] = 0;
+    for (int k = 0; k < s->n; k++) {
+        StoreEntry *e = &s->e[k];
+        const StTensor *t = st_find(&f, e->name);
+        if (!t) {
+            if (e->trainable || rt_store_is_running(e)) {
+                fprintf(stderr, "mgc: %s: checkpoint has no tensor '%s' (was it saved from another net?)\n", path, e->name);
+                bad++;
+            }
+            continue;
+        }
+        bool same = t->nd == e->shape.nd;
+        for (int d = 0; same && d < t->nd; d++) same = t->shape[d] == e->shape.d[d];
+        if (!same) {
+            Arena a;
+            arena_init(&a);
+            fprintf(stderr, "mgc: %s: tensor '%s' has shape [", path, e->name);
+            for (int d = 0; d < t->nd; d++) fprintf(stderr, "%s%lld", d ? "," : "", t->shape[d]);
+            fprintf(stderr, "] but the net needs %s\n", ir_shape_str(&a, &e->shape));
+            arena_free(&a);
+            bad++;
+            continue;
+        }
+        if (st_to_f32(t, e->data)) {
+            fprintf(stderr, "mgc: %s: tensor '%s' has dtype %s, which cannot be converted to float32\n", path, e->name, t->dtype);
+            bad++;
+            continue;
+        }
+        long n = e->numel, nonfinite = 0;
+        for (long i = 0; i < n; i++) nonfinite += !isfinite(e->data[i]);
+        if (nonfinite && nonfinite_tensors++ < 4)
+            fprintf(stderr, "mgc: warning: %s: tensor '%s' holds %ld values that are not finite (NaN or infinity) "
+                    "of %ld\n", path, e->name, nonfinite, n);
+    }
+    if (nonfinite_tensors)
+        fprintf(stderr, "mgc: warning: %s: %d tensors hold NaN or infinity: the checkpoint was saved from a run that "
+                "diverged, or is damaged; the net's outputs will not be finite\n", path, nonfinite_tensors);
+    st_free(&f);
+    return bad ? -1 : 0;
+}
+
+int train_resume_from(Group *g, const Resume *resume)
+{
+    const TrainConfig *cfg = g->cfg;
+    int first = resume->epoch < (unsigned long long)cfg->epochs ? (int)resume->epoch + 1 : cfg->epochs + 1;
+    for (int k = 0; k < g->n; k++) g->r[k].tr.runs_before = resume->steps;
+    if (g->world->rank != 0) return first;
+    if (first > cfg->epochs) {
+        printf("mgc: %s holds %llu epoch%s already, --epochs %d: nothing to train (a larger --epochs goes on)\n",
+               cfg->load, resume->epoch, resume->epoch == 1 ? "" : "s", cfg->epochs);
+    } else {
+        printf("mgc: going on from %s after epoch %llu (%llu steps)\n", cfg->load, resume->epoch, resume->steps);
+        if (resume->seed != cfg->seed || resume->batch_size != (unsigned long long)cfg->batch_size)
+            printf("mgc: note: the checkpoint was trained with --seed %llu --batch-size %llu, this run has --seed %llu "
+                   "--batch-size %d: it goes on, but not as the first run would have\n",
+                   resume->seed, resume->batch_size, cfg->seed, cfg->batch_size);
+        char sched[256];
+        train_schedule_str(cfg, sched, sizeof sched);
+        if (resume->schedule[0] && strcmp(resume->schedule, sched))
+            printf("mgc: note: the checkpoint was trained with %s; this run has %s: epoch %d goes on along "
+                   "this run's schedule, not the first run's\n", resume->schedule, sched, first);
+    }
+    fflush(stdout);
+    return first;
+}

@@ -1,0 +1,363 @@
+/*
+** The epoch loop: every replica runs the training program on its shard of
+** every global batch (train_shard), the collectives in the program keeping
+** them in step; then the test set is evaluated, and rank 0 reports the epoch
+** (its line, the communication report, --log) and saves the checkpoint.
+**
+** Stopping (a stop signal, a diverging loss) must happen on the same step
+** everywhere, or a replica would wait forever for a sum: each replica adds
+** its vote to two floats summed with the last gradient bucket (the
+** program's control buffer), and all stop when the sum says so.
+*/
+#include "train_internal.h"
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void progress(const TrainConfig *cfg, int epoch, long done, long total, double loss, double t0)
+{
+    int width = 30, fill = (int)((double)width * done / total);
+    fprintf(stderr, "\r  epoch %d/%d [", epoch, cfg->epochs);
+    for (int k = 0; k < width; k++) fputc(k < fill ? '=' : k == fill ? '>' : ' ', stderr);
+    double dt = train_now() - t0;
+    fprintf(stderr, "] %3ld%%  loss %.3f  %.0f examples/s ", 100 * done / total, loss, dt > 0 ? done / dt : 0.0);
+    fflush(stderr);
+}
+
+/* ------------------------------------------------------------------ one epoch */
+
+/* The batch of B examples from `at` (fewer at the end): false when there is
+   none, or it has fewer than min_b examples (dropped: said at the start).
+   Else its size b, and this replica's shard of it [first, first + n), read
+   into x's input and labels when n > 0. */
+static bool gather_shard(Group *g, Replica *r, Exec *x, int B, int min_b, long at, long *b, long *first, long *n)
+{
+    if (at >= g->count) return false;
+    *b = g->count - at < B ? g->count - at : B;
+    if (*b < min_b) return false;
+    train_shard(*b, g->total, r->global, first, n);
+    const Program *p = x->prog;
+    if (*n > 0) data_gather(g->data, g->order + at + *first, (int)*n, rt_exec_host(x, p->input), rt_exec_host(x, p->labels));
+    return true;
+}
+
+static void epoch_on_replica(Group *g, Replica *r)
+{
+    const Program *p = g->m->train;
+    const TrainConfig *cfg = g->cfg;
+    int B = cfg->batch_size, W = g->total;
+    float *control = rt_exec_host(&r->tr, p->control);
+    r->loss_sum = r->correct = 0;
+    r->seen = 0;
+    r->compute_seconds = 0;
+    r->stop = false;
+    double wait0 = r->tr.wait_seconds;
+    long at = 0, b, first, n, step = 0;
+    double t0 = train_now();
+    bool have = gather_shard(g, r, &r->tr, B, W, at, &b, &first, &n);
+    bool per_step = train_lr_per_step(cfg);
+    for (; have && !r->stop; step++) {
+        if (per_step)   /* every replica computes the same rate from the step's place in the run */
+            rt_exec_set_sgd(&r->tr, train_lr(cfg, g->epoch, step, g->steps_per_epoch), cfg->momentum, cfg->weight_decay);
+        if (control) {
+            control[0] = train_signal() ? 1.0f : 0.0f;
+            control[1] = r->diverged ? 1.0f : 0.0f;
+        }
+        if (r->steps == 0 && r->global == 0 && cfg->verbose && cfg->started > 0)
+            fprintf(stderr, "mgc: the first training step starts %.2f s after mgc did\n", train_now() - cfg->started);
+        rt_exec_start(&r->tr, n, b, first);
+        /* the next batch is read while the device computes this one (where it queues work) */
+        long nb = 0, nfirst = 0, nn = 0;
+        bool more = gather_shard(g, r, &r->tr, B, W, at + B, &nb, &nfirst, &nn);
+        rt_exec_finish(&r->tr);
+        double t1 = train_now();
+        r->compute_seconds += t1 - t0;
+        t0 = t1;
+        r->steps++;
+        float l = train_read1(&r->tr, p->loss);
+        if (!isfinite(l) || (r->tr.check_nan && r->tr.nan_step >= 0)) r->diverged = true;
+        if (r->tr.check_nan && r->tr.nan_step >= 0 && !r->nan_epoch) r->nan_epoch = g->epoch, r->nan_batch = r->steps;
+        r->loss_sum += (double)l * n;
+        r->correct += train_read1(&r->tr, p->correct);
+        r->seen += n;
+        if (control ? control[1] > 0 : r->diverged) r->stop = true, r->stop_reason = 2;
+        else if (control ? control[0] > 0 : train_signal() != 0) r->stop = true, r->stop_reason = 1;
+        if (r->global == 0 && cfg->progress && train_now() - g->last_draw > 0.2) {
+            progress(cfg, g->epoch, at + b, g->count, r->loss_sum / r->seen, g->t0);
+            g->last_draw = train_now();
+        }
+        at += B;
+        have = more, b = nb, first = nfirst, n = nn;
+    }
+    r->wait_seconds = r->tr.wait_seconds - wait0;
+    r->compute_seconds -= r->wait_seconds;
+}
+
+static void eval_on_replica(Group *g, Replica *r)
+{
+    const Program *p = g->m->eval;
+    int B = g->cfg->batch_size;
+    r->eval_correct = 0;
+    long at = 0, b, first, n;
+    bool have = gather_shard(g, r, &r->ev, B, 1, at, &b, &first, &n);
+    while (have) {
+        if (n > 0) rt_exec_start(&r->ev, n, b, first);   /* a last batch smaller than the replicas leaves some none */
+        long nb = 0, nfirst = 0, nn = 0;
+        bool more = gather_shard(g, r, &r->ev, B, 1, at + B, &nb, &nfirst, &nn);
+        if (n > 0) {
+            rt_exec_finish(&r->ev);
+            r->eval_correct += train_read1(&r->ev, p->correct);
+        }
+        at += B;
+        have = more, b = nb, first = nfirst, n = nn;
+    }
+}
+
+/* Test accuracy over every replica of every rank (NaN without test examples). */
+double train_evaluate(Group *g, const Dataset *test, int *order)
+{
+    if (test->n == 0) return NAN;
+    train_from_replica0(g, STORE_RUNNING, false);
+    for (int i = 0; i < test->n; i++) order[i] = i;
+    g->data = test;
+    g->order = order;
+    g->count = test->n;
+    train_on_every_replica(g, eval_on_replica);
+    double correct = 0;
+    for (int k = 0; k < g->n; k++) correct += g->r[k].eval_correct;
+    rt_world_sum_f64(g->world, &correct, 1);
+    return correct / test->n;
+}
+
+/* ------------------------------------------------------------ the report */
+
+void train_device_list(const Group *g, char *buf, size_t size)
+{
+    int p = snprintf(buf, size, "%s[", g->world->size > 1 ? "every rank: " : "");
+    for (int k = 0; k < g->n && p < (int)size; k++)
+        p += snprintf(buf + p, size - (size_t)p, "%s%s", k ? ", " : "", g->r[k].dev->name);
+    if (p < (int)size) snprintf(buf + p, size - (size_t)p, "]");
+}
+
+/* The group's communication this epoch, per device of every rank (rank 0 has
+   them all): bytes sent per step against the ring's bound, seconds waiting for
+   sums and computing. The busiest device and the means summarise it. */
+enum { CR_SENT, CR_BOUND, CR_MPI, CR_WAIT, CR_COMPUTE, CR_FIELDS };
+typedef struct CommReport {
+    double *dev;              /* [total][CR_FIELDS] */
+    int total;
+    double bytes_per_step, bound_per_step, mpi_bytes_per_step, wait_s, compute_s;
+} CommReport;
+
+static CommReport comm_report(Group *g, long steps)
+{
+    CommReport c = { .total = g->total };
+    if (!g->comm || steps == 0) return c;
+    c.dev = calloc((size_t)g->total * CR_FIELDS, sizeof(double));
+    for (int k = 0; k < g->n; k++) {
+        CommStats st;
+        rt_comm_stats(g->comm, k, &st);
+        double *d = c.dev + (size_t)g->r[k].global * CR_FIELDS;
+        d[CR_SENT] = st.bytes_sent / (double)steps;
+        d[CR_BOUND] = st.bytes_bound / (double)steps;
+        d[CR_MPI] = st.mpi_bytes / (double)steps;
+        d[CR_WAIT] = g->r[k].wait_seconds;
+        d[CR_COMPUTE] = g->r[k].compute_seconds;
+    }
+    rt_world_sum_f64(g->world, c.dev, g->total * CR_FIELDS);   /* every rank filled its own devices' rows */
+    for (int r = 0; r < g->total; r++) {
+        const double *d = c.dev + (size_t)r * CR_FIELDS;
+        if (d[CR_SENT] > c.bytes_per_step) c.bytes_per_step = d[CR_SENT];
+        if (d[CR_BOUND] > c.bound_per_step) c.bound_per_step = d[CR_BOUND];
+        if (d[CR_MPI] > c.mpi_bytes_per_step) c.mpi_bytes_per_step = d[CR_MPI];
+        c.wait_s += d[CR_WAIT] / g->total;
+        c.compute_s += d[CR_COMPUTE] / g->total;
+    }
+    return c;
+}
+
+/* "cpu:1", or "rank 1 cpu:0" in a run of several ranks (which all have this rank's devices). */
+static const char *device_name(const Group *g, int global, char *buf, size_t size)
+{
+    if (g->world->size > 1) snprintf(buf, size, "rank %d %s", global / g->n, g->r[global % g->n].dev->name);
+    else snprintf(buf, size, "%s", g->r[global].dev->name);
+    return buf;
+}
+
+/* --check-nan: where the first value that was not finite came from. */
+static void report_nan(const Group *g)
+{
+    for (int k = 0; k < g->n; k++) {
+        const Replica *r = &g->r[k];
+        const Exec *x = &r->tr;
+        if (!x->check_nan || x->nan_step < 0) continue;
+        const Program *p = x->prog;
+        const Step *s = &p->steps[x->nan_step];
+        const Buf *b = &p->bufs[x->nan_buf];
+        int nb = s->node >= 0 ? p->node_buf[s->node] : -1;
+        const char *node = nb >= 0 && p->bufs[nb].origin ? p->bufs[nb].origin : NULL;
+        fprintf(stderr, "mgc: --check-nan: the first value that is not finite (%g) was written in epoch %d, step %ld "
+                "of the run, on %s, by step %d of the training program: %s%s%s%s\n",
+                (double)x->nan_value, r->nan_epoch, r->nan_batch, r->dev->name, x->nan_step,
+                s->kind == STEP_KERNEL ? "kernel " : s->kind == STEP_GEMM ? "a GEMM" : "the sum of a gradient bucket",
+                s->kind == STEP_KERNEL ? s->fn : "", node ? ", computing " : "", node ? node : "");
+        fprintf(stderr, "mgc: it went into element %ld of b%d (%s%s%s); every earlier step wrote finite values "
+                "(--emit kernels shows the step)\n", x->nan_at, x->nan_buf, b->name, b->origin ? ", of " : "",
+                b->origin ? b->origin : "");
+        return;
+    }
+}
+
+/* What one epoch did, over every replica of every rank. */
+typedef struct EpochResult {
+    double loss, correct, seen;   /* sums */
+    double t_train, test_acc, secs;
+    long steps;
+    float lr;                     /* the rate of the epoch's last step */
+} EpochResult;
+
+/* The epoch's line, the communication report and rank 0's --log entry. */
+static void report_epoch(Group *g, int epoch, const EpochResult *e, const CommReport *cr, FILE **log, bool *log_failed)
+{
+    const TrainConfig *cfg = g->cfg;
+    char num[32], devs[256], accs[32], lrs[32] = "";
+    train_device_list(g, devs, sizeof devs);
+    double seen = e->seen > 0 ? e->seen : 1, eps = e->seen / e->t_train;
+    if (isnan(e->test_acc)) snprintf(accs, sizeof accs, "-");
+    else snprintf(accs, sizeof accs, "%.3f", e->test_acc);
+    if (cfg->lr_schedule != LR_CONSTANT || cfg->warmup) snprintf(lrs, sizeof lrs, "  lr %.4g", (double)e->lr);
+    printf("epoch %d/%d  loss %.3f  train acc %.3f  test acc %s%s  %s examples/s  %.1f s  on %s\n",
+           epoch, cfg->epochs, e->loss / seen, e->correct / seen, accs, lrs, rt_commas((long)eps, num), e->secs, devs);
+    if (cr->dev) {
+        printf("  communication per step: %.2f MB sent by the busiest replica (ring bound 2(N-1)/N S = %.2f MB)",
+               cr->bytes_per_step / 1e6, cr->bound_per_step / 1e6);
+        if (cr->mpi_bytes_per_step > 0) printf(", %.2f MB summed with the other ranks by MPI", cr->mpi_bytes_per_step / 1e6);
+        printf("; waiting %.1f%% of the step, computing %.1f%%\n", 100 * cr->wait_s / e->t_train, 100 * cr->compute_s / e->t_train);
+        if (cfg->verbose)
+            for (int r = 0; r < g->total; r++) {
+                const double *d = cr->dev + (size_t)r * CR_FIELDS;
+                char name[48];
+                printf("    %-14s sent %.3f MB a step (bound %.3f MB), waited %.2f s, computed %.2f s\n",
+                       device_name(g, r, name, sizeof name), d[CR_SENT] / 1e6, d[CR_BOUND] / 1e6, d[CR_WAIT], d[CR_COMPUTE]);
+            }
+    }
+    fflush(stdout);
+    FILE *f = *log;
+    if (!f) return;
+    fprintf(f, "{\"epoch\": %d, \"loss\": %.6f, \"train_acc\": %.6f, \"test_acc\": ", epoch, e->loss / seen, e->correct / seen);
+    if (isnan(e->test_acc)) fprintf(f, "null");
+    else fprintf(f, "%.6f", e->test_acc);
+    fprintf(f, ", \"lr\": %.9g, \"examples_per_s\": %.1f, \"seconds\": %.3f, \"train_seconds\": %.3f, \"replicas\": %d",
+            (double)e->lr, eps, e->secs, e->t_train, g->total);
+    size_t peak = rt_peak_resident();
+    if (peak) fprintf(f, ", \"peak_resident_mb\": %.1f", (double)peak / (1 << 20));
+    if (cr->dev) {
+        fprintf(f, ", \"comm\": {\"steps\": %ld, \"bytes_per_step\": %.0f, \"ring_bound_per_step\": %.0f, "
+                   "\"mpi_bytes_per_step\": %.0f, \"wait_seconds\": %.3f, \"compute_seconds\": %.3f, \"devices\": [",
+                e->steps, cr->bytes_per_step, cr->bound_per_step, cr->mpi_bytes_per_step, cr->wait_s, cr->compute_s);
+        for (int r = 0; r < g->total; r++) {
+            const double *d = cr->dev + (size_t)r * CR_FIELDS;
+            char name[48];
+            fprintf(f, "%s{\"device\": \"%s\", \"bytes_per_step\": %.0f, \"ring_bound_per_step\": %.0f, "
+                       "\"mpi_bytes_per_step\": %.0f, \"wait_seconds\": %.3f, \"compute_seconds\": %.3f}",
+                    r ? ", " : "", device_name(g, r, name, sizeof name), d[CR_SENT], d[CR_BOUND], d[CR_MPI], d[CR_WAIT],
+                    d[CR_COMPUTE]);
+        }
+        fprintf(f, "]}");
+    }
+    fprintf(f, "}\n");
+    if (fflush(f) || ferror(f)) {   /* a full disk: said now, and the run ends with status 1 */
+        fprintf(stderr, "mgc: cannot write --log %s: %s; training goes on without the log\n", cfg->log, strerror(errno));
+        fclose(f);
+        *log = NULL;
+        *log_failed = true;
+    }
+}
+
+/* Trains one epoch on every replica; the sums over every rank in *e. */
+static void train_one_epoch(Group *g, const Dataset *train, int *order, int epoch, EpochResult *e)
+{
+    const TrainConfig *cfg = g->cfg;
+    double t0 = train_now();
+    data_epoch_order(train->n, cfg->seed, epoch, order);
+    g->data = train;
+    g->order = order;
+    g->count = train->n;
+    if (g->comm) rt_comm_reset_stats(g->comm);
+    long steps0 = g->r[0].steps;
+    g->epoch = epoch;
+    float lr = train_lr(cfg, epoch, 0, g->steps_per_epoch);
+    for (int k = 0; k < g->n; k++) rt_exec_set_sgd(&g->r[k].tr, lr, cfg->momentum, cfg->weight_decay);
+    g->t0 = t0;
+    train_on_every_replica(g, epoch_on_replica);
+    double sums[3] = { 0, 0, 0 };
+    for (int k = 0; k < g->n; k++) {
+        sums[0] += g->r[k].loss_sum;
+        sums[1] += g->r[k].correct;
+        sums[2] += (double)g->r[k].seen;
+    }
+    rt_world_sum_f64(g->world, sums, 3);
+    *e = (EpochResult){ .loss = sums[0], .correct = sums[1], .seen = sums[2], .t_train = train_now() - t0, .lr = lr,
+                        .steps = g->r[0].steps - steps0 };
+    if (train_lr_per_step(cfg) && e->steps > 0) e->lr = train_lr(cfg, epoch, e->steps - 1, g->steps_per_epoch);   /* the last step's */
+}
+
+/* A diverged loss, said once (where --check-nan has not named the layer). */
+static void say_diverged(Group *g, int epoch, const EpochResult *e)
+{
+    bool named = false;
+    for (int k = 0; k < g->n; k++) named |= g->r[k].tr.check_nan && g->r[k].tr.nan_step >= 0;
+    if (g->world->rank == 0 && !named)
+        fprintf(stderr, "\nmgc: the loss became %g in epoch %d: training diverged; try a smaller --lr%s\n",
+                e->loss / (e->seen > 0 ? e->seen : 1), epoch,
+                g->cfg->check_nan ? "" : " (--check-nan names the first layer whose output is not finite)");
+    report_nan(g);
+}
+
+/* A stop signal ended the run in epoch `epoch` (during it, or after it where
+   `after`): which signal, from whichever rank got it, said by rank 0; the status. */
+static int say_stopped(Group *g, int epoch, int first_epoch, bool after)
+{
+    const TrainConfig *cfg = g->cfg;
+    int sig = train_stop_point(g->world, 0) - 128;
+    if (sig > 0 && g->world->rank == 0) {
+        const char *name = train_signal_name(sig);
+        if (after)
+            fprintf(stderr, "\nmgc: interrupted by %s after epoch %d%s%s%s\n", name, epoch,
+                    cfg->save ? "; the checkpoint holds it: " : "", cfg->save ? cfg->save : "", cfg->save ? " (--resume it to go on)" : "");
+        else if (cfg->save && (epoch > first_epoch || cfg->resume))
+            fprintf(stderr, "\nmgc: interrupted by %s during epoch %d; the checkpoint holds the last finished epoch: %s "
+                    "(--resume it to go on)\n", name, epoch, cfg->save);
+        else
+            fprintf(stderr, "\nmgc: interrupted by %s during epoch %d%s\n", name, epoch,
+                    cfg->save ? "; no epoch had finished: nothing was saved" : "");
+    }
+    return sig > 0 ? 128 + sig : 130;
+}
+
+int train_epochs(Group *g, const Dataset *train, const Dataset *test, int *order, int first_epoch, FILE **log,
+                 bool *log_failed)
+{
+    const TrainConfig *cfg = g->cfg;
+    for (int epoch = first_epoch; epoch <= cfg->epochs; epoch++) {
+        EpochResult e;
+        train_one_epoch(g, train, order, epoch, &e);
+        Replica *r0 = &g->r[0];
+        if (r0->stop && r0->stop_reason == 2) {
+            say_diverged(g, epoch, &e);
+            return 1;
+        }
+        if (r0->stop) return say_stopped(g, epoch, first_epoch, false);   /* every replica stopped at this step */
+        if (cfg->progress && g->world->rank == 0) fprintf(stderr, "\r%*s\r", 100, "");
+        e.test_acc = train_evaluate(g, test, order);
+        e.secs = train_now() - g->t0;
+        CommReport cr = comm_report(g, e.steps);
+        if (g->world->rank == 0) report_epoch(g, epoch, &e, &cr, log, log_failed);
+        free(cr.dev);
+        if (cfg->save && train_save(g, cfg->save, epoch)) return 1;
+        if (epoch < cfg->epochs && train_stop_point(g->world, 0))   /* asked during the evaluation or the save: stop here */
+            return say_stopped(g, epoch, first_epoch, true);
+    }
+    return 0;
+}
