@@ -13,7 +13,7 @@ CFLAGS  ?= $(OPT) -g
 WARN     = -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 BUILD   ?= build
 BIN     ?= mgc
-CPPFLAGS = -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Iruntime -I$(BUILD)
+CPPFLAGS = -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Ipipeline -Iruntime -I$(BUILD)
 LDLIBS   = -lopenblas -lz -ldl -lm -lpthread
 
 # MPI (Open MPI) when its compiler wrapper is found: mgc then joins the ranks of
@@ -63,7 +63,7 @@ endif
 endif
 endif
 
-SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c runtime/*.c driver/*.c)
+SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c pipeline/*.c runtime/*.c driver/*.c)
 OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.o
 
 all: $(BIN)
@@ -107,10 +107,10 @@ FUZZ_CC    ?= clang
 FUZZ_RUNS  ?= 10000000
 FUZZ_JOBS  ?= 1
 FUZZ_FLAGS  = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-FUZZ_SRC    = tests/fuzz/fuzz_net.c $(wildcard ir/*.c frontend/*.c codegen/*.c) $(BUILD)/parser.tab.c $(BUILD)/lexer.c
-$(BUILD)/fuzz/fuzz_net: $(FUZZ_SRC) $(wildcard ir/*.h frontend/*.h codegen/*.h)
+FUZZ_SRC    = tests/fuzz/fuzz_net.c $(wildcard ir/*.c frontend/*.c codegen/*.c pipeline/*.c) $(BUILD)/parser.tab.c $(BUILD)/lexer.c
+$(BUILD)/fuzz/fuzz_net: $(FUZZ_SRC) $(wildcard ir/*.h frontend/*.h codegen/*.h pipeline/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -I$(BUILD) -o $@ $(FUZZ_SRC) -lm
+	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Ipipeline -I$(BUILD) -o $@ $(FUZZ_SRC) -lm
 
 fuzz: $(BUILD)/fuzz/fuzz_net
 	@bash tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_net $(FUZZ_RUNS) $(FUZZ_JOBS)

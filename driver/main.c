@@ -1,6 +1,7 @@
 /*
-** mgc: the command line, and the one function that runs the pipeline
-** (compile(): every pass in order, each checked by a verifier).
+** mgc: the command line. The pipeline is pipeline/pipeline.c (every pass in
+** order, each checked by a verifier); this file says what to compile, and
+** what to do with it.
 **
 **   .net --front end--> IR (shapes checked) --gradients--> backward graph
 **        --buckets (data-parallel runs)--> allreduce nodes --update--> SGD
@@ -10,7 +11,7 @@
 ** 2 bad command line or environment (ranks started differently included),
 ** 128 + the signal when SIGINT, SIGTERM or SIGHUP stopped the run.
 */
-#include "frontend.h"
+#include "pipeline.h"
 #include "train.h"
 #include "data.h"
 #include "world.h"
@@ -534,43 +535,21 @@ static CgOptions codegen_options(const Cli *c)
     return o;
 }
 
-/* The pipeline, front to back. Each pass states what it needs at its top; the
-   verifier runs after each. */
+/* The pipeline (pipeline/pipeline.c) for this command line: the training
+   or evaluation form, with or without the backward graph and the update,
+   with the input's gradient (check mode); p NULL: the graph only. */
 static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward, bool input_grad, Graph *g, Program *p)
 {
-    ir_graph_init(g, a, d, NULL, training);
-    g->sync_bn = c->cfg.sync_bn;
-    if (fe_compile(g, c->net, c->sets, c->nsets)) return -1;            /* parse, check, elaborate, build */
-    if (g->loss < 0) {
-        diag_at(d, (Loc){ 0 }, "%s: the net returns no loss; end its last chain with softmax_cross_entropy", c->net);
-        return -1;
-    }
-    if (ir_verify(g, d)) return -1;
-    if (backward) {
-        IrSgd sgd = { c->cfg.lr, c->cfg.momentum, c->cfg.weight_decay };
-        if (ir_gradients(g, input_grad) || ir_verify(g, d)) return -1;     /* the backward graph */
-        if (c->total_replicas > 1) {                                        /* sums across replicas */
-            long bucket = (long)((double)c->bucket_mb * 1e6), first = bucket < 1000000 ? bucket : 1000000;
-            if (ir_buckets(g, bucket, first) || ir_verify(g, d)) return -1;
-        }
-        if (ir_update(g, &sgd) || ir_verify(g, d)) return -1;              /* SGD */
-    }
-    if (p) {
-        CgOptions opt = codegen_options(c);
-        CgDecisions dec;
-        cg_decisions_init(&dec, g, a);
-        cg_fuse(g, &opt, &dec);                                             /* ReLU into its producer */
-        cg_choose_convs(g, &opt, &dec);                                     /* each convolution's strategy */
-        if (cg_lower(g, a, &dec, p)) return -1;                            /* kernels, GEMMs, collectives */
+    long bucket = (long)((double)c->bucket_mb * 1e6);
+    MgcOptions o = {
+        .net = c->net, .sets = c->sets, .nsets = c->nsets, .training = training, .backward = backward,
+        .input_grad = input_grad, .sync_bn = c->cfg.sync_bn, .replicas = c->total_replicas, .bucket_bytes = bucket,
+        .first_bucket_bytes = bucket < 1000000 ? bucket : 1000000,
+        .sgd = { c->cfg.lr, c->cfg.momentum, c->cfg.weight_decay }, .codegen = codegen_options(c),
         /* buffers share memory by liveness, for the largest shard of a global batch */
-        cg_plan_memory(p, (c->cfg.batch_size + c->total_replicas - 1) / c->total_replicas);
-        char err[256];
-        if (cg_verify(p, err, sizeof err)) {
-            diag_at(d, (Loc){ 0 }, "internal: %s: the generated program is inconsistent: %s", c->net, err);
-            return -1;
-        }
-    }
-    return 0;
+        .plan_batch = (c->cfg.batch_size + c->total_replicas - 1) / c->total_replicas,
+    };
+    return mgc_compile(&o, a, d, g, p, NULL) ? -1 : 0;
 }
 
 /* --dump-kernels DIR: each kernel of the program as DIR/NAME.c and DIR/NAME.cu

@@ -36,7 +36,7 @@ suite() {  # name, command...
 mkdir -p build
 OBJ_FE="build/frontend/*.o build/parser.tab.o build/lexer.o build/ir/*.o"
 suite frontend sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Ibuild -o build/unit_frontend tests/unit_frontend.c $OBJ_FE -lm && ./build/unit_frontend"
-suite verify sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Ibuild -o build/unit_verify tests/unit_verify.c $OBJ_FE build/codegen/*.o -lm && ./build/unit_verify"
+suite verify sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Ipipeline -Ibuild -o build/unit_verify tests/unit_verify.c $OBJ_FE build/codegen/*.o build/pipeline/*.o -lm && ./build/unit_verify"
 suite runtime sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Iruntime -o build/unit_runtime tests/unit_runtime.c runtime/data.c runtime/safetensors.c runtime/paths.c runtime/rng.c runtime/ptx.c -lz -lm -lpthread -ldl && ./build/unit_runtime"
 suite comm sh -c "make -s build/unit_comm && ./build/unit_comm"
 suite bad bash tests/bad.sh

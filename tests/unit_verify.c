@@ -7,8 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "codegen.h"
-#include "frontend.h"
+#include "pipeline.h"
 
 static int passed, failed;
 
@@ -26,13 +25,10 @@ static void compile_dp(Compiled *c, const char *path, bool backward, long bucket
 {
     arena_init(&c->arena);
     diag_init(&c->diag, stderr);
-    ir_graph_init(&c->g, &c->arena, &c->diag, NULL, backward);
-    IrSgd sgd = { 0.1f, 0.9f, 0.0f };
-    c->rc = fe_compile(&c->g, path, NULL, 0);
-    if (!c->rc && backward) c->rc = ir_gradients(&c->g, false);
-    if (!c->rc && backward && bucket_bytes > 0) c->rc = ir_buckets(&c->g, bucket_bytes, bucket_bytes);
-    if (!c->rc && backward) c->rc = ir_update(&c->g, &sgd);
-    if (!c->rc) c->rc = cg_lower(&c->g, &c->arena, NULL, &c->p);
+    MgcOptions o = { .net = path, .training = backward, .backward = backward, .replicas = bucket_bytes > 0 ? 2 : 1,
+                     .bucket_bytes = bucket_bytes, .first_bucket_bytes = bucket_bytes, .sgd = { 0.1f, 0.9f, 0.0f },
+                     .codegen = { .fuse = true, .conv = -1, .cpu_only = true }, .plan_batch = 64 };
+    c->rc = mgc_compile(&o, &c->arena, &c->diag, &c->g, &c->p, NULL);
 }
 
 static void compile(Compiled *c, const char *path, bool backward) { compile_dp(c, path, backward, 0); }

@@ -1,10 +1,11 @@
 /*
 ** The fuzz target: bytes in, the whole compiler out, as `mgc NET --emit
-** kernels` runs it, and nothing is executed. Each input is parsed, checked and
-** elaborated; when that succeeds, the graph is verified, differentiated,
-** bucketed for two replicas (some inputs), given its SGD update, fused,
-** lowered, memory-planned, checked by the program verifier, and printed (IR
-** and the C and CUDA kernel sources). An error message is a fine outcome; a
+** kernels` runs it (pipeline/pipeline.c, in its two halves), and nothing is
+** executed. Each input is parsed, checked and elaborated; when that
+** succeeds, the graph is verified, differentiated, bucketed for two replicas
+** (some inputs), given its SGD update, fused, lowered, memory-planned,
+** checked by the program verifier, and printed (IR and the C and CUDA kernel
+** sources). An error message is a fine outcome; a
 ** crash, a sanitizer report, a leak, a hang or a verifier failure is not.
 **
 ** A hash of the input picks the variant (training or evaluation form, SyncBN,
@@ -18,9 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "ir.h"
-#include "frontend.h"
-#include "codegen.h"
+#include "pipeline.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -71,32 +70,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     arena_init(&a);
     Diag d;
     diag_init(&d, sink());
+    MgcOptions o = {
+        .net = "fuzz.net", .text = (const char *)data, .len = size, .training = training, .backward = training,
+        .input_grad = (h >> 11 & 7) == 0, .sync_bn = sync_bn, .replicas = replicas ? 2 : 1,
+        .bucket_bytes = (long)(h >> 14 & 0xffff) * 64 + 1, .first_bucket_bytes = 4096,
+        .sgd = { 0.1f, 0.9f, (h >> 30 & 1) ? 5e-4f : 0.0f }, .codegen = opt, .plan_batch = replicas ? 128 : 256,
+    };
+    /* the pipeline in its two halves, the graph printed between; past the
+       front end, every pass must succeed and pass its verifier */
     Graph g;
-    ir_graph_init(&g, &a, &d, NULL, training);
-    g.sync_bn = sync_bn && training;
-    if (fe_compile_bytes(&g, "fuzz.net", (const char *)data, size, NULL, 0) || g.loss < 0) goto done;
-    if (ir_verify(&g, &d)) fail("ir_verify", "the front end built a graph the verifier rejects");
+    const char *failed;
+    MgcStatus s = mgc_graph(&o, &a, &d, &g, &failed);
+    if (s && failed && strcmp(failed, "front end")) fail(failed, "the pass failed, or its verifier rejected what it made");
+    if (s == MGC_INTERNAL) fail("ir_verify", "the front end built a graph the verifier rejects");
+    if (s) goto done;
     ir_print(&g, sink(), 0, g.n);
     if (g.n > LOWER_MAX_NODES) goto done;
-    if (training) {
-        if (ir_gradients(&g, (h >> 11 & 7) == 0) || ir_verify(&g, &d)) fail("ir_gradients", "the gradient pass failed");
-        if (replicas && (ir_buckets(&g, (long)(h >> 14 & 0xffff) * 64 + 1, 4096) || ir_verify(&g, &d)))
-            fail("ir_buckets", "the bucket pass failed");
-        IrSgd sgd = { 0.1f, 0.9f, (h >> 30 & 1) ? 5e-4f : 0.0f };
-        if (ir_update(&g, &sgd) || ir_verify(&g, &d)) fail("ir_update", "the update pass failed");
-        ir_print(&g, sink(), 0, g.n);
-    }
     {
-        CgDecisions dec;
-        cg_decisions_init(&dec, &g, &a);
-        cg_fuse(&g, &opt, &dec);
-        cg_choose_convs(&g, &opt, &dec);
         Program p;
-        memset(&p, 0, sizeof p);
-        if (cg_lower(&g, &a, &dec, &p)) goto done;    /* an error message, as from mgc */
-        cg_plan_memory(&p, replicas ? 128 : 256);
-        char err[256];
-        if (cg_verify(&p, err, sizeof err)) fail("cg_verify", err);
+        s = mgc_program(&o, &g, &a, &d, &p, &failed);
+        if (s == MGC_INTERNAL) fail(failed, "the program verifier rejected the generated program");
+        if (s) goto done;   /* an error message, as from mgc */
         (void)cg_plan_bytes(&p, 256);
         (void)cg_persistent_bytes(&p);
         cg_print_steps(&p, sink());
