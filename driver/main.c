@@ -336,6 +336,161 @@ static int check_cache_env(void)
     return 0;
 }
 
+/* What parse_args gathers before it can judge the whole command line. */
+typedef struct Parse {
+    int gpus;                 /* --gpus N */
+    bool devices_given, gamma_given, per_given;
+    const char *load, *resume;
+} Parse;
+
+/* One option of the table with its value (NULL for a flag): 0, or 2 said. */
+static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, const char *val)
+{
+    TrainConfig *t = &c->cfg;
+    long v;
+    int rc = 0;
+    switch (which) {
+    case O_DEVICES: c->devices = val; ps->devices_given = c->devices_given = true; break;
+    case O_GPUS:
+        rc = parse_long(name, val, 1, MAX_REPLICAS, &v);
+        if (!rc) ps->gpus = (int)v, c->gpus_arg = val;
+        break;
+    case O_EPOCHS: rc = parse_long(name, val, 0, 1000000, &v); t->epochs = (int)v; break;
+    case O_BATCH_SIZE: rc = parse_long(name, val, 1, 1 << 20, &v); t->batch_size = (int)v; break;
+    case O_LR: rc = parse_float(name, val, 0, false, 1e30, &t->lr); break;
+    case O_LR_SCHEDULE: rc = parse_schedule(val, t); break;
+    case O_LR_GAMMA: rc = parse_float(name, val, 0, false, 1, &t->lr_gamma); ps->gamma_given = true; break;
+    case O_LR_PER:
+        if (!strcmp(val, "step") || !strcmp(val, "epoch")) t->lr_per_step = val[0] == 's', ps->per_given = true;
+        else return bad("--lr-per expects step or epoch, got '%s'%s", val, "");
+        break;
+    case O_WARMUP: rc = parse_long(name, val, 0, 1000000000, &v); t->warmup = (int)v; break;
+    case O_MOMENTUM: rc = parse_float(name, val, 0, false, 1, &t->momentum); break;
+    case O_WEIGHT_DECAY: rc = parse_float(name, val, 0, false, 1e30, &t->weight_decay); break;
+    case O_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(val, &end, 10);
+        if (!diag_decimal(val, false) || *end || errno || val[0] == '-')
+            return bad("%s expects a non-negative whole number, got '%s'", name, val);
+        t->seed = s;
+        break;
+    }
+    case O_DATA: t->data_dir = val; break;
+    case O_LIMIT_TRAIN: rc = parse_long(name, val, 1, INT_MAX, &v); t->limit_train = (int)v; break;
+    case O_LIMIT_TEST: rc = parse_long(name, val, 0, INT_MAX, &v); t->limit_test = (int)v; break;
+    case O_THREADS: rc = parse_long(name, val, 1, 1024, &v); t->threads = (int)v; break;
+    case O_SAVE: t->save = val; break;
+    case O_LOAD: ps->load = val; break;
+    case O_RESUME: ps->resume = val; break;
+    case O_LOG: t->log = val; break;
+    case O_EMIT:
+        if (!strcmp(val, "ir")) c->emit = EMIT_IR;
+        else if (!strcmp(val, "eval-ir")) c->emit = EMIT_EVAL_IR;
+        else if (!strcmp(val, "grad")) c->emit = EMIT_GRAD;
+        else if (!strcmp(val, "kernels")) c->emit = EMIT_KERNELS;
+        else if (!strcmp(val, "cuda")) c->emit = EMIT_CUDA;
+        else if (!strcmp(val, "dp")) c->emit = EMIT_DP;
+        else if (!strcmp(val, "ptx")) c->emit = EMIT_PTX;
+        else return bad("--emit expects ir, eval-ir, grad, kernels, cuda, ptx or dp, got '%s'%s", val, "");
+        break;
+    case O_SET: {
+        const char *e = strchr(val, '=');
+        if (!e || e == val) return bad("--set expects NAME=VALUE, got '%s'%s", val, "");
+        if (c->nsets == 64) return bad("too many --set options%s%s", "", "");
+        c->sets[c->nsets].name = strndup(val, (size_t)(e - val));
+        c->sets[c->nsets].value = e + 1;
+        c->nsets++;
+        break;
+    }
+    case O_BATCH: t->batch_file = val; break;
+    case O_STEPS: rc = parse_long(name, val, 1, 1000000, &v); t->steps = (int)v; break;
+    case O_DUMP: t->dump = val; break;
+    case O_ARCH:
+        if (strncmp(val, "sm_", 3) || !val[3] || strspn(val + 3, "0123456789") != strlen(val + 3))
+            return bad("--arch expects a GPU architecture such as sm_80 or sm_90, got '%s'%s", val, "");
+        c->arch = val;
+        break;
+    case O_DUMP_KERNELS: c->dump_kernels = val; break;
+    case O_BUCKET_MB: {
+        char *end;
+        errno = 0;
+        double mb = strtod(val, &end);
+        if (!diag_decimal(val, true) || *end || errno || !isfinite(mb)) return bad("%s expects a number of megabytes, got '%s'", name, val);
+        if (!(mb > 0) || mb > 1e6) {
+            fprintf(stderr, "mgc: %s must be more than 0 and at most 1e6, got %s\n(see mgc --help)\n", name, val);
+            return 2;
+        }
+        c->bucket_mb = (float)mb;
+        break;
+    }
+    case O_SYNC_BN: t->sync_bn = true; break;
+    case O_TF32: t->tf32 = true; break;
+    case O_CHECK_NAN: t->check_nan = true; break;
+    case O_EVALUATE: t->evaluate = true; break;
+    case O_COUNT: break;
+    }
+    return rc;
+}
+
+/* The option called name (--name), or -1 said with the nearest there is. */
+static int find_option(const char *name)
+{
+    for (int k = 0; k < O_COUNT; k++)
+        if (!strcmp(name, options[k].name)) return k;
+    const char *best = NULL;
+    int bestd = 4;
+    for (int k = 0; k < O_COUNT + (int)(sizeof early_options / sizeof *early_options); k++) {
+        const char *o = k < O_COUNT ? options[k].name : early_options[k - O_COUNT];
+        int d = diag_edit_distance(name, o);
+        if (d < bestd) { bestd = d; best = o; }
+    }
+    if (best) bad("unknown option '%s'; did you mean '%s'?", name, best);
+    else bad("unknown option '%s'%s", name, "");
+    return -1;
+}
+
+/* The options given that depend on each other, and the environment's switches: 0, or 2 said. */
+static int finish_args(Cli *c, Parse *ps)
+{
+    TrainConfig *t = &c->cfg;
+    if (!c->net) return bad("no net given: mgc NET.net [options], e.g. mgc nets/lenet.net%s%s", "", "");
+    if (!ps->per_given) t->lr_per_step = t->lr_schedule == LR_COSINE;   /* a smooth cosine; milestones in epochs */
+    if (ps->gamma_given && t->lr_schedule != LR_STEP)
+        return bad("--lr-gamma is the factor of --lr-schedule step:E1,E2,...; give that too%s%s", "", "");
+    if (ps->load && ps->resume) return bad("--load and --resume both name a checkpoint: give one%s%s", "", "");
+    t->load = ps->load ? ps->load : ps->resume;
+    t->resume = ps->resume != NULL;
+    if (ps->gpus && ps->devices_given) return bad("--gpus and --devices both say where to train: give one%s%s", "", "");
+    static char gpu_list[MAX_REPLICAS * 9];
+    if (ps->gpus) {   /* --gpus N: the first N GPUs */
+        int p = 0;
+        for (int k = 0; k < ps->gpus; k++) p += snprintf(gpu_list + p, sizeof gpu_list - (size_t)p, "%scuda:%d", k ? "," : "", k);
+        c->devices = gpu_list;
+    }
+    int rc2 = parse_devices(c->devices, t);
+    if (rc2) return rc2;
+    /* the environment's switches: a value mgc does not know is an error, not silently the default */
+    static const char *const off_on[] = { "0", "1", NULL };
+    static const char *const convs[] = { "direct", "vector", "gemm", "dense", "chunked", "winograd", NULL };
+    int own = env_choice("MGC_CPU_OWN_MEMORY", off_on, 0), graphs = env_choice("MGC_CUDA_GRAPHS", off_on, 1);
+    int fuse = env_choice("MGC_FUSE", off_on, 1), profile = env_choice("MGC_PROFILE", off_on, 0);
+    c->conv = env_choice("MGC_CONV", convs, -1);
+    if (own < -1 || graphs < -1 || fuse < -1 || profile < -1 || c->conv < -1) return 2;
+    t->profile = profile == 1;
+    t->cpu_own_memory = own == 1;
+    t->no_graphs = graphs == 0;
+    c->fuse = fuse == 1;
+    if (t->dump && !t->batch_file) return bad("--dump needs --batch FILE (check mode)%s%s", "", "");
+    if (t->resume && t->batch_file) return bad("--resume goes on training from a checkpoint; check mode (--batch) takes --load%s%s", "", "");
+    if (t->evaluate && (t->save || t->resume || t->batch_file))
+        return bad("--evaluate only measures the parameters on the test set: it takes --load, not %s%s",
+                   t->save ? "--save" : t->resume ? "--resume" : "--batch", "");
+    if (t->resume && !t->save) t->save = t->load;   /* it goes on saving where it left off */
+    return 0;
+}
+
+
 static int parse_args(int argc, char **argv, Cli *c)
 {
     memset(c, 0, sizeof *c);
@@ -351,10 +506,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     c->devices = "cpu";
     c->bucket_mb = 25;
     c->arch = "sm_90";
-    int gpus = 0;
-    bool devices_given = false;
-    const char *load = NULL, *resume = NULL;
-    bool gamma_given = false, per_given = false;
+    Parse ps = { 0 };
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i];
         if (arg[0] != '-' || !arg[1]) {
@@ -382,144 +534,17 @@ static int parse_args(int argc, char **argv, Cli *c)
         } else {
             snprintf(name, sizeof name, "%s", arg);
         }
-        int which = -1;
-        for (int k = 0; k < O_COUNT; k++)
-            if (!strcmp(name, options[k].name)) which = k;
-        if (which < 0) {
-            const char *best = NULL;
-            int bestd = 4;
-            for (int k = 0; k < O_COUNT + (int)(sizeof early_options / sizeof *early_options); k++) {
-                const char *o = k < O_COUNT ? options[k].name : early_options[k - O_COUNT];
-                int d = diag_edit_distance(name, o);
-                if (d < bestd) { bestd = d; best = o; }
-            }
-            if (best) return bad("unknown option '%s'; did you mean '%s'?", name, best);
-            return bad("unknown option '%s'%s", name, "");
-        }
+        int which = find_option(name);
+        if (which < 0) return 2;
         if (options[which].flag && val) return bad("%s takes no value, got '%s'", name, val);
         if (!val && !options[which].flag) {
             if (i + 1 >= argc) return bad("%s needs a value%s", name, "");
             val = argv[++i];
         }
-        long v;
-        int rc = 0;
-        switch ((enum Opt)which) {
-        case O_DEVICES: c->devices = val; devices_given = c->devices_given = true; break;
-        case O_GPUS:
-            rc = parse_long(name, val, 1, MAX_REPLICAS, &v);
-            if (!rc) gpus = (int)v, c->gpus_arg = val;
-            break;
-        case O_EPOCHS: rc = parse_long(name, val, 0, 1000000, &v); t->epochs = (int)v; break;
-        case O_BATCH_SIZE: rc = parse_long(name, val, 1, 1 << 20, &v); t->batch_size = (int)v; break;
-        case O_LR: rc = parse_float(name, val, 0, false, 1e30, &t->lr); break;
-        case O_LR_SCHEDULE: rc = parse_schedule(val, t); break;
-        case O_LR_GAMMA: rc = parse_float(name, val, 0, false, 1, &t->lr_gamma); gamma_given = true; break;
-        case O_LR_PER:
-            if (!strcmp(val, "step") || !strcmp(val, "epoch")) t->lr_per_step = val[0] == 's', per_given = true;
-            else return bad("--lr-per expects step or epoch, got '%s'%s", val, "");
-            break;
-        case O_WARMUP: rc = parse_long(name, val, 0, 1000000000, &v); t->warmup = (int)v; break;
-        case O_MOMENTUM: rc = parse_float(name, val, 0, false, 1, &t->momentum); break;
-        case O_WEIGHT_DECAY: rc = parse_float(name, val, 0, false, 1e30, &t->weight_decay); break;
-        case O_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 10);
-            if (!diag_decimal(val, false) || *end || errno || val[0] == '-')
-                return bad("%s expects a non-negative whole number, got '%s'", name, val);
-            t->seed = s;
-            break;
-        }
-        case O_DATA: t->data_dir = val; break;
-        case O_LIMIT_TRAIN: rc = parse_long(name, val, 1, INT_MAX, &v); t->limit_train = (int)v; break;
-        case O_LIMIT_TEST: rc = parse_long(name, val, 0, INT_MAX, &v); t->limit_test = (int)v; break;
-        case O_THREADS: rc = parse_long(name, val, 1, 1024, &v); t->threads = (int)v; break;
-        case O_SAVE: t->save = val; break;
-        case O_LOAD: load = val; break;
-        case O_RESUME: resume = val; break;
-        case O_LOG: t->log = val; break;
-        case O_EMIT:
-            if (!strcmp(val, "ir")) c->emit = EMIT_IR;
-            else if (!strcmp(val, "eval-ir")) c->emit = EMIT_EVAL_IR;
-            else if (!strcmp(val, "grad")) c->emit = EMIT_GRAD;
-            else if (!strcmp(val, "kernels")) c->emit = EMIT_KERNELS;
-            else if (!strcmp(val, "cuda")) c->emit = EMIT_CUDA;
-            else if (!strcmp(val, "dp")) c->emit = EMIT_DP;
-            else if (!strcmp(val, "ptx")) c->emit = EMIT_PTX;
-            else return bad("--emit expects ir, eval-ir, grad, kernels, cuda, ptx or dp, got '%s'%s", val, "");
-            break;
-        case O_SET: {
-            const char *e = strchr(val, '=');
-            if (!e || e == val) return bad("--set expects NAME=VALUE, got '%s'%s", val, "");
-            if (c->nsets == 64) return bad("too many --set options%s%s", "", "");
-            c->sets[c->nsets].name = strndup(val, (size_t)(e - val));
-            c->sets[c->nsets].value = e + 1;
-            c->nsets++;
-            break;
-        }
-        case O_BATCH: t->batch_file = val; break;
-        case O_STEPS: rc = parse_long(name, val, 1, 1000000, &v); t->steps = (int)v; break;
-        case O_DUMP: t->dump = val; break;
-        case O_ARCH:
-            if (strncmp(val, "sm_", 3) || !val[3] || strspn(val + 3, "0123456789") != strlen(val + 3))
-                return bad("--arch expects a GPU architecture such as sm_80 or sm_90, got '%s'%s", val, "");
-            c->arch = val;
-            break;
-        case O_DUMP_KERNELS: c->dump_kernels = val; break;
-        case O_BUCKET_MB: {
-            char *end;
-            errno = 0;
-            double mb = strtod(val, &end);
-            if (!diag_decimal(val, true) || *end || errno || !isfinite(mb)) return bad("%s expects a number of megabytes, got '%s'", name, val);
-            if (!(mb > 0) || mb > 1e6) {
-                fprintf(stderr, "mgc: %s must be more than 0 and at most 1e6, got %s\n(see mgc --help)\n", name, val);
-                return 2;
-            }
-            c->bucket_mb = (float)mb;
-            break;
-        }
-        case O_SYNC_BN: t->sync_bn = true; break;
-        case O_TF32: t->tf32 = true; break;
-        case O_CHECK_NAN: t->check_nan = true; break;
-        case O_EVALUATE: t->evaluate = true; break;
-        case O_COUNT: break;
-        }
+        int rc = take_option(c, &ps, (enum Opt)which, name, val);
         if (rc) return rc;
     }
-    if (!c->net) return bad("no net given: mgc NET.net [options], e.g. mgc nets/lenet.net%s%s", "", "");
-    if (!per_given) t->lr_per_step = t->lr_schedule == LR_COSINE;   /* a smooth cosine; milestones in epochs */
-    if (gamma_given && t->lr_schedule != LR_STEP)
-        return bad("--lr-gamma is the factor of --lr-schedule step:E1,E2,...; give that too%s%s", "", "");
-    if (load && resume) return bad("--load and --resume both name a checkpoint: give one%s%s", "", "");
-    t->load = load ? load : resume;
-    t->resume = resume != NULL;
-    if (gpus && devices_given) return bad("--gpus and --devices both say where to train: give one%s%s", "", "");
-    static char gpu_list[MAX_REPLICAS * 9];
-    if (gpus) {   /* --gpus N: the first N GPUs */
-        int p = 0;
-        for (int k = 0; k < gpus; k++) p += snprintf(gpu_list + p, sizeof gpu_list - (size_t)p, "%scuda:%d", k ? "," : "", k);
-        c->devices = gpu_list;
-    }
-    int rc2 = parse_devices(c->devices, t);
-    if (rc2) return rc2;
-    /* the environment's switches: a value mgc does not know is an error, not silently the default */
-    static const char *const off_on[] = { "0", "1", NULL };
-    static const char *const convs[] = { "direct", "vector", "gemm", "dense", "chunked", "winograd", NULL };
-    int own = env_choice("MGC_CPU_OWN_MEMORY", off_on, 0), graphs = env_choice("MGC_CUDA_GRAPHS", off_on, 1);
-    int fuse = env_choice("MGC_FUSE", off_on, 1), profile = env_choice("MGC_PROFILE", off_on, 0);
-    c->conv = env_choice("MGC_CONV", convs, -1);
-    if (own < -1 || graphs < -1 || fuse < -1 || profile < -1 || c->conv < -1) return 2;
-    t->profile = profile == 1;
-    t->cpu_own_memory = own == 1;
-    t->no_graphs = graphs == 0;
-    c->fuse = fuse == 1;
-    if (t->dump && !t->batch_file) return bad("--dump needs --batch FILE (check mode)%s%s", "", "");
-    if (t->resume && t->batch_file) return bad("--resume goes on training from a checkpoint; check mode (--batch) takes --load%s%s", "", "");
-    if (t->evaluate && (t->save || t->resume || t->batch_file))
-        return bad("--evaluate only measures the parameters on the test set: it takes --load, not %s%s",
-                   t->save ? "--save" : t->resume ? "--resume" : "--batch", "");
-    if (t->resume && !t->save) t->save = t->load;   /* it goes on saving where it left off */
-    return 0;
+    return finish_args(c, &ps);
 }
 
 /* Code generation options from the environment (read by parse_args):
@@ -830,6 +855,121 @@ static int check_gpus(const Cli *c, World *w)
     return -1;
 }
 
+/* Before anything is compiled, on every rank: were the ranks started alike,
+   can rank 0 write what it will, is the batch large enough, are the GPUs
+   there? 0, or 2 said. */
+static int preflight(Cli *c, World *world)
+{
+    bool running = c->emit == EMIT_NONE && !c->dump_kernels;   /* trains, evaluates or checks: not an --emit */
+    if (running && world->size > 1) {   /* under mpirun, before anything else */
+        char devs[MAX_REPLICAS * 12] = "";
+        if (c->cfg.devices[0].kind == DEV_CPU) snprintf(devs, sizeof devs, "cpu:%d", c->cfg.replicas);
+        for (int k = 0, p = 0; c->cfg.devices[0].kind == DEV_CUDA && k < c->cfg.replicas; k++)
+            p += snprintf(devs + p, sizeof devs - (size_t)p, "%scuda:%d", k ? "," : "", c->cfg.devices[k].index);
+        Agreement *inputs = calloc(1, sizeof *inputs);
+        agree_inputs(c, devs, inputs);
+        int differ = rt_agree(world, inputs);
+        free(inputs);
+        if (differ) return 2;
+    }
+    /* what rank 0 will write, checked before an epoch is spent */
+    if (running && rt_world_max_status(world, world->rank == 0 ? check_outputs(c) : 0)) return 2;
+    if (c->cfg.batch_size < c->total_replicas) {
+        if (world->rank == 0)
+            fprintf(stderr, "mgc: --batch-size %d is smaller than the %d devices (%s%s): every device needs an example; "
+                    "use --batch-size %d or more\n(see mgc --help)\n", c->cfg.batch_size, c->total_replicas, c->devices,
+                    world->size > 1 ? " on every rank" : "", c->total_replicas);
+        return 2;
+    }
+    /* under mpirun, the ranks on one machine take its GPUs in turn: the k-th
+       local rank's cuda:j is GPU k * (its devices) + j */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = getenv("MPI_LOCALRANKID");
+    if (c->cfg.devices[0].kind == DEV_CUDA && world->size > 1 && local)
+        for (int k = 0; k < c->cfg.replicas; k++) c->cfg.devices[k].index += atoi(local) * c->cfg.replicas;
+    if (c->cfg.devices[0].kind == DEV_CUDA && running && check_gpus(c, world)) return 2;
+    return 0;
+}
+
+/* --emit STAGE and --dump-kernels: a stage printed (by rank 0). The exit status. */
+static int emit_stage(const Cli *c, World *world, Arena *arena, Diag *diag)
+{
+    Graph g;
+    Program p;
+    bool say = world->rank == 0;
+    char num[32];
+    if (c->dump_kernels) {
+        if (compile(c, arena, diag, true, true, false, &g, &p)) return 1;
+        return say ? dump_kernels(&g, &p, c->dump_kernels) : 0;
+    }
+    bool tr = c->emit != EMIT_EVAL_IR, program = c->emit != EMIT_IR && c->emit != EMIT_EVAL_IR && c->emit != EMIT_GRAD;
+    if (compile(c, arena, diag, tr, tr && c->emit != EMIT_IR, false, &g, program ? &p : NULL)) return 1;
+    if (c->emit == EMIT_PTX) {
+        char why[8192];
+        size_t ptx_len;
+        char *ptx = rt_nvrtc_ptx(cg_source(&p, TARGET_CUDA), g.net_name, c->arch, &ptx_len, why, sizeof why);
+        if (!ptx) {
+            fprintf(stderr, "mgc: --emit ptx: %s\n", why);
+            return 1;
+        }
+        if (say) fputs(ptx, stdout);
+        free(ptx);
+        return 0;
+    }
+    if (!say) return 0;
+    switch (c->emit) {
+    case EMIT_IR: case EMIT_EVAL_IR: {
+        int tensors;
+        long n = ir_param_count(&g, &tensors);
+        printf("# net %s (%s form): %s parameters in %d tensors\n", g.net_name, tr ? "training" : "evaluation",
+               rt_commas(n, num), tensors);
+        ir_print(&g, stdout, 0, g.n);
+        break;
+    }
+    case EMIT_GRAD:
+        printf("# net %s: training step (lr %g, momentum %g, weight decay %g)\n# forward\n", g.net_name,
+               c->cfg.lr, c->cfg.momentum, c->cfg.weight_decay);
+        ir_print(&g, stdout, 0, g.n_forward);
+        printf("# backward and update\n");
+        ir_print(&g, stdout, g.n_forward, g.n);
+        break;
+    case EMIT_KERNELS: case EMIT_CUDA:
+        printf("/* steps of the training program of %s:\n", g.net_name);
+        cg_print_steps(&p, stdout);
+        printf("*/\n%s", cg_source(&p, c->emit == EMIT_CUDA ? TARGET_CUDA : TARGET_C));
+        break;
+    case EMIT_DP:
+        print_dp(c, &g, &p, world);
+        break;
+    case EMIT_PTX: case EMIT_NONE:
+        break;
+    }
+    return 0;
+}
+
+/* Training, evaluation or check mode: the training and evaluation programs,
+   the same on every rank, run. The exit status. */
+static int train(Cli *c, World *world, Arena *arena, Diag *diag)
+{
+    Graph train_graph, eval_graph;
+    Program train_prog, eval_prog;
+    bool checking = c->cfg.batch_file != NULL;
+    bool compiled = !compile(c, arena, diag, true, true, checking, &train_graph, &train_prog) &&
+                    !compile(c, arena, diag, false, false, false, &eval_graph, &eval_prog);
+    if (world->size > 1) {   /* the same program everywhere (a different build or environment could differ) */
+        Agreement *plan = calloc(1, sizeof *plan);
+        agree_program(compiled ? &train_prog : NULL, plan);
+        int differ = rt_agree(world, plan);
+        free(plan);
+        if (differ) return 2;
+    }
+    if (!compiled) return 1;
+    cg_share_kernels_with(&eval_prog, &train_prog);   /* its forward kernels are the training program's */
+    c->cfg.progress = isatty(2) && !checking;
+    Model m = { &train_prog, &eval_prog };
+    return train_run(&m, &c->cfg);
+}
+
 int main(int argc, char **argv)
 {
     struct timespec t0;
@@ -841,154 +981,32 @@ int main(int argc, char **argv)
         if (confstr(_CS_PATH, path, sizeof path) > 0) setenv("PATH", path, 1);
     }
     Cli c;
-    int rc = parse_args(argc, argv, &c);
-    if (rc) return rc;
+    int status = parse_args(argc, argv, &c);
+    if (status) return status;
     if (rt_cpu_blas_core(argv, c.cfg.verbose)) return 2;   /* may start mgc again, with OpenBLAS's right kernels */
     c.cfg.started = (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec;
     World world;
-    char err[512];
+    char err[512], data_dir[4096];
     if (rt_world_init(&world, &argc, &argv, err, sizeof err)) {
         fprintf(stderr, "mgc: %s\n", err);
         return 1;
     }
     c.cfg.world = &world;
     c.total_replicas = c.cfg.replicas * world.size;
-    bool running = c.emit == EMIT_NONE && !c.dump_kernels;   /* trains, evaluates or checks: not an --emit */
-    char data_dir[4096];
     if (!c.cfg.data_dir) c.cfg.data_dir = data_default_dir(data_dir, sizeof data_dir);
-    /* under mpirun, before anything else: were the ranks started alike? */
-    if (running && world.size > 1) {
-        char devs[MAX_REPLICAS * 12] = "";
-        if (c.cfg.devices[0].kind == DEV_CPU) snprintf(devs, sizeof devs, "cpu:%d", c.cfg.replicas);
-        for (int k = 0, p = 0; c.cfg.devices[0].kind == DEV_CUDA && k < c.cfg.replicas; k++)
-            p += snprintf(devs + p, sizeof devs - (size_t)p, "%scuda:%d", k ? "," : "", c.cfg.devices[k].index);
-        Agreement *inputs = calloc(1, sizeof *inputs);
-        agree_inputs(&c, devs, inputs);
-        int differ = rt_agree(&world, inputs);
-        free(inputs);
-        if (differ) {
-            rt_world_finalize(&world);
-            return 2;
-        }
+    status = preflight(&c, &world);
+    if (!status) {
+        Arena arena;
+        arena_init(&arena);
+        Diag diag;
+        /* every rank compiles the same net: only rank 0 reports what is wrong with it */
+        FILE *quiet = world.rank == 0 ? NULL : fopen("/dev/null", "w");
+        diag_init(&diag, quiet ? quiet : stderr);
+        status = c.emit != EMIT_NONE || c.dump_kernels ? emit_stage(&c, &world, &arena, &diag) : train(&c, &world, &arena, &diag);
+        if (status && diag.usage) status = 2;   /* a bad --set is a command-line error */
+        arena_free(&arena);
+        if (quiet) fclose(quiet);
     }
-    /* what rank 0 will write, checked before an epoch is spent */
-    if (running && rt_world_max_status(&world, world.rank == 0 ? check_outputs(&c) : 0)) {
-        rt_world_finalize(&world);
-        return 2;
-    }
-    if (c.cfg.batch_size < c.total_replicas) {
-        if (world.rank == 0)
-            fprintf(stderr, "mgc: --batch-size %d is smaller than the %d devices (%s%s): every device needs an example; "
-                    "use --batch-size %d or more\n(see mgc --help)\n", c.cfg.batch_size, c.total_replicas, c.devices,
-                    world.size > 1 ? " on every rank" : "", c.total_replicas);
-        rt_world_finalize(&world);
-        return 2;
-    }
-    /* under mpirun, the ranks on one machine take its GPUs in turn: the k-th
-       local rank's cuda:j is GPU k * (its devices) + j */
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (!local) local = getenv("MPI_LOCALRANKID");
-    if (c.cfg.devices[0].kind == DEV_CUDA && world.size > 1 && local)
-        for (int k = 0; k < c.cfg.replicas; k++) c.cfg.devices[k].index += atoi(local) * c.cfg.replicas;
-    if (c.cfg.devices[0].kind == DEV_CUDA && c.emit == EMIT_NONE && !c.dump_kernels && check_gpus(&c, &world)) {
-        rt_world_finalize(&world);
-        return 2;
-    }
-    Arena arena;
-    arena_init(&arena);
-    Diag diag;
-    /* every rank compiles the same net: only rank 0 reports what is wrong with it */
-    FILE *quiet = world.rank == 0 ? NULL : fopen("/dev/null", "w");
-    diag_init(&diag, quiet ? quiet : stderr);
-    Graph train, eval;
-    Program train_prog, eval_prog;
-    int status = 1;
-    bool say = world.rank == 0;
-    char num[32];
-
-    if (c.dump_kernels) {
-        if (!compile(&c, &arena, &diag, true, true, false, &train, &train_prog))
-            status = say ? dump_kernels(&train, &train_prog, c.dump_kernels) : 0;
-        c.emit = -1;   /* nothing more */
-    }
-    switch (c.emit) {
-    case EMIT_PTX: {
-        if (compile(&c, &arena, &diag, true, true, false, &train, &train_prog)) break;
-        char why[8192];
-        size_t ptx_len;
-        char *ptx = rt_nvrtc_ptx(cg_source(&train_prog, TARGET_CUDA), train.net_name, c.arch, &ptx_len, why, sizeof why);
-        if (!ptx) {
-            fprintf(stderr, "mgc: --emit ptx: %s\n", why);
-            break;
-        }
-        if (say) fputs(ptx, stdout);
-        free(ptx);
-        status = 0;
-        break;
-    }
-    case EMIT_IR: case EMIT_EVAL_IR: {
-        bool tr = c.emit == EMIT_IR;
-        if (compile(&c, &arena, &diag, tr, false, false, &train, NULL)) break;
-        int tensors;
-        long n = ir_param_count(&train, &tensors);
-        if (say) {
-            printf("# net %s (%s form): %s parameters in %d tensors\n", train.net_name, tr ? "training" : "evaluation",
-                   rt_commas(n, num), tensors);
-            ir_print(&train, stdout, 0, train.n);
-        }
-        status = 0;
-        break;
-    }
-    case EMIT_GRAD:
-        if (compile(&c, &arena, &diag, true, true, false, &train, NULL)) break;
-        if (say) {
-            printf("# net %s: training step (lr %g, momentum %g, weight decay %g)\n# forward\n", train.net_name,
-                   c.cfg.lr, c.cfg.momentum, c.cfg.weight_decay);
-            ir_print(&train, stdout, 0, train.n_forward);
-            printf("# backward and update\n");
-            ir_print(&train, stdout, train.n_forward, train.n);
-        }
-        status = 0;
-        break;
-    case EMIT_KERNELS: case EMIT_CUDA:
-        if (compile(&c, &arena, &diag, true, true, false, &train, &train_prog)) break;
-        if (say) {
-            printf("/* steps of the training program of %s:\n", train.net_name);
-            cg_print_steps(&train_prog, stdout);
-            printf("*/\n%s", cg_source(&train_prog, c.emit == EMIT_CUDA ? TARGET_CUDA : TARGET_C));
-        }
-        status = 0;
-        break;
-    case EMIT_DP:
-        if (compile(&c, &arena, &diag, true, true, false, &train, &train_prog)) break;
-        if (say) print_dp(&c, &train, &train_prog, &world);
-        status = 0;
-        break;
-    case EMIT_NONE: {
-        bool checking = c.cfg.batch_file != NULL;
-        bool compiled = !compile(&c, &arena, &diag, true, true, checking, &train, &train_prog) &&
-                        !compile(&c, &arena, &diag, false, false, false, &eval, &eval_prog);
-        if (world.size > 1) {   /* the same program everywhere (a different build or environment could differ) */
-            Agreement *plan = calloc(1, sizeof *plan);
-            agree_program(compiled ? &train_prog : NULL, plan);
-            int differ = rt_agree(&world, plan);
-            free(plan);
-            if (differ) {
-                status = 2;
-                break;
-            }
-        }
-        if (!compiled) break;
-        cg_share_kernels_with(&eval_prog, &train_prog);   /* its forward kernels are the training program's */
-        c.cfg.progress = isatty(2) && !checking;
-        Model m = { &train_prog, &eval_prog };
-        status = train_run(&m, &c.cfg);
-        break;
-    }
-    }
-    if (status && diag.usage) status = 2;   /* a bad --set is a command-line error */
-    arena_free(&arena);
-    if (quiet) fclose(quiet);
     for (int k = 0; k < c.nsets; k++) free((char *)c.sets[k].name);
     rt_world_finalize(&world);
     return status;
