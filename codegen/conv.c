@@ -63,7 +63,7 @@ ConvGeom cg_conv_geom(const Graph *g, int id)
         xs = &g->nodes[n->in[1]].shape, ws = &n->shape, ys = &g->nodes[n->in[0]].shape;
     }
     return (ConvGeom){ .C = xs->d[1], .H = xs->d[2], .W = xs->d[3], .O = ws->d[0], .K = ws->d[2],
-                       .S = n->i[0], .P = n->i[1], .OH = ys->d[2], .OW = ys->d[3] };
+                       .S = n->attr.stride, .P = n->attr.padding, .OH = ys->d[2], .OW = ys->d[3] };
 }
 
 /* Three ways to run a convolution, chosen per layer by cg_conv_strategy():
@@ -925,7 +925,7 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
        the convolution's kernel from the two rows just summed (conv_rows_vec). */
     for (int id = 0; opt && opt->fuse && d->pool_of && id < g->n; id++) {
         const Node *pn = &g->nodes[id];
-        if (pn->op != OP_MAXPOOL || pn->i[0] != 2 || pn->i[1] != 2 || pn->i[2] != 0) continue;
+        if (pn->op != OP_MAXPOOL || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0) continue;
         int x = pn->in[0], c = d->fused[x] >= 0 && g->nodes[x].op == OP_RELU ? d->fused[x] : x;
         if (g->nodes[c].op != OP_CONV2D || !d->relu_out[c] || d->conv[c] != CONV_DIRECT || d->pool_of[c] >= 0) continue;
         ConvGeom G = cg_conv_geom(g, c);

@@ -227,7 +227,7 @@ void cg_lower_bn_stats_chunks(Lower *L, int id)
                "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
                "        stats[%d + c] = (float)var;\n"
                "    }\n",
-            NB - 1, NB, C, NB, NB, NB, NB, P, C, C, C, n->f[0], 2 * C);
+            NB - 1, NB, C, NB, NB, NB, NB, P, C, C, C, n->attr.eps, 2 * C);
     cg_end_kernel(L);
 }
 

@@ -41,7 +41,7 @@ void cg_dp_prepare(Lower *L)
     int *last = calloc((size_t)g->n + 1, sizeof(int));
     for (int u = 0; u < g->n; u++) {
         const Node *n = &g->nodes[u];
-        if (ir_op_kind(n->op) == KIND_VIEW || (n->op == OP_ALLREDUCE && n->i[0] >= 0)) continue;
+        if (ir_op_kind(n->op) == KIND_VIEW || (n->op == OP_ALLREDUCE && n->attr.bucket >= 0)) continue;
         for (int k = 0; k < n->nin; k++) {
             int v = view_base(g, n->in[k]);
             if (u > last[v]) last[v] = u;
@@ -57,7 +57,7 @@ void cg_dp_prepare(Lower *L)
         for (int j = 0; j < bk->count; j++) {
             int ar = g->bucket_nodes[bk->first + j], st = g->nodes[ar].in[0];
             L->in_bucket[st] = b;
-            L->bucket_at[st] = g->nodes[ar].i[1];
+            L->bucket_at[st] = g->nodes[ar].attr.offset;
             int r = last[st] > st ? last[st] : st;
             if (r > L->ready[k]) L->ready[k] = r;
             what = arena_printf(p->arena, "%s %s", what, g->nodes[ar].name);
@@ -80,9 +80,9 @@ void cg_dp_before(Lower *L, int id)
     if (ir_op_kind(n->op) == KIND_VIEW || n->op == OP_ALLREDUCE) return;
     for (int k = 0; k < n->nin; k++) {
         const Node *r = &g->nodes[view_base(g, n->in[k])];
-        if (r->op == OP_ALLREDUCE && r->i[0] >= 0 && !L->waited[r->i[0]]) {
-            L->waited[r->i[0]] = true;
-            coll_step(L, STEP_WAIT, id, L->bucket_coll[r->i[0]]);
+        if (r->op == OP_ALLREDUCE && r->attr.bucket >= 0 && !L->waited[r->attr.bucket]) {
+            L->waited[r->attr.bucket] = true;
+            coll_step(L, STEP_WAIT, id, L->bucket_coll[r->attr.bucket]);
         }
     }
 }
@@ -105,7 +105,7 @@ void cg_lower_allreduce(Lower *L, int id)
 {
     const Graph *g = L->g;
     const Node *n = &g->nodes[id];
-    if (n->i[0] >= 0) {   /* in a bucket: in place, started by dp_after */
+    if (n->attr.bucket >= 0) {   /* in a bucket: in place, started by dp_after */
         L->p->node_buf[id] = buf_of(L, n->in[0]);
         return;
     }

@@ -78,7 +78,7 @@ void cg_lower_const(Lower *L, int id)
     const char *W = cg_work_str(L, work);
     int y = cg_out_buf(L, id);
     cg_kernel(L, id, "const", work, 1, &y, (const char *const[]){ "=y" });
-    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = %#.9gf;\n    }\n", W, n->f[0]);
+    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = %#.9gf;\n    }\n", W, n->attr.value);
     cg_end_kernel(L);
 }
 
@@ -93,6 +93,6 @@ void cg_lower_dropout_mask(Lower *L, int id)
     s->seeded = true;
     cg_body(L, "    /* counted from the global batch's first example: the same masks on any number of replicas */\n"
                "    FOR_EACH(i, %s) {\n        mask[i] = mgc_uniform(a.seed, (unsigned long long)(a.first * %ldL + i)) >= %#.9gf ? %#.9gf : 0.0f;\n    }\n",
-            W, work.c, n->f[0], 1.0 / (1.0 - n->f[0]));
+            W, work.c, n->attr.p, 1.0 / (1.0 - n->attr.p));
     cg_end_kernel(L);
 }

@@ -57,7 +57,7 @@ static int grad_bucket(const Graph *g, int sgd)
 {
     int x = g->nodes[sgd].in[1];
     while (g->nodes[x].op == OP_SLICE || g->nodes[x].op == OP_RESHAPE) x = g->nodes[x].in[0];
-    return g->nodes[x].op == OP_ALLREDUCE ? g->nodes[x].i[0] : -1;
+    return g->nodes[x].op == OP_ALLREDUCE ? g->nodes[x].attr.bucket : -1;
 }
 
 /* SGD updates of one bucket, in groups (the header says why of up to 3 or 7):
@@ -75,7 +75,8 @@ static void fuse_sgd(const Graph *g, CgDecisions *d)
         }
         const Node *f = first >= 0 ? &g->nodes[first] : NULL;
         int most = (CG_MAXARGS - 2) / (n->nin - 1);   /* the gradients' bucket and the scalars take two */
-        if (f && b == bucket && n->nin == f->nin && count < most && memcmp(n->f, f->f, sizeof(float) * 3) == 0) {
+        if (f && b == bucket && n->nin == f->nin && count < most && n->attr.lr == f->attr.lr &&
+            n->attr.momentum == f->attr.momentum && n->attr.weight_decay == f->attr.weight_decay) {
             d->fused[id] = first;
             count++;
         } else {
@@ -106,7 +107,7 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
         if (rn->op != OP_RELU_BWD || d->fused[r] < 0) continue;
         int pool = d->fused[r];
         const Node *pn = &g->nodes[pool];
-        if (pn->op != OP_MAXPOOL_BWD || !d->relu_mask[pool] || pn->i[0] != 2 || pn->i[1] != 2 || pn->i[2] != 0) continue;
+        if (pn->op != OP_MAXPOOL_BWD || !d->relu_mask[pool] || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0) continue;
         const Shape *xs = &pn->shape, *ys = &g->nodes[pn->in[1]].shape;
         if (xs->d[2] != 2 * ys->d[2] || xs->d[3] != 2 * ys->d[3]) continue;
         int wg = -1, bg = -1, xg = -1, others = 0;
@@ -122,7 +123,7 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
         }
         if (wg < 0 || others || uses[r] != 1 + (bg >= 0) + (xg >= 0)) continue;
         const Node *wn = &g->nodes[wg];
-        if (wn->i[0] != 1 || wn->i[1] != 0 || wn->shape.d[2] > 8 || wn->shape.d[1] * wn->shape.d[2] > 32) continue;
+        if (wn->attr.stride != 1 || wn->attr.padding != 0 || wn->shape.d[2] > 8 || wn->shape.d[1] * wn->shape.d[2] > 32) continue;
         d->wgrad_pool[wg] = pool;
         d->wgrad_bias[wg] = bg;
         if (bg >= 0) d->fused[bg] = wg;

@@ -215,7 +215,7 @@ static void lower_sgd(Lower *L, int id)
     names[na++] = "sgd";
     Step *s = cg_kernel(L, id, "sgd", work, na, b, names);
     s->sgd = true;
-    memcpy(s->f, n->f, sizeof(float) * 3);   /* the net's own scalars: not the kernel's (nf 0) */
+    s->f[0] = n->attr.lr, s->f[1] = n->attr.momentum, s->f[2] = n->attr.weight_decay;   /* the net's own scalars: not the kernel's (nf 0) */
     cg_body(L, "    /* PyTorch's SGD: g += wd * p; v = momentum * v + g; p -= lr * v.  sgd = lr, momentum, weight decay */\n");
     cg_body(L, "    const float lr = sgd[0], momentum = sgd[1], wd = sgd[2];\n    (void)momentum;\n");
     cg_body(L, "    FOR_EACH(i, %s) {\n        float gi = grad[i] + wd * param[i];\n", cg_work_str(L, work));
@@ -268,7 +268,7 @@ static void lower_sgd_group(Lower *L, int first)
     for (int m = 0; m < nm; m++) total += dim_of(&g->nodes[members[m]].shape).c;
     Step *s = cg_kernel(L, first, "sgd_bucket", dimc(total), na, b, names);
     s->sgd = true;
-    memcpy(s->f, n0->f, sizeof(float) * 3);
+    s->f[0] = n0->attr.lr, s->f[1] = n0->attr.momentum, s->f[2] = n0->attr.weight_decay;
     cg_body(L, "    /* PyTorch's SGD (as sgd) for %d parameters, their gradients in %s at their offsets:\n", nm, p->bufs[bucket].name);
     for (int m = 0; m < nm; m++) {
         const Node *pn = &g->nodes[g->nodes[members[m]].in[0]];
@@ -287,11 +287,11 @@ static void lower_sgd_group(Lower *L, int first)
 
 /* ----------------------------------------------------------------------- driver */
 
-static void lower_view(Lower *L, int id)
+void cg_lower_view(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     int base = buf_of(L, n->in[0]);
-    int off = n->op == OP_SLICE ? n->i[0] : 0;
+    int off = n->op == OP_SLICE ? n->attr.offset : 0;
     while (L->p->bufs[base].kind == BUF_VIEW) {
         off += L->p->bufs[base].offset;
         base = L->p->bufs[base].alias;
@@ -308,6 +308,107 @@ static void pin(Program *p, int b)
     if (b >= 0) p->bufs[b].pinned = true;
 }
 
+void cg_lower_input(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    L->p->node_buf[id] = cg_new_buf(L, BUF_INPUT, dim_of(&n->shape), n->name, id);
+}
+
+void cg_lower_persistent(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    Program *p = L->p;
+    int b = p->node_buf[id] = cg_new_buf(L, BUF_PERSISTENT, dim_of(&n->shape), n->name, id);
+    p->bufs[b].shape = n->shape;
+    p->bufs[b].init = n->init;
+    p->bufs[b].fan_in = n->fan_in;
+    p->bufs[b].trainable = n->op == OP_PARAM;
+}
+
+void cg_lower_sgd(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    if (L->fused[id] >= 0) {   /* a member of a group of updates: its parameter; the group's last: its kernel */
+        L->p->node_buf[id] = L->p->node_buf[n->in[0]];
+        if (L->sgd_last[L->fused[id]] == id) lower_sgd_group(L, L->fused[id]);
+    } else if (L->sgd_last[id] > id) {
+        L->p->node_buf[id] = L->p->node_buf[n->in[0]];   /* a group's first: lowered at its last */
+    } else {
+        lower_sgd(L, id);
+    }
+}
+
+/* Each op's lowering, by the op table's lower column. */
+static void (*const lowerings[OP_COUNT])(Lower *L, int id) = {
+#define X(e, name, kind, mn, mx, attrs, shape, grad, lower, print) [OP_##e] = cg_lower_##lower,
+#include "ops.def"
+#undef X
+};
+
+/* Lower's per-node and per-bucket maps, allocated and set to none. */
+static void lower_init(Lower *L, Arena *a)
+{
+    const Graph *g = L->g;
+    int *maps[] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+    int **fields[] = { &L->col, &L->dyt, &L->dyc, &L->part, &L->in_bucket, &L->bucket_at, &L->sgd_last };
+    for (int k = 0; k < (int)(sizeof fields / sizeof *fields); k++) {
+        maps[k] = *fields[k] = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
+        for (int id = 0; id <= g->n; id++) maps[k][id] = -1;
+    }
+    L->bucket_coll = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
+    L->ready = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
+    L->waited = arena_alloc(a, sizeof(bool) * (size_t)(g->nbuckets + 1));
+    /* groups of SGD updates (fusion): first member -> last member */
+    for (int id = 0; id < g->n; id++)
+        if (g->nodes[id].op == OP_SGD && L->fused[id] >= 0) L->sgd_last[L->fused[id]] = id;
+}
+
+/* After the steps: what the runtime needs to know, so that it never reads the IR. */
+static void lower_finish(Lower *L, Arena *a)
+{
+    const Graph *g = L->g;
+    Program *p = L->p;
+    /* What the host reads after a run keeps its own memory (see the planner in runtime/). */
+    for (int id = 0; g->grad && id < g->n_forward; id++) {
+        Op op = g->nodes[id].op;
+        if ((op == OP_PARAM || op == OP_INPUT) && g->grad[id] >= 0) pin(p, p->node_buf[g->grad[id]]);
+    }
+    int host[5] = { g->input, g->labels, g->loss, g->correct, g->logits };
+    for (int k = 0; k < 5; k++)
+        if (host[k] >= 0) pin(p, p->node_buf[host[k]]);
+    p->input = g->input >= 0 ? p->node_buf[g->input] : -1;
+    p->labels = g->labels >= 0 ? p->node_buf[g->labels] : -1;
+    p->loss = g->loss >= 0 ? p->node_buf[g->loss] : -1;
+    p->correct = g->correct >= 0 ? p->node_buf[g->correct] : -1;
+    p->logits = g->logits >= 0 ? p->node_buf[g->logits] : -1;
+    p->net_name = g->net_name;
+    if (g->input >= 0) p->input_shape = g->nodes[g->input].shape;
+    p->classes = g->logits >= 0 ? g->nodes[g->logits].shape.d[1] : 0;
+    p->input_grad = g->grad && g->input >= 0 && g->grad[g->input] >= 0 ? p->node_buf[g->grad[g->input]] : -1;
+    p->param_scalars = ir_param_count(g, &p->param_tensors);
+    p->params = arena_alloc(a, sizeof(ProgParam) * (size_t)(p->param_tensors + 1));
+    for (int id = 0; g->grad && id < g->n_forward; id++)
+        if (g->nodes[id].op == OP_PARAM && g->grad[id] >= 0)
+            p->params[p->nparams++] = (ProgParam){ p->node_buf[id], p->node_buf[g->grad[id]] };
+}
+
+/* Scratch buffers (im2col columns, transposed gradients) are not IR tensors,
+   whose sizes the builders check: held to the same limit, so that every
+   count fits an int and a plan of up to 2^20 examples fits a size_t. 0, or -1 said. */
+static int check_sizes(const Graph *g, const Program *p)
+{
+    for (int b = 0; b < p->nbufs; b++) {
+        if (p->bufs[b].size.c <= INT_MAX) continue;
+        const Buf *B = &p->bufs[b];
+        Loc at = B->node >= 0 ? g->nodes[B->node].loc : (Loc){ 0 };
+        diag_at(g->diag, at, "%s: its %s would hold %ld floats%s (more than %d); make the layer or its input smaller",
+                B->node >= 0 ? ir_op_name(g->nodes[B->node].op) : "a step", B->name ? B->name : "buffer", B->size.c,
+                B->size.batch ? " per example" : "", INT_MAX);
+        return -1;
+    }
+    return 0;
+}
+
 int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
 {
     CgDecisions own;
@@ -322,98 +423,28 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     p->arena = a;
     p->graph = g;
     p->node_buf = arena_alloc(a, sizeof(int) * (size_t)g->n);
+    for (int id = 0; id < g->n; id++) p->node_buf[id] = -1;
     p->fused_into = dec->fused;
     p->conv_why = dec->conv_why;
-    Lower L = { .g = g, .p = p, .dec = dec, .fused = dec->fused, .relu_out = dec->relu_out, .relu_mask = dec->relu_mask,
-                .open_kernel = -1 };
-    L.col = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    L.dyt = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    L.dyc = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    L.part = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    L.in_bucket = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    L.bucket_at = arena_alloc(a, sizeof(int) * (size_t)g->n);
-    L.bucket_coll = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
-    L.ready = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
-    L.waited = arena_alloc(a, sizeof(bool) * (size_t)(g->nbuckets + 1));
-    for (int id = 0; id < g->n; id++)
-        p->node_buf[id] = L.col[id] = L.dyt[id] = L.dyc[id] = L.part[id] = L.in_bucket[id] = -1;
     p->control = -1;
     p->sgd_scalars = -1;
+    Lower L = { .g = g, .p = p, .dec = dec, .fused = dec->fused, .relu_out = dec->relu_out, .relu_mask = dec->relu_mask,
+                .open_kernel = -1 };
+    lower_init(&L, a);
     char *text = NULL;
     size_t len = 0;
     L.src = open_memstream(&text, &len);
     if (!L.src) return -1;
     cg_dp_prepare(&L);
-    /* groups of SGD updates (fusion): first member -> last member */
-    int *sgd_last = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
-    for (int id = 0; id < g->n; id++) sgd_last[id] = -1;
-    for (int id = 0; id < g->n; id++)
-        if (g->nodes[id].op == OP_SGD && L.fused[id] >= 0) sgd_last[L.fused[id]] = id;
-
     for (int id = 0; id < g->n; id++) {
         const Node *n = &g->nodes[id];
         cg_dp_before(&L, id);
-        if (L.fused[id] >= 0 && n->op == OP_SGD) {   /* a member of a group of updates: its parameter */
-            p->node_buf[id] = p->node_buf[n->in[0]];
-            if (sgd_last[L.fused[id]] == id) lower_sgd_group(&L, L.fused[id]);   /* the group's last: its kernel */
-            cg_dp_after(&L, id);
-            continue;
-        }
-        if (L.fused[id] >= 0) {   /* computed by the kernel of the node it was fused into: in its buffer,
-                                     or in one of its own that kernel made (a fused bias gradient) */
+        if (L.fused[id] >= 0 && n->op != OP_SGD) {
+            /* computed by the kernel of the node it was fused into: in its buffer,
+               or in one of its own that kernel made (a fused bias gradient) */
             if (p->node_buf[id] < 0) p->node_buf[id] = p->node_buf[L.fused[id]];
-            cg_dp_after(&L, id);
-            continue;
-        }
-        switch (n->op) {
-        case OP_INPUT: case OP_LABELS:
-            p->node_buf[id] = cg_new_buf(&L, BUF_INPUT, dim_of(&n->shape), n->name, id);
-            break;
-        case OP_PARAM: case OP_STATE: {
-            int b = p->node_buf[id] = cg_new_buf(&L, BUF_PERSISTENT, dim_of(&n->shape), n->name, id);
-            p->bufs[b].shape = n->shape;
-            p->bufs[b].init = n->init;
-            p->bufs[b].fan_in = n->fan_in;
-            p->bufs[b].trainable = n->op == OP_PARAM;
-            break;
-        }
-        case OP_CONST:         cg_lower_const(&L, id); break;
-        case OP_CONV2D: case OP_CONV2D_BWD_X: case OP_CONV2D_BWD_W:
-                               cg_lower_conv(&L, id); break;
-        case OP_LINEAR:        cg_lower_linear(&L, id); break;
-        case OP_LINEAR_BWD_X:  cg_lower_linear_grad_x(&L, id); break;
-        case OP_LINEAR_BWD_W:  cg_lower_linear_grad_w(&L, id); break;
-        case OP_BIAS_BWD:      cg_lower_bias_grad(&L, id); break;
-        case OP_BN_STATS:      cg_lower_bn_stats(&L, id); break;
-        case OP_BN_EVAL_STATS: cg_lower_bn_eval_stats(&L, id); break;
-        case OP_BN_APPLY:      cg_lower_bn_apply(&L, id); break;
-        case OP_BN_BWD_PARAMS: cg_lower_bn_grad_params(&L, id); break;
-        case OP_BN_BWD_X:      cg_lower_bn_grad_x(&L, id); break;
-        case OP_BN_RUNNING:    cg_lower_bn_running(&L, id); break;
-        case OP_RELU: case OP_SIGMOID: case OP_TANH:
-                               cg_lower_activation(&L, id); break;
-        case OP_RELU_BWD: case OP_SIGMOID_BWD: case OP_TANH_BWD:
-                               cg_lower_activation_grad(&L, id); break;
-        case OP_ADD: case OP_MUL:
-                               cg_lower_binary(&L, id); break;
-        case OP_DROPOUT_MASK:  cg_lower_dropout_mask(&L, id); break;
-        case OP_MAXPOOL: case OP_AVGPOOL: case OP_MAXPOOL_BWD: case OP_AVGPOOL_BWD:
-                               cg_lower_window_pool(&L, id); break;
-        case OP_GAP:           cg_lower_global_avgpool(&L, id); break;
-        case OP_GAP_BWD:       cg_lower_global_avgpool_grad(&L, id); break;
-        case OP_XENT: case OP_ACCURACY:
-                               cg_lower_xent(&L, id); break;
-        case OP_XENT_BWD:      cg_lower_xent_grad(&L, id); break;
-        case OP_RESHAPE: case OP_SLICE:
-                               lower_view(&L, id); break;
-        case OP_SGD:
-            if (sgd_last[id] > id) p->node_buf[id] = p->node_buf[n->in[0]];   /* a group's first: lowered at its last */
-            else lower_sgd(&L, id);
-            break;
-        case OP_ALLREDUCE:     cg_lower_allreduce(&L, id); break;
-        case OP_BN_SUM: case OP_BN_SQDEV: case OP_BN_FINISH:
-                               cg_lower_bn_sync(&L, id); break;
-        case OP_COUNT:         break;   /* not an op; ir_verify() rejects it */
+        } else if (n->op < OP_COUNT) {
+            lowerings[n->op](&L, id);
         }
         cg_dp_after(&L, id);
     }
@@ -422,40 +453,7 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     p->source = arena_strndup(a, text, len);
     free(text);
     cg_share_kernels(p);
-    /* Scratch buffers (im2col columns, transposed gradients) are not IR tensors,
-       whose sizes the builders check: hold them to the same limit, so that
-       every count fits an int and a plan of up to 2^20 examples fits a size_t. */
-    for (int b = 0; b < p->nbufs; b++) {
-        if (p->bufs[b].size.c <= INT_MAX) continue;
-        const Buf *B = &p->bufs[b];
-        Loc at = B->node >= 0 ? g->nodes[B->node].loc : (Loc){ 0 };
-        diag_at(g->diag, at, "%s: its %s would hold %ld floats%s (more than %d); make the layer or its input smaller",
-                B->node >= 0 ? ir_op_name(g->nodes[B->node].op) : "a step", B->name ? B->name : "buffer", B->size.c,
-                B->size.batch ? " per example" : "", INT_MAX);
-        return -1;
-    }
-    /* What the host reads after a run keeps its own memory (see the planner in runtime/). */
-    for (int id = 0; g->grad && id < g->n_forward; id++) {
-        Op op = g->nodes[id].op;
-        if ((op == OP_PARAM || op == OP_INPUT) && g->grad[id] >= 0) pin(p, p->node_buf[g->grad[id]]);
-    }
-    int host[5] = { g->input, g->labels, g->loss, g->correct, g->logits };
-    for (int k = 0; k < 5; k++)
-        if (host[k] >= 0) pin(p, p->node_buf[host[k]]);
-    p->input = g->input >= 0 ? p->node_buf[g->input] : -1;
-    p->labels = g->labels >= 0 ? p->node_buf[g->labels] : -1;
-    p->loss = g->loss >= 0 ? p->node_buf[g->loss] : -1;
-    p->correct = g->correct >= 0 ? p->node_buf[g->correct] : -1;
-    p->logits = g->logits >= 0 ? p->node_buf[g->logits] : -1;
-    /* what the runtime needs to know, so that it never reads the IR */
-    p->net_name = g->net_name;
-    if (g->input >= 0) p->input_shape = g->nodes[g->input].shape;
-    p->classes = g->logits >= 0 ? g->nodes[g->logits].shape.d[1] : 0;
-    p->input_grad = g->grad && g->input >= 0 && g->grad[g->input] >= 0 ? p->node_buf[g->grad[g->input]] : -1;
-    p->param_scalars = ir_param_count(g, &p->param_tensors);
-    p->params = arena_alloc(a, sizeof(ProgParam) * (size_t)(p->param_tensors + 1));
-    for (int id = 0; g->grad && id < g->n_forward; id++)
-        if (g->nodes[id].op == OP_PARAM && g->grad[id] >= 0)
-            p->params[p->nparams++] = (ProgParam){ p->node_buf[id], p->node_buf[g->grad[id]] };
+    if (check_sizes(g, p)) return -1;
+    lower_finish(&L, a);
     return 0;
 }

@@ -32,6 +32,7 @@ typedef struct Lower {
     const bool *relu_out;   /* = dec->relu_out: node's kernel applies ReLU to what it writes */
     const bool *relu_mask;  /* = dec->relu_mask: maxpool2d_grad keeps only gradients where x > 0 */
     int open_kernel;        /* the kernel step whose text is being written, or -1 */
+    int *sgd_last;          /* a group of fused SGD updates: its first member -> its last, else -1 */
     /* data parallelism (codegen/dp.c) */
     int *in_bucket;   /* node -> the bucket buffer its output lives in, or -1 */
     int *bucket_at;   /* node -> its offset in that bucket (floats) */
@@ -103,6 +104,11 @@ void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
 void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */
 void cg_lower_binary(Lower *L, int id);            /* add, mul */
 void cg_lower_const(Lower *L, int id);
+/* lower.c: the table's other entries */
+void cg_lower_input(Lower *L, int id);             /* input, labels: filled by the host */
+void cg_lower_persistent(Lower *L, int id);        /* param, state: the Store's */
+void cg_lower_view(Lower *L, int id);              /* reshape, slice: their input's buffer */
+void cg_lower_sgd(Lower *L, int id);               /* one parameter's update, or a fused group's */
 void cg_lower_dropout_mask(Lower *L, int id);
 /* conv.c */
 void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */

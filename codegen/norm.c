@@ -40,7 +40,7 @@ void cg_lower_bn_stats(Lower *L, int id)
                "            stats[c] = (float)mean;\n"
                "            stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
                "            stats[%d + c] = (float)var;\n        }\n    }\n",
-            C, n->f[0], 2 * C);
+            C, n->attr.eps, 2 * C);
     cg_end_kernel(L);
 }
 
@@ -54,7 +54,7 @@ void cg_lower_bn_eval_stats(Lower *L, int id)
     cg_body(L, "    FOR_EACH(c, %dL) {\n"
                "        stats[c] = running_mean[c];\n"
                "        stats[%d + c] = 1.0f / sqrtf(running_var[c] + %#.9gf);\n"
-               "        stats[%d + c] = running_var[c];\n    }\n", c, c, n->f[0], 2 * c);
+               "        stats[%d + c] = running_var[c];\n    }\n", c, c, n->attr.eps, 2 * c);
     cg_end_kernel(L);
 }
 
@@ -91,7 +91,7 @@ void cg_lower_bn_apply(Lower *L, int id)
         const Node *pn = &L->g->nodes[pool];
         int OH = pn->shape.d[2], OW = pn->shape.d[3];
         cg_body(L, "        float *pp = py + plane * %d;   /* the fused max pool of the plane just written */\n", OH * OW);
-        cg_max_pool_plane(L, "yp", "pp", pn->i[0], pn->i[1], pn->i[2], xs->d[2], xs->d[3], OH, OW, true, 8);
+        cg_max_pool_plane(L, "yp", "pp", pn->attr.kernel, pn->attr.stride, pn->attr.padding, xs->d[2], xs->d[3], OH, OW, true, 8);
     }
     cg_body(L, "    }\n");
     cg_end_kernel(L);
@@ -177,7 +177,7 @@ void cg_lower_bn_grad_x(Lower *L, int id)
                "        float mdb = dparams[%d + c] * inv_m, mdg = dparams[c] * inv_m;\n"
                "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n        float *dxp = dx + plane * %d;\n"
                "        for (int k = 0; k < %d; k++) dxp[k] = k1 * (dyp[k] - mdb - (xp[k] - mean) * invstd * mdg);\n    }\n",
-            n->i[0] ? "a.global_batch" : "N", HW, cg_work_str(L, dimn(C)), C, C, C, HW, HW, HW, HW);
+            n->attr.sync ? "a.global_batch" : "N", HW, cg_work_str(L, dimn(C)), C, C, C, HW, HW, HW, HW);
     cg_end_kernel(L);
 }
 
@@ -194,7 +194,7 @@ void cg_lower_bn_running(Lower *L, int id)
     int b[3] = { buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[0]) };
     cg_kernel(L, id, "bn_running_update", dimc(C), 3, b, (const char *const[]){ "=running_mean", "=running_var", "stats" });
     cg_body(L, "    /* running = (1 - momentum) * running + momentum * batch; the variance unbiased, as PyTorch */\n");
-    cg_body(L, "    const float m = %#.9gf, count = (float)(%s * %dL);\n", n->f[0], n->i[0] ? "a.global_batch" : "N", HW);
+    cg_body(L, "    const float m = %#.9gf, count = (float)(%s * %dL);\n", n->attr.momentum, n->attr.sync ? "a.global_batch" : "N", HW);
     cg_body(L, "    FOR_EACH(c, %dL) {\n"
                "        running_mean[c] = (1.0f - m) * running_mean[c] + m * stats[c];\n"
                "        float unbiased = count > 1.0f ? stats[%d + c] * count / (count - 1.0f) : stats[%d + c];\n"
@@ -222,7 +222,7 @@ void cg_lower_bn_sync(Lower *L, int id)
                 "        double var = sqdev[c] / m;\n"
                 "        stats[c] = (float)(sum[c] / m);\n"
                 "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
-                "        stats[%d + c] = (float)var;\n    }\n", HW, C, C, n->f[0], 2 * C);
+                "        stats[%d + c] = (float)var;\n    }\n", HW, C, C, n->attr.eps, 2 * C);
         cg_end_kernel(L);
         return;
     }

@@ -200,185 +200,220 @@ static void max_pool_grad_rows(Lower *L, int id, int K, int P, int C, int H, int
     cg_end_kernel(L);
 }
 
+/* A pooling node's geometry, shared by its kernels' writers. */
+typedef struct PoolGeom {
+    int K, S, P;              /* window, stride, padding */
+    int C, H, Wd, OH, OW;     /* the forward input's channels and plane, the output's plane */
+    bool mx;                  /* max (else average) */
+    int y;                    /* the output's buffer */
+    Dim planes;               /* N * C: one per iteration */
+    const char *W;            /* planes as C text */
+    const char *scale;        /* 1 / K^2 as a float literal */
+} PoolGeom;
+
+#define POOL_GEOM(G) int K = G->K, S = G->S, P = G->P, C = G->C, H = G->H, Wd = G->Wd, OH = G->OH, OW = G->OW; \
+    bool mx = G->mx; int y = G->y; Dim planes = G->planes; const char *W = G->W, *scale = G->scale; \
+    const Node *n = &L->g->nodes[id]; (void)K; (void)S; (void)P; (void)C; (void)H; (void)Wd; (void)OH; (void)OW; \
+    (void)mx; (void)y; (void)planes; (void)W; (void)scale; (void)n
+
+/* max pool, separable, one plane per iteration (cg_max_pool_plane) */
+static void pool_forward_separable(Lower *L, int id, const PoolGeom *G)
+{
+    POOL_GEOM(G);
+    const Graph *g = L->g;
+    /* Separable, one plane per iteration (cg_max_pool_plane). Measured on ResNet-18's
+       3x3/2 pool with padding 1 (unfused, MGC_FUSE=0): 4.2 -> 0.9 ms a step (the NaN
+       test per tap had compiled to branches); LeNet's 2x2/2 pools 0.16 and 0.03 ms
+       before, 0.16 and 0.06 now (the small 8x8 planes pay the row pass's setup). */
+    int xin = n->in[0];
+    bool relu_in = g->nodes[xin].op == OP_RELU || L->relu_out[xin];   /* mgc's ReLU writes no NaN */
+    int b[2] = { y, buf_of(L, xin) };
+    cg_kernel(L, id, "maxpool2d", planes, 2, b, (const char *const[]){ "=y", "x" })->grain = H * Wd;
+    cg_body(L, "    /* x is [N*%d planes, %d, %d], y is [N*%d, %d, %d]; one plane per iteration */\n", C, H, Wd, C, OH, OW);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n"
+               "        const float *xp = x + plane * %d;\n"
+               "        float *yp = y + plane * %d;\n", W, H * Wd, OH * OW);
+    cg_max_pool_plane(L, "xp", "yp", K, S, P, H, Wd, OH, OW, relu_in, 8);
+    cg_body(L, "    }\n");
+    cg_end_kernel(L);
+}
+
+/* max or average pool: each output a loop over its window */
+static void pool_forward(Lower *L, int id, const PoolGeom *G)
+{
+    POOL_GEOM(G);
+    int b[2] = { y, buf_of(L, n->in[0]) };
+    cg_kernel(L, id, ir_op_name(n->op), planes, 2, b, (const char *const[]){ "=y", "x" })->grain = H * Wd;
+    cg_body(L, "    /* x is [N*%d planes, %d, %d], y is [N*%d, %d, %d]; window %d, stride %d, padding %d; one plane per iteration */\n",
+            C, H, Wd, C, OH, OW, K, S, P);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n"
+               "        const float *xp = x + plane * %d;\n"
+               "        float *yp = y + plane * %d;\n"
+               "        for (int oy = 0; oy < %d; oy++)\n"
+               "            for (int ox = 0; ox < %d; ox++) {\n"
+               "                float acc = %s;\n",
+            W, H * Wd, OH * OW, OH, OW, mx ? "-MGC_INF" : "0.0f");
+    if (mx && inside_open(L, K, S, P, H, Wd, OH, OW)) {
+        cg_body(L, "                    acc = w0[0];\n");
+        for (int t = 1; t < K * K; t++)
+            cg_body(L, "                    { float v = w0[%d]; acc = (v > acc) | (v != v) ? v : acc; }\n", t / K * Wd + t % K);
+        cg_body(L, "                    yp[oy * %d + ox] = acc;\n                    continue;\n                }\n", OW);
+    }
+    window_open(L, K, S, P, H, Wd);
+    cg_body(L, "                        float v = xp[iy * %d + ix];\n"
+               "                        %s\n", Wd, mx ? "acc = (v > acc) | (v != v) ? v : acc;   /* a NaN wins; branch-free: the data decide */" : "acc += v;");
+    window_close(L);
+    cg_body(L, "                yp[oy * %d + ox] = %s;\n"
+               "            }\n    }\n", OW, mx ? "acc" : arena_printf(L->p->arena, "acc * %s", scale));
+    cg_end_kernel(L);
+}
+
+/* The common 2x2/2 max pool's gradient, written out: one output row of windows per inner loop. */
+static void maxpool_grad_2x2(Lower *L, int id, const PoolGeom *G)
+{
+    POOL_GEOM(G);
+    int b[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    cg_kernel(L, id, "maxpool2d_grad_2x2", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = H * Wd;
+    cg_body(L, "    /* dx, x are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; 2x2 windows, stride 2, tiling the plane */\n",
+            C, H, Wd, C, OH, OW);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n"
+               "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n"
+               "        float *dxp = dx + plane * %d;\n"
+               "        for (int oy = 0; oy < %d; oy++) {\n"
+               "            const float *r0 = xp + oy * %d, *r1 = r0 + %d, *g0 = dyp + oy * %d;\n"
+               "            float *d0 = dxp + oy * %d, *d1 = d0 + %d;\n"
+               "            for (int ox = 0; ox < %d; ox++) {\n"
+               "                float a0 = r0[2 * ox], a1 = r0[2 * ox + 1], a2 = r1[2 * ox], a3 = r1[2 * ox + 1];\n",
+            W, H * Wd, OH * OW, H * Wd, OH, 2 * Wd, Wd, OW, 2 * Wd, Wd, OW);
+    cg_first_max_2x2(L, 16, L->relu_mask[id]);
+    cg_body(L, "                float g = %s;\n"
+               "                d0[2 * ox] = mgc_keep(g, e0);\n"
+               "                d0[2 * ox + 1] = mgc_keep(g, e1);\n"
+               "                d1[2 * ox] = mgc_keep(g, e2);\n"
+               "                d1[2 * ox + 1] = mgc_keep(g, e3);\n"
+               "            }\n        }\n    }\n",
+            L->relu_mask[id] ? "mgc_keep(g0[ox], m > 0.0f)   /* fused relu_grad */" : "g0[ox]");
+    cg_end_kernel(L);
+}
+
+/* Windows tile the plane exactly: every x belongs to one window, so each
+   window writes its K*K gradients directly (no zeroing, no accumulation). */
+static void maxpool_grad_tiled(Lower *L, int id, const PoolGeom *G)
+{
+    POOL_GEOM(G);
+    int b[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    cg_kernel(L, id, "maxpool2d_grad_tiled", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = H * Wd;
+    cg_body(L, "    /* dx, x are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; %dx%d windows tile the plane */\n",
+            C, H, Wd, C, OH, OW, K, K);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n"
+               "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n"
+               "        float *dxp = dx + plane * %d;\n"
+               "        for (int oy = 0; oy < %d; oy++)\n"
+               "            for (int ox = 0; ox < %d; ox++) {\n"
+               "                /* the window's first maximum, as the forward pass (and PyTorch) chose it */\n"
+               "                const float *w0 = xp + oy * %d + ox * %d;\n"
+               "                float best = w0[0]; int at = 0;\n"
+               "                for (int ky = 0; ky < %d; ky++)\n"
+               "                    for (int kx = 0; kx < %d; kx++) {\n"
+               "                        float v = w0[ky * %d + kx];\n"
+               "                        int better = (v > best) | (v != v);   /* branch-free: the data decide */\n"
+               "                        best = better ? v : best;\n"
+               "                        at = better ? ky * %d + kx : at;\n"
+               "                    }\n"
+               "                float g = %s;\n"
+               "                float *d0 = dxp + oy * %d + ox * %d;\n"
+               "                for (int ky = 0; ky < %d; ky++)\n"
+               "                    for (int kx = 0; kx < %d; kx++) d0[ky * %d + kx] = ky * %d + kx == at ? g : 0.0f;\n"
+               "            }\n    }\n",
+            W, H * Wd, OH * OW, H * Wd, OH, OW, K * Wd, K, K, K, Wd, K,
+            L->relu_mask[id] ? arena_printf(L->p->arena, "best > 0.0f ? dyp[oy * %d + ox] : 0.0f   /* fused relu_grad */", OW)
+                             : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW),
+            K * Wd, K, K, K, Wd, K);
+    cg_end_kernel(L);
+}
+
+/* Scatter within a plane: each iteration owns one plane of dx, so no two threads write one place. */
+static void pool_grad_scatter(Lower *L, int id, const PoolGeom *G)
+{
+    POOL_GEOM(G);
+    int b[3] = { y, buf_of(L, n->in[0]), mx ? buf_of(L, n->in[1]) : -1 };
+    if (mx) cg_kernel(L, id, "maxpool2d_grad", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = H * Wd;
+    else cg_kernel(L, id, "avgpool2d_grad", planes, 2, b, (const char *const[]){ "=dx", "dy" })->grain = H * Wd;
+    cg_body(L, "    /* dx%s are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; window %d, stride %d, padding %d */\n",
+            mx ? ", x" : "", C, H, Wd, C, OH, OW, K, S, P);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n"
+               "        float *dxp = dx + plane * %d;\n"
+               "        const float *dyp = dy + plane * %d;\n"
+               "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
+               "        for (int oy = 0; oy < %d; oy++)\n"
+               "            for (int ox = 0; ox < %d; ox++) {\n",
+            W, H * Wd, OH * OW, H * Wd, OH, OW);
+    if (mx) {
+        cg_body(L, "                /* the window's first maximum, as the forward pass (and PyTorch) chose it */\n"
+                   "                const float *xp = x + plane * %d;\n"
+                   "                float best = -MGC_INF; int at = -1;\n", H * Wd);
+        if (inside_open(L, K, S, P, H, Wd, OH, OW)) {
+            cg_body(L, "                    best = w0[0]; at = b0;\n");
+            for (int t = 1; t < K * K; t++)
+                if (L->relu_mask[id])   /* x is a ReLU's output: no NaN; branch-free selects */
+                    cg_body(L, "                    { float v = w0[%d]; int gt = v > best; best = gt ? v : best; at = gt ? b0 + %d : at; }\n",
+                            t / K * Wd + t % K, t / K * Wd + t % K);
+                else
+                    cg_body(L, "                    { float v = w0[%d]; if (v > best || (v != v && best == best)) { best = v; at = b0 + %d; } }\n",
+                            t / K * Wd + t % K, t / K * Wd + t % K);
+            cg_body(L, "                    dxp[at] += %s;\n                    continue;\n                }\n",
+                    L->relu_mask[id] ? arena_printf(L->p->arena, "mgc_keep(dyp[oy * %d + ox], best > 0.0f)   /* fused relu_grad, branch-free */", OW)
+                                     : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW));
+        }
+        window_open(L, K, S, P, H, Wd);
+        if (L->relu_mask[id])
+            cg_body(L, "                        float v = xp[iy * %d + ix];\n"
+                       "                        int gt = (at < 0) | (v > best);   /* no NaN (a ReLU's output): branch-free */\n"
+                       "                        best = gt ? v : best;\n"
+                       "                        at = gt ? iy * %d + ix : at;\n", Wd, Wd);
+        else
+            cg_body(L, "                        float v = xp[iy * %d + ix];\n"
+                       "                        if (at < 0 || v > best || (v != v && best == best)) { best = v; at = iy * %d + ix; }\n",
+                    Wd, Wd);
+        window_close(L);
+        if (L->relu_mask[id])
+            cg_body(L, "                if (at >= 0) dxp[at] += mgc_keep(dyp[oy * %d + ox], best > 0.0f);   /* fused relu_grad: x is a relu output */\n", OW);
+        else
+            cg_body(L, "                if (at >= 0) dxp[at] += dyp[oy * %d + ox];\n", OW);
+    } else {
+        cg_body(L, "                float g = dyp[oy * %d + ox] * %s;\n", OW, scale);
+        window_open(L, K, S, P, H, Wd);
+        cg_body(L, "                        dxp[iy * %d + ix] += g;\n", Wd);
+        window_close(L);
+    }
+    cg_body(L, "            }\n    }\n");
+    cg_end_kernel(L);
+}
+
 /* maxpool2d, avgpool2d: x -> y; maxpool2d_grad: x, dy -> dx; avgpool2d_grad: dy -> dx.
    The common max-pool gradients get kernels of their own: 2x2 stride 2, and windows that tile the plane. */
 void cg_lower_window_pool(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Graph *g = L->g;
-    int K = n->i[0], S = n->i[1], P = n->i[2];
     if (L->dec->pool_by[id] >= 0) return;   /* computed, and its buffer made, by the BatchNorm's or convolution's kernel */
-    int y = cg_out_buf(L, id);
     bool fwd = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL;
-    bool mx = n->op == OP_MAXPOOL || n->op == OP_MAXPOOL_BWD;
     /* xs: the forward input's shape; os: the forward output's shape */
     const Shape *xs = fwd ? &g->nodes[n->in[0]].shape : &n->shape;
     const Shape *os = fwd ? &n->shape : &g->nodes[n->op == OP_MAXPOOL_BWD ? n->in[1] : n->in[0]].shape;
-    int C = xs->d[1], H = xs->d[2], Wd = xs->d[3], OH = os->d[2], OW = os->d[3];
-    Dim planes = dimn(C);
-    const char *W = cg_work_str(L, planes);
-    const char *scale = arena_printf(L->p->arena, "%#.9gf", 1.0 / (K * K));
-    if (fwd && mx && (long)H * OW <= 4096 && K <= 16) {
-        /* Separable, one plane per iteration (cg_max_pool_plane). Measured on ResNet-18's
-           3x3/2 pool with padding 1 (unfused, MGC_FUSE=0): 4.2 -> 0.9 ms a step (the NaN
-           test per tap had compiled to branches); LeNet's 2x2/2 pools 0.16 and 0.03 ms
-           before, 0.16 and 0.06 now (the small 8x8 planes pay the row pass's setup). */
-        int xin = n->in[0];
-        bool relu_in = g->nodes[xin].op == OP_RELU || L->relu_out[xin];   /* mgc's ReLU writes no NaN */
-        int b[2] = { y, buf_of(L, xin) };
-        cg_kernel(L, id, "maxpool2d", planes, 2, b, (const char *const[]){ "=y", "x" })->grain = H * Wd;
-        cg_body(L, "    /* x is [N*%d planes, %d, %d], y is [N*%d, %d, %d]; one plane per iteration */\n", C, H, Wd, C, OH, OW);
-        cg_body(L, "    FOR_EACH(plane, %s) {\n"
-                   "        const float *xp = x + plane * %d;\n"
-                   "        float *yp = y + plane * %d;\n", W, H * Wd, OH * OW);
-        cg_max_pool_plane(L, "xp", "yp", K, S, P, H, Wd, OH, OW, relu_in, 8);
-        cg_body(L, "    }\n");
-        cg_end_kernel(L);
-        return;
-    }
-    if (fwd) {
-        int b[2] = { y, buf_of(L, n->in[0]) };
-        cg_kernel(L, id, ir_op_name(n->op), planes, 2, b, (const char *const[]){ "=y", "x" })->grain = H * Wd;
-        cg_body(L, "    /* x is [N*%d planes, %d, %d], y is [N*%d, %d, %d]; window %d, stride %d, padding %d; one plane per iteration */\n",
-                C, H, Wd, C, OH, OW, K, S, P);
-        cg_body(L, "    FOR_EACH(plane, %s) {\n"
-                   "        const float *xp = x + plane * %d;\n"
-                   "        float *yp = y + plane * %d;\n"
-                   "        for (int oy = 0; oy < %d; oy++)\n"
-                   "            for (int ox = 0; ox < %d; ox++) {\n"
-                   "                float acc = %s;\n",
-                W, H * Wd, OH * OW, OH, OW, mx ? "-MGC_INF" : "0.0f");
-        if (mx && inside_open(L, K, S, P, H, Wd, OH, OW)) {
-            cg_body(L, "                    acc = w0[0];\n");
-            for (int t = 1; t < K * K; t++)
-                cg_body(L, "                    { float v = w0[%d]; acc = (v > acc) | (v != v) ? v : acc; }\n", t / K * Wd + t % K);
-            cg_body(L, "                    yp[oy * %d + ox] = acc;\n                    continue;\n                }\n", OW);
-        }
-        window_open(L, K, S, P, H, Wd);
-        cg_body(L, "                        float v = xp[iy * %d + ix];\n"
-                   "                        %s\n", Wd, mx ? "acc = (v > acc) | (v != v) ? v : acc;   /* a NaN wins; branch-free: the data decide */" : "acc += v;");
-        window_close(L);
-        cg_body(L, "                yp[oy * %d + ox] = %s;\n"
-                   "            }\n    }\n", OW, mx ? "acc" : arena_printf(L->p->arena, "acc * %s", scale));
-    } else {
-        if (mx && K == 2 && S == 2 && P == 0 && H == OH * 2 && Wd == OW * 2) {
-            /* The common 2x2/2 pool, written out: one output row of windows per inner loop. */
-            int b[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-            cg_kernel(L, id, "maxpool2d_grad_2x2", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = H * Wd;
-            cg_body(L, "    /* dx, x are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; 2x2 windows, stride 2, tiling the plane */\n",
-                    C, H, Wd, C, OH, OW);
-            cg_body(L, "    FOR_EACH(plane, %s) {\n"
-                       "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n"
-                       "        float *dxp = dx + plane * %d;\n"
-                       "        for (int oy = 0; oy < %d; oy++) {\n"
-                       "            const float *r0 = xp + oy * %d, *r1 = r0 + %d, *g0 = dyp + oy * %d;\n"
-                       "            float *d0 = dxp + oy * %d, *d1 = d0 + %d;\n"
-                       "            for (int ox = 0; ox < %d; ox++) {\n"
-                       "                float a0 = r0[2 * ox], a1 = r0[2 * ox + 1], a2 = r1[2 * ox], a3 = r1[2 * ox + 1];\n",
-                    W, H * Wd, OH * OW, H * Wd, OH, 2 * Wd, Wd, OW, 2 * Wd, Wd, OW);
-            cg_first_max_2x2(L, 16, L->relu_mask[id]);
-            cg_body(L, "                float g = %s;\n"
-                       "                d0[2 * ox] = mgc_keep(g, e0);\n"
-                       "                d0[2 * ox + 1] = mgc_keep(g, e1);\n"
-                       "                d1[2 * ox] = mgc_keep(g, e2);\n"
-                       "                d1[2 * ox + 1] = mgc_keep(g, e3);\n"
-                       "            }\n        }\n    }\n",
-                    L->relu_mask[id] ? "mgc_keep(g0[ox], m > 0.0f)   /* fused relu_grad */" : "g0[ox]");
-            cg_end_kernel(L);
-            return;
-        }
-        if (mx && S == K && P == 0 && H == OH * K && Wd == OW * K) {
-            /* Windows tile the plane exactly: every x belongs to one window, so each
-               window writes its K*K gradients directly (no zeroing, no accumulation). */
-            int b[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-            cg_kernel(L, id, "maxpool2d_grad_tiled", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = H * Wd;
-            cg_body(L, "    /* dx, x are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; %dx%d windows tile the plane */\n",
-                    C, H, Wd, C, OH, OW, K, K);
-            cg_body(L, "    FOR_EACH(plane, %s) {\n"
-                       "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n"
-                       "        float *dxp = dx + plane * %d;\n"
-                       "        for (int oy = 0; oy < %d; oy++)\n"
-                       "            for (int ox = 0; ox < %d; ox++) {\n"
-                       "                /* the window's first maximum, as the forward pass (and PyTorch) chose it */\n"
-                       "                const float *w0 = xp + oy * %d + ox * %d;\n"
-                       "                float best = w0[0]; int at = 0;\n"
-                       "                for (int ky = 0; ky < %d; ky++)\n"
-                       "                    for (int kx = 0; kx < %d; kx++) {\n"
-                       "                        float v = w0[ky * %d + kx];\n"
-                       "                        int better = (v > best) | (v != v);   /* branch-free: the data decide */\n"
-                       "                        best = better ? v : best;\n"
-                       "                        at = better ? ky * %d + kx : at;\n"
-                       "                    }\n"
-                       "                float g = %s;\n"
-                       "                float *d0 = dxp + oy * %d + ox * %d;\n"
-                       "                for (int ky = 0; ky < %d; ky++)\n"
-                       "                    for (int kx = 0; kx < %d; kx++) d0[ky * %d + kx] = ky * %d + kx == at ? g : 0.0f;\n"
-                       "            }\n    }\n",
-                    W, H * Wd, OH * OW, H * Wd, OH, OW, K * Wd, K, K, K, Wd, K,
-                    L->relu_mask[id] ? arena_printf(L->p->arena, "best > 0.0f ? dyp[oy * %d + ox] : 0.0f   /* fused relu_grad */", OW)
-                                     : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW),
-                    K * Wd, K, K, K, Wd, K);
-            cg_end_kernel(L);
-            return;
-        }
-        if (mx && L->relu_mask[id] && L->dec->cpu_only && S == 2 && OW <= 8 && K <= 4 && P < K && H + 2 * P <= 64) {
-            max_pool_grad_rows(L, id, K, P, C, H, Wd, OH, OW);
-            return;
-        }
-        /* Scatter within a plane: each iteration owns one plane of dx, so no two threads write one place. */
-        int b[3] = { y, buf_of(L, n->in[0]), mx ? buf_of(L, n->in[1]) : -1 };
-        if (mx) cg_kernel(L, id, "maxpool2d_grad", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = H * Wd;
-        else cg_kernel(L, id, "avgpool2d_grad", planes, 2, b, (const char *const[]){ "=dx", "dy" })->grain = H * Wd;
-        cg_body(L, "    /* dx%s are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; window %d, stride %d, padding %d */\n",
-                mx ? ", x" : "", C, H, Wd, C, OH, OW, K, S, P);
-        cg_body(L, "    FOR_EACH(plane, %s) {\n"
-                   "        float *dxp = dx + plane * %d;\n"
-                   "        const float *dyp = dy + plane * %d;\n"
-                   "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
-                   "        for (int oy = 0; oy < %d; oy++)\n"
-                   "            for (int ox = 0; ox < %d; ox++) {\n",
-                W, H * Wd, OH * OW, H * Wd, OH, OW);
-        if (mx) {
-            cg_body(L, "                /* the window's first maximum, as the forward pass (and PyTorch) chose it */\n"
-                       "                const float *xp = x + plane * %d;\n"
-                       "                float best = -MGC_INF; int at = -1;\n", H * Wd);
-            if (inside_open(L, K, S, P, H, Wd, OH, OW)) {
-                cg_body(L, "                    best = w0[0]; at = b0;\n");
-                for (int t = 1; t < K * K; t++)
-                    if (L->relu_mask[id])   /* x is a ReLU's output: no NaN; branch-free selects */
-                        cg_body(L, "                    { float v = w0[%d]; int gt = v > best; best = gt ? v : best; at = gt ? b0 + %d : at; }\n",
-                                t / K * Wd + t % K, t / K * Wd + t % K);
-                    else
-                        cg_body(L, "                    { float v = w0[%d]; if (v > best || (v != v && best == best)) { best = v; at = b0 + %d; } }\n",
-                                t / K * Wd + t % K, t / K * Wd + t % K);
-                cg_body(L, "                    dxp[at] += %s;\n                    continue;\n                }\n",
-                        L->relu_mask[id] ? arena_printf(L->p->arena, "mgc_keep(dyp[oy * %d + ox], best > 0.0f)   /* fused relu_grad, branch-free */", OW)
-                                         : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW));
-            }
-            window_open(L, K, S, P, H, Wd);
-            if (L->relu_mask[id])
-                cg_body(L, "                        float v = xp[iy * %d + ix];\n"
-                           "                        int gt = (at < 0) | (v > best);   /* no NaN (a ReLU's output): branch-free */\n"
-                           "                        best = gt ? v : best;\n"
-                           "                        at = gt ? iy * %d + ix : at;\n", Wd, Wd);
-            else
-                cg_body(L, "                        float v = xp[iy * %d + ix];\n"
-                           "                        if (at < 0 || v > best || (v != v && best == best)) { best = v; at = iy * %d + ix; }\n",
-                        Wd, Wd);
-            window_close(L);
-            if (L->relu_mask[id])
-                cg_body(L, "                if (at >= 0) dxp[at] += mgc_keep(dyp[oy * %d + ox], best > 0.0f);   /* fused relu_grad: x is a relu output */\n", OW);
-            else
-                cg_body(L, "                if (at >= 0) dxp[at] += dyp[oy * %d + ox];\n", OW);
-        } else {
-            cg_body(L, "                float g = dyp[oy * %d + ox] * %s;\n", OW, scale);
-            window_open(L, K, S, P, H, Wd);
-            cg_body(L, "                        dxp[iy * %d + ix] += g;\n", Wd);
-            window_close(L);
-        }
-        cg_body(L, "            }\n    }\n");
-    }
-    cg_end_kernel(L);
+    PoolGeom G = { .K = n->attr.kernel, .S = n->attr.stride, .P = n->attr.padding, .C = xs->d[1], .H = xs->d[2],
+                   .Wd = xs->d[3], .OH = os->d[2], .OW = os->d[3], .mx = n->op == OP_MAXPOOL || n->op == OP_MAXPOOL_BWD,
+                   .y = cg_out_buf(L, id), .planes = dimn(xs->d[1]) };
+    G.W = cg_work_str(L, G.planes);
+    G.scale = arena_printf(L->p->arena, "%#.9gf", 1.0 / (G.K * G.K));
+    int K = G.K, S = G.S, P = G.P, H = G.H, Wd = G.Wd, OH = G.OH, OW = G.OW;
+    if (fwd && G.mx && (long)H * OW <= 4096 && K <= 16) pool_forward_separable(L, id, &G);
+    else if (fwd) pool_forward(L, id, &G);
+    else if (G.mx && K == 2 && S == 2 && P == 0 && H == OH * 2 && Wd == OW * 2) maxpool_grad_2x2(L, id, &G);
+    else if (G.mx && S == K && P == 0 && H == OH * K && Wd == OW * K) maxpool_grad_tiled(L, id, &G);
+    else if (G.mx && L->relu_mask[id] && L->dec->cpu_only && S == 2 && OW <= 8 && K <= 4 && P < K && H + 2 * P <= 64)
+        max_pool_grad_rows(L, id, K, P, G.C, H, Wd, OH, OW);
+    else pool_grad_scatter(L, id, &G);
 }
 
 /* x [N, C, H, W] -> y [N, C, 1, 1]: the mean of each plane */

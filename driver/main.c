@@ -659,7 +659,7 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
             const Node *ar = &g->nodes[id], *st = &g->nodes[ar->in[0]];
             char what[160];
             snprintf(what, sizeof what, "%%%d = allreduce %%%d", id, ar->in[0]);
-            printf("    %-28s offset %-9d %-16s %s: d loss / d %s\n", what, ar->i[1], ir_shape_str(g->arena, &st->shape),
+            printf("    %-28s offset %-9d %-16s %s: d loss / d %s\n", what, ar->attr.offset, ir_shape_str(g->arena, &st->shape),
                    ir_op_name(st->op), ar->name);
         }
     }

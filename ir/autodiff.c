@@ -10,8 +10,9 @@
 ** The gradients are ordinary IR nodes: later passes fuse, plan and replicate
 ** them like any other.
 **
-** One rule per op, in backward_rule(). A node used several times gets the
-** sum of its users' contributions (an ADD node per extra use).
+** One rule per op, named by the grad column of ir/ops.def (grad_<name>
+** below). A node used several times gets the sum of its users'
+** contributions (an ADD node per extra use).
 */
 #include "ir.h"
 #include <string.h>
@@ -21,141 +22,140 @@ typedef struct Ad {
     bool *needs;      /* needs[id]: some parameter (or the input) is upstream */
 } Ad;
 
-static int mk(Graph *g, Op op, int fwd, Shape s, int nin, const int *in)
+/* A backward node of the gradient of forward node fwd, of shape s. */
+static int mk(Graph *g, Op op, int fwd, Shape s, int nin, const int *in, const IrAttrs *attr)
 {
-    int id = ir_node(g, op, g->nodes[fwd].loc, nin, in);
-    g->nodes[id].shape = s;
-    g->nodes[id].grad_of = fwd;
+    int id = ir_op(g, op, g->nodes[fwd].loc, nin, in, attr, &s);
+    if (id >= 0) g->nodes[id].grad_of = fwd;
     return id;
 }
 
 static void accumulate(Ad *ad, int x, int contribution)
 {
     Graph *g = ad->g;
-    if (x < 0 || !ad->needs[x]) return;
+    if (x < 0 || contribution < 0 || !ad->needs[x]) return;
     if (g->grad[x] < 0) {
         g->grad[x] = contribution;
     } else {
         int in[2] = { g->grad[x], contribution };
-        g->grad[x] = mk(g, OP_ADD, x, g->nodes[x].shape, 2, in);
+        g->grad[x] = mk(g, OP_ADD, x, g->nodes[x].shape, 2, in, NULL);
     }
 }
 
-/* Emits d loss / d inputs of forward node y, given dy = g->grad[y]. */
-static void backward_rule(Ad *ad, int y)
+/* ---- the gradient rules (ops.def's grad column): given dy = g->grad[y],
+   each adds d loss / d input to every input of forward node y that needs one */
+
+static void grad_conv2d(Ad *ad, int y, const Node *n, int dy)
 {
     Graph *g = ad->g;
-    Node n = g->nodes[y];   /* copy: g->nodes may move as nodes are added */
-    int dy = g->grad[y];
-    int x = n.in[0];
-    Shape xs = n.nin > 0 ? g->nodes[x].shape : n.shape;
-    switch (n.op) {
-    case OP_CONV2D: {
-        int w = n.in[1];
-        if (ad->needs[x]) {
-            int in[2] = { dy, w };
-            int dx = mk(g, OP_CONV2D_BWD_X, y, xs, 2, in);
-            memcpy(g->nodes[dx].i, n.i, sizeof n.i);
-            accumulate(ad, x, dx);
-        }
-        int in[2] = { dy, x };
-        int dw = mk(g, OP_CONV2D_BWD_W, y, g->nodes[w].shape, 2, in);
-        memcpy(g->nodes[dw].i, n.i, sizeof n.i);
-        accumulate(ad, w, dw);
-        if (n.nin == 3) accumulate(ad, n.in[2], mk(g, OP_BIAS_BWD, y, g->nodes[n.in[2]].shape, 1, &dy));
-        break;
+    int x = n->in[0], w = n->in[1];
+    if (ad->needs[x]) {
+        int in[2] = { dy, w };
+        accumulate(ad, x, mk(g, OP_CONV2D_BWD_X, y, g->nodes[x].shape, 2, in, &n->attr));
     }
-    case OP_LINEAR: {
-        int w = n.in[1];
-        if (ad->needs[x]) {
-            int in[2] = { dy, w };
-            accumulate(ad, x, mk(g, OP_LINEAR_BWD_X, y, xs, 2, in));
-        }
-        int in[2] = { dy, x };
-        accumulate(ad, w, mk(g, OP_LINEAR_BWD_W, y, g->nodes[w].shape, 2, in));
-        if (n.nin == 3) accumulate(ad, n.in[2], mk(g, OP_BIAS_BWD, y, g->nodes[n.in[2]].shape, 1, &dy));
-        break;
+    int in[2] = { dy, x };
+    accumulate(ad, w, mk(g, OP_CONV2D_BWD_W, y, g->nodes[w].shape, 2, in, &n->attr));
+    if (n->nin == 3) accumulate(ad, n->in[2], mk(g, OP_BIAS_BWD, y, g->nodes[n->in[2]].shape, 1, &dy, NULL));
+}
+
+static void grad_linear(Ad *ad, int y, const Node *n, int dy)
+{
+    Graph *g = ad->g;
+    int x = n->in[0], w = n->in[1];
+    if (ad->needs[x]) {
+        int in[2] = { dy, w };
+        accumulate(ad, x, mk(g, OP_LINEAR_BWD_X, y, g->nodes[x].shape, 2, in, NULL));
     }
-    case OP_BN_APPLY: {
-        /* Training form: the batch statistics depend on x; bn_grad_x accounts for it. */
-        int stats = n.in[1], gamma = n.in[2], beta = n.in[3];
-        int c = g->nodes[gamma].shape.d[0];
-        int in3[3] = { x, stats, dy };
-        int pd[2] = { 2, c };
-        int dparams = mk(g, OP_BN_BWD_PARAMS, y, ir_shape_make(2, pd), 3, in3);
-        /* With statistics over the global batch (--sync-bn), dx needs the
-           two sums over the global batch too; the parameter gradients stay
-           this replica's part (the bucket allreduce sums them, or reuses these). */
-        bool sync = g->nodes[stats].op == OP_BN_FINISH;
-        int dsums = sync ? ir_allreduce(g, g->nodes[y].loc, dparams) : dparams;
-        if (sync) g->nodes[dsums].name = arena_printf(g->arena, "%s+bias grads", g->nodes[gamma].name);
-        int dgamma = mk(g, OP_SLICE, y, g->nodes[gamma].shape, 1, &dparams);
-        g->nodes[dgamma].i[0] = 0;
-        int dbeta = mk(g, OP_SLICE, y, g->nodes[beta].shape, 1, &dparams);
-        g->nodes[dbeta].i[0] = c;
-        accumulate(ad, gamma, dgamma);
-        accumulate(ad, beta, dbeta);
-        if (ad->needs[x]) {
-            int in5[5] = { x, stats, gamma, dy, dsums };
-            int dx = mk(g, OP_BN_BWD_X, y, xs, 5, in5);
-            g->nodes[dx].i[0] = sync;   /* the mean is over the global count */
-            accumulate(ad, x, dx);
-        }
-        break;
-    }
-    case OP_RELU: case OP_SIGMOID: case OP_TANH: {
-        Op bwd = n.op == OP_RELU ? OP_RELU_BWD : n.op == OP_SIGMOID ? OP_SIGMOID_BWD : OP_TANH_BWD;
-        int in[2] = { y, dy };
-        accumulate(ad, x, mk(g, bwd, y, xs, 2, in));
-        break;
-    }
-    case OP_MAXPOOL: {
-        int in[2] = { x, dy };
-        int dx = mk(g, OP_MAXPOOL_BWD, y, xs, 2, in);
-        memcpy(g->nodes[dx].i, n.i, sizeof n.i);
-        accumulate(ad, x, dx);
-        break;
-    }
-    case OP_AVGPOOL: {
-        int dx = mk(g, OP_AVGPOOL_BWD, y, xs, 1, &dy);
-        memcpy(g->nodes[dx].i, n.i, sizeof n.i);
-        accumulate(ad, x, dx);
-        break;
-    }
-    case OP_GAP:
-        accumulate(ad, x, mk(g, OP_GAP_BWD, y, xs, 1, &dy));
-        break;
-    case OP_RESHAPE:
-        accumulate(ad, x, mk(g, OP_RESHAPE, y, xs, 1, &dy));
-        break;
-    case OP_MUL: {
-        int in0[2] = { dy, n.in[1] };
-        if (ad->needs[n.in[0]]) accumulate(ad, n.in[0], mk(g, OP_MUL, y, xs, 2, in0));
-        int in1[2] = { dy, n.in[0] };
-        if (ad->needs[n.in[1]]) accumulate(ad, n.in[1], mk(g, OP_MUL, y, xs, 2, in1));
-        break;
-    }
-    case OP_ADD:
-        accumulate(ad, n.in[0], dy);
-        accumulate(ad, n.in[1], dy);
-        break;
-    case OP_XENT: {
-        int in[3] = { n.in[0], n.in[1], dy };
-        accumulate(ad, n.in[0], mk(g, OP_XENT_BWD, y, g->nodes[n.in[0]].shape, 3, in));
-        break;
-    }
-    /* No gradient flows through these. */
-    case OP_INPUT: case OP_LABELS: case OP_PARAM: case OP_STATE: case OP_CONST:
-    case OP_BN_STATS: case OP_BN_EVAL_STATS: case OP_DROPOUT_MASK: case OP_ACCURACY:
-    case OP_SLICE: case OP_BN_RUNNING: case OP_SGD:
-    case OP_XENT_BWD: case OP_CONV2D_BWD_X: case OP_CONV2D_BWD_W: case OP_LINEAR_BWD_X:
-    case OP_LINEAR_BWD_W: case OP_BIAS_BWD: case OP_RELU_BWD: case OP_SIGMOID_BWD:
-    case OP_TANH_BWD: case OP_MAXPOOL_BWD: case OP_AVGPOOL_BWD: case OP_GAP_BWD:
-    case OP_BN_BWD_PARAMS: case OP_BN_BWD_X: case OP_ALLREDUCE: case OP_BN_SUM:
-    case OP_BN_SQDEV: case OP_BN_FINISH: case OP_COUNT:
-        break;
+    int in[2] = { dy, x };
+    accumulate(ad, w, mk(g, OP_LINEAR_BWD_W, y, g->nodes[w].shape, 2, in, NULL));
+    if (n->nin == 3) accumulate(ad, n->in[2], mk(g, OP_BIAS_BWD, y, g->nodes[n->in[2]].shape, 1, &dy, NULL));
+}
+
+/* Training form: the batch statistics depend on x; bn_grad_x accounts for it. */
+static void grad_bn_apply(Ad *ad, int y, const Node *n, int dy)
+{
+    Graph *g = ad->g;
+    int x = n->in[0], stats = n->in[1], gamma = n->in[2], beta = n->in[3];
+    int c = g->nodes[gamma].shape.d[0];
+    int in3[3] = { x, stats, dy };
+    int pd[2] = { 2, c };
+    int dparams = mk(g, OP_BN_BWD_PARAMS, y, ir_shape_make(2, pd), 3, in3, NULL);
+    if (dparams < 0) return;
+    /* With statistics over the global batch (--sync-bn), dx needs the
+       two sums over the global batch too; the parameter gradients stay
+       this replica's part (the bucket allreduce sums them, or reuses these). */
+    bool sync = g->nodes[stats].op == OP_BN_FINISH;
+    int dsums = sync ? ir_allreduce(g, g->nodes[y].loc, dparams) : dparams;
+    if (dsums < 0) return;
+    if (sync) g->nodes[dsums].name = arena_printf(g->arena, "%s+bias grads", g->nodes[gamma].name);
+    accumulate(ad, gamma, mk(g, OP_SLICE, y, g->nodes[gamma].shape, 1, &dparams, &(IrAttrs){ .offset = 0 }));
+    accumulate(ad, beta, mk(g, OP_SLICE, y, g->nodes[beta].shape, 1, &dparams, &(IrAttrs){ .offset = c }));
+    if (ad->needs[x]) {
+        int in5[5] = { x, stats, gamma, dy, dsums };
+        accumulate(ad, x, mk(g, OP_BN_BWD_X, y, g->nodes[x].shape, 5, in5, &(IrAttrs){ .sync = sync }));   /* the mean over the global count */
     }
 }
+
+/* relu, sigmoid, tanh: their gradients read the forward output */
+static void grad_activation(Ad *ad, int y, const Node *n, int dy)
+{
+    Op bwd = n->op == OP_RELU ? OP_RELU_BWD : n->op == OP_SIGMOID ? OP_SIGMOID_BWD : OP_TANH_BWD;
+    int in[2] = { y, dy };
+    accumulate(ad, n->in[0], mk(ad->g, bwd, y, ad->g->nodes[n->in[0]].shape, 2, in, NULL));
+}
+
+static void grad_maxpool(Ad *ad, int y, const Node *n, int dy)
+{
+    int in[2] = { n->in[0], dy };
+    accumulate(ad, n->in[0], mk(ad->g, OP_MAXPOOL_BWD, y, ad->g->nodes[n->in[0]].shape, 2, in, &n->attr));
+}
+
+static void grad_avgpool(Ad *ad, int y, const Node *n, int dy)
+{
+    accumulate(ad, n->in[0], mk(ad->g, OP_AVGPOOL_BWD, y, ad->g->nodes[n->in[0]].shape, 1, &dy, &n->attr));
+}
+
+static void grad_gap(Ad *ad, int y, const Node *n, int dy)
+{
+    accumulate(ad, n->in[0], mk(ad->g, OP_GAP_BWD, y, ad->g->nodes[n->in[0]].shape, 1, &dy, NULL));
+}
+
+static void grad_reshape(Ad *ad, int y, const Node *n, int dy)
+{
+    accumulate(ad, n->in[0], mk(ad->g, OP_RESHAPE, y, ad->g->nodes[n->in[0]].shape, 1, &dy, NULL));
+}
+
+static void grad_mul(Ad *ad, int y, const Node *n, int dy)
+{
+    Shape s = ad->g->nodes[y].shape;
+    int in0[2] = { dy, n->in[1] };
+    if (ad->needs[n->in[0]]) accumulate(ad, n->in[0], mk(ad->g, OP_MUL, y, s, 2, in0, NULL));
+    int in1[2] = { dy, n->in[0] };
+    if (ad->needs[n->in[1]]) accumulate(ad, n->in[1], mk(ad->g, OP_MUL, y, s, 2, in1, NULL));
+}
+
+static void grad_add(Ad *ad, int y, const Node *n, int dy)
+{
+    (void)y;
+    accumulate(ad, n->in[0], dy);
+    accumulate(ad, n->in[1], dy);
+}
+
+static void grad_xent(Ad *ad, int y, const Node *n, int dy)
+{
+    int in[3] = { n->in[0], n->in[1], dy };
+    accumulate(ad, n->in[0], mk(ad->g, OP_XENT_BWD, y, ad->g->nodes[n->in[0]].shape, 3, in, NULL));
+}
+
+#define grad_none NULL
+static void (*const grad_rules[OP_COUNT])(Ad *ad, int y, const Node *n, int dy) = {
+#define X(e, name, kind, mn, mx, attrs, shape, grad, lower, print) [OP_##e] = grad_##grad,
+#include "ops.def"
+#undef X
+};
+#undef grad_none
+
+bool ir_op_has_gradient(Op op) { return op < OP_COUNT && grad_rules[op]; }
 
 int ir_gradients(Graph *g, bool input_grad)
 {
@@ -169,11 +169,11 @@ int ir_gradients(Graph *g, bool input_grad)
     ad.needs = arena_alloc(g->arena, sizeof(bool) * (size_t)nf);
     for (int id = 0; id < nf; id++) {
         const Node *n = &g->nodes[id];
-        /* statistics, metrics, effects and collectives carry no gradient, whatever feeds them */
-        bool never = n->op == OP_BN_STATS || n->op == OP_ACCURACY || n->op == OP_BN_RUNNING || n->op == OP_BN_SUM ||
-                     n->op == OP_BN_SQDEV || n->op == OP_BN_FINISH || n->op == OP_ALLREDUCE;
-        bool need = !never && (n->op == OP_PARAM || (input_grad && n->op == OP_INPUT));
-        for (int k = 0; k < n->nin && !need && !never; k++)
+        /* the sources of gradients, and what depends on them through ops that
+           have a gradient rule (statistics, metrics, masks, effects and
+           collectives carry none, whatever feeds them) */
+        bool need = n->op == OP_PARAM || (input_grad && n->op == OP_INPUT);
+        for (int k = 0; k < n->nin && !need && ir_op_has_gradient(n->op); k++)
             if (ad.needs[n->in[k]]) need = true;
         ad.needs[id] = need;
     }
@@ -181,15 +181,18 @@ int ir_gradients(Graph *g, bool input_grad)
     g->grad = arena_alloc(g->arena, sizeof(int) * (size_t)nf);
     for (int id = 0; id < nf; id++) g->grad[id] = -1;
 
-    int seed = ir_node(g, OP_CONST, g->nodes[g->loss].loc, 0, NULL);
-    g->nodes[seed].shape = g->nodes[g->loss].shape;
-    g->nodes[seed].f[0] = 1.0f;
+    int seed = ir_op(g, OP_CONST, g->nodes[g->loss].loc, 0, NULL, &(IrAttrs){ .value = 1.0f }, &g->nodes[g->loss].shape);
+    if (seed < 0) return -1;
     g->nodes[seed].grad_of = g->loss;
     g->grad[g->loss] = seed;
 
+    int errors = g->diag->errors;
     for (int y = nf - 1; y >= 0; y--)
-        if (g->grad[y] >= 0 && ad.needs[y]) backward_rule(&ad, y);
-    return 0;
+        if (g->grad[y] >= 0 && ad.needs[y] && grad_rules[g->nodes[y].op]) {
+            Node n = g->nodes[y];   /* a copy: g->nodes may move as nodes are added */
+            grad_rules[n.op](&ad, y, &n, g->grad[y]);
+        }
+    return g->diag->errors > errors ? -1 : 0;
 }
 
 static void sgd_node(Graph *g, const IrSgd *sgd, int p)
@@ -205,10 +208,7 @@ static void sgd_node(Graph *g, const IrSgd *sgd, int p)
         in[2] = buf;
         nin = 3;
     }
-    int u = mk(g, OP_SGD, p, g->nodes[p].shape, nin, in);
-    g->nodes[u].f[0] = sgd->lr;
-    g->nodes[u].f[1] = sgd->momentum;
-    g->nodes[u].f[2] = sgd->weight_decay;
+    mk(g, OP_SGD, p, g->nodes[p].shape, nin, in, &(IrAttrs){ .lr = sgd->lr, .momentum = sgd->momentum, .weight_decay = sgd->weight_decay });
 }
 
 int ir_update(Graph *g, const IrSgd *sgd)

@@ -44,19 +44,15 @@ static bool shape_within(Graph *g, Loc loc, const char *layer, const char *what,
 
 static const char *shape_str(Graph *g, int id) { return ir_shape_str(g->arena, &g->nodes[id].shape); }
 
-static int unary(Graph *g, Op op, Loc loc, int x, Shape s)
+static int unary(Graph *g, Op op, Loc loc, int x, const IrAttrs *attr)
 {
-    int id = ir_node(g, op, loc, 1, &x);
-    g->nodes[id].shape = s;
-    return id;
+    return ir_op(g, op, loc, 1, &x, attr, NULL);
 }
 
-static int binary(Graph *g, Op op, Loc loc, int a, int b, Shape s)
+static int binary(Graph *g, Op op, Loc loc, int a, int b, const IrAttrs *attr)
 {
     int in[2] = { a, b };
-    int id = ir_node(g, op, loc, 2, in);
-    g->nodes[id].shape = s;
-    return id;
+    return ir_op(g, op, loc, 2, in, attr, NULL);
 }
 
 /* A persistent tensor: a trainable PARAM or a STATE buffer. */
@@ -162,13 +158,7 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
         in[2] = persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), ir_shape_make(1, &out_channels), INIT_UNIFORM_FAN_IN, fan_in);
         if (in[2] < 0) return -1;
     }
-    int id = ir_node(g, OP_CONV2D, loc, bias ? 3 : 2, in);
-    Node *n = &g->nodes[id];
-    int od[4] = { xs->d[0], out_channels, oh, ow };
-    n->shape = ir_shape_make(4, od);
-    n->i[0] = stride;
-    n->i[1] = padding;
-    return id;
+    return ir_op(g, OP_CONV2D, loc, bias ? 3 : 2, in, &(IrAttrs){ .stride = stride, .padding = padding }, NULL);
 }
 
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias)
@@ -192,10 +182,7 @@ int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, 
         in[2] = persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), ir_shape_make(1, &out_features), INIT_UNIFORM_FAN_IN, f);
         if (in[2] < 0) return -1;
     }
-    int id = ir_node(g, OP_LINEAR, loc, bias ? 3 : 2, in);
-    int od[2] = { xs->d[0], out_features };
-    g->nodes[id].shape = ir_shape_make(2, od);
-    return id;
+    return ir_op(g, OP_LINEAR, loc, bias ? 3 : 2, in, NULL, NULL);
 }
 
 int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum)
@@ -219,50 +206,43 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
     if (rmean < 0) return -1;
     int rvar = persistent(g, OP_STATE, loc, pname(g, prefix, "running_var"), cs, INIT_ONES, 0);
     if (rvar < 0) return -1;
-    int sd[2] = { 3, c };
     int stats;
     if (g->training && g->sync_bn) {
         /* Statistics over the global batch (--sync-bn): the sums of every
            replica are added up, then the squared deviations from the global
            mean; two passes, as bn_stats makes on one device. */
-        int sum = ir_allreduce(g, loc, unary(g, OP_BN_SUM, loc, x, cs));
+        int sum = ir_allreduce(g, loc, unary(g, OP_BN_SUM, loc, x, NULL));
         g->nodes[sum].name = pname(g, prefix, "sum");
-        int sq = ir_allreduce(g, loc, binary(g, OP_BN_SQDEV, loc, x, sum, cs));
+        int sq = ir_allreduce(g, loc, binary(g, OP_BN_SQDEV, loc, x, sum, NULL));
         g->nodes[sq].name = pname(g, prefix, "sqdev");
-        stats = binary(g, OP_BN_FINISH, loc, sum, sq, ir_shape_make(2, sd));
+        stats = binary(g, OP_BN_FINISH, loc, sum, sq, &(IrAttrs){ .eps = eps, .sync = true });
     } else if (g->training) {
-        stats = unary(g, OP_BN_STATS, loc, x, ir_shape_make(2, sd));
-    }
-    if (g->training) {
-        g->nodes[stats].f[0] = eps;
-        int rin[3] = { stats, rmean, rvar };
-        int upd = ir_node(g, OP_BN_RUNNING, loc, 3, rin);
-        g->nodes[upd].shape = cs;
-        g->nodes[upd].f[0] = momentum;
-        g->nodes[upd].f[1] = eps;
-        g->nodes[upd].i[0] = g->sync_bn;   /* the unbiased variance over the global count */
+        stats = unary(g, OP_BN_STATS, loc, x, &(IrAttrs){ .eps = eps });
     } else {
-        stats = binary(g, OP_BN_EVAL_STATS, loc, rmean, rvar, ir_shape_make(2, sd));
-        g->nodes[stats].f[0] = eps;
+        stats = binary(g, OP_BN_EVAL_STATS, loc, rmean, rvar, &(IrAttrs){ .eps = eps });
+    }
+    if (stats < 0) return -1;
+    if (g->training) {
+        int rin[3] = { stats, rmean, rvar };
+        /* sync: the unbiased variance over the global count */
+        if (ir_op(g, OP_BN_RUNNING, loc, 3, rin, &(IrAttrs){ .momentum = momentum, .sync = g->sync_bn }, NULL) < 0) return -1;
     }
     int in[4] = { x, stats, gamma, beta };
-    int id = ir_node(g, OP_BN_APPLY, loc, 4, in);
-    g->nodes[id].shape = g->nodes[x].shape;
-    return id;
+    return ir_op(g, OP_BN_APPLY, loc, 4, in, NULL, NULL);
 }
 
 int ir_allreduce(Graph *g, Loc loc, int x)
 {
-    int id = unary(g, OP_ALLREDUCE, loc, x, g->nodes[x].shape);
-    g->nodes[id].i[0] = -1;
-    g->nodes[id].grad_of = g->nodes[x].grad_of;
+    if (x < 0) return -1;
+    int id = unary(g, OP_ALLREDUCE, loc, x, &(IrAttrs){ .bucket = -1 });
+    if (id >= 0) g->nodes[id].grad_of = g->nodes[x].grad_of;
     return id;
 }
 
 static int activation(Graph *g, Loc loc, Op op, int x)
 {
     if (x < 0) return -1;
-    return unary(g, op, loc, x, g->nodes[x].shape);
+    return unary(g, op, loc, x, NULL);
 }
 int ir_relu(Graph *g, Loc loc, int x) { return activation(g, loc, OP_RELU, x); }
 int ir_sigmoid(Graph *g, Loc loc, int x) { return activation(g, loc, OP_SIGMOID, x); }
@@ -280,12 +260,7 @@ static int pool(Graph *g, Loc loc, Op op, int x, int kernel, int stride, int pad
     if (!oh) return -1;
     int ow = window_out(g, loc, layer, xs->d[3], kernel, stride, padding, "width");
     if (!ow) return -1;
-    int od[4] = { xs->d[0], xs->d[1], oh, ow };
-    int id = unary(g, op, loc, x, ir_shape_make(4, od));
-    g->nodes[id].i[0] = kernel;
-    g->nodes[id].i[1] = stride;
-    g->nodes[id].i[2] = padding;
-    return id;
+    return unary(g, op, loc, x, &(IrAttrs){ .kernel = kernel, .stride = stride, .padding = padding });
 }
 int ir_maxpool2d(Graph *g, Loc loc, int x, int k, int s, int p) { return pool(g, loc, OP_MAXPOOL, x, k, s, p); }
 int ir_avgpool2d(Graph *g, Loc loc, int x, int k, int s, int p) { return pool(g, loc, OP_AVGPOOL, x, k, s, p); }
@@ -293,9 +268,7 @@ int ir_avgpool2d(Graph *g, Loc loc, int x, int k, int s, int p) { return pool(g,
 int ir_global_avgpool(Graph *g, Loc loc, int x)
 {
     if (!need_rank(g, loc, x, 4, "global_avgpool", "[N, C, H, W]")) return -1;
-    const Shape *xs = &g->nodes[x].shape;
-    int od[4] = { xs->d[0], xs->d[1], 1, 1 };
-    return unary(g, OP_GAP, loc, x, ir_shape_make(4, od));
+    return unary(g, OP_GAP, loc, x, NULL);
 }
 
 int ir_flatten(Graph *g, Loc loc, int x)
@@ -311,7 +284,8 @@ int ir_flatten(Graph *g, Loc loc, int x)
     long long f = 1;
     for (int k = 1; k < xs->nd; k++) f *= xs->d[k];   /* within IR_MAX_ELEMS, checked above */
     int od[2] = { IR_BATCH, (int)f };
-    return unary(g, OP_RESHAPE, loc, x, ir_shape_make(2, od));
+    Shape flat = ir_shape_make(2, od);
+    return ir_op(g, OP_RESHAPE, loc, 1, &x, NULL, &flat);
 }
 
 int ir_dropout(Graph *g, Loc loc, int x, float p)
@@ -322,9 +296,8 @@ int ir_dropout(Graph *g, Loc loc, int x, float p)
         return -1;
     }
     if (!g->training || p == 0) return x;   /* identity in evaluation, or when nothing is dropped */
-    int mask = unary(g, OP_DROPOUT_MASK, loc, x, g->nodes[x].shape);
-    g->nodes[mask].f[0] = p;
-    return binary(g, OP_MUL, loc, x, mask, g->nodes[x].shape);
+    int mask = unary(g, OP_DROPOUT_MASK, loc, x, &(IrAttrs){ .p = p });
+    return mask < 0 ? -1 : binary(g, OP_MUL, loc, x, mask, NULL);
 }
 
 int ir_add(Graph *g, Loc loc, int a, int b)
@@ -336,7 +309,7 @@ int ir_add(Graph *g, Loc loc, int a, int b)
         diag_note(g->diag, g->nodes[b].loc, "the second input, of shape %s, is made here", shape_str(g, b));
         return -1;
     }
-    return binary(g, OP_ADD, loc, a, b, g->nodes[a].shape);
+    return binary(g, OP_ADD, loc, a, b, NULL);
 }
 
 int ir_softmax_xent(Graph *g, Loc loc, int logits)
@@ -352,14 +325,11 @@ int ir_softmax_xent(Graph *g, Loc loc, int logits)
         diag_at(g->diag, loc, "the net already has a loss; only one softmax_cross_entropy is allowed");
         return -1;
     }
-    int nd = IR_BATCH;
-    int lab = ir_node(g, OP_LABELS, loc, 0, NULL);
-    g->nodes[lab].shape = ir_shape_make(1, &nd);
+    int lab = ir_op(g, OP_LABELS, loc, 0, NULL, NULL, NULL);
     g->nodes[lab].name = "labels";
     g->labels = lab;
-    int one = 1;
-    g->loss = binary(g, OP_XENT, loc, logits, lab, ir_shape_make(1, &one));
-    g->correct = binary(g, OP_ACCURACY, loc, logits, lab, ir_shape_make(1, &one));
+    g->loss = binary(g, OP_XENT, loc, logits, lab, NULL);
+    g->correct = binary(g, OP_ACCURACY, loc, logits, lab, NULL);
     g->logits = logits;
-    return g->loss;
+    return g->loss < 0 || g->correct < 0 ? -1 : g->loss;
 }

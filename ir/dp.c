@@ -33,7 +33,7 @@ static int storage(const Graph *g, int gn, int *offset)
 {
     *offset = 0;
     while (g->nodes[gn].op == OP_SLICE || g->nodes[gn].op == OP_RESHAPE) {
-        if (g->nodes[gn].op == OP_SLICE) *offset += g->nodes[gn].i[0];
+        if (g->nodes[gn].op == OP_SLICE) *offset += g->nodes[gn].attr.offset;
         gn = g->nodes[gn].in[0];
     }
     return gn;
@@ -43,10 +43,8 @@ static int storage(const Graph *g, int gn, int *offset)
 static int summed_view(Graph *g, int p, int sum, int offset)
 {
     if (offset == 0 && ir_shape_eq(&g->nodes[sum].shape, &g->nodes[p].shape)) return sum;
-    int id = ir_node(g, OP_SLICE, g->nodes[p].loc, 1, &sum);
-    g->nodes[id].shape = g->nodes[p].shape;
-    g->nodes[id].i[0] = offset;
-    g->nodes[id].grad_of = p;
+    int id = ir_op(g, OP_SLICE, g->nodes[p].loc, 1, &sum, &(IrAttrs){ .offset = offset }, &g->nodes[p].shape);
+    if (id >= 0) g->nodes[id].grad_of = p;
     return id;
 }
 
@@ -94,20 +92,19 @@ int ir_buckets(Graph *g, long bucket_bytes, long first_bytes)
                 cur->count = 0;
                 cur->floats = 0;
             }
-            int ar = ir_node(g, OP_ALLREDUCE, g->nodes[st].loc, 1, &st);
-            g->nodes[ar].shape = g->nodes[st].shape;
+            IrAttrs at = { .bucket = (int)(cur - g->buckets), .offset = (int)cur->floats };
+            int ar = ir_op(g, OP_ALLREDUCE, g->nodes[st].loc, 1, &st, &at, NULL);
+            if (ar < 0) return -1;
             g->nodes[ar].grad_of = g->nodes[st].grad_of;
-            g->nodes[ar].i[0] = (int)(cur - g->buckets);
-            g->nodes[ar].i[1] = (int)cur->floats;
             g->nodes[ar].name = g->nodes[p].name;
             g->bucket_nodes[nmembers++] = ar;
             cur->count++;
             cur->floats += floats;
             summed[st] = ar;
-        } else if (g->nodes[summed[st]].i[0] >= 0) {   /* a second parameter in the same tensor */
+        } else if (g->nodes[summed[st]].attr.bucket >= 0) {   /* a second parameter in the same tensor */
             g->nodes[summed[st]].name = arena_printf(g->arena, "%s+%s", g->nodes[summed[st]].name, g->nodes[p].name);
         }
-        g->grad[p] = summed_view(g, p, summed[st], offset);
+        if ((g->grad[p] = summed_view(g, p, summed[st], offset)) < 0) return -1;
     }
     return 0;
 }

@@ -5,14 +5,26 @@
 #include <string.h>
 #include <stdlib.h>
 
-static const struct { const char *name; OpKind kind; int min_in, max_in; } op_table[OP_COUNT] = {
-#define X(e, name, kind, mn, mx) [OP_##e] = { name, KIND_##kind, mn, mx },
+static const struct { const char *name; OpKind kind; int min_in, max_in; unsigned attrs; } op_table[OP_COUNT] = {
+#define A(attr) IR_ATTR(attr)
+#define X(e, name, kind, mn, mx, attrs, shape, grad, lower, print) [OP_##e] = { name, KIND_##kind, mn, mx, attrs },
 #include "ops.def"
 #undef X
+#undef A
 };
 
 const char *ir_op_name(Op op) { return op < OP_COUNT ? op_table[op].name : "?"; }
 OpKind ir_op_kind(Op op) { return op_table[op].kind; }
+unsigned ir_op_attrs(Op op) { return op < OP_COUNT ? op_table[op].attrs : 0; }
+int ir_op_min_inputs(Op op) { return op_table[op].min_in; }
+int ir_op_max_inputs(Op op) { return op_table[op].max_in; }
+
+int ir_op_find(const char *name)
+{
+    for (int k = 0; k < OP_COUNT; k++)
+        if (!strcmp(op_table[k].name, name)) return k;
+    return -1;
+}
 
 void ir_graph_init(Graph *g, Arena *a, Diag *d, const char *net_name, bool training)
 {

@@ -25,11 +25,27 @@
 #define IR_BATCH  (-1)        /* the symbolic batch size N, only ever as dim 0 */
 
 typedef enum Op {
-#define X(e, name, kind, mn, mx) OP_##e,
+#define X(e, name, kind, mn, mx, attrs, shape, grad, lower, print) OP_##e,
 #include "ops.def"
 #undef X
     OP_COUNT
 } Op;
+
+/* The attributes (ir/attrs.def), by name: n->attr.stride. An op carries
+   those its row lists; the others are 0. */
+typedef struct IrAttrs {
+#define ATTR(name, type, label) type name;
+#include "attrs.def"
+#undef ATTR
+} IrAttrs;
+
+enum {
+#define ATTR(name, type, label) IR_ATTR_BIT_##name,
+#include "attrs.def"
+#undef ATTR
+    IR_ATTR_COUNT
+};
+#define IR_ATTR(name) (1u << IR_ATTR_BIT_##name)   /* an attribute's bit in an op's row */
 
 typedef enum OpKind { KIND_SRC, KIND_EW, KIND_GEMM, KIND_KERN, KIND_VIEW, KIND_EFFECT, KIND_COMM } OpKind;
 
@@ -50,8 +66,7 @@ typedef struct Node {
     int nin;
     int in[IR_MAXIN];         /* input node ids, all < this node's id */
     Shape shape;              /* output shape (EFFECT nodes: the updated tensor's) */
-    int i[4];                 /* integer attributes, per op (see ops.def) */
-    float f[4];               /* float attributes, per op */
+    IrAttrs attr;             /* the attributes of its op (ops.def, attrs.def) */
     const char *name;         /* PARAM/STATE: full parameter name ("stage2.0.conv1.weight") */
     InitKind init;            /* PARAM/STATE */
     int fan_in;               /* PARAM with INIT_UNIFORM_FAN_IN */
@@ -94,6 +109,20 @@ typedef struct Graph {
 /* ---- the table ---- */
 const char *ir_op_name(Op op);
 OpKind      ir_op_kind(Op op);
+unsigned    ir_op_attrs(Op op);                  /* the IR_ATTR bits of its attributes */
+int         ir_op_min_inputs(Op op), ir_op_max_inputs(Op op);
+bool        ir_op_has_gradient(Op op);           /* its row names a gradient rule */
+/* The op called name ("conv2d"), or -1. */
+int         ir_op_find(const char *name);
+/* The op's shape rule (ops.def's shape column) applied to n: its output
+   shape from its inputs and attributes into *out; false with why (a phrase:
+   "weight [6,2,5,5] has 2 input channels, the input [N,1,28,28] has 1")
+   when they do not fit together. */
+bool        ir_op_shape(const Graph *g, const Node *n, Shape *out, char *why, size_t size);
+/* A node of op with its inputs and attributes (NULL: none), its shape set by
+   the op's rule: its id, or -1 after an internal error (the rule refused).
+   given: the shape it must have (the rules of input gradients take it), or NULL. */
+int         ir_op(Graph *g, Op op, Loc loc, int nin, const int *in, const IrAttrs *attr, const Shape *given);
 
 /* ---- graphs ---- */
 void  ir_graph_init(Graph *g, Arena *a, Diag *d, const char *net_name, bool training);

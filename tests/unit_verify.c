@@ -170,26 +170,26 @@ static void test_ir_verify(void)
     IR_DAMAGED("too many inputs", "has 2 inputs, not 1", q.nodes[relu].nin = 2);
     IR_DAMAGED("a later input", "not an earlier node", q.nodes[relu].in[0] = relu);
     IR_DAMAGED("a zero dimension", "has dimension 1 = 0", q.nodes[relu].shape.d[1] = 0);
-    IR_DAMAGED("relu changes the shape", "should be the shape of input", q.nodes[relu].shape.d[2] += 1);
+    IR_DAMAGED("relu changes the shape", "has shape [N,6,25,24], but its shape rule gives [N,6,24,24]", q.nodes[relu].shape.d[2] += 1);
     IR_DAMAGED("conv channels", "input channels", q.nodes[q.nodes[conv].in[1]].shape.d[1] += 1);
-    IR_DAMAGED("conv output size", "window with stride", q.nodes[conv].shape.d[3] -= 1);
-    IR_DAMAGED("conv stride", "window with stride", q.nodes[conv].i[0] = 2);
-    IR_DAMAGED("conv weight grad", "window with stride", q.nodes[dw].i[1] = 1);
-    IR_DAMAGED("pool window", "window with stride", q.nodes[pool].i[0] = 3);
+    IR_DAMAGED("conv output size", "has shape [N,6,24,23], but its shape rule gives [N,6,24,24]", q.nodes[conv].shape.d[3] -= 1);
+    IR_DAMAGED("conv stride", "has shape [N,6,24,24], but its shape rule gives [N,6,12,12]", q.nodes[conv].attr.stride = 2);
+    IR_DAMAGED("conv weight grad", "window with stride", q.nodes[dw].attr.padding = 1);
+    IR_DAMAGED("pool window", "but its shape rule gives [N,6,11,11]", q.nodes[pool].attr.kernel = 3);
     IR_DAMAGED("linear features", "does not take", q.nodes[q.nodes[lin].in[1]].shape.d[1] += 1);
     IR_DAMAGED("reshape elements", "not the same elements", q.nodes[rs].shape.d[1] += 1);
-    IR_DAMAGED("sgd shape", "should be the shape of parameter", q.nodes[sgd].shape.d[0] += 1);
+    IR_DAMAGED("sgd shape", "has shape [7,1,5,5], but its shape rule gives [6,1,5,5]", q.nodes[sgd].shape.d[0] += 1);
     IR_DAMAGED("sgd of a non-parameter", "not a parameter", q.nodes[sgd].in[0] = relu);
-    IR_DAMAGED("loss shape", "should be [1]", q.nodes[xent].shape.d[0] = 2);
+    IR_DAMAGED("loss shape", "has shape [2], but its shape rule gives [1]", q.nodes[xent].shape.d[0] = 2);
     arena_free(&c.arena);
 
     compile(&c, "tests/nets/op_batchnorm.net", true);
     int st = find_op(&c.g, OP_BN_STATS), sl = find_op(&c.g, OP_SLICE), ap = find_op(&c.g, OP_BN_APPLY);
     CHECK(st >= 0 && sl >= 0 && ap >= 0, "op_batchnorm's ops found");
     if (st < 0 || sl < 0 || ap < 0) return;
-    IR_DAMAGED("bn stats shape", "should be [3,", q.nodes[st].shape.d[0] = 2);
+    IR_DAMAGED("bn stats shape", "but its shape rule gives [3,", q.nodes[st].shape.d[0] = 2);
     IR_DAMAGED("bn gamma", "gamma", q.nodes[q.nodes[ap].in[2]].shape.d[0] += 1);
-    IR_DAMAGED("slice past its input", "not within", q.nodes[sl].i[0] = 1000);
+    IR_DAMAGED("slice past its input", "not within", q.nodes[sl].attr.offset = 1000);
     arena_free(&c.arena);
 }
 

@@ -1,0 +1,416 @@
+/*
+** The ops' shape rules, one function each, named by the shape column of
+** ir/ops.def (rule_<shape>). A rule gives the output's shape from the
+** inputs' shapes and the node's attributes, or says why they do not fit
+** together. Where an output's shape cannot be derived from the inputs (an
+** input gradient has the shape of the forward input it is the gradient of),
+** the rule takes the node's own and checks it against the rest.
+**
+** ir_op() (ir/graph.c) shapes every node it makes through its rule; ir_verify
+** (ir/verify.c) checks every node of a graph against it.
+*/
+#include "ir.h"
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* What a rule reads, and where it says what is wrong. */
+typedef struct Rule {
+    const Graph *g;
+    const Node *n;
+    Shape *out;
+    char *why;
+    size_t size;
+    Arena tmp;                /* shape strings of the messages */
+} Rule;
+
+static bool no(Rule *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool no(Rule *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->why, r->size, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static const Shape *in(const Rule *r, int k) { return &r->g->nodes[r->n->in[k]].shape; }
+static const char *str(Rule *r, const Shape *s) { return ir_shape_str(&r->tmp, s); }
+static const char *batch(const Shape *s) { return s->d[0] == IR_BATCH ? "N" : "?"; }
+
+static bool give(Rule *r, int nd, const int *d)
+{
+    *r->out = ir_shape_make(nd, d);
+    return true;
+}
+
+static bool rank(Rule *r, const char *what, const Shape *s, int nd)
+{
+    return s->nd == nd || no(r, "%s %s should have %d dimensions", what, str(r, s), nd);
+}
+
+static bool same(Rule *r, const char *what, const Shape *s, const char *other, const Shape *t)
+{
+    return ir_shape_eq(s, t) || no(r, "%s %s should be the shape of %s %s", what, str(r, s), other, str(r, t));
+}
+
+/* A 1-D [n] or 2-D [rows, n] per-channel tensor. */
+static bool channels(Rule *r, const char *what, const Shape *s, int rows, int n)
+{
+    bool ok = rows ? s->nd == 2 && s->d[0] == rows && s->d[1] == n : s->nd == 1 && s->d[0] == n;
+    if (ok) return true;
+    if (rows) return no(r, "%s %s should be [%d,%d]", what, str(r, s), rows, n);
+    return no(r, "%s %s should be [%d]", what, str(r, s), n);
+}
+
+/* The output size of a sliding window of k, stride s, padding p over in (0: none fits). */
+static int window(int in_size, int k, int s, int p)
+{
+    long long span = (long long)in_size + 2LL * p;
+    if (s <= 0 || k > span) return 0;
+    long long o = (span - k) / s + 1;
+    return o > INT_MAX ? 0 : (int)o;
+}
+
+/* x [N,C,H,W] through a window of k (the node's stride and padding): [N,O,OH,OW]
+   into *y; o < 0: O = C. */
+static bool windowed(Rule *r, const Shape *x, int o, int k, Shape *y)
+{
+    int s = r->n->attr.stride, p = r->n->attr.padding;
+    if (!rank(r, "input", x, 4)) return false;
+    if (k < 1 || s < 1 || p < 0) return no(r, "has kernel %d, stride %d, padding %d", k, s, p);
+    int oh = window(x->d[2], k, s, p), ow = window(x->d[3], k, s, p);
+    if (!oh || !ow) return no(r, "a %dx%d window with stride %d and padding %d does not fit %s", k, k, s, p, str(r, x));
+    int d[4] = { x->d[0], o < 0 ? x->d[1] : o, oh, ow };
+    *y = ir_shape_make(4, d);
+    return true;
+}
+
+/* The shape a window gives must be the one there is. */
+static bool windowed_is(Rule *r, const Shape *x, int o, int k, const Shape *y)
+{
+    Shape want;
+    if (!windowed(r, x, o, k, &want)) return false;
+    return ir_shape_eq(&want, y) ||
+           no(r, "maps %s to %s, but a %dx%d window with stride %d and padding %d gives %s", str(r, x), str(r, y), k, k,
+              r->n->attr.stride, r->n->attr.padding, str(r, &want));
+}
+
+/* x [N,C,H,W] and w [O,C,K,K] of a convolution. */
+static bool conv_operands(Rule *r, const Shape *x, const Shape *w)
+{
+    if (!rank(r, "weight", w, 4)) return false;
+    if (w->d[2] != w->d[3]) return no(r, "weight %s is not square", str(r, w));
+    if (!rank(r, "input", x, 4)) return false;
+    if (w->d[1] != x->d[1])
+        return no(r, "weight %s has %d input channels, the input %s has %d", str(r, w), w->d[1], str(r, x), x->d[1]);
+    return true;
+}
+
+/* Elements: the constant factor, and whether N multiplies it. */
+static long numel_c(const Shape *s, bool *batched)
+{
+    long e = 1;
+    *batched = false;
+    for (int k = 0; k < s->nd; k++) {
+        if (s->d[k] == IR_BATCH) *batched = true;
+        else e *= s->d[k];
+    }
+    return e;
+}
+
+/* ------------------------------------------------------------------ the rules */
+
+static bool rule_given(Rule *r)   /* input, const: as made */
+{
+    *r->out = r->n->shape;
+    return r->out->nd >= 1 || no(r, "has no dimensions");
+}
+
+static bool rule_labels(Rule *r)
+{
+    int n = IR_BATCH;
+    return give(r, 1, &n);
+}
+
+static bool rule_persistent(Rule *r)
+{
+    *r->out = r->n->shape;
+    if (!r->n->name) return no(r, "has no name");
+    return r->out->nd == 0 || r->out->d[0] != IR_BATCH || no(r, "%s grows with the batch", str(r, r->out));
+}
+
+static bool rule_conv2d(Rule *r)   /* x[N,C,H,W], w[O,C,K,K], b[O]? -> [N,O,OH,OW] */
+{
+    const Shape *x = in(r, 0), *w = in(r, 1);
+    if (!conv_operands(r, x, w)) return false;
+    if (r->n->nin == 3 && !channels(r, "bias", in(r, 2), 0, w->d[0])) return false;
+    return windowed(r, x, w->d[0], w->d[2], r->out);
+}
+
+static bool rule_conv2d_grad_x(Rule *r)   /* dy, w -> dx: the input's shape, checked */
+{
+    const Shape *x = &r->n->shape, *w = in(r, 1);
+    *r->out = *x;
+    return conv_operands(r, x, w) && windowed_is(r, x, w->d[0], w->d[2], in(r, 0));
+}
+
+static bool rule_conv2d_grad_w(Rule *r)   /* dy, x -> dw: the weight's shape, checked */
+{
+    const Shape *x = in(r, 1), *w = &r->n->shape;
+    *r->out = *w;
+    return conv_operands(r, x, w) && windowed_is(r, x, w->d[0], w->d[2], in(r, 0));
+}
+
+static bool rule_linear(Rule *r)   /* x[N,F], w[O,F], b[O]? -> [N,O] */
+{
+    const Shape *x = in(r, 0), *w = in(r, 1);
+    if (!rank(r, "input", x, 2) || !rank(r, "weight", w, 2)) return false;
+    if (w->d[1] != x->d[1]) return no(r, "weight %s does not take the input's %d features", str(r, w), x->d[1]);
+    if (r->n->nin == 3 && !channels(r, "bias", in(r, 2), 0, w->d[0])) return false;
+    return give(r, 2, (int[]){ x->d[0], w->d[0] });
+}
+
+static bool rule_linear_grad_x(Rule *r)   /* dy[N,O], w[O,F] -> dx[N,F] */
+{
+    const Shape *dy = in(r, 0), *w = in(r, 1);
+    if (!rank(r, "gradient", dy, 2) || !rank(r, "weight", w, 2)) return false;
+    if (dy->d[1] != w->d[0]) return no(r, "gradient %s does not match weight %s", str(r, dy), str(r, w));
+    return give(r, 2, (int[]){ dy->d[0], w->d[1] });
+}
+
+static bool rule_linear_grad_w(Rule *r)   /* dy[N,O], x[N,F] -> dw[O,F] */
+{
+    const Shape *dy = in(r, 0), *x = in(r, 1);
+    if (!rank(r, "gradient", dy, 2) || !rank(r, "input", x, 2)) return false;
+    if (dy->d[0] != x->d[0]) return no(r, "gradient %s and input %s differ in the batch", str(r, dy), str(r, x));
+    return give(r, 2, (int[]){ dy->d[1], x->d[1] });
+}
+
+static bool rule_bias_grad(Rule *r)   /* dy[N,O,...] -> [O] */
+{
+    const Shape *dy = in(r, 0);
+    if (dy->nd < 2) return no(r, "gradient %s has no channel dimension", str(r, dy));
+    return give(r, 1, &dy->d[1]);
+}
+
+static bool rule_bn_stats(Rule *r)   /* x[N,C,H,W] -> [3,C] */
+{
+    return rank(r, "input", in(r, 0), 4) && give(r, 2, (int[]){ 3, in(r, 0)->d[1] });
+}
+
+static bool rule_bn_eval_stats(Rule *r)   /* running_mean[C], running_var[C] -> [3,C] */
+{
+    const Shape *m = in(r, 0);
+    if (!rank(r, "running_mean", m, 1) || !channels(r, "running_var", in(r, 1), 0, m->d[0])) return false;
+    return give(r, 2, (int[]){ 3, m->d[0] });
+}
+
+static bool rule_bn_apply(Rule *r)   /* x, stats[3,C], gamma[C], beta[C] -> like x */
+{
+    const Shape *x = in(r, 0);
+    if (!rank(r, "input", x, 4)) return false;
+    *r->out = *x;
+    return channels(r, "stats", in(r, 1), 3, x->d[1]) && channels(r, "gamma", in(r, 2), 0, x->d[1]) &&
+           channels(r, "beta", in(r, 3), 0, x->d[1]);
+}
+
+static bool rule_same(Rule *r)   /* element-wise over one input */
+{
+    *r->out = *in(r, 0);
+    return true;
+}
+
+static bool rule_same2(Rule *r)   /* element-wise over two inputs of one shape */
+{
+    *r->out = *in(r, 0);
+    return same(r, "input 1", in(r, 1), "input 0", in(r, 0));
+}
+
+static bool rule_dropout_mask(Rule *r)
+{
+    float p = r->n->attr.p;
+    *r->out = *in(r, 0);
+    return (p >= 0 && p < 1) || no(r, "has p = %g", p);
+}
+
+static bool rule_pool(Rule *r)   /* x[N,C,H,W] -> [N,C,OH,OW] */
+{
+    return windowed(r, in(r, 0), -1, r->n->attr.kernel, r->out);
+}
+
+static bool rule_maxpool_grad(Rule *r)   /* x, dy -> dx like x */
+{
+    *r->out = *in(r, 0);
+    return windowed_is(r, in(r, 0), -1, r->n->attr.kernel, in(r, 1));
+}
+
+static bool rule_avgpool_grad(Rule *r)   /* dy -> dx: the input's shape, checked */
+{
+    *r->out = r->n->shape;
+    return windowed_is(r, r->out, -1, r->n->attr.kernel, in(r, 0));
+}
+
+static bool rule_gap(Rule *r)   /* [N,C,H,W] -> [N,C,1,1] */
+{
+    const Shape *x = in(r, 0);
+    return rank(r, "input", x, 4) && give(r, 4, (int[]){ x->d[0], x->d[1], 1, 1 });
+}
+
+static bool rule_gap_grad(Rule *r)   /* dy[N,C,1,1] -> dx[N,C,H,W]: the input's shape, checked */
+{
+    const Shape *x = &r->n->shape, *p = in(r, 0);
+    *r->out = *x;
+    if (!rank(r, "input", x, 4) || !rank(r, "pooled", p, 4)) return false;
+    return (p->d[0] == x->d[0] && p->d[1] == x->d[1] && p->d[2] == 1 && p->d[3] == 1) ||
+           no(r, "pools %s to %s, not to [%s,%d,1,1]", str(r, x), str(r, p), batch(x), x->d[1]);
+}
+
+static bool rule_reshape(Rule *r)   /* the same elements: the shape given */
+{
+    bool xb, yb;
+    *r->out = r->n->shape;
+    long xe = numel_c(in(r, 0), &xb), ye = numel_c(r->out, &yb);
+    return (xe == ye && xb == yb) || no(r, "reshapes %s to %s: not the same elements", str(r, in(r, 0)), str(r, r->out));
+}
+
+static bool rule_slice(Rule *r)   /* a contiguous piece from an offset: the shape given */
+{
+    bool xb, yb;
+    *r->out = r->n->shape;
+    long xe = numel_c(in(r, 0), &xb), ye = numel_c(r->out, &yb);
+    int off = r->n->attr.offset;
+    return (off >= 0 && (xb || !yb) && off + ye <= xe) ||
+           no(r, "takes %s at offset %d from %s: not within it", str(r, r->out), off, str(r, in(r, 0)));
+}
+
+/* logits [N,K] and labels [N] */
+static bool logits_labels(Rule *r)
+{
+    const Shape *l = in(r, 0), *lab = in(r, 1);
+    if (!rank(r, "logits", l, 2) || !rank(r, "labels", lab, 1)) return false;
+    return lab->d[0] == l->d[0] || no(r, "labels %s do not match logits %s", str(r, lab), str(r, l));
+}
+
+static bool rule_xent(Rule *r)   /* logits, labels -> [1] (the loss, or the number correct) */
+{
+    int one = 1;
+    return logits_labels(r) && give(r, 1, &one);
+}
+
+static bool rule_xent_grad(Rule *r)   /* logits, labels, dloss[1] -> dlogits */
+{
+    *r->out = *in(r, 0);
+    return logits_labels(r) && channels(r, "loss gradient", in(r, 2), 0, 1);
+}
+
+static bool rule_bn_grad_params(Rule *r)   /* x, stats, dy -> [2,C] */
+{
+    const Shape *x = in(r, 0);
+    if (!rank(r, "input", x, 4)) return false;
+    return channels(r, "stats", in(r, 1), 3, x->d[1]) && same(r, "gradient", in(r, 2), "input", x) &&
+           give(r, 2, (int[]){ 2, x->d[1] });
+}
+
+static bool rule_bn_grad_x(Rule *r)   /* x, stats, gamma, dy, dparams -> dx like x */
+{
+    const Shape *x = in(r, 0);
+    if (!rank(r, "input", x, 4)) return false;
+    *r->out = *x;
+    return channels(r, "stats", in(r, 1), 3, x->d[1]) && channels(r, "gamma", in(r, 2), 0, x->d[1]) &&
+           same(r, "gradient", in(r, 3), "input", x) && channels(r, "dparams", in(r, 4), 2, x->d[1]);
+}
+
+static bool rule_bn_running(Rule *r)   /* stats, running_mean, running_var, updated in place */
+{
+    const Node *st = &r->g->nodes[r->n->in[0]];
+    if (st->op != OP_BN_STATS && st->op != OP_BN_FINISH)
+        return no(r, "updates from %%%d (%s), not bn_stats or bn_finish", r->n->in[0], ir_op_name(st->op));
+    const Shape *m = in(r, 1);
+    if (!rank(r, "running_mean", m, 1)) return false;
+    *r->out = *m;
+    return channels(r, "running_var", in(r, 2), 0, m->d[0]) && channels(r, "stats", &st->shape, 3, m->d[0]);
+}
+
+static bool rule_sgd(Rule *r)   /* param, grad, momentum buffer? -> the parameter, updated in place */
+{
+    const Node *p = &r->g->nodes[r->n->in[0]];
+    if (p->op != OP_PARAM) return no(r, "updates %%%d (%s), not a parameter", r->n->in[0], ir_op_name(p->op));
+    if (r->n->nin == 3 && r->g->nodes[r->n->in[2]].op != OP_STATE)
+        return no(r, "keeps its momentum in %%%d, not a state buffer", r->n->in[2]);
+    *r->out = p->shape;
+    return same(r, "gradient", in(r, 1), "parameter", &p->shape) &&
+           (r->n->nin < 3 || same(r, "momentum buffer", in(r, 2), "parameter", &p->shape));
+}
+
+static bool rule_allreduce(Rule *r)   /* a sum over replicas: the shape of its input */
+{
+    *r->out = *in(r, 0);
+    int b = r->n->attr.bucket;
+    return b < 0 || b < r->g->nbuckets || no(r, "is in bucket %d of %d", b, r->g->nbuckets);
+}
+
+static bool rule_bn_sum(Rule *r)   /* x -> [C] */
+{
+    return rank(r, "input", in(r, 0), 4) && give(r, 1, &in(r, 0)->d[1]);
+}
+
+static bool rule_bn_sqdev(Rule *r)   /* x, sum[C] -> [C] */
+{
+    return rank(r, "input", in(r, 0), 4) && channels(r, "sum", in(r, 1), 0, in(r, 0)->d[1]) && give(r, 1, &in(r, 0)->d[1]);
+}
+
+static bool rule_bn_finish(Rule *r)   /* sum[C], sqdev[C] -> [3,C]; the sum must come (through an allreduce) from bn_sum */
+{
+    const Graph *g = r->g;
+    const Node *sum = &g->nodes[r->n->in[0]];
+    if (sum->op != OP_ALLREDUCE || g->nodes[sum->in[0]].op != OP_BN_SUM)
+        return no(r, "finishes %%%d (%s), not the allreduce of a bn_sum", r->n->in[0], ir_op_name(sum->op));
+    int ch = in(r, 0)->d[0];
+    return channels(r, "sqdev", in(r, 1), 0, ch) && give(r, 2, (int[]){ 3, ch });
+}
+
+static bool (*const rules[OP_COUNT])(Rule *r) = {
+#define X(e, name, kind, mn, mx, attrs, shape, grad, lower, print) [OP_##e] = rule_##shape,
+#include "ops.def"
+#undef X
+};
+
+bool ir_op_shape(const Graph *g, const Node *n, Shape *out, char *why, size_t size)
+{
+    Rule r = { .g = g, .n = n, .out = out, .why = why, .size = size };
+    if (n->op >= OP_COUNT) {
+        snprintf(why, size, "has no valid op");
+        return false;
+    }
+    arena_init(&r.tmp);
+    why[0] = 0;
+    bool ok = rules[n->op](&r);
+    arena_free(&r.tmp);
+    return ok;
+}
+
+int ir_op(Graph *g, Op op, Loc loc, int nin, const int *in_ids, const IrAttrs *attr, const Shape *given)
+{
+    int id = ir_node(g, op, loc, nin, in_ids);
+    Node *n = &g->nodes[id];
+    if (attr) n->attr = *attr;
+    if (given) n->shape = *given;
+    char why[384];
+    Shape s;
+    bool ok = ir_op_shape(g, n, &s, why, sizeof why);
+    if (ok && given && !ir_shape_eq(&s, given)) {
+        Arena tmp;
+        arena_init(&tmp);
+        snprintf(why, sizeof why, "is made %s, but its inputs give %s", ir_shape_str(&tmp, given), ir_shape_str(&tmp, &s));
+        arena_free(&tmp);
+        ok = false;
+    }
+    if (!ok) {
+        diag_at(g->diag, loc, "internal: node %%%d (%s) %s", id, ir_op_name(op), why);
+        return -1;
+    }
+    g->nodes[id].shape = s;
+    return id;
+}
