@@ -114,6 +114,8 @@ static void usage(FILE *out)
         "                         to $MGC_CACHE_MB (default 1000) MB, the entries used least recently go first\n"
         "  --cache-clear          empty the kernel cache and exit\n"
         "  --version              the version, and what this build has and finds here (OpenBLAS, MPI, CUDA, GPUs)\n"
+        "  --list-layers          the built-in layers, their arguments and checks (docs/language.md's table)\n"
+        "  --list-ops             the IR's ops: name, kind, and 'grad' where gradients flow through them\n"
         "  --help\n\n"
         "environment:\n"
         "  MGC_DATA               the Fashion-MNIST directory when --data is not given\n"
@@ -287,7 +289,8 @@ static const struct { const char *name; bool flag; } options[O_COUNT] = {
     [O_CHECK_NAN] = { "--check-nan", true }, [O_EVALUATE] = { "--evaluate", true },
 };
 /* the options handled before the table's (they end the parse, or take no value) */
-static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose" };
+static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", "--list-layers",
+                                             "--list-ops" };
 
 /* --lr-schedule constant | cosine | step:E1,E2,... (increasing epochs, or steps with --lr-per step) */
 static int parse_schedule(const char *val, TrainConfig *t)
@@ -519,6 +522,15 @@ static int parse_args(int argc, char **argv, Cli *c)
             exit(0);
         }
         if (!strcmp(arg, "--version")) exit(print_version());
+        if (!strcmp(arg, "--list-layers")) {   /* docs/language.md's table, from the layer table */
+            fe_print_layers(stdout);
+            exit(0);
+        }
+        if (!strcmp(arg, "--list-ops")) {   /* the op table: name, kind, whether it has a gradient rule */
+            for (int k = 0; k < OP_COUNT; k++)
+                printf("%s %s%s\n", ir_op_name(k), ir_op_kind_name(ir_op_kind(k)), ir_op_has_gradient(k) ? " grad" : "");
+            exit(0);
+        }
         if (!strcmp(arg, "--cache-info") || !strcmp(arg, "--cache-clear")) exit(rt_cache_report(arg[8] == 'c', stdout));
         if (!strcmp(arg, "-v") || !strcmp(arg, "--verbose")) {
             t->verbose = true;

@@ -22,10 +22,10 @@ static void check_callee(Checker *C, const Ast *e)
 {
     Elab *E = C->E;
     if (fe_find_layer(e->name) >= 0 || fe_find_block(E->defs, e->name)) return;
-    const char *cands[L_COUNT + 256];
+    const char *cands[64 + 256];
     int n = 0;
-    for (int i = 0; i < L_COUNT; i++) cands[n++] = fe_layers[i].name;
-    for (FeDef *d = E->defs; d && n < L_COUNT + 256; d = d->next)
+    for (int i = 0; i < fe_nlayers && n < 64; i++) cands[n++] = fe_layers[i].name;
+    for (FeDef *d = E->defs; d && n < 64 + 256; d = d->next)
         if (!d->is_net) cands[n++] = d->name;
     const char *s = fe_suggest(e->name, cands, n);
     if (s)

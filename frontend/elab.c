@@ -36,7 +36,6 @@
 #define FE_MAX_ITERS   10000    /* loop iterations, all loops of one compilation together */
 #define FE_MAX_STEPS   200000   /* statements run plus stages applied, per compilation */
 #define FE_MAX_DEPTH   64       /* blocks instantiated inside one another */
-#define FE_MAX_SIZE    (1 << 20)/* largest channel count, feature count, kernel, input dim */
 #define FE_MAX_FILE    (64L << 20) /* largest .net file read, bytes */
 /* Expressions and statement lists evaluated inside one another, counted across
    block instances (the parser bounds each body; blocks nest 64 deep, so without
@@ -94,38 +93,6 @@ typedef struct Scope {
     Loc ret_loc;
 } Scope;
 
-/* ---- built-in layers (types in elab_internal.h) ---- */
-
-const Layer fe_layers[L_COUNT] = {
-    [L_CONV2D] = { "conv2d", true, 5, {
-        { "out_channels", A_INT, true, 0 }, { "kernel", A_INT, true, 0 },
-        { "stride", A_INT, false, 1 }, { "padding", A_INT, false, 0 }, { "bias", A_BOOL, false, 1 } } },
-    [L_LINEAR] = { "linear", true, 3, {
-        { "out_features", A_INT, true, 0 }, { "bias", A_BOOL, false, 1 },
-        { "in_features", A_INT, false, -1 } } },   /* -1: inferred from the input; else checked against it */
-    [L_BATCHNORM2D] = { "batchnorm2d", true, 2, {
-        { "eps", A_FLOAT, false, 1e-5 }, { "momentum", A_FLOAT, false, 0.1 } } },
-    [L_RELU] = { "relu", false, 0, { { 0 } } },
-    [L_SIGMOID] = { "sigmoid", false, 0, { { 0 } } },
-    [L_TANH] = { "tanh", false, 0, { { 0 } } },
-    [L_MAXPOOL2D] = { "maxpool2d", false, 3, {
-        { "kernel", A_INT, true, 0 }, { "stride", A_INT, false, DEF_KERNEL }, { "padding", A_INT, false, 0 } } },
-    [L_AVGPOOL2D] = { "avgpool2d", false, 3, {
-        { "kernel", A_INT, true, 0 }, { "stride", A_INT, false, DEF_KERNEL }, { "padding", A_INT, false, 0 } } },
-    [L_GLOBAL_AVGPOOL] = { "global_avgpool", false, 0, { { 0 } } },
-    [L_FLATTEN] = { "flatten", false, 0, { { 0 } } },
-    [L_DROPOUT] = { "dropout", false, 1, { { "p", A_FLOAT, false, 0.5 } } },
-    [L_ADD] = { "add", false, 1, { { "other", A_TENSOR, true, 0 } } },
-    [L_SOFTMAX_XENT] = { "softmax_cross_entropy", false, 0, { { 0 } } },
-};
-
-int fe_find_layer(const char *name)
-{
-    for (int i = 0; i < L_COUNT; i++)
-        if (!strcmp(fe_layers[i].name, name)) return i;
-    return -1;
-}
-
 FeDef *fe_find_block(FeDef *defs, const char *name)
 {
     for (FeDef *d = defs; d; d = d->next)
@@ -178,24 +145,6 @@ static Value vint(long long i) { Value v = { V_INT, i, 0, -1 }; return v; }
 static Value vfloat(double f) { Value v = { V_FLOAT, 0, f, -1 }; return v; }
 static Value vbool(bool b) { Value v = { V_BOOL, b, 0, -1 }; return v; }
 static Value vtensor(int node) { Value v = { V_TENSOR, 0, 0, node }; return v; }
-
-/* "conv2d(out_channels, kernel, stride = 1, padding = 0, bias = true)" */
-static const char *layer_signature(Elab *E, const Layer *L)
-{
-    char buf[256];
-    size_t n = (size_t)snprintf(buf, sizeof buf, "%s(", L->name);
-    for (int i = 0; i < L->nargs && n < sizeof buf; i++) {
-        const LayerArg *a = &L->args[i];
-        const char *sep = i ? ", " : "";
-        if (a->required) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", sep, a->name);
-        else if (a->def == DEF_KERNEL) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = kernel", sep, a->name);
-        else if (a->def == -1) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = inferred", sep, a->name);
-        else if (a->type == A_BOOL) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = %s", sep, a->name, a->def ? "true" : "false");
-        else n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s = %g", sep, a->name, a->def);
-    }
-    if (n < sizeof buf) snprintf(buf + n, sizeof buf - n, ")");
-    return arena_strdup(E->a, buf);
-}
 
 static const char *block_signature(Elab *E, const FeDef *b)
 {
@@ -727,8 +676,8 @@ static int stage_name(Elab *E, Scope *S, Env *env, const Ast *st, bool needs_nam
     }
 }
 
-static int check_range(Elab *E, Loc loc, const char *layer, const char *arg, long long v,
-                       long long lo, long long hi)
+/* An input dimension v within [lo, hi]: 0, or -1 said. */
+static int check_range(Elab *E, Loc loc, const char *layer, const char *arg, long long v, long long lo, long long hi)
 {
     if (v >= lo && v <= hi) return 0;
     if (v < lo && lo == 0)
@@ -740,20 +689,21 @@ static int check_range(Elab *E, Loc loc, const char *layer, const char *arg, lon
     return -1;
 }
 
-static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, LayerId id, Value in,
-                       const Ast *args, Value *out)
+/* A built-in layer (frontend/layers.c): its arguments bound by its row,
+   defaulted, their types and ranges checked, then its builder. */
+static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value in, const Ast *args, Value *out)
 {
     const Layer *L = &fe_layers[id];
-    const char *sig = layer_signature(E, L);
-    const char *names[5];
-    Value vals[5];
-    bool given[5] = { 0 };
-    Loc where[5];
-    for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; where[i] = st->name_loc; }
+    char sigbuf[256];
+    const char *sig = arena_strdup(E->a, fe_layer_signature(L, sigbuf, sizeof sigbuf));
+    const char *names[FE_MAX_LAYER_ARGS];
+    Value vals[FE_MAX_LAYER_ARGS];
+    bool given[FE_MAX_LAYER_ARGS] = { 0 };
+    LayerCall c = { .E = E, .g = E->g, .loc = st->name_loc, .x = in.node };
+    for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; c.where[i] = st->name_loc; }
     if (want_tensor_input(E, st, in)) return -1;
-    if (bind_args(E, S, env, st, sig, names, L->nargs, args, vals, given, where)) return -1;
-    long long iv[5] = { 0 };
-    double fv[5] = { 0 };
+    c.x = in.node;
+    if (bind_args(E, S, env, st, sig, names, L->nargs, args, vals, given, c.where)) return -1;
     for (int i = 0; i < L->nargs; i++) {
         const LayerArg *a = &L->args[i];
         if (!given[i]) {
@@ -761,102 +711,28 @@ static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, LayerId id, V
                 diag_at(E->d, st->name_loc, "missing argument '%s' to %s", a->name, sig);
                 return -1;
             }
-            iv[i] = a->def == DEF_KERNEL ? iv[0] : (long long)a->def;
-            fv[i] = a->def;
+            c.i[i] = a->def == DEF_KERNEL ? c.i[0] : (long long)a->def;
+            c.f[i] = a->def;
             continue;
         }
         Value v = vals[i];
         bool ok = (a->type == A_INT && v.k == V_INT) || (a->type == A_FLOAT && is_num(v)) ||
                   (a->type == A_BOOL && v.k == V_BOOL) || (a->type == A_TENSOR && v.k == V_TENSOR);
         if (!ok) {
-            diag_at(E->d, where[i], "argument '%s' of %s must be %s, not %s", a->name, L->name,
+            diag_at(E->d, c.where[i], "argument '%s' of %s must be %s, not %s", a->name, L->name,
                     type_name(a->type), describe(E, v));
             return -1;
         }
-        iv[i] = v.k == V_FLOAT ? 0 : v.i;
-        fv[i] = num(v);
-        if (a->type == A_TENSOR) iv[i] = v.node;
+        c.i[i] = a->type == A_TENSOR ? v.node : v.k == V_FLOAT ? 0 : v.i;
+        c.f[i] = num(v);
+        if (!fe_layer_arg_in_range(E, c.where[i], L, i, c.i[i], c.f[i])) return -1;
     }
-    const char *prefix = NULL;
-    if (stage_name(E, S, env, st, L->has_params, &prefix)) return -1;
-    Loc loc = st->name_loc;
-    Graph *g = E->g;
-    int errors = E->d->errors, r = -1;
-    switch (id) {
-    case L_CONV2D:
-        if (check_range(E, where[0], "conv2d", "out_channels", iv[0], 1, FE_MAX_SIZE) ||
-            check_range(E, where[1], "conv2d", "kernel", iv[1], 1, FE_MAX_SIZE) ||
-            check_range(E, where[2], "conv2d", "stride", iv[2], 1, FE_MAX_SIZE) ||
-            check_range(E, where[3], "conv2d", "padding", iv[3], 0, FE_MAX_SIZE))
-            return -1;
-        r = ir_conv2d(g, loc, prefix, in.node, (int)iv[0], (int)iv[1], (int)iv[2], (int)iv[3], iv[4] != 0);
-        break;
-    case L_LINEAR:
-        if (check_range(E, where[0], "linear", "out_features", iv[0], 1, FE_MAX_SIZE)) return -1;
-        if (iv[2] != -1 && check_range(E, where[2], "linear", "in_features", iv[2], 1, FE_MAX_SIZE)) return -1;
-        r = ir_linear_in(g, loc, prefix, in.node, (int)iv[2], (int)iv[0], iv[1] != 0);
-        break;
-    case L_BATCHNORM2D:
-        if (!(fv[0] > 0 && fv[0] < 1)) {
-            diag_at(E->d, where[0], "batchnorm2d: 'eps' must be in (0, 1), got %g", fv[0]);
-            return -1;
-        }
-        if (!(fv[1] >= 0 && fv[1] <= 1)) {
-            diag_at(E->d, where[1], "batchnorm2d: 'momentum' must be in [0, 1], got %g", fv[1]);
-            return -1;
-        }
-        r = ir_batchnorm2d(g, loc, prefix, in.node, (float)fv[0], (float)fv[1]);
-        break;
-    case L_RELU: r = ir_relu(g, loc, in.node); break;
-    case L_SIGMOID: r = ir_sigmoid(g, loc, in.node); break;
-    case L_TANH: r = ir_tanh(g, loc, in.node); break;
-    case L_MAXPOOL2D:
-    case L_AVGPOOL2D:
-        if (check_range(E, where[0], L->name, "kernel", iv[0], 1, FE_MAX_SIZE) ||
-            check_range(E, where[1], L->name, "stride", iv[1], 1, FE_MAX_SIZE) ||
-            check_range(E, where[2], L->name, "padding", iv[2], 0, FE_MAX_SIZE))
-            return -1;
-        if (iv[2] > iv[0] / 2) {
-            diag_at(E->d, where[2], "%s: padding %lld is too big for kernel %lld; it can be at most "
-                    "half the kernel (%lld)", L->name, iv[2], iv[0], iv[0] / 2);
-            return -1;
-        }
-        r = (id == L_MAXPOOL2D ? ir_maxpool2d : ir_avgpool2d)(g, loc, in.node, (int)iv[0], (int)iv[1], (int)iv[2]);
-        break;
-    case L_GLOBAL_AVGPOOL: r = ir_global_avgpool(g, loc, in.node); break;
-    case L_FLATTEN: r = ir_flatten(g, loc, in.node); break;
-    case L_DROPOUT:
-        if (!(fv[0] >= 0 && fv[0] < 1)) {
-            diag_at(E->d, where[0], "dropout: 'p' must be in [0, 1), got %g", fv[0]);
-            return -1;
-        }
-        r = ir_dropout(g, loc, in.node, (float)fv[0]);
-        break;
-    case L_ADD: {
-        Value other = vals[0];
-        if (other.node == E->loss_node) {
-            diag_at(E->d, where[0], "the loss cannot be an input of 'add'");
-            return -1;
-        }
-        r = ir_add(g, loc, in.node, other.node);
-        break;
-    }
-    case L_SOFTMAX_XENT:
-        if (E->loss_node >= 0) {
-            diag_at(E->d, loc, "a second softmax_cross_entropy; the net has exactly one loss");
-            diag_note(E->d, E->loss_loc, "the first is here");
-            return -1;
-        }
-        r = ir_softmax_xent(g, loc, in.node);
-        if (r >= 0) { E->loss_node = r; E->loss_loc = loc; }
-        break;
-    case L_COUNT:
-        break;
-    }
+    if (stage_name(E, S, env, st, L->has_params, &c.prefix)) return -1;
+    int errors = E->d->errors;
+    int r = L->build(&c);
     if (r < 0) {
         if (E->d->errors == errors)
-            diag_at(E->d, loc, "cannot apply '%s' to a tensor %s", L->name,
-                    ir_shape_str(E->a, ir_shape(g, in.node)));
+            diag_at(E->d, c.loc, "cannot apply '%s' to a tensor %s", L->name, ir_shape_str(E->a, ir_shape(E->g, in.node)));
         return -1;
     }
     *out = vtensor(r);
@@ -930,7 +806,7 @@ static int apply_stage(Elab *E, Scope *S, Env *env, const Ast *st, Value in, con
 {
     if (step(E, st->name_loc)) return -1;
     int id = fe_find_layer(st->name);
-    if (id >= 0) return apply_layer(E, S, env, st, (LayerId)id, in, args, out);
+    if (id >= 0) return apply_layer(E, S, env, st, id, in, args, out);
     FeDef *b = fe_find_block(E->defs, st->name);
     if (b) return apply_block(E, S, env, st, b, in, args, out);
     diag_at(E->d, st->name_loc, "unknown layer '%s'", st->name);   /* fe_check_file catches this first */

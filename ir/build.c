@@ -1,7 +1,8 @@
 /*
-** Layer builders: the front end's way into the IR. Each builder checks its
-** input shapes, reports a mismatch at the layer's .net location, creates the
-** layer's parameters (named "<prefix>.weight" / "<prefix>.bias", initialised
+** Layer builders: the front end's way into the IR. Their arguments are the
+** front end's, checked there against the layer table's ranges (frontend/
+** layers.c); each builder checks its input shapes, reports a mismatch at the
+** layer's .net location, creates the layer's parameters (named "<prefix>.weight" / "<prefix>.bias", initialised
 ** as PyTorch initialises them) and returns the id of the layer's output.
 */
 #include "ir.h"
@@ -85,13 +86,6 @@ static bool need_rank(Graph *g, Loc loc, int x, int nd, const char *layer, const
     return false;
 }
 
-static bool positive(Graph *g, Loc loc, const char *layer, const char *what, int v, int min)
-{
-    if (v >= min) return true;
-    diag_at(g->diag, loc, "%s: %s must be at least %d, got %d", layer, what, min, v);
-    return false;
-}
-
 int ir_input(Graph *g, Loc loc, Shape s)
 {
     if (g->input >= 0) {
@@ -115,11 +109,6 @@ int ir_input(Graph *g, Loc loc, Shape s)
 /* Output size of a sliding window, or reports and returns 0. */
 static int window_out(Graph *g, Loc loc, const char *layer, int in, int k, int s, int p, const char *dim)
 {
-    /* PyTorch's pools allow at most half the window as padding; its convolutions allow any. */
-    if (strstr(layer, "pool") && 2 * p > k) {
-        diag_at(g->diag, loc, "%s: padding %d is more than half the kernel %d", layer, p, k);
-        return 0;
-    }
     long long span = (long long)in + 2LL * p;
     if (k > span) {
         diag_at(g->diag, loc, "%s: kernel %d is larger than the padded input %s %lld (input %d + 2x padding %d)",
@@ -138,9 +127,6 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
               int kernel, int stride, int padding, bool bias)
 {
     if (!need_rank(g, loc, x, 4, "conv2d", "[N, C, H, W]")) return -1;
-    if (!positive(g, loc, "conv2d", "out_channels", out_channels, 1) || !positive(g, loc, "conv2d", "kernel", kernel, 1) ||
-        !positive(g, loc, "conv2d", "stride", stride, 1) || !positive(g, loc, "conv2d", "padding", padding, 0))
-        return -1;
     const Shape *xs = &g->nodes[x].shape;
     int c = xs->d[1];
     int oh = window_out(g, loc, "conv2d", xs->d[2], kernel, stride, padding, "height");
@@ -164,7 +150,6 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias)
 {
     if (!need_rank(g, loc, x, 2, "linear", "[N, features]")) return -1;
-    if (!positive(g, loc, "linear", "out_features", out_features, 1)) return -1;
     const Shape *xs = &g->nodes[x].shape;
     int f = xs->d[1];
     if (in_features >= 0 && in_features != f) {
@@ -188,14 +173,6 @@ int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, 
 int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum)
 {
     if (!need_rank(g, loc, x, 4, "batchnorm2d", "[N, C, H, W]")) return -1;
-    if (!(eps > 0)) {
-        diag_at(g->diag, loc, "batchnorm2d: eps must be positive, got %g", eps);
-        return -1;
-    }
-    if (!(momentum >= 0 && momentum <= 1)) {
-        diag_at(g->diag, loc, "batchnorm2d: momentum must be in [0, 1], got %g", momentum);
-        return -1;
-    }
     int c = g->nodes[x].shape.d[1];
     Shape cs = ir_shape_make(1, &c);
     int gamma = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), cs, INIT_ONES, 0);
@@ -252,9 +229,6 @@ static int pool(Graph *g, Loc loc, Op op, int x, int kernel, int stride, int pad
 {
     const char *layer = ir_op_name(op);
     if (!need_rank(g, loc, x, 4, layer, "[N, C, H, W]")) return -1;
-    if (!positive(g, loc, layer, "kernel", kernel, 1) || !positive(g, loc, layer, "stride", stride, 1) ||
-        !positive(g, loc, layer, "padding", padding, 0))
-        return -1;
     const Shape *xs = &g->nodes[x].shape;
     int oh = window_out(g, loc, layer, xs->d[2], kernel, stride, padding, "height");
     if (!oh) return -1;
@@ -291,10 +265,6 @@ int ir_flatten(Graph *g, Loc loc, int x)
 int ir_dropout(Graph *g, Loc loc, int x, float p)
 {
     if (x < 0) return -1;
-    if (!(p >= 0 && p < 1)) {
-        diag_at(g->diag, loc, "dropout: p must be in [0, 1), got %g", p);
-        return -1;
-    }
     if (!g->training || p == 0) return x;   /* identity in evaluation, or when nothing is dropped */
     int mask = unary(g, OP_DROPOUT_MASK, loc, x, &(IrAttrs){ .p = p });
     return mask < 0 ? -1 : binary(g, OP_MUL, loc, x, mask, NULL);

@@ -15,6 +15,12 @@ static const struct { const char *name; OpKind kind; int min_in, max_in; unsigne
 
 const char *ir_op_name(Op op) { return op < OP_COUNT ? op_table[op].name : "?"; }
 OpKind ir_op_kind(Op op) { return op_table[op].kind; }
+
+const char *ir_op_kind_name(OpKind kind)
+{
+    static const char *const names[] = { "SRC", "EW", "GEMM", "KERN", "VIEW", "EFFECT", "COMM" };
+    return kind <= KIND_COMM ? names[kind] : "?";
+}
 unsigned ir_op_attrs(Op op) { return op < OP_COUNT ? op_table[op].attrs : 0; }
 int ir_op_min_inputs(Op op) { return op_table[op].min_in; }
 int ir_op_max_inputs(Op op) { return op_table[op].max_in; }

@@ -109,6 +109,7 @@ typedef struct Graph {
 /* ---- the table ---- */
 const char *ir_op_name(Op op);
 OpKind      ir_op_kind(Op op);
+const char *ir_op_kind_name(OpKind kind);       /* "EW", "GEMM", ... */
 unsigned    ir_op_attrs(Op op);                  /* the IR_ATTR bits of its attributes */
 int         ir_op_min_inputs(Op op), ir_op_max_inputs(Op op);
 bool        ir_op_has_gradient(Op op);           /* its row names a gradient rule */

@@ -228,12 +228,6 @@ static bool rule_same2(Rule *r)   /* element-wise over two inputs of one shape *
     return same(r, "input 1", in(r, 1), "input 0", in(r, 0));
 }
 
-static bool rule_dropout_mask(Rule *r)
-{
-    float p = r->n->attr.p;
-    *r->out = *in(r, 0);
-    return (p >= 0 && p < 1) || no(r, "has p = %g", p);
-}
 
 static bool rule_pool(Rule *r)   /* x[N,C,H,W] -> [N,C,OH,OW] */
 {

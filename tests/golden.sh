@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Golden files: what the compiler prints for each net in nets/, at each stage.
+# Golden files: what the compiler prints for each net in nets/, at each stage;
+# and docs/language.md's layer table against the layer table.
 #   bash tests/golden.sh            compare (prints "N passed, M failed")
 #   bash tests/golden.sh --update   rewrite tests/golden/ after an intended change (make golden)
 # A refactor should show a zero diff here.
@@ -43,5 +44,21 @@ check lenet-cpu2.dp nets/lenet.net --emit dp --devices cpu:2
 check resnet18-cpu2.kernels nets/resnet18.net --emit kernels --devices cpu:2 --momentum 0.9   # the SGD fused per bucket
 check lenet-cpu3-buckets.dp nets/lenet.net --emit dp --devices cpu:3 --bucket-mb 0.05 --batch-size 100
 check small-resnet-syncbn.grad tests/nets/small_resnet.net --emit grad --devices cpu:2 --sync-bn
+# docs/language.md's layer table is the layer table (frontend/layers.c), as
+# mgc --list-layers prints it: the docs cannot drift from what mgc checks
+doc=docs/language.md
+awk '/^\| layer \| arguments \| checks \|$/ { t = 1 } t && !/^\|/ { exit } t' "$doc" > "$tmp/doc-table"
+"$MGC" --list-layers > "$tmp/layers"
+if [ $update = 1 ]; then
+    awk -v tbl="$tmp/layers" '/^\| layer \| arguments \| checks \|$/ { while ((getline l < tbl) > 0) print l; skip = 1; next }
+        skip && /^\|/ { next } { skip = 0; print }' "$doc" > "$tmp/doc" && cp "$tmp/doc" "$doc"
+    pass=$((pass + 1))
+elif diff -u "$tmp/doc-table" "$tmp/layers" > "$tmp/diff"; then
+    pass=$((pass + 1))
+else
+    echo "FAIL golden $doc's layer table is not mgc --list-layers (make golden rewrites it):"
+    head -20 "$tmp/diff" | sed 's/^/    /'
+    fail=$((fail + 1))
+fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -1,0 +1,190 @@
+/*
+** The built-in layers: one row each (name, arguments with their type,
+** default and range, what else is checked in words, the builder). The
+** elaborator binds a call's arguments by the row, checks their types and
+** ranges (elab.c, apply_layer: each rule once, here), and calls the
+** builder, which makes the IR through ir/build.c. "Did you mean", the
+** signatures in messages and docs/language.md's layer table (mgc
+** --list-layers; tests/golden.sh holds the two together) come from the rows.
+** A new layer is a row and its builder.
+*/
+#include "elab_internal.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MAX FE_MAX_SIZE
+#define INT_ARG(name, req, def, lo) { name, A_INT, req, def, lo, MAX, false, false }
+#define FLOAT_ARG(name, def, lo, lo_open, hi, hi_open) { name, A_FLOAT, false, def, lo, hi, lo_open, hi_open }
+#define BOOL_ARG(name, def) { name, A_BOOL, false, def, 0, 1, false, false }
+#define TENSOR_ARG(name) { name, A_TENSOR, true, 0, 0, 0, false, false }
+
+static int build_conv2d(const LayerCall *c)
+{
+    return ir_conv2d(c->g, c->loc, c->prefix, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], (int)c->i[3], c->i[4] != 0);
+}
+
+static int build_linear(const LayerCall *c)
+{
+    return ir_linear_in(c->g, c->loc, c->prefix, c->x, (int)c->i[2], (int)c->i[0], c->i[1] != 0);
+}
+
+static int build_batchnorm2d(const LayerCall *c)
+{
+    return ir_batchnorm2d(c->g, c->loc, c->prefix, c->x, (float)c->f[0], (float)c->f[1]);
+}
+
+static int build_relu(const LayerCall *c) { return ir_relu(c->g, c->loc, c->x); }
+static int build_sigmoid(const LayerCall *c) { return ir_sigmoid(c->g, c->loc, c->x); }
+static int build_tanh(const LayerCall *c) { return ir_tanh(c->g, c->loc, c->x); }
+
+/* PyTorch's pools allow at most half the window as padding. */
+static bool pool_padding(const LayerCall *c, const char *layer)
+{
+    if (c->i[2] <= c->i[0] / 2) return true;
+    diag_at(c->E->d, c->where[2], "%s: padding %lld is too big for kernel %lld; it can be at most half the kernel (%lld)",
+            layer, c->i[2], c->i[0], c->i[0] / 2);
+    return false;
+}
+
+static int build_maxpool2d(const LayerCall *c)
+{
+    if (!pool_padding(c, "maxpool2d")) return -1;
+    return ir_maxpool2d(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2]);
+}
+
+static int build_avgpool2d(const LayerCall *c)
+{
+    if (!pool_padding(c, "avgpool2d")) return -1;
+    return ir_avgpool2d(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2]);
+}
+
+static int build_global_avgpool(const LayerCall *c) { return ir_global_avgpool(c->g, c->loc, c->x); }
+static int build_flatten(const LayerCall *c) { return ir_flatten(c->g, c->loc, c->x); }
+static int build_dropout(const LayerCall *c) { return ir_dropout(c->g, c->loc, c->x, (float)c->f[0]); }
+
+static int build_add(const LayerCall *c)
+{
+    if (c->i[0] == c->E->loss_node) {
+        diag_at(c->E->d, c->where[0], "the loss cannot be an input of 'add'");
+        return -1;
+    }
+    return ir_add(c->g, c->loc, c->x, (int)c->i[0]);
+}
+
+static int build_softmax_xent(const LayerCall *c)
+{
+    Elab *E = c->E;
+    if (E->loss_node >= 0) {
+        diag_at(E->d, c->loc, "a second softmax_cross_entropy; the net has exactly one loss");
+        diag_note(E->d, E->loss_loc, "the first is here");
+        return -1;
+    }
+    int r = ir_softmax_xent(c->g, c->loc, c->x);
+    if (r >= 0) E->loss_node = r, E->loss_loc = c->loc;
+    return r;
+}
+
+const Layer fe_layers[] = {
+    { "conv2d", true, 5, { INT_ARG("out_channels", true, 0, 1), INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, 1, 1),
+                           INT_ARG("padding", false, 0, 0), BOOL_ARG("bias", 1) },
+      build_conv2d, "input `[N, C, H, W]`; the kernel fits the padded input" },
+    { "linear", true, 3, { INT_ARG("out_features", true, 0, 1), BOOL_ARG("bias", 1), INT_ARG("in_features", false, DEF_INFERRED, 1) },
+      build_linear, "input `[N, F]`; an explicit `in_features` must equal F" },
+    { "batchnorm2d", true, 2, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true), FLOAT_ARG("momentum", 0.1, 0, false, 1, false) },
+      build_batchnorm2d, "input `[N, C, H, W]`" },
+    { "relu", false, 0, { { 0 } }, build_relu, "" },
+    { "sigmoid", false, 0, { { 0 } }, build_sigmoid, "" },
+    { "tanh", false, 0, { { 0 } }, build_tanh, "" },
+    { "maxpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },
+      build_maxpool2d, "input `[N, C, H, W]`; padding <= kernel / 2" },
+    { "avgpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },
+      build_avgpool2d, "input `[N, C, H, W]`; padding <= kernel / 2 (counted in the mean, as PyTorch)" },
+    { "global_avgpool", false, 0, { { 0 } }, build_global_avgpool, "`[N, C, H, W]` -> `[N, C, 1, 1]`" },
+    { "flatten", false, 0, { { 0 } }, build_flatten, "`[N, ...]` -> `[N, F]`" },
+    { "dropout", false, 1, { FLOAT_ARG("p", 0.5, 0, false, 1, true) }, build_dropout, "" },
+    { "add", false, 1, { TENSOR_ARG("other") }, build_add, "both shapes equal" },
+    { "softmax_cross_entropy", false, 0, { { 0 } }, build_softmax_xent,
+      "the loss: once per net, and it must end the chain the net returns (labels are implicit)" },
+};
+const int fe_nlayers = (int)(sizeof fe_layers / sizeof *fe_layers);
+
+int fe_find_layer(const char *name)
+{
+    for (int i = 0; i < fe_nlayers; i++)
+        if (!strcmp(fe_layers[i].name, name)) return i;
+    return -1;
+}
+
+/* An argument's default as the .net language writes it, into buf. */
+static const char *default_str(const LayerArg *a, char *buf, size_t size)
+{
+    if (a->def == DEF_KERNEL) return "kernel";
+    if (a->def == DEF_INFERRED) return "(inferred)";
+    if (a->type == A_BOOL) return a->def ? "true" : "false";
+    snprintf(buf, size, "%g", a->def);
+    char *e = strstr(buf, "e-0");   /* 1e-5, as the .net language (and PyTorch) writes it */
+    if (e) memmove(e + 2, e + 3, strlen(e + 3) + 1);
+    return buf;
+}
+
+const char *fe_layer_signature(const Layer *L, char *buf, size_t size)
+{
+    size_t n = (size_t)snprintf(buf, size, "%s(", L->name);
+    for (int i = 0; i < L->nargs && n < size; i++) {
+        const LayerArg *a = &L->args[i];
+        char d[32];
+        const char *sep = i ? ", " : "";
+        if (a->required) n += (size_t)snprintf(buf + n, size - n, "%s%s", sep, a->name);
+        else if (a->def == DEF_INFERRED) n += (size_t)snprintf(buf + n, size - n, "%s%s = inferred", sep, a->name);
+        else n += (size_t)snprintf(buf + n, size - n, "%s%s = %s", sep, a->name, default_str(a, d, sizeof d));
+    }
+    if (n < size) snprintf(buf + n, size - n, ")");
+    return buf;
+}
+
+bool fe_layer_arg_in_range(Elab *E, Loc where, const Layer *L, int k, long long iv, double fv)
+{
+    const LayerArg *a = &L->args[k];
+    if (a->type == A_INT) {
+        long long lo = (long long)a->lo, hi = (long long)a->hi;
+        if (iv >= lo && iv <= hi) return true;
+        if (iv < lo && lo == 0) diag_at(E->d, where, "%s: '%s' must not be negative, got %lld", L->name, a->name, iv);
+        else if (iv < lo) diag_at(E->d, where, "%s: '%s' must be at least %lld, got %lld", L->name, a->name, lo, iv);
+        else diag_at(E->d, where, "%s: '%s' = %lld is too large (the limit is %lld)", L->name, a->name, iv, hi);
+        return false;
+    }
+    if (a->type != A_FLOAT) return true;
+    bool ok = (a->lo_open ? fv > a->lo : fv >= a->lo) && (a->hi_open ? fv < a->hi : fv <= a->hi);
+    if (!ok)
+        diag_at(E->d, where, "%s: '%s' must be in %c%g, %g%c, got %g", L->name, a->name, a->lo_open ? '(' : '[', a->lo, a->hi,
+                a->hi_open ? ')' : ']', fv);
+    return ok;
+}
+
+/* docs/language.md's layer table: a row per layer. */
+void fe_print_layers(FILE *out)
+{
+    fprintf(out, "| layer | arguments | checks |\n|---|---|---|\n");
+    for (int l = 0; l < fe_nlayers; l++) {
+        const Layer *L = &fe_layers[l];
+        fprintf(out, "| `%s` | ", L->name);
+        for (int k = 0; k < L->nargs; k++) {
+            const LayerArg *a = &L->args[k];
+            char d[32];
+            fprintf(out, "%s`%s", k ? ", " : "", a->name);
+            if (!a->required) fprintf(out, " = %s", default_str(a, d, sizeof d));
+            fprintf(out, "`%s", a->type == A_TENSOR ? " (a tensor)" : "");
+        }
+        fprintf(out, " | ");
+        int said = 0;
+        for (int k = 0; k < L->nargs; k++) {
+            const LayerArg *a = &L->args[k];
+            if (a->type == A_INT) fprintf(out, "%s%s in [%.0f, %.0f]", said++ ? "; " : "", a->name, a->lo, a->hi);
+            else if (a->type == A_FLOAT)
+                fprintf(out, "%s%s in %c%g, %g%c", said++ ? "; " : "", a->name, a->lo_open ? '(' : '[', a->lo, a->hi,
+                        a->hi_open ? ')' : ']');
+        }
+        fprintf(out, "%s%s |\n", said && L->checks[0] ? "; " : "", L->checks);
+    }
+}
