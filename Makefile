@@ -1,6 +1,7 @@
 # mgc: build the compiler/trainer, run the tests.
 #   make            build ./mgc
-#   make test       everything that needs no GPU (minutes)
+#   make test       everything that needs no GPU (minutes); SUITE=name[,name]: those suites
+#   make unit       the unit test programs (build/unit_*)
 #   make golden     rewrite tests/golden/ after an intended change
 #   make fuzz       the fuzz target (clang, libFuzzer, ASan + UBSan) for
 #                   FUZZ_RUNS executions (10 million), FUZZ_JOBS processes
@@ -92,13 +93,29 @@ $(BUILD)/%.o: %.c $(BUILD)/parser.tab.h
 
 -include $(OBJ:.o=.d)
 
-# unit tests of the runtime that link its objects (everything but the driver)
-UNIT_OBJ = $(filter-out $(BUILD)/driver/%,$(OBJ))
+# The unit test programs (tests/unit_*.c), each linked with what it tests;
+# make unit builds them all, make test runs them.
+UNIT_OBJ  = $(filter-out $(BUILD)/driver/%,$(OBJ))
+FE_OBJ    = $(filter $(BUILD)/frontend/% $(BUILD)/ir/%,$(OBJ)) $(BUILD)/parser.tab.o $(BUILD)/lexer.o
+CG_OBJ    = $(filter $(BUILD)/codegen/% $(BUILD)/pipeline/%,$(OBJ))
+UNIT_WARN = $(WARN) -Wno-missing-prototypes
+$(BUILD)/unit_frontend: tests/unit_frontend.c $(FE_OBJ)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) -lm
+$(BUILD)/unit_verify: tests/unit_verify.c $(FE_OBJ) $(CG_OBJ)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) $(CG_OBJ) -lm
+# the runtime's data, checkpoint and NVRTC pieces on their own (no CUDA headers: NVRTC is opened by name)
+UNIT_RT_SRC = runtime/data.c runtime/safetensors.c runtime/paths.c runtime/rng.c runtime/ptx.c
+$(BUILD)/unit_runtime: tests/unit_runtime.c $(UNIT_RT_SRC) $(wildcard runtime/*.h)
+	@mkdir -p $(BUILD)
+	$(CC) -D_GNU_SOURCE -I. -Iir -Iruntime $(CFLAGS) $(UNIT_WARN) -Wno-unused-function -o $@ tests/unit_runtime.c $(UNIT_RT_SRC) -lz -lm -lpthread -ldl
 $(BUILD)/unit_comm: tests/unit_comm.c $(UNIT_OBJ)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -Wno-missing-prototypes -o $@ $< $(UNIT_OBJ) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(UNIT_OBJ) $(LDLIBS)
+UNITS = $(BUILD)/unit_frontend $(BUILD)/unit_verify $(BUILD)/unit_runtime $(BUILD)/unit_comm
+unit: $(UNITS)
 
+# make test: every suite (tests/run.sh); make test SUITE=cli (or SUITE=cli,dp) runs those alone
 test: mgc
-	@bash tests/run.sh
+	@SUITE="$(SUITE)" bash tests/run.sh
 
 # The fuzz target (tests/fuzz/fuzz_net.c): the front end, the passes and
 # codegen on arbitrary bytes, with libFuzzer, ASan and UBSan (clang and
@@ -121,4 +138,4 @@ golden: mgc
 clean:
 	rm -rf build mgc
 
-.PHONY: all test golden clean fuzz
+.PHONY: all test golden clean fuzz unit

@@ -1,13 +1,31 @@
 /*
-** Element-wise kernels and their gradients: relu, sigmoid, tanh, add, mul,
-** constants and the dropout mask. Every tensor is a flat array of the node's
+** Element-wise kernels and their gradients: the activations (their
+** expressions are ir/activations.def's), add, mul, constants and the
+** dropout mask. Every tensor is a flat array of the node's
 ** elements (any shape, N examples when batch-sized); one element per
-** iteration of FOR_EACH. Gradients take the forward output y (not x) and
-** overwrite dx (they do not accumulate).
+** iteration of FOR_EACH. Gradients overwrite dx (they do not accumulate).
 */
 #include "lower_internal.h"
+#include <string.h>
 
-/* y = f(x): relu, sigmoid, tanh */
+/* The activations' expressions (ir/activations.def), by op: the forward's
+   and the gradient's, and whether the gradient reads y (else x). */
+static const struct { const char *fwd, *bwd; bool reads_y; } activations[OP_COUNT] = {
+#define ACT(e, name, at, reads, f, b) [OP_##e] = { f, b, #reads[0] == 'Y' }, [OP_##e##_BWD] = { f, b, #reads[0] == 'Y' },
+#include "activations.def"
+#undef ACT
+};
+
+/* An expression with its attributes' literals in place of {slope}. */
+static const char *with_attrs(Lower *L, const char *e, const Node *n)
+{
+    const char *at;
+    while ((at = strstr(e, "{slope}")))
+        e = arena_printf(L->p->arena, "%.*s%#.9gf%s", (int)(at - e), e, (double)n->attr.slope, at + 7);
+    return e;
+}
+
+/* y = f(x): an activation's kernel, one element per iteration */
 void cg_lower_activation(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
@@ -15,23 +33,19 @@ void cg_lower_activation(Lower *L, int id)
     const char *W = cg_work_str(L, work);
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     cg_kernel(L, id, ir_op_name(n->op), work, 2, b, (const char *const[]){ "=y", "x" });
-    const char *e = n->op == OP_RELU ? "x[i] > 0.0f ? x[i] : 0.0f"
-                  : n->op == OP_SIGMOID ? "1.0f / (1.0f + expf(-x[i]))" : "tanhf(x[i])";
-    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = %s;\n    }\n", W, e);
+    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = %s;\n    }\n", W, with_attrs(L, activations[n->op].fwd, n));
     cg_end_kernel(L);
 }
 
-/* dx = dy * f'(x), written with the forward output y: relu_grad, sigmoid_grad, tanh_grad */
+/* dx = dy * f'(x), written with the forward's output y or its input x */
 void cg_lower_activation_grad(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     Dim work = dim_of(&n->shape);
     const char *W = cg_work_str(L, work);
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=dx", "y", "dy" });
-    const char *e = n->op == OP_RELU_BWD ? "y[i] > 0.0f ? dy[i] : 0.0f"
-                  : n->op == OP_SIGMOID_BWD ? "dy[i] * y[i] * (1.0f - y[i])" : "dy[i] * (1.0f - y[i] * y[i])";
-    cg_body(L, "    FOR_EACH(i, %s) {\n        dx[i] = %s;\n    }\n", W, e);
+    cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=dx", activations[n->op].reads_y ? "y" : "x", "dy" });
+    cg_body(L, "    FOR_EACH(i, %s) {\n        dx[i] = %s;\n    }\n", W, with_attrs(L, activations[n->op].bwd, n));
     cg_end_kernel(L);
 }
 

@@ -115,7 +115,7 @@ static void usage(FILE *out)
         "  --cache-clear          empty the kernel cache and exit\n"
         "  --version              the version, and what this build has and finds here (OpenBLAS, MPI, CUDA, GPUs)\n"
         "  --list-layers          the built-in layers, their arguments and checks (docs/language.md's table)\n"
-        "  --list-ops             the IR's ops: name, kind, and 'grad' where gradients flow through them\n"
+        "  --list-ops             the IR's ops: name, kind, 'grad' where gradients flow through it, its lowering\n"
         "  --help\n\n"
         "environment:\n"
         "  MGC_DATA               the Fashion-MNIST directory when --data is not given\n"
@@ -526,9 +526,10 @@ static int parse_args(int argc, char **argv, Cli *c)
             fe_print_layers(stdout);
             exit(0);
         }
-        if (!strcmp(arg, "--list-ops")) {   /* the op table: name, kind, whether it has a gradient rule */
+        if (!strcmp(arg, "--list-ops")) {   /* the op table: name, kind, gradient rule or not, lowering */
             for (int k = 0; k < OP_COUNT; k++)
-                printf("%s %s%s\n", ir_op_name(k), ir_op_kind_name(ir_op_kind(k)), ir_op_has_gradient(k) ? " grad" : "");
+                printf("%s %s %s %s\n", ir_op_name(k), ir_op_kind_name(ir_op_kind(k)), ir_op_has_gradient(k) ? "grad" : "-",
+                       ir_op_lowering(k));
             exit(0);
         }
         if (!strcmp(arg, "--cache-info") || !strcmp(arg, "--cache-clear")) exit(rt_cache_report(arg[8] == 'c', stdout));

@@ -699,7 +699,7 @@ static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value
     const char *names[FE_MAX_LAYER_ARGS];
     Value vals[FE_MAX_LAYER_ARGS];
     bool given[FE_MAX_LAYER_ARGS] = { 0 };
-    LayerCall c = { .E = E, .g = E->g, .loc = st->name_loc, .x = in.node };
+    LayerCall c = { .layer = L, .E = E, .g = E->g, .loc = st->name_loc, .x = in.node };
     for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; c.where[i] = st->name_loc; }
     if (want_tensor_input(E, st, in)) return -1;
     c.x = in.node;

@@ -51,7 +51,9 @@ typedef struct LayerArg {
 #define DEF_INFERRED (-1.0)       /* default from the input (linear's in_features) */
 
 /* A call of a built-in layer, its arguments bound, defaulted and checked. */
+typedef struct Layer Layer;
 typedef struct LayerCall {
+    const Layer *layer;      /* its row */
     Elab *E;                 /* the checks that need the elaboration's state (one loss, ...) */
     Graph *g;
     Loc loc;                 /* the layer's name in the .net */
@@ -62,14 +64,14 @@ typedef struct LayerCall {
     double f[FE_MAX_LAYER_ARGS];      /* numbers */
 } LayerCall;
 
-typedef struct Layer {
+struct Layer {
     const char *name;
     bool has_params;         /* creates parameters: gets a name */
     int nargs;
     LayerArg args[FE_MAX_LAYER_ARGS];
     int (*build)(const LayerCall *c);   /* the node it makes, or -1 (said) */
     const char *checks;      /* what else it checks, in words (docs/language.md's table) */
-} Layer;
+};
 
 extern const Layer fe_layers[];
 extern const int fe_nlayers;

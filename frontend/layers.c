@@ -34,9 +34,12 @@ static int build_batchnorm2d(const LayerCall *c)
     return ir_batchnorm2d(c->g, c->loc, c->prefix, c->x, (float)c->f[0], (float)c->f[1]);
 }
 
-static int build_relu(const LayerCall *c) { return ir_relu(c->g, c->loc, c->x); }
-static int build_sigmoid(const LayerCall *c) { return ir_sigmoid(c->g, c->loc, c->x); }
-static int build_tanh(const LayerCall *c) { return ir_tanh(c->g, c->loc, c->x); }
+/* An activation (ir/activations.def): the op of the row; leaky_relu's slope. */
+static int build_activation(const LayerCall *c)
+{
+    IrAttrs at = { .slope = (float)c->f[0] };
+    return ir_activation(c->g, c->loc, ir_op_find(c->layer->name), c->x, &at);
+}
 
 /* PyTorch's pools allow at most half the window as padding. */
 static bool pool_padding(const LayerCall *c, const char *layer)
@@ -93,9 +96,14 @@ const Layer fe_layers[] = {
       build_linear, "input `[N, F]`; an explicit `in_features` must equal F" },
     { "batchnorm2d", true, 2, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true), FLOAT_ARG("momentum", 0.1, 0, false, 1, false) },
       build_batchnorm2d, "input `[N, C, H, W]`" },
-    { "relu", false, 0, { { 0 } }, build_relu, "" },
-    { "sigmoid", false, 0, { { 0 } }, build_sigmoid, "" },
-    { "tanh", false, 0, { { 0 } }, build_tanh, "" },
+    { "relu", false, 0, { { 0 } }, build_activation, "" },
+    { "sigmoid", false, 0, { { 0 } }, build_activation, "" },
+    { "tanh", false, 0, { { 0 } }, build_activation, "" },
+    { "leaky_relu", false, 1, { FLOAT_ARG("slope", 0.01, 0, false, 1, false) }, build_activation,
+      "`x > 0 ? x : slope * x` (PyTorch's `LeakyReLU(negative_slope)`)" },
+    { "silu", false, 0, { { 0 } }, build_activation, "`x * sigmoid(x)`" },
+    { "gelu", false, 0, { { 0 } }, build_activation, "`x * Phi(x)`, the exact form (PyTorch's `GELU()`)" },
+    { "gelu_tanh", false, 0, { { 0 } }, build_activation, "the tanh approximation (PyTorch's `GELU(approximate=\"tanh\")`)" },
     { "maxpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },
       build_maxpool2d, "input `[N, C, H, W]`; padding <= kernel / 2" },
     { "avgpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },

@@ -96,12 +96,18 @@ static void grad_bn_apply(Ad *ad, int y, const Node *n, int dy)
     }
 }
 
-/* relu, sigmoid, tanh: their gradients read the forward output */
+/* The activations (ir/activations.def): each its gradient op, reading the
+   forward's input or its output, and dy. */
+static const struct { Op bwd; bool reads_y; } activations[OP_COUNT] = {
+#define ACT(e, name, at, reads, fwd, bwd) [OP_##e] = { OP_##e##_BWD, #reads[0] == 'Y' },
+#include "activations.def"
+#undef ACT
+};
+
 static void grad_activation(Ad *ad, int y, const Node *n, int dy)
 {
-    Op bwd = n->op == OP_RELU ? OP_RELU_BWD : n->op == OP_SIGMOID ? OP_SIGMOID_BWD : OP_TANH_BWD;
-    int in[2] = { y, dy };
-    accumulate(ad, n->in[0], mk(ad->g, bwd, y, ad->g->nodes[n->in[0]].shape, 2, in, NULL));
+    int in[2] = { activations[n->op].reads_y ? y : n->in[0], dy };
+    accumulate(ad, n->in[0], mk(ad->g, activations[n->op].bwd, y, ad->g->nodes[n->in[0]].shape, 2, in, &n->attr));
 }
 
 static void grad_maxpool(Ad *ad, int y, const Node *n, int dy)

@@ -216,14 +216,11 @@ int ir_allreduce(Graph *g, Loc loc, int x)
     return id;
 }
 
-static int activation(Graph *g, Loc loc, Op op, int x)
+int ir_activation(Graph *g, Loc loc, Op op, int x, const IrAttrs *attr)
 {
     if (x < 0) return -1;
-    return unary(g, op, loc, x, NULL);
+    return unary(g, op, loc, x, attr);
 }
-int ir_relu(Graph *g, Loc loc, int x) { return activation(g, loc, OP_RELU, x); }
-int ir_sigmoid(Graph *g, Loc loc, int x) { return activation(g, loc, OP_SIGMOID, x); }
-int ir_tanh(Graph *g, Loc loc, int x) { return activation(g, loc, OP_TANH, x); }
 
 static int pool(Graph *g, Loc loc, Op op, int x, int kernel, int stride, int padding)
 {

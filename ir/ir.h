@@ -111,6 +111,7 @@ const char *ir_op_name(Op op);
 OpKind      ir_op_kind(Op op);
 const char *ir_op_kind_name(OpKind kind);       /* "EW", "GEMM", ... */
 unsigned    ir_op_attrs(Op op);                  /* the IR_ATTR bits of its attributes */
+const char *ir_op_lowering(Op op);               /* its lower column: "activation", "conv", ... */
 int         ir_op_min_inputs(Op op), ir_op_max_inputs(Op op);
 bool        ir_op_has_gradient(Op op);           /* its row names a gradient rule */
 /* The op called name ("conv2d"), or -1. */
@@ -145,9 +146,8 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
 /* in_features: -1 inferred from the input, else checked against it. */
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias);
 int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
-int ir_relu(Graph *g, Loc loc, int x);
-int ir_sigmoid(Graph *g, Loc loc, int x);
-int ir_tanh(Graph *g, Loc loc, int x);
+/* An element-wise activation of ir/activations.def (relu, silu, ...), with its attributes (NULL: none). */
+int ir_activation(Graph *g, Loc loc, Op op, int x, const IrAttrs *attr);
 int ir_maxpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
 int ir_avgpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
 int ir_global_avgpool(Graph *g, Loc loc, int x);

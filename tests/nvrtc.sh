@@ -35,6 +35,13 @@ for net in nets/lenet.net tests/nets/op_conv.net tests/nets/op_dropout_half.net 
         nvrtc "$tmp/k.cu" "$net ($conv convs)"
     done
 done
+# Every activation of the op table (ir/activations.def), by its op net: forward and gradient kernels
+for op in $("$MGC" --list-ops | awk '$4 == "activation" { print $1 }'); do
+    net=tests/nets/op_$op.net
+    if [ ! -f "$net" ]; then echo "FAIL activation $op has no $net"; fail=$((fail + 1)); continue; fi
+    "$MGC" "$net" --emit cuda > "$tmp/k.cu" 2> "$tmp/err" || { echo "FAIL $net: mgc --emit cuda"; cat "$tmp/err"; fail=$((fail + 1)); continue; }
+    nvrtc "$tmp/k.cu" "$net"
+done
 # --emit ptx: NVRTC inside mgc, for two architectures: a PTX entry for every kernel step
 # (the GPU program's steps, as --emit cuda lists them: CPU-only fusions make fewer on the C target)
 steps=$("$MGC" nets/lenet.net --emit cuda | grep -c "^  step .* kernel ")

@@ -12,8 +12,13 @@ trap 'rm -rf "$log"' EXIT
 # A fresh kernel cache, so the tests compile what they run.
 export XDG_CACHE_HOME="$log/cache"
 
+# SUITE=a,b (make test SUITE=a,b): only those suites
+only=${SUITE:-}
+wants() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }   # is one of these suites asked for?
+wants_any() { local n; for n in "$@"; do wants "$n" && return 0; done; return 1; }
 suite() {  # name, command...
     local name=$1; shift
+    if [ -n "$only" ] && [[ ",$only," != *",$name,"* ]]; then return; fi
     local t0=$SECONDS
     "$@" > "$log/$name" 2>&1
     local rc=$?
@@ -34,10 +39,9 @@ suite() {  # name, command...
 }
 
 mkdir -p build
-OBJ_FE="build/frontend/*.o build/parser.tab.o build/lexer.o build/ir/*.o"
-suite frontend sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Ibuild -o build/unit_frontend tests/unit_frontend.c $OBJ_FE -lm && ./build/unit_frontend"
-suite verify sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Ipipeline -Ibuild -o build/unit_verify tests/unit_verify.c $OBJ_FE build/codegen/*.o build/pipeline/*.o -lm && ./build/unit_verify"
-suite runtime sh -c "$CC -std=c11 -D_GNU_SOURCE -I. -Iir -Iruntime -o build/unit_runtime tests/unit_runtime.c runtime/data.c runtime/safetensors.c runtime/paths.c runtime/rng.c runtime/ptx.c -lz -lm -lpthread -ldl && ./build/unit_runtime"
+suite frontend sh -c "make -s build/unit_frontend && ./build/unit_frontend"
+suite verify sh -c "make -s build/unit_verify && ./build/unit_verify"
+suite runtime sh -c "make -s build/unit_runtime && ./build/unit_runtime"
 suite comm sh -c "make -s build/unit_comm && ./build/unit_comm"
 suite bad bash tests/bad.sh
 suite golden bash tests/golden.sh
@@ -46,13 +50,15 @@ suite dp bash tests/dp.sh
 suite hardening bash tests/hardening.sh
 suite examples bash tests/examples.sh
 suite builds bash tests/builds.sh
-if [ -f /usr/local/cuda/include/nvrtc.h ]; then
+if ! wants_any nvrtc fakecuda; then :
+elif [ -f /usr/local/cuda/include/nvrtc.h ]; then
     suite nvrtc bash tests/nvrtc.sh
     suite fakecuda bash tests/fakecuda.sh   # the CUDA device on GPUs emulated on the CPU
 else
     echo "nvrtc      skipped: no CUDA toolkit at /usr/local/cuda"
 fi
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+if ! wants_any torch unfused direct dense chunked winograd vector; then :
+elif /usr/bin/python3 -c "import torch" 2>/dev/null; then
     suite torch /usr/bin/python3 tests/torch/ref.py --out "$log/ref"
     # The same checks with fusion off and every convolution through im2col + GEMM.
     suite unfused env MGC_FUSE=0 MGC_CONV=gemm /usr/bin/python3 tests/torch/ref.py --out "$log/ref-unfused" --only 'op_*' --only 'lenet*' --only small_resnet
@@ -67,7 +73,8 @@ else
 fi
 # The fuzz target for a fixed number of executions from the seed corpus (make
 # fuzz runs it for millions), where clang and libFuzzer are installed.
-if command -v clang > /dev/null && make -s build/fuzz/fuzz_net > "$log/fuzz-build" 2>&1; then
+if ! wants fuzz; then :
+elif command -v clang > /dev/null && make -s build/fuzz/fuzz_net > "$log/fuzz-build" 2>&1; then
     mkdir -p "$log/fuzz-work"
     suite fuzz bash tests/fuzz/run.sh build/fuzz/fuzz_net 30000 1 "$log/fuzz-work"
 else
@@ -76,7 +83,8 @@ else
 fi
 # The bad-input corpus and the command-line checks again under AddressSanitizer
 # and UBSan (the host code; generated kernels are plain).
-if make -s -j2 SANITIZE=address,undefined BUILD=build/san BIN=build/san/mgc > "$log/san-build" 2>&1; then
+if ! wants_any asan-bad asan-cli asan-dp; then :
+elif make -s -j2 SANITIZE=address,undefined BUILD=build/san BIN=build/san/mgc > "$log/san-build" 2>&1; then
     export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     suite asan-bad env MGC=build/san/mgc bash tests/bad.sh
     suite asan-cli env MGC=build/san/mgc bash tests/cli.sh
@@ -85,5 +93,6 @@ else
     echo "sanitize   the sanitizer build failed:"; tail -5 "$log/san-build" | sed 's/^/    /'
     total_fail=$((total_fail + 1))
 fi
+[ -n "$only" ] && [ $total_pass -eq 0 ] && { echo "SUITE=$only: no such suite (see tests/run.sh)"; total_fail=$((total_fail + 1)); }
 echo "total: $total_pass passed, $total_fail failed"
 [ $total_fail -eq 0 ]

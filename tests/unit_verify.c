@@ -63,10 +63,10 @@ static int find_view(const Program *p)
 /* Applies one damage to a copy and expects cg_verify to name it. */
 #define DAMAGED(what, expect, ...) do { \
     Program q = copy(&c.p); \
-    char err[256]; \
+    char why[256]; \
     __VA_ARGS__; \
-    int bad = cg_verify(&q, err, sizeof err); \
-    CHECK(bad && strstr(err, expect), "cg_verify %s: got %d \"%s\", want \"%s\"", what, bad, bad ? err : "", expect); \
+    int bad = cg_verify(&q, why, sizeof why); \
+    CHECK(bad && strstr(why, expect), "cg_verify %s: got %d \"%s\", want \"%s\"", what, bad, bad ? why : "", expect); \
     release(&q); \
 } while (0)
 

@@ -43,6 +43,18 @@ def tanh():
     return Fn(torch.tanh, "tanh")
 
 
+def leaky_relu(slope=0.01):
+    return nn.LeakyReLU(slope)
+
+
+def silu():
+    return nn.SiLU()
+
+
+def gelu(approximate="none"):
+    return nn.GELU(approximate=approximate)
+
+
 def flatten():
     return Fn(lambda x: torch.flatten(x, 1), "flatten")
 
@@ -145,6 +157,11 @@ def op_batchnorm_args():
 
 def op_act(act):
     return lambda: seq(act(), *head(3 * 6 * 6))
+
+
+def op_act2(act):
+    """act on the input, then between two linear layers (fc1, fc)"""
+    return lambda: seq(act(), flatten(), ("fc1", nn.Linear(3 * 6 * 6, 24)), act(), *head(24))
 
 
 def op_maxpool():
@@ -316,6 +333,10 @@ BUILDERS = {
     "tests/nets/op_relu.net": (op_act(relu), (3, 6, 6)),
     "tests/nets/op_sigmoid.net": (op_act(sigmoid), (3, 6, 6)),
     "tests/nets/op_tanh.net": (op_act(tanh), (3, 6, 6)),
+    "tests/nets/op_leaky_relu.net": (op_act2(lambda: leaky_relu(0.2)), (3, 6, 6)),
+    "tests/nets/op_silu.net": (op_act2(silu), (3, 6, 6)),
+    "tests/nets/op_gelu.net": (op_act2(gelu), (3, 6, 6)),
+    "tests/nets/op_gelu_tanh.net": (op_act2(lambda: gelu("tanh")), (3, 6, 6)),
     "tests/nets/op_maxpool.net": (op_maxpool, (3, 9, 9)),
     "tests/nets/op_avgpool.net": (op_avgpool, (3, 9, 9)),
     "tests/nets/op_gap.net": (op_gap, (6, 5, 7)),

@@ -24,6 +24,7 @@ Prints one line per check and `N passed, M failed`; exits 1 on any failure.
 Work files go to tests/out/torch/ (git-ignored), or --out DIR / $REF_OUT.
 """
 import argparse
+import re
 import fnmatch
 import math
 import os
@@ -545,7 +546,8 @@ def run_fd_case(c, rep, log):
 # case table ------------------------------------------------------------------
 
 OP_NETS = ["op_conv", "op_conv_stride2", "op_conv_nobias", "op_conv_bigpad", "op_conv_pool", "op_conv_pool_nobias", "op_conv_pool2", "op_conv_rows", "op_conv_rows_pool", "op_relu_pool_rows", "op_linear", "op_batchnorm",
-           "op_batchnorm_args", "op_relu", "op_sigmoid", "op_tanh", "op_maxpool",
+           "op_batchnorm_args", "op_relu", "op_sigmoid", "op_tanh", "op_leaky_relu", "op_silu", "op_gelu",
+           "op_gelu_tanh", "op_maxpool",
            "op_avgpool", "op_gap", "op_flatten", "op_dropout", "op_add", "smooth",
            "small_resnet"]
 
@@ -663,6 +665,34 @@ def cases():
     return cs
 
 
+def check_coverage(sel, rep):
+    """Every op of mgc's op table (mgc --list-ops) is made by some case's net:
+    the cases' nets are compiled as the cases run them (--emit grad and
+    eval-ir, with their --set, --devices and --sync-bn), the ops they make
+    collected; an op no case makes has no reference test, and fails."""
+    exe = mgc_cmd()
+    listed = subprocess.run(exe + ["--list-ops"], capture_output=True, text=True, cwd=ROOT)
+    if listed.returncode:
+        rep.check("coverage", "mgc --list-ops", False, listed.stderr.strip()[:200])
+        return
+    ops = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+    made, seen = set(), set()
+    for c in sel:
+        if c["kind"] not in ("compare", "fd"):
+            continue
+        args = [c["net"]] + set_args(c.get("set", ())) + list(c.get("mgc_args", ()))
+        if tuple(args) in seen:
+            continue
+        seen.add(tuple(args))
+        for stage in ("grad", "eval-ir"):
+            p = subprocess.run(exe + args + ["--emit", stage], capture_output=True, text=True, cwd=ROOT)
+            made.update(m.group(1) for m in re.finditer(r"^%\d+ += ([a-z0-9_]+)", p.stdout, re.M))
+    missing = [op for op in ops if op not in made]
+    rep.check("coverage", "every op of the op table in a reference case", not missing,
+              f"{len(ops)} ops" if not missing else f"no case makes {', '.join(missing)}: add a net to OP_NETS "
+              "(tests/nets/op_NAME.net and its twin in tests/torch/models.py)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", action="append", default=[],
@@ -699,6 +729,8 @@ def main():
             print(c["name"], c["kind"], c["net"])
         return 0
     rep = Report()
+    if not a.only and not a.skip and not a.shard:
+        check_coverage(sel, rep)
     exe = mgc_cmd()[0]
     if not (os.path.exists(os.path.join(ROOT, exe)) or os.path.isabs(exe) and os.path.exists(exe)
             or "/" not in exe):
