@@ -14,7 +14,19 @@ CFLAGS  ?= $(OPT) -g
 WARN     = -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
 BUILD   ?= build
 BIN     ?= mgc
-CPPFLAGS = -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Ipipeline -Iruntime -I$(BUILD)
+CPPFLAGS = -D_GNU_SOURCE
+
+# The layers, enforced: each folder compiles with the include paths of the
+# folders below it only, so an include the wrong way fails to build.
+#   ir  <-  frontend, codegen  <-  pipeline (frontend, codegen)  <-  runtime (codegen)  <-  driver
+INC_ir       = -Iir
+INC_frontend = -Iir -Ifrontend -I$(BUILD)
+INC_codegen  = -Iir -Icodegen
+INC_pipeline = -Iir -Ifrontend -Icodegen -Ipipeline -I$(BUILD)
+INC_runtime  = -Iir -Icodegen -Iruntime
+INC_driver   = -Iir -Ifrontend -Icodegen -Ipipeline -Iruntime -I$(BUILD)
+INC_tests    = $(INC_driver)
+inc_of = $(INC_$(firstword $(subst /, ,$(1))))
 LDLIBS   = -lopenblas -lz -ldl -lm -lpthread
 
 # MPI (Open MPI) when its compiler wrapper is found: mgc then joins the ranks of
@@ -85,11 +97,11 @@ $(BUILD)/lexer.c: frontend/lexer.l $(BUILD)/parser.tab.h
 
 # Generated C is not ours to lint: relax the warnings that flex/bison trip.
 $(BUILD)/parser.tab.o $(BUILD)/lexer.o: %.o: %.c
-	$(CC) $(CPPFLAGS) $(CFLAGS) -std=c11 -Wall -Wno-unused-function -Wno-sign-compare -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(INC_frontend) $(CFLAGS) -std=c11 -Wall -Wno-unused-function -Wno-sign-compare -c -o $@ $<
 
 $(BUILD)/%.o: %.c $(BUILD)/parser.tab.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(WARN) -MMD -MP -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(call inc_of,$<) $(CFLAGS) $(WARN) -MMD -MP -c -o $@ $<
 
 -include $(OBJ:.o=.d)
 
@@ -100,16 +112,16 @@ FE_OBJ    = $(filter $(BUILD)/frontend/% $(BUILD)/ir/%,$(OBJ)) $(BUILD)/parser.t
 CG_OBJ    = $(filter $(BUILD)/codegen/% $(BUILD)/pipeline/%,$(OBJ))
 UNIT_WARN = $(WARN) -Wno-missing-prototypes
 $(BUILD)/unit_frontend: tests/unit_frontend.c $(FE_OBJ)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) -lm
+	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) -lm
 $(BUILD)/unit_verify: tests/unit_verify.c $(FE_OBJ) $(CG_OBJ)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) $(CG_OBJ) -lm
+	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) $(CG_OBJ) -lm
 # the runtime's data, checkpoint and NVRTC pieces on their own (no CUDA headers: NVRTC is opened by name)
 UNIT_RT_SRC = runtime/data.c runtime/safetensors.c runtime/paths.c runtime/rng.c runtime/ptx.c
 $(BUILD)/unit_runtime: tests/unit_runtime.c $(UNIT_RT_SRC) $(wildcard runtime/*.h)
 	@mkdir -p $(BUILD)
-	$(CC) -D_GNU_SOURCE -I. -Iir -Iruntime $(CFLAGS) $(UNIT_WARN) -Wno-unused-function -o $@ tests/unit_runtime.c $(UNIT_RT_SRC) -lz -lm -lpthread -ldl
+	$(CC) -D_GNU_SOURCE -Iir -Iruntime $(CFLAGS) $(UNIT_WARN) -Wno-unused-function -o $@ tests/unit_runtime.c $(UNIT_RT_SRC) -lz -lm -lpthread -ldl
 $(BUILD)/unit_comm: tests/unit_comm.c $(UNIT_OBJ)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(UNIT_OBJ) $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(UNIT_OBJ) $(LDLIBS)
 UNITS = $(BUILD)/unit_frontend $(BUILD)/unit_verify $(BUILD)/unit_runtime $(BUILD)/unit_comm
 unit: $(UNITS)
 
@@ -127,7 +139,7 @@ FUZZ_FLAGS  = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=u
 FUZZ_SRC    = tests/fuzz/fuzz_net.c $(wildcard ir/*.c frontend/*.c codegen/*.c pipeline/*.c) $(BUILD)/parser.tab.c $(BUILD)/lexer.c
 $(BUILD)/fuzz/fuzz_net: $(FUZZ_SRC) $(wildcard ir/*.h frontend/*.h codegen/*.h pipeline/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_GNU_SOURCE -I. -Iir -Ifrontend -Icodegen -Ipipeline -I$(BUILD) -o $@ $(FUZZ_SRC) -lm
+	$(FUZZ_CC) $(FUZZ_FLAGS) -std=c11 -D_GNU_SOURCE $(INC_pipeline) -o $@ $(FUZZ_SRC) -lm
 
 fuzz: $(BUILD)/fuzz/fuzz_net
 	@bash tests/fuzz/run.sh $(BUILD)/fuzz/fuzz_net $(FUZZ_RUNS) $(FUZZ_JOBS)
