@@ -99,6 +99,25 @@ typedef struct Step {
     int coll;                 /* index in Program.colls */
 } Step;
 
+/* What the passes before lowering decided for one node: what its kernel
+   does besides its own op (what it absorbs of others), and where it stores
+   (another's kernel computes it, in that kernel's buffer). */
+typedef struct CgNode {
+    int fused;                /* the node whose kernel computes it too (sharing its buffer), or -1 */
+    bool relu_out;            /* its kernel applies ReLU to what it writes (a fused relu follows) */
+    bool relu_mask;           /* maxpool2d_grad: routes only where its input was positive (a fused relu_grad) */
+    signed char conv;         /* a convolution or its gradient: its ConvStrategy; others -1 */
+    const char *conv_why;     /* conv2d: the form chosen and why, for --emit kernels; others NULL */
+    int stats_of;             /* conv2d: the bn_stats whose partial sums its kernel writes, or -1 */
+    int stats_by;             /* bn_stats: that conv2d, or -1 */
+    int pool_of;              /* bn_apply or conv2d: the max pool its kernel computes too (of its ReLU output), or -1 */
+    int pool_by;              /* that maxpool2d: the bn_apply or conv2d, or -1 */
+    int bn_into_add;          /* add: the bn_apply input whose normalisation its kernel computes (fused), or -1 */
+    int wgrad_pool;           /* conv2d_grad_w: the 2x2 max-pool gradient (ReLU-masked) whose routing its
+                                 kernel does, reading the pool's input and gradient (fused), or -1 */
+    int wgrad_bias;           /* such a conv2d_grad_w: the bias_grad its kernel computes too (fused), or -1 */
+} CgNode;
+
 typedef struct Program {
     Arena *arena;
     const Graph *graph;
@@ -107,8 +126,7 @@ typedef struct Program {
     Step *steps;
     int nsteps, capsteps;
     int *node_buf;            /* node id -> buffer id holding its output (-1: none) */
-    const int *fused_into;    /* node id -> the node whose kernel computes it too (fusion), or -1 */
-    const char *const *conv_why;   /* node id -> how its convolution runs and why (conv2d nodes), or NULL */
+    const CgNode *decided;    /* per node id: the fusion and convolution passes' decisions (fused, conv_why, ...) */
     char *source;             /* all kernels' bodies, without prelude */
     const struct Program *kernels_from;   /* the program some kernels' code is compiled with (Step.shared), or NULL */
     int input, labels, loss, correct, logits;   /* buffer ids (-1 if absent) */
@@ -148,23 +166,16 @@ typedef struct CgOptions {
                                  CUDA, whose kernels are the same text */
 } CgOptions;
 
-/* What the passes before lowering decided, per node (arena memory). */
+
+/* The passes' decisions: one record per node (arena memory), read as
+   dec->node[id] (cg_node()). */
 typedef struct CgDecisions {
-    int *fused;               /* node -> the node whose kernel computes it too (sharing its buffer), or -1 */
-    bool *relu_out;           /* the node's kernel applies ReLU to what it writes (a fused relu follows) */
-    bool *relu_mask;          /* maxpool2d_grad: routes only where its input was positive (a fused relu_grad) */
-    signed char *conv;        /* convolution nodes and their gradients: a ConvStrategy; others -1 */
-    const char **conv_why;    /* conv2d nodes: the form chosen and why, for --emit kernels; others NULL */
-    int *stats_of;            /* conv2d node -> the bn_stats node whose partial sums its kernel writes, or -1 */
-    int *stats_by;            /* bn_stats node -> that conv2d node, or -1 */
-    int *pool_of;             /* bn_apply or conv2d node -> the max pool its kernel computes too (of its ReLU output), or -1 */
-    int *pool_by;             /* that maxpool2d node -> the bn_apply or conv2d node, or -1 */
-    int *bn_into_add;         /* add node -> the bn_apply input whose normalisation its kernel computes (fused), or -1 */
-    int *wgrad_pool;          /* conv2d_grad_w node -> the 2x2 max-pool gradient (ReLU-masked) whose routing its
-                                 kernel does, reading the pool's input and gradient (fused), or -1 */
-    int *wgrad_bias;          /* such a conv2d_grad_w node -> the bias_grad its kernel computes too (fused), or -1 */
+    CgNode *node;             /* [graph's nodes] */
     bool cpu_only;            /* CgOptions.cpu_only, for the lowering: kernels may take C-only forms */
 } CgDecisions;
+
+/* The decisions of node id. */
+static inline const CgNode *cg_node(const CgDecisions *d, int id) { return &d->node[id]; }
 
 /* Nothing fused, no strategy chosen. */
 void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a);

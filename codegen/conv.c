@@ -241,7 +241,7 @@ static bool rows_vec_fits(bool cpu_only, const ConvGeom *G, bool pairs)
 static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bool bias)
 {
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, OH = G->OH, OW = G->OW;
-    int pieces = OW / 16 + (OW % 16) / 8, pool = L->dec->pool_of[id], R = pool >= 0 ? 2 : 1;
+    int pieces = OW / 16 + (OW % 16) / 8, pool = L->dec->node[id].pool_of, R = pool >= 0 ? 2 : 1;
     int b[5] = { b0[0], b0[1], b0[2], b0[3], -1 };
     const char *names[5] = { "=y", "x", "w", "bias", "=py" };
     int nargs = bias ? 4 : 3;
@@ -296,7 +296,7 @@ static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bo
                 cg_body(L, "        __builtin_memcpy(t[%d] + %d, &a%d_%d_%d, sizeof a%d_%d_%d);\n", r, off, r, o, q, r, o, q);
             cg_body(L, "        { float *yr = y + ((n * %d + %d) * %d + oy + %d) * %d;\n"
                        "          for (int ox = 0; ox < %d; ox++) yr[ox] = t[%d][ox] = %s; }\n",
-                    O, o, OH, r, OW, OW, r, L->relu_out[id] ? arena_printf(L->p->arena, "t[%d][ox] > 0.0f ? t[%d][ox] : 0.0f   /* fused relu */", r, r)
+                    O, o, OH, r, OW, OW, r, L->dec->node[id].relu_out ? arena_printf(L->p->arena, "t[%d][ox] > 0.0f ? t[%d][ox] : 0.0f   /* fused relu */", r, r)
                                                            : arena_printf(L->p->arena, "t[%d][ox]", r));
         }
         if (pool >= 0)   /* a ReLU's output: no NaN, plain maxima */
@@ -349,7 +349,7 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
                    "            float *yr = y + (i * %d + oy) * %d;\n"
                    "            for (int ox = 0; ox < %d; ox++) yr[ox] = %s;\n"
                    "        }\n    }\n", OH, OW, OW,
-                L->relu_out[id] ? "acc[ox] > 0.0f ? acc[ox] : 0.0f   /* fused relu */" : "acc[ox]");
+                L->dec->node[id].relu_out ? "acc[ox] > 0.0f ? acc[ox] : 0.0f   /* fused relu */" : "acc[ox]");
         cg_end_kernel(L);
         return;
     }
@@ -375,7 +375,7 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
                "                float *yr = yp + oy * %d;\n"
                "                for (int ox = ox0; ox < ox1; ox++) yr[ox] += wv * xr[ox * %d];\n"
                "            }\n            }\n        }\n", S, P, W, P, OW, S);
-    if (L->relu_out[id])
+    if (L->dec->node[id].relu_out)
         cg_body(L, "        for (int k = 0; k < %d; k++) yp[k] = yp[k] > 0.0f ? yp[k] : 0.0f;   /* fused relu */\n", OH * OW);
     cg_body(L, "    }\n");
     cg_end_kernel(L);
@@ -539,7 +539,7 @@ static void conv_vector_forward(Lower *L, int id, const ConvGeom *G)
                "                float *yr = y + ((n * %d + o) * %d + oy) * %d + ox0;\n", O, O, OH, OW);
     for (int j = 0; j < B; j++)
         cg_body(L, "                yr[%d] = %s;\n", j,
-                L->relu_out[id] ? arena_printf(L->p->arena, "a%d[o] > 0.0f ? a%d[o] : 0.0f   /* fused relu */", j, j)
+                L->dec->node[id].relu_out ? arena_printf(L->p->arena, "a%d[o] > 0.0f ? a%d[o] : 0.0f   /* fused relu */", j, j)
                                 : arena_printf(L->p->arena, "a%d[o]", j));
     cg_body(L, "            }\n        }\n    }\n");
     cg_end_kernel(L);
@@ -605,7 +605,7 @@ static void conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
                "        const float b = %s;\n"
                "        for (int p = 0; p < %ld; p++) dst[p] = %s;\n    }\n",
             cg_work_str(L, dimn(O)), O, O, P, P, bias ? "bias[o]" : "0.0f", P,
-            L->relu_out[id] ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
+            L->dec->node[id].relu_out ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
     cg_end_kernel(L);
 }
 /* dy, x -> dw[O, CKK] = dyt . col^T (GEMM), with the forward's columns or new ones */
@@ -762,7 +762,7 @@ static void conv_dense_forward(Lower *L, int id, const ConvGeom *G)
     L->col[id] = wd;
     int y = cg_out_buf(L, id);
     cg_gemm(L, id, false, true, dimn(1), dimc(OP), dimc(CHW), buf_of(L, n->in[0]), dimc(CHW), wd, dimc(CHW), 0.0f, y, dimc(OP));
-    bool bias = n->nin == 3, relu = L->relu_out[id];
+    bool bias = n->nin == 3, relu = L->dec->node[id].relu_out;
     if (!bias && !relu) return;
     int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
     cg_kernel(L, id, "conv2d_dense_epilogue", dimn(G->O), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" })->grain = P;
@@ -899,9 +899,9 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
                columns in cache. Measured on LeNet, one thread: 2.15 -> 1.19 ms a step. */
             s = CONV_CHUNKED;
             int fwd = g->nodes[id].grad_of;
-            if (fwd >= 0 && d->conv_why && d->conv_why[fwd])
-                d->conv_why[fwd] = arena_printf(g->arena, "%s; its input gradient chunked (im2col + GEMM %d examples at a time, in cache)",
-                                                d->conv_why[fwd], cg_chunk_examples(&G));
+            if (fwd >= 0 && d->node[fwd].conv_why)
+                d->node[fwd].conv_why = arena_printf(g->arena, "%s; its input gradient chunked (im2col + GEMM %d examples at a time, in cache)",
+                                                d->node[fwd].conv_why, cg_chunk_examples(&G));
         }
         bool wg_more = 16 * cg_winograd_tiles(&G) * 2 > 9L * G.OH * G.OW;   /* more than half of im2col's */
         if (op == OP_CONV2D_BWD_W && s == CONV_WINOGRAD && (!cg_winograd_grad_w_fits(&G) || (opt->conv < 0 && wg_more))) {
@@ -913,47 +913,47 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
                the chunked form (which then splits dw's columns between threads). */
             s = CONV_CHUNKED;
             int fwd = g->nodes[id].grad_of;
-            if (fwd >= 0 && d->conv_why && d->conv_why[fwd])
-                d->conv_why[fwd] = arena_printf(g->arena, "%s; its weight gradient chunked (%s)", d->conv_why[fwd],
+            if (fwd >= 0 && d->node[fwd].conv_why)
+                d->node[fwd].conv_why = arena_printf(g->arena, "%s; its weight gradient chunked (%s)", d->node[fwd].conv_why,
                                                 cg_winograd_grad_w_fits(&G) ? "Winograd's would do more than half of im2col's multiply-adds"
                                                                             : "Winograd's partial sums per group would take too much memory");
         }
-        d->conv[id] = (signed char)s;
-        if (op == OP_CONV2D && d->conv_why) d->conv_why[id] = conv_why(g->arena, opt, &G, s);
+        d->node[id].conv = (signed char)s;
+        if (op == OP_CONV2D) d->node[id].conv_why = conv_why(g->arena, opt, &G, s);
     }
     /* A 2x2 max pool of a ReLU'd direct convolution's output (LeNet's conv1): computed by
        the convolution's kernel from the two rows just summed (conv_rows_vec). */
-    for (int id = 0; opt && opt->fuse && d->pool_of && id < g->n; id++) {
+    for (int id = 0; opt && opt->fuse && id < g->n; id++) {
         const Node *pn = &g->nodes[id];
         if (pn->op != OP_MAXPOOL || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0) continue;
-        int x = pn->in[0], c = d->fused[x] >= 0 && g->nodes[x].op == OP_RELU ? d->fused[x] : x;
-        if (g->nodes[c].op != OP_CONV2D || !d->relu_out[c] || d->conv[c] != CONV_DIRECT || d->pool_of[c] >= 0) continue;
+        int x = pn->in[0], c = d->node[x].fused >= 0 && g->nodes[x].op == OP_RELU ? d->node[x].fused : x;
+        if (g->nodes[c].op != OP_CONV2D || !d->node[c].relu_out || d->node[c].conv != CONV_DIRECT || d->node[c].pool_of >= 0) continue;
         ConvGeom G = cg_conv_geom(g, c);
         if (!rows_vec_fits(d->cpu_only, &G, true) || G.OH != 2 * pn->shape.d[2] || G.OW != 2 * pn->shape.d[3]) continue;
-        d->pool_of[c] = id;
-        d->pool_by[id] = c;
-        if (d->conv_why && d->conv_why[c])
-            d->conv_why[c] = arena_printf(g->arena, "%s; its 2x2 max pool taken in the same kernel, two rows at a time", d->conv_why[c]);
+        d->node[c].pool_of = id;
+        d->node[id].pool_by = c;
+        if (d->node[c].conv_why)
+            d->node[c].conv_why = arena_printf(g->arena, "%s; its 2x2 max pool taken in the same kernel, two rows at a time", d->node[c].conv_why);
     }
-    for (int id = 0; d->conv_why && d->wgrad_pool && id < g->n; id++) {
+    for (int id = 0; id < g->n; id++) {
         int fwd = g->nodes[id].grad_of;
-        if (d->wgrad_pool[id] >= 0 && fwd >= 0 && d->conv_why[fwd])
-            d->conv_why[fwd] = arena_printf(g->arena, "%s; its weight gradient routes the 2x2 max pool's gradient itself "
-                                            "(one multiply-add per window and tap, not four)", d->conv_why[fwd]);
+        if (d->node[id].wgrad_pool >= 0 && fwd >= 0 && d->node[fwd].conv_why)
+            d->node[fwd].conv_why = arena_printf(g->arena, "%s; its weight gradient routes the 2x2 max pool's gradient itself "
+                                            "(one multiply-add per window and tap, not four)", d->node[fwd].conv_why);
     }
     /* BatchNorm statistics summed by the chunked convolution before them, chunk by
        chunk while its output is in cache (see conv_chunked_forward): bn_stats then
        only combines the chunks' partial sums. */
-    for (int id = 0; opt && opt->fuse && d->stats_of && id < g->n; id++) {
+    for (int id = 0; opt && opt->fuse && id < g->n; id++) {
         const Node *n = &g->nodes[id];
         if (n->op != OP_BN_STATS) continue;
         int c = n->in[0];
-        if (g->nodes[c].op == OP_CONV2D && (d->conv[c] == CONV_CHUNKED || d->conv[c] == CONV_WINOGRAD) && !d->relu_out[c] &&
-            d->stats_of[c] < 0) {
-            d->stats_of[c] = id;
-            d->stats_by[id] = c;
-            if (d->conv_why && d->conv_why[c])
-                d->conv_why[c] = arena_printf(g->arena, "%s; its BatchNorm's statistics summed chunk by chunk in the same kernel", d->conv_why[c]);
+        if (g->nodes[c].op == OP_CONV2D && (d->node[c].conv == CONV_CHUNKED || d->node[c].conv == CONV_WINOGRAD) && !d->node[c].relu_out &&
+            d->node[c].stats_of < 0) {
+            d->node[c].stats_of = id;
+            d->node[id].stats_by = c;
+            if (d->node[c].conv_why)
+                d->node[c].conv_why = arena_printf(g->arena, "%s; its BatchNorm's statistics summed chunk by chunk in the same kernel", d->node[c].conv_why);
         }
     }
 }
@@ -978,7 +978,7 @@ static void conv_pooled_grad_w(Lower *L, int id, const ConvGeom *G)
 {
     const Graph *g = L->g;
     const Node *n = &g->nodes[id];
-    int pool = L->dec->wgrad_pool[id], bg = L->dec->wgrad_bias[id];
+    int pool = L->dec->node[id].wgrad_pool, bg = L->dec->node[id].wgrad_bias;
     const Node *pn = &g->nodes[pool];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, OH = G->OH, OW = G->OW, PH = OH / 2, PW = OW / 2, PQ = PH * PW;
     int R = K * C;                          /* floats of one kernel row, (kx, c) */
@@ -1090,7 +1090,7 @@ void cg_lower_conv(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     ConvGeom G = cg_conv_geom(L->g, id);
-    ConvStrategy how = (ConvStrategy)L->dec->conv[id];   /* cg_choose_convs() */
+    ConvStrategy how = (ConvStrategy)L->dec->node[id].conv;   /* cg_choose_convs() */
     if (n->op == OP_CONV2D) {
         switch (how) {
         case CONV_DIRECT: conv_direct_forward(L, id, &G); break;
@@ -1101,7 +1101,7 @@ void cg_lower_conv(Lower *L, int id)
         case CONV_WINOGRAD: cg_lower_conv_winograd(L, id, &G); break;
         }
     } else if (n->op == OP_CONV2D_BWD_W) {
-        if (L->dec->wgrad_pool[id] >= 0) {
+        if (L->dec->node[id].wgrad_pool >= 0) {
             conv_pooled_grad_w(L, id, &G);
             return;
         }

@@ -159,7 +159,7 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, NB = cg_chunk_examples(G);
     long P = (long)G->OH * G->OW, CKK = (long)C * K * K;
     bool bias = n->nin == 3;
-    int stats = L->dec->stats_of[id];   /* the bn_stats node whose partial sums this kernel writes, or -1 */
+    int stats = L->dec->node[id].stats_of;   /* the bn_stats node whose partial sums this kernel writes, or -1 */
     int b[5] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), -1, -1 };
     const char *names[5] = { "=y", "x", "w", NULL, NULL };
     int nargs = 3;
@@ -187,7 +187,7 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                "                for (int p = 0; p < %ld; p++) dst[p] = %s;\n"
                "            }\n",
             O, CKK, CKK, O, P, O, P, bias ? "bias[o]" : "0.0f", P,
-            L->relu_out[id] ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
+            L->dec->node[id].relu_out ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
     if (stats >= 0)   /* each channel's row of t (nb*P values, in cache); the bias shifts the mean only */
         cg_chunk_stats(L, O, "t + o * ld", "1", "ld", bias ? "bias[o]" : "0.0");
     cg_body(L, "    }\n    free(col);\n");
@@ -201,9 +201,9 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
 void cg_lower_bn_stats_chunks(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
-    int conv = L->dec->stats_by[id];
+    int conv = L->dec->node[id].stats_by;
     ConvGeom G = cg_conv_geom(L->g, conv);
-    int C = G.O, NB = L->dec->conv[conv] == CONV_WINOGRAD ? cg_winograd_examples(&G) : cg_chunk_examples(&G);
+    int C = G.O, NB = L->dec->node[conv].conv == CONV_WINOGRAD ? cg_winograd_examples(&G) : cg_chunk_examples(&G);
     long P = (long)G.OH * G.OW;
     int b[2] = { cg_out_buf(L, id), L->part[id] };
     Step *st = cg_kernel(L, id, "bn_stats_chunks", dimc(C), 2, b, (const char *const[]){ "=stats", "part" });

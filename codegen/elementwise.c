@@ -54,7 +54,7 @@ void cg_lower_activation_grad(Lower *L, int id)
 void cg_lower_binary(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
-    int bn = L->dec->bn_into_add[id];
+    int bn = L->dec->node[id].bn_into_add;
     if (bn >= 0) {
         const Node *bnn = &L->g->nodes[bn];
         int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
@@ -69,7 +69,7 @@ void cg_lower_binary(Lower *L, int id)
                    "        float *yp = y + plane * %d;\n"
                    "        for (int k = 0; k < %d; k++) { float v = (xp[k] * scale + shift) + sp[k]; yp[k] = %s; }\n"
                    "    }\n",
-                HW, HW, HW, HW, L->relu_out[id] ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
+                HW, HW, HW, HW, L->dec->node[id].relu_out ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
         cg_end_kernel(L);
         return;
     }
@@ -77,7 +77,7 @@ void cg_lower_binary(Lower *L, int id)
     const char *W = cg_work_str(L, work);
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=y", "lhs", "rhs" });
-    if (L->relu_out[id])   /* only add: the fusion pass fuses no relu into mul */
+    if (L->dec->node[id].relu_out)   /* only add: the fusion pass fuses no relu into mul */
         cg_body(L, "    FOR_EACH(i, %s) {\n        float v = lhs[i] + rhs[i];\n        y[i] = v > 0.0f ? v : 0.0f;   /* fused relu */\n    }\n", W);
     else
         cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, n->op == OP_ADD ? '+' : '*');

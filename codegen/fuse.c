@@ -27,28 +27,11 @@
 
 void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
 {
-    d->fused = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
-    d->relu_out = arena_alloc(a, sizeof(bool) * (size_t)(g->n + 1));
-    d->relu_mask = arena_alloc(a, sizeof(bool) * (size_t)(g->n + 1));
-    d->conv = arena_alloc(a, (size_t)(g->n + 1));
-    d->conv_why = arena_alloc(a, sizeof(char *) * (size_t)(g->n + 1));
-    d->stats_of = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
-    d->stats_by = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
-    d->pool_of = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
-    d->pool_by = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
-    d->bn_into_add = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
-    d->wgrad_pool = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
-    d->wgrad_bias = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
+    d->node = arena_alloc(a, sizeof(CgNode) * (size_t)(g->n + 1));
     d->cpu_only = false;
-    for (int id = 0; id < g->n; id++) {
-        d->conv_why[id] = NULL;
-        d->stats_of[id] = d->stats_by[id] = -1;
-        d->pool_of[id] = d->pool_by[id] = d->bn_into_add[id] = -1;
-        d->wgrad_pool[id] = d->wgrad_bias[id] = -1;
-        d->fused[id] = -1;
-        d->relu_out[id] = d->relu_mask[id] = false;
-        d->conv[id] = -1;
-    }
+    for (int id = 0; id <= g->n; id++)
+        d->node[id] = (CgNode){ .fused = -1, .conv = -1, .stats_of = -1, .stats_by = -1, .pool_of = -1, .pool_by = -1,
+                                .bn_into_add = -1, .wgrad_pool = -1, .wgrad_bias = -1 };
 }
 
 /* The bucket holding the gradient an SGD node reads (through slices and
@@ -61,7 +44,7 @@ static int grad_bucket(const Graph *g, int sgd)
 }
 
 /* SGD updates of one bucket, in groups (the header says why of up to 3 or 7):
-   d->fused[member] = the group's first update, for every member but the first. */
+   d->node[member].fused = the group's first update, for every member but the first. */
 static void fuse_sgd(const Graph *g, CgDecisions *d)
 {
     int first = -1, count = 0, bucket = -1;
@@ -77,7 +60,7 @@ static void fuse_sgd(const Graph *g, CgDecisions *d)
         int most = (CG_MAXARGS - 2) / (n->nin - 1);   /* the gradients' bucket and the scalars take two */
         if (f && b == bucket && n->nin == f->nin && count < most && n->attr.lr == f->attr.lr &&
             n->attr.momentum == f->attr.momentum && n->attr.weight_decay == f->attr.weight_decay) {
-            d->fused[id] = first;
+            d->node[id].fused = first;
             count++;
         } else {
             first = id;
@@ -104,10 +87,10 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
 {
     for (int r = 0; r < g->n; r++) {
         const Node *rn = &g->nodes[r];
-        if (rn->op != OP_RELU_BWD || d->fused[r] < 0) continue;
-        int pool = d->fused[r];
+        if (rn->op != OP_RELU_BWD || d->node[r].fused < 0) continue;
+        int pool = d->node[r].fused;
         const Node *pn = &g->nodes[pool];
-        if (pn->op != OP_MAXPOOL_BWD || !d->relu_mask[pool] || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0) continue;
+        if (pn->op != OP_MAXPOOL_BWD || !d->node[pool].relu_mask || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0) continue;
         const Shape *xs = &pn->shape, *ys = &g->nodes[pn->in[1]].shape;
         if (xs->d[2] != 2 * ys->d[2] || xs->d[3] != 2 * ys->d[3]) continue;
         int wg = -1, bg = -1, xg = -1, others = 0;
@@ -124,14 +107,14 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
         if (wg < 0 || others || uses[r] != 1 + (bg >= 0) + (xg >= 0)) continue;
         const Node *wn = &g->nodes[wg];
         if (wn->attr.stride != 1 || wn->attr.padding != 0 || wn->shape.d[2] > 8 || wn->shape.d[1] * wn->shape.d[2] > 32) continue;
-        d->wgrad_pool[wg] = pool;
-        d->wgrad_bias[wg] = bg;
-        if (bg >= 0) d->fused[bg] = wg;
-        if (xg < 0) d->fused[pool] = d->fused[r] = wg;   /* the routed gradient: read by nothing else */
+        d->node[wg].wgrad_pool = pool;
+        d->node[wg].wgrad_bias = bg;
+        if (bg >= 0) d->node[bg].fused = wg;
+        if (xg < 0) d->node[pool].fused = d->node[r].fused = wg;   /* the routed gradient: read by nothing else */
     }
 }
 
-/* Requires: a verified graph. Produces: d->fused, d->relu_out, d->relu_mask.
+/* Requires: a verified graph. Produces: each node's record's fused, relu_out and relu_mask (d->node[id]).
      conv2d -> relu            the convolution's store applies max(0, .)
      linear -> relu            the bias epilogue after the GEMM applies it
      bn_apply -> relu          the normalisation's store applies it (BatchNorm, ReLU)
@@ -154,15 +137,15 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
             int x = n->in[0];
             Op op = g->nodes[x].op;
             if ((op == OP_CONV2D || op == OP_LINEAR || op == OP_BN_APPLY || op == OP_ADD) && uses[x] == 1) {
-                d->fused[id] = x;
-                d->relu_out[x] = true;
+                d->node[id].fused = x;
+                d->node[x].relu_out = true;
             }
         } else if (n->op == OP_RELU_BWD) {
             int y = n->in[0], pool = n->in[1];
             const Node *dn = &g->nodes[pool];
             if (dn->op == OP_MAXPOOL_BWD && uses[pool] == 1 && dn->in[0] == y) {
-                d->fused[id] = pool;
-                d->relu_mask[pool] = true;
+                d->node[id].fused = pool;
+                d->node[pool].relu_mask = true;
             }
         }
     }
@@ -173,11 +156,11 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
     for (int id = 0; opt->fuse && id < g->n; id++) {
         const Node *n = &g->nodes[id];
         if (n->op != OP_MAXPOOL) continue;
-        int x = n->in[0], b = d->fused[x] >= 0 && g->nodes[x].op == OP_RELU ? d->fused[x] : x;
+        int x = n->in[0], b = d->node[x].fused >= 0 && g->nodes[x].op == OP_RELU ? d->node[x].fused : x;
         const Shape *xs = &g->nodes[x].shape;
-        if (g->nodes[b].op == OP_BN_APPLY && d->relu_out[b] && d->pool_of[b] < 0 && (long)xs->d[2] * xs->d[3] <= 4096) {
-            d->pool_of[b] = id;
-            d->pool_by[id] = b;
+        if (g->nodes[b].op == OP_BN_APPLY && d->node[b].relu_out && d->node[b].pool_of < 0 && (long)xs->d[2] * xs->d[3] <= 4096) {
+            d->node[b].pool_of = id;
+            d->node[id].pool_by = b;
         }
     }
     /* A BatchNorm (no ReLU) whose only consumer is an add (a residual block's last
@@ -190,9 +173,9 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
         if (n->op != OP_ADD || n->nin != 2 || n->shape.nd != 4) continue;
         for (int k = 0; k < 2; k++) {
             int b = n->in[k];
-            if (g->nodes[b].op == OP_BN_APPLY && uses[b] == 1 && !d->relu_out[b] && d->pool_of[b] < 0 && d->fused[b] < 0) {
-                d->bn_into_add[id] = b;
-                d->fused[b] = id;
+            if (g->nodes[b].op == OP_BN_APPLY && uses[b] == 1 && !d->node[b].relu_out && d->node[b].pool_of < 0 && d->node[b].fused < 0) {
+                d->node[id].bn_into_add = b;
+                d->node[b].fused = id;
                 break;
             }
         }

@@ -14,7 +14,7 @@ void cg_lower_linear(Lower *L, int id)
     const Shape *ws = &L->g->nodes[n->in[1]].shape;
     int O = ws->d[0], F = ws->d[1];
     int y = cg_out_buf(L, id);
-    bool bias = n->nin == 3, relu = L->relu_out[id];
+    bool bias = n->nin == 3, relu = L->dec->node[id].relu_out;
     cg_gemm(L, id, false, true, dimn(1), dimc(O), dimc(F), buf_of(L, n->in[0]), dimc(F), buf_of(L, n->in[1]), dimc(F), 0.0f, y, dimc(O));
     if (!bias && !relu) return;
     int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };

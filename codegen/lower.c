@@ -237,7 +237,7 @@ static void lower_sgd_group(Lower *L, int first)
     Program *p = L->p;
     int members[CG_MAXARGS], nm = 0;
     for (int id = first; id < g->n; id++)
-        if (id == first || (g->nodes[id].op == OP_SGD && L->fused[id] == first)) members[nm++] = id;
+        if (id == first || (g->nodes[id].op == OP_SGD && L->dec->node[id].fused == first)) members[nm++] = id;
     const Node *n0 = &g->nodes[first];
     bool mom = n0->nin == 3;
     int b[CG_MAXARGS], na = 0;
@@ -328,9 +328,9 @@ void cg_lower_persistent(Lower *L, int id)
 void cg_lower_sgd(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
-    if (L->fused[id] >= 0) {   /* a member of a group of updates: its parameter; the group's last: its kernel */
+    if (L->dec->node[id].fused >= 0) {   /* a member of a group of updates: its parameter; the group's last: its kernel */
         L->p->node_buf[id] = L->p->node_buf[n->in[0]];
-        if (L->sgd_last[L->fused[id]] == id) lower_sgd_group(L, L->fused[id]);
+        if (L->sgd_last[L->dec->node[id].fused] == id) lower_sgd_group(L, L->dec->node[id].fused);
     } else if (L->sgd_last[id] > id) {
         L->p->node_buf[id] = L->p->node_buf[n->in[0]];   /* a group's first: lowered at its last */
     } else {
@@ -360,7 +360,7 @@ static void lower_init(Lower *L, Arena *a)
     L->waited = arena_alloc(a, sizeof(bool) * (size_t)(g->nbuckets + 1));
     /* groups of SGD updates (fusion): first member -> last member */
     for (int id = 0; id < g->n; id++)
-        if (g->nodes[id].op == OP_SGD && L->fused[id] >= 0) L->sgd_last[L->fused[id]] = id;
+        if (g->nodes[id].op == OP_SGD && L->dec->node[id].fused >= 0) L->sgd_last[L->dec->node[id].fused] = id;
 }
 
 /* After the steps: what the runtime needs to know, so that it never reads the IR. */
@@ -424,12 +424,10 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     p->graph = g;
     p->node_buf = arena_alloc(a, sizeof(int) * (size_t)g->n);
     for (int id = 0; id < g->n; id++) p->node_buf[id] = -1;
-    p->fused_into = dec->fused;
-    p->conv_why = dec->conv_why;
+    p->decided = dec->node;
     p->control = -1;
     p->sgd_scalars = -1;
-    Lower L = { .g = g, .p = p, .dec = dec, .fused = dec->fused, .relu_out = dec->relu_out, .relu_mask = dec->relu_mask,
-                .open_kernel = -1 };
+    Lower L = { .g = g, .p = p, .dec = dec, .open_kernel = -1 };
     lower_init(&L, a);
     char *text = NULL;
     size_t len = 0;
@@ -439,10 +437,10 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     for (int id = 0; id < g->n; id++) {
         const Node *n = &g->nodes[id];
         cg_dp_before(&L, id);
-        if (L.fused[id] >= 0 && n->op != OP_SGD) {
+        if (dec->node[id].fused >= 0 && n->op != OP_SGD) {
             /* computed by the kernel of the node it was fused into: in its buffer,
                or in one of its own that kernel made (a fused bias gradient) */
-            if (p->node_buf[id] < 0) p->node_buf[id] = p->node_buf[L.fused[id]];
+            if (p->node_buf[id] < 0) p->node_buf[id] = p->node_buf[dec->node[id].fused];
         } else if (n->op < OP_COUNT) {
             lowerings[n->op](&L, id);
         }

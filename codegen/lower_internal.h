@@ -28,9 +28,6 @@ typedef struct Lower {
     int *dyt;         /* gradient node -> its [O, N*P] transposed copy, made once */
     int *dyc;         /* gradient node -> its [N*P, O] channels-last copy, made once */
     int *part;        /* bn_stats node -> the partial sums its convolution's kernel writes, or -1 */
-    const int *fused;       /* = dec->fused: node -> the node whose kernel computes it too, or -1 */
-    const bool *relu_out;   /* = dec->relu_out: node's kernel applies ReLU to what it writes */
-    const bool *relu_mask;  /* = dec->relu_mask: maxpool2d_grad keeps only gradients where x > 0 */
     int open_kernel;        /* the kernel step whose text is being written, or -1 */
     int *sgd_last;          /* a group of fused SGD updates: its first member -> its last, else -1 */
     /* data parallelism (codegen/dp.c) */

@@ -20,7 +20,7 @@
 /* x [N, C, H, W] -> stats [3, C]: mean, 1/sqrt(biased var + eps), biased var */
 void cg_lower_bn_stats(Lower *L, int id)
 {
-    if (L->dec->stats_by[id] >= 0) {   /* summed by its convolution's kernel */
+    if (L->dec->node[id].stats_by >= 0) {   /* summed by its convolution's kernel */
         cg_lower_bn_stats_chunks(L, id);
         return;
     }
@@ -75,7 +75,7 @@ void cg_lower_bn_apply(Lower *L, int id)
     const Shape *xs = &n->shape;
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int y = cg_out_buf(L, id);
-    int pool = L->dec->pool_of[id];
+    int pool = L->dec->node[id].pool_of;
     int b[6] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]), -1 };
     if (pool >= 0) b[5] = cg_out_buf(L, pool);
     cg_kernel(L, id, "bn_apply", dimn(C), pool >= 0 ? 6 : 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta", "=py" })->grain = HW;
@@ -85,7 +85,7 @@ void cg_lower_bn_apply(Lower *L, int id)
     cg_body(L, "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
                "        for (int k = 0; k < %d; k++) %s\n",
             HW, HW, HW,
-            L->relu_out[id] ? "{ float v = xp[k] * scale + shift; yp[k] = v > 0.0f ? v : 0.0f; }   /* fused relu */"
+            L->dec->node[id].relu_out ? "{ float v = xp[k] * scale + shift; yp[k] = v > 0.0f ? v : 0.0f; }   /* fused relu */"
                             : "yp[k] = xp[k] * scale + shift;");
     if (pool >= 0) {
         const Node *pn = &L->g->nodes[pool];

@@ -170,8 +170,8 @@ static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
     int O = G->O, C = G->C, H = G->H, W = G->W, TH = tiles_h(G), TW = tiles_w(G), NB = cg_winograd_examples(G);
     int cin = transposed ? O : C, cout = transposed ? C : O;
     long HW = (long)H * W, T = (long)TH * TW, OC = (long)O * C;
-    bool bias = !transposed && n->nin == 3, relu = !transposed && L->relu_out[id];
-    int stats = transposed ? -1 : L->dec->stats_of[id];
+    bool bias = !transposed && n->nin == 3, relu = !transposed && L->dec->node[id].relu_out;
+    int stats = transposed ? -1 : L->dec->node[id].stats_of;
     int u = transposed ? L->col[n->grad_of] : -1;
     if (u < 0) u = winograd_weights(L, id, n->in[1], G);
     if (!transposed) L->col[id] = u;   /* for the input gradient */
