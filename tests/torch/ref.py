@@ -26,12 +26,14 @@ Work files go to tests/out/torch/ (git-ignored), or --out DIR / $REF_OUT.
 import argparse
 import re
 import fnmatch
+import glob
 import math
 import os
 import shlex
 import subprocess
 import sys
 import time
+import zlib
 
 import torch
 import torch.nn as nn
@@ -545,11 +547,12 @@ def run_fd_case(c, rep, log):
 
 # case table ------------------------------------------------------------------
 
-OP_NETS = ["op_conv", "op_conv_stride2", "op_conv_nobias", "op_conv_bigpad", "op_conv_pool", "op_conv_pool_nobias", "op_conv_pool2", "op_conv_rows", "op_conv_rows_pool", "op_relu_pool_rows", "op_linear", "op_batchnorm",
-           "op_batchnorm_args", "op_relu", "op_sigmoid", "op_tanh", "op_leaky_relu", "op_silu", "op_gelu",
-           "op_gelu_tanh", "op_maxpool",
-           "op_avgpool", "op_gap", "op_flatten", "op_dropout", "op_add", "smooth",
-           "small_resnet"]
+# Every tests/nets/op_*.net (each with its twin in models.py), and two small nets of
+# several layers; check_coverage() fails when an op of mgc's op table is in none of them.
+# (op_dropout_half and op_conv_winograd have cases of their own, below.)
+OWN_CASES = {"op_dropout_half", "op_conv_winograd"}
+OP_NETS = sorted(n for n in (os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ROOT, "tests/nets/op_*.net")))
+                 if n not in OWN_CASES) + ["smooth", "small_resnet"]
 
 
 def geometry_cases(count=20, seed=2026):
@@ -608,8 +611,8 @@ def cases():
     for i, n in enumerate(OP_NETS):
         # 1 step plain SGD: forward/backward of the op; then 3 steps with
         # momentum and weight decay so the update rule is exercised too.
-        base = dict(kind="compare", net=f"tests/nets/{n}.net", batch=4, seed=100 + i,
-                    tol=1e-4)
+        base = dict(kind="compare", net=f"tests/nets/{n}.net", batch=4, seed=100 + zlib.crc32(n.encode()) % 900,
+                    tol=1e-4)   # the seed of its name: the same whatever other nets there are
         cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0))
         if n in ("op_conv", "op_batchnorm", "op_linear"):
             cs.append(dict(base, name=n + "_sgd3", steps=3, lr=0.05, momentum=0.9, wd=1e-3))
