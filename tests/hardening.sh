@@ -13,12 +13,9 @@
 # Needs $MGC_DATA for the training cases. Prints "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
-MGC=${MGC:-./mgc}
-PY=/usr/bin/python3
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"; [ -n "${plant_dir:-}" ] && rm -rf "$plant_dir"' EXIT
-SUITE=hardening
 . tests/lib.sh
+suite_setup hardening
+PY=/usr/bin/python3
 export XDG_CACHE_HOME="$tmp/cache"
 L=nets/lenet.net
 MGC_ABS=$(cd "$(dirname "$MGC")" && pwd)/$(basename "$MGC")

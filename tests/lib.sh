@@ -2,6 +2,15 @@
 # in FAIL lines), MGC and tmp; pass and fail count its checks, and its last
 # line says "N passed, M failed" (run.sh sums them).
 pass=0 fail=0
+
+# suite_setup NAME: the suite's name (in FAIL lines), $MGC (default ./mgc),
+# and a work directory $tmp, removed at exit
+suite_setup() {
+    SUITE=$1
+    MGC=${MGC:-./mgc}
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+}
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $SUITE $*"; }
 
