@@ -6,6 +6,7 @@
 ** iteration of FOR_EACH. Gradients overwrite dx (they do not accumulate).
 */
 #include "lower_internal.h"
+#include <stdio.h>
 #include <string.h>
 
 /* The activations' expressions (ir/activations.def), by op: the forward's
@@ -16,12 +17,17 @@ static const struct { const char *fwd, *bwd; bool reads_y; } activations[OP_COUN
 #undef ACT
 };
 
-/* An expression with its attributes' literals in place of {slope}. */
+/* An expression with its float attributes' literals in place of {name} ({slope}, {alpha}). */
 static const char *with_attrs(Lower *L, const char *e, const Node *n)
 {
+    char tag[40];
     const char *at;
-    while ((at = strstr(e, "{slope}")))
-        e = arena_printf(L->p->arena, "%.*s%#.9gf%s", (int)(at - e), e, (double)n->attr.slope, at + 7);
+#define ATTR(name, type, label) \
+    snprintf(tag, sizeof tag, "{%s}", #name); \
+    while (!strcmp(#type, "float") && (at = strstr(e, tag))) \
+        e = arena_printf(L->p->arena, "%.*s%#.9gf%s", (int)(at - e), e, (double)n->attr.name, at + strlen(tag));
+#include "attrs.def"
+#undef ATTR
     return e;
 }
 

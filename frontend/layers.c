@@ -34,10 +34,23 @@ static int build_batchnorm2d(const LayerCall *c)
     return ir_batchnorm2d(c->g, c->loc, c->prefix, c->x, (float)c->f[0], (float)c->f[1]);
 }
 
-/* An activation (ir/activations.def): the op of the row; leaky_relu's slope. */
+/* The call's arguments as the attributes of the same names (ir/attrs.def). */
+static IrAttrs attrs_of(const LayerCall *c)
+{
+    IrAttrs at = { 0 };
+    for (int k = 0; k < c->layer->nargs; k++) {
+        const char *arg = c->layer->args[k].name;
+#define ATTR(nm, ty, lb) if (!strcmp(arg, #nm)) at.nm = (ty)(c->layer->args[k].type == A_FLOAT ? c->f[k] : (double)c->i[k]);
+#include "attrs.def"
+#undef ATTR
+    }
+    return at;
+}
+
+/* An activation (ir/activations.def): the op of the layer's name, its arguments its attributes. */
 static int build_activation(const LayerCall *c)
 {
-    IrAttrs at = { .slope = (float)c->f[0] };
+    IrAttrs at = attrs_of(c);
     return ir_activation(c->g, c->loc, ir_op_find(c->layer->name), c->x, &at);
 }
 
@@ -102,6 +115,10 @@ const Layer fe_layers[] = {
     { "leaky_relu", false, 1, { FLOAT_ARG("slope", 0.01, 0, false, 1, false) }, build_activation,
       "`x > 0 ? x : slope * x` (PyTorch's `LeakyReLU(negative_slope)`)" },
     { "silu", false, 0, { { 0 } }, build_activation, "`x * sigmoid(x)`" },
+    { "relu6", false, 0, { { 0 } }, build_activation, "`min(max(x, 0), 6)`" },
+    { "hardsigmoid", false, 0, { { 0 } }, build_activation, "`relu6(x + 3) / 6`" },
+    { "hardswish", false, 0, { { 0 } }, build_activation, "`x * relu6(x + 3) / 6`" },
+    { "elu", false, 1, { FLOAT_ARG("alpha", 1.0, 0, true, 100, false) }, build_activation, "`x > 0 ? x : alpha * (exp(x) - 1)`" },
     { "gelu", false, 0, { { 0 } }, build_activation, "`x * Phi(x)`, the exact form (PyTorch's `GELU()`)" },
     { "gelu_tanh", false, 0, { { 0 } }, build_activation, "the tanh approximation (PyTorch's `GELU(approximate=\"tanh\")`)" },
     { "maxpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },

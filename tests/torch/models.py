@@ -55,6 +55,22 @@ def gelu(approximate="none"):
     return nn.GELU(approximate=approximate)
 
 
+def relu6():
+    return nn.ReLU6()
+
+
+def hardsigmoid():
+    return nn.Hardsigmoid()
+
+
+def hardswish():
+    return nn.Hardswish()
+
+
+def elu(alpha=1.0):
+    return nn.ELU(alpha)
+
+
 def flatten():
     return Fn(lambda x: torch.flatten(x, 1), "flatten")
 
@@ -337,6 +353,10 @@ BUILDERS = {
     "tests/nets/op_silu.net": (op_act2(silu), (3, 6, 6)),
     "tests/nets/op_gelu.net": (op_act2(gelu), (3, 6, 6)),
     "tests/nets/op_gelu_tanh.net": (op_act2(lambda: gelu("tanh")), (3, 6, 6)),
+    "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
+    "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
+    "tests/nets/op_hardswish.net": (op_act2(hardswish), (3, 6, 6)),
+    "tests/nets/op_elu.net": (op_act2(lambda: elu(0.7)), (3, 6, 6)),
     "tests/nets/op_maxpool.net": (op_maxpool, (3, 9, 9)),
     "tests/nets/op_avgpool.net": (op_avgpool, (3, 9, 9)),
     "tests/nets/op_gap.net": (op_gap, (6, 5, 7)),
