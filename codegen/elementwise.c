@@ -22,7 +22,7 @@ static const char *with_attrs(Lower *L, const char *e, const Node *n)
 {
     char tag[40];
     const char *at;
-#define ATTR(name, type, label) \
+#define ATTR(name, type, label, shown) \
     snprintf(tag, sizeof tag, "{%s}", #name); \
     while (!strcmp(#type, "float") && (at = strstr(e, tag))) \
         e = arena_printf(L->p->arena, "%.*s%#.9gf%s", (int)(at - e), e, (double)n->attr.name, at + strlen(tag));

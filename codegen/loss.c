@@ -26,6 +26,18 @@ void cg_lower_xent(Lower *L, int id)
                    "            hits += best == (int)labels[r];\n        }\n"
                    "        hits = BLOCK_SUM(hits);\n"
                    "        if (BLOCK_LEADER) correct[0] = hits;\n    }\n", K, K);
+    else if (n->attr.label_smoothing > 0)   /* the target (1 - s) one-hot + s / K: the loss (1 - s) CE + s mean_k(-log p_k) */
+        cg_body(L, "    FOR_EACH_BLOCK(unused, 1L) {\n        double total = 0.0;\n"
+                   "        BLOCK_LOOP(r, N) {\n"
+                   "            const float *l = logits + r * %d;\n            float mx = l[0], all = 0.0f;\n"
+                   "            for (int k = 1; k < %d; k++) mx = l[k] > mx ? l[k] : mx;\n"
+                   "            float s = 0.0f;\n"
+                   "            for (int k = 0; k < %d; k++) { s += expf(l[k] - mx); all += l[k]; }\n"
+                   "            float lse = logf(s) + mx;   /* label smoothing %g */\n"
+                   "            total += (double)(lse - %#.9gf * l[(int)labels[r]] - %#.9gf * all);\n"
+                   "        }\n        total = BLOCK_SUM(total);\n"
+                   "        if (BLOCK_LEADER) loss[0] = (float)(total / (double)N);\n    }\n", K, K, K,
+                (double)n->attr.label_smoothing, 1.0 - n->attr.label_smoothing, n->attr.label_smoothing / K);
     else
         cg_body(L, "    FOR_EACH_BLOCK(unused, 1L) {\n        double total = 0.0;\n"
                    "        BLOCK_LOOP(r, N) {\n"
@@ -55,7 +67,11 @@ void cg_lower_xent_grad(Lower *L, int id)
                "        float s = 0.0f;\n"
                "        for (int k = 0; k < %d; k++) s += expf(l[k] - mx);\n"
                "        float scale = dloss[0] / (float)a.global_batch, inv = 1.0f / s;   /* the mean over the global batch */\n"
-               "        for (int k = 0; k < %d; k++) d[k] = (expf(l[k] - mx) * inv - (k == (int)labels[r])) * scale;\n"
-               "    }\n", K, K, K, K, K);
+               "        for (int k = 0; k < %d; k++) d[k] = (expf(l[k] - mx) * inv - %s) * scale;\n"
+               "    }\n", K, K, K, K, K,
+            n->attr.label_smoothing > 0   /* minus the target: (1 - s) one-hot + s / K */
+                ? arena_printf(L->p->arena, "((k == (int)labels[r]) * %#.9gf + %#.9gf)", 1.0 - n->attr.label_smoothing,
+                               n->attr.label_smoothing / K)
+                : "(k == (int)labels[r])");
     cg_end_kernel(L);
 }

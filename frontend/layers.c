@@ -34,13 +34,18 @@ static int build_batchnorm2d(const LayerCall *c)
     return ir_batchnorm2d(c->g, c->loc, c->prefix, c->x, (float)c->f[0], (float)c->f[1]);
 }
 
+static int build_batchnorm1d(const LayerCall *c)
+{
+    return ir_batchnorm1d(c->g, c->loc, c->prefix, c->x, (float)c->f[0], (float)c->f[1]);
+}
+
 /* The call's arguments as the attributes of the same names (ir/attrs.def). */
 static IrAttrs attrs_of(const LayerCall *c)
 {
     IrAttrs at = { 0 };
     for (int k = 0; k < c->layer->nargs; k++) {
         const char *arg = c->layer->args[k].name;
-#define ATTR(nm, ty, lb) if (!strcmp(arg, #nm)) at.nm = (ty)(c->layer->args[k].type == A_FLOAT ? c->f[k] : (double)c->i[k]);
+#define ATTR(nm, ty, lb, sh) if (!strcmp(arg, #nm)) at.nm = (ty)(c->layer->args[k].type == A_FLOAT ? c->f[k] : (double)c->i[k]);
 #include "attrs.def"
 #undef ATTR
     }
@@ -96,7 +101,7 @@ static int build_softmax_xent(const LayerCall *c)
         diag_note(E->d, E->loss_loc, "the first is here");
         return -1;
     }
-    int r = ir_softmax_xent(c->g, c->loc, c->x);
+    int r = ir_softmax_xent(c->g, c->loc, c->x, (float)c->f[0]);
     if (r >= 0) E->loss_node = r, E->loss_loc = c->loc;
     return r;
 }
@@ -109,6 +114,8 @@ const Layer fe_layers[] = {
       build_linear, "input `[N, F]`; an explicit `in_features` must equal F" },
     { "batchnorm2d", true, 2, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true), FLOAT_ARG("momentum", 0.1, 0, false, 1, false) },
       build_batchnorm2d, "input `[N, C, H, W]`" },
+    { "batchnorm1d", true, 2, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true), FLOAT_ARG("momentum", 0.1, 0, false, 1, false) },
+      build_batchnorm1d, "input `[N, F]` (after `linear`): statistics over the batch, as PyTorch's `BatchNorm1d`" },
     { "relu", false, 0, { { 0 } }, build_activation, "" },
     { "sigmoid", false, 0, { { 0 } }, build_activation, "" },
     { "tanh", false, 0, { { 0 } }, build_activation, "" },
@@ -129,7 +136,7 @@ const Layer fe_layers[] = {
     { "flatten", false, 0, { { 0 } }, build_flatten, "`[N, ...]` -> `[N, F]`" },
     { "dropout", false, 1, { FLOAT_ARG("p", 0.5, 0, false, 1, true) }, build_dropout, "" },
     { "add", false, 1, { TENSOR_ARG("other") }, build_add, "both shapes equal" },
-    { "softmax_cross_entropy", false, 0, { { 0 } }, build_softmax_xent,
+    { "softmax_cross_entropy", false, 1, { FLOAT_ARG("label_smoothing", 0, 0, false, 1, true) }, build_softmax_xent,
       "the loss: once per net, and it must end the chain the net returns (labels are implicit)" },
 };
 const int fe_nlayers = (int)(sizeof fe_layers / sizeof *fe_layers);

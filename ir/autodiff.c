@@ -150,7 +150,7 @@ static void grad_add(Ad *ad, int y, const Node *n, int dy)
 static void grad_xent(Ad *ad, int y, const Node *n, int dy)
 {
     int in[3] = { n->in[0], n->in[1], dy };
-    accumulate(ad, n->in[0], mk(ad->g, OP_XENT_BWD, y, ad->g->nodes[n->in[0]].shape, 3, in, NULL));
+    accumulate(ad, n->in[0], mk(ad->g, OP_XENT_BWD, y, ad->g->nodes[n->in[0]].shape, 3, in, &n->attr));
 }
 
 #define grad_none NULL

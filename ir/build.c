@@ -259,6 +259,23 @@ int ir_flatten(Graph *g, Loc loc, int x)
     return ir_op(g, OP_RESHAPE, loc, 1, &x, NULL, &flat);
 }
 
+int ir_reshape(Graph *g, Loc loc, int x, Shape s)
+{
+    if (x < 0) return -1;
+    if (ir_shape_eq(&g->nodes[x].shape, &s)) return x;
+    return ir_op(g, OP_RESHAPE, loc, 1, &x, NULL, &s);
+}
+
+int ir_batchnorm1d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum)
+{
+    if (!need_rank(g, loc, x, 2, "batchnorm1d", "[N, features]")) return -1;
+    const Shape *xs = &g->nodes[x].shape;
+    int four[4] = { xs->d[0], xs->d[1], 1, 1 };
+    Shape flat = *xs;   /* BatchNorm1d over [N, F] is BatchNorm2d over [N, F, 1, 1] */
+    int y = ir_batchnorm2d(g, loc, prefix, ir_reshape(g, loc, x, ir_shape_make(4, four)), eps, momentum);
+    return ir_reshape(g, loc, y, flat);
+}
+
 int ir_dropout(Graph *g, Loc loc, int x, float p)
 {
     if (x < 0) return -1;
@@ -279,7 +296,7 @@ int ir_add(Graph *g, Loc loc, int a, int b)
     return binary(g, OP_ADD, loc, a, b, NULL);
 }
 
-int ir_softmax_xent(Graph *g, Loc loc, int logits)
+int ir_softmax_xent(Graph *g, Loc loc, int logits, float label_smoothing)
 {
     if (logits < 0) return -1;
     const Shape *ls = &g->nodes[logits].shape;
@@ -295,7 +312,7 @@ int ir_softmax_xent(Graph *g, Loc loc, int logits)
     int lab = ir_op(g, OP_LABELS, loc, 0, NULL, NULL, NULL);
     g->nodes[lab].name = "labels";
     g->labels = lab;
-    g->loss = binary(g, OP_XENT, loc, logits, lab, NULL);
+    g->loss = binary(g, OP_XENT, loc, logits, lab, &(IrAttrs){ .label_smoothing = label_smoothing });
     g->correct = binary(g, OP_ACCURACY, loc, logits, lab, NULL);
     g->logits = logits;
     return g->loss < 0 || g->correct < 0 ? -1 : g->loss;

@@ -34,13 +34,13 @@ typedef enum Op {
 /* The attributes (ir/attrs.def), by name: n->attr.stride. An op carries
    those its row lists; the others are 0. */
 typedef struct IrAttrs {
-#define ATTR(name, type, label) type name;
+#define ATTR(name, type, label, shown) type name;
 #include "attrs.def"
 #undef ATTR
 } IrAttrs;
 
 enum {
-#define ATTR(name, type, label) IR_ATTR_BIT_##name,
+#define ATTR(name, type, label, shown) IR_ATTR_BIT_##name,
 #include "attrs.def"
 #undef ATTR
     IR_ATTR_COUNT
@@ -153,8 +153,13 @@ int ir_avgpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
 int ir_global_avgpool(Graph *g, Loc loc, int x);
 int ir_flatten(Graph *g, Loc loc, int x);
 int ir_dropout(Graph *g, Loc loc, int x, float p);
+/* x with the same elements in shape s (a view; x itself when s is its shape). */
+int ir_reshape(Graph *g, Loc loc, int x, Shape s);
+/* BatchNorm over the batch of [N, F] (after a linear layer): PyTorch's BatchNorm1d. */
+int ir_batchnorm1d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
 int ir_add(Graph *g, Loc loc, int a, int b);
-int ir_softmax_xent(Graph *g, Loc loc, int logits);  /* the loss; labels are implicit */
+/* The loss; labels are implicit. label_smoothing: PyTorch's (the target (1 - s) one-hot + s / K). */
+int ir_softmax_xent(Graph *g, Loc loc, int logits, float label_smoothing);
 
 /* ---- passes ---- */
 /* Checks every node (ir/verify.c): input count within the op table's bounds,

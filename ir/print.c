@@ -21,10 +21,14 @@ static void print_attrs(const Node *n, char *buf, size_t size)
     unsigned has = ir_op_attrs(n->op);
     int p = 0;
     buf[0] = 0;
-#define ATTR(name, type, label) \
-    if ((has & IR_ATTR(name)) && p < (int)size) p += print_one_##type(buf + p, size - (size_t)p, label, n->attr.name);
+#define ALWAYS(v) true
+#define SET(v) ((v) != 0)
+#define ATTR(name, type, label, shown) \
+    if ((has & IR_ATTR(name)) && shown(n->attr.name) && p < (int)size) p += print_one_##type(buf + p, size - (size_t)p, label, n->attr.name);
 #include "attrs.def"
 #undef ATTR
+#undef SET
+#undef ALWAYS
 }
 
 /* a parameter or state buffer: its name and how it starts */

@@ -35,13 +35,27 @@ for net in nets/lenet.net tests/nets/op_conv.net tests/nets/op_dropout_half.net 
         nvrtc "$tmp/k.cu" "$net ($conv convs)"
     done
 done
-# Every activation of the op table (ir/activations.def), by its op net: forward and gradient kernels
-for op in $("$MGC" --list-ops | awk '$4 == "activation" { print $1 }'); do
-    net=tests/nets/op_$op.net
-    if [ ! -f "$net" ]; then echo "FAIL activation $op has no $net"; fail=$((fail + 1)); continue; fi
-    "$MGC" "$net" --emit cuda > "$tmp/k.cu" 2> "$tmp/err" || { echo "FAIL $net: mgc --emit cuda"; cat "$tmp/err"; fail=$((fail + 1)); continue; }
-    nvrtc "$tmp/k.cu" "$net"
+# Every op net (tests/nets/op_*.net: every op of the table, its forward and gradient kernels), for
+# sm_90, two at a time; the two architectures are LeNet's and ResNet-18's above
+pids=() nets=()
+for net in tests/nets/op_*.net; do
+    k=${#nets[@]}
+    if "$MGC" "$net" --emit cuda > "$tmp/op$k.cu" 2> "$tmp/err"; then
+        build/nvrtc_check "$tmp/op$k.cu" sm_90 > "$tmp/op$k.out" 2>&1 & pids+=($!) nets+=("$net")
+    else
+        echo "FAIL $net: mgc --emit cuda"; head -3 "$tmp/err"; fail=$((fail + 1))
+    fi
+    if [ ${#pids[@]} -ge 2 ] || [ "$net" = "$(ls tests/nets/op_*.net | tail -1)" ]; then
+        for j in "${!pids[@]}"; do
+            wait "${pids[$j]}" && ok_op=1 || ok_op=0
+            idx=$(( ${#nets[@]} - ${#pids[@]} + j ))
+            if [ $ok_op = 1 ]; then pass=$((pass + 1)); else echo "FAIL ${nets[$idx]} (sm_90):"; head -10 "$tmp/op$idx.out"; fail=$((fail + 1)); fi
+        done
+        pids=()
+    fi
 done
+echo "ok   $(ls tests/nets/op_*.net | wc -l) op nets compiled for sm_90"
+
 # --emit ptx: NVRTC inside mgc, for two architectures: a PTX entry for every kernel step
 # (the GPU program's steps, as --emit cuda lists them: CPU-only fusions make fewer on the C target)
 steps=$("$MGC" nets/lenet.net --emit cuda | grep -c "^  step .* kernel ")

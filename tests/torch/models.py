@@ -175,6 +175,16 @@ def op_act(act):
     return lambda: seq(act(), *head(3 * 6 * 6))
 
 
+def op_xent_smooth():
+    m = seq(flatten(), ("fc", nn.Linear(3 * 6 * 6, 10)), relu(), ("fc2", nn.Linear(10, 10)))
+    m.label_smoothing = 0.1   # the loss's (ref.py's torch_steps reads it)
+    return m
+
+
+def op_batchnorm1d():
+    return seq(flatten(), ("fc1", nn.Linear(3 * 6 * 6, 16)), ("bn", nn.BatchNorm1d(16, momentum=0.2)), relu(), *head(16))
+
+
 def op_act2(act):
     """act on the input, then between two linear layers (fc1, fc)"""
     return lambda: seq(act(), flatten(), ("fc1", nn.Linear(3 * 6 * 6, 24)), act(), *head(24))
@@ -353,6 +363,8 @@ BUILDERS = {
     "tests/nets/op_silu.net": (op_act2(silu), (3, 6, 6)),
     "tests/nets/op_gelu.net": (op_act2(gelu), (3, 6, 6)),
     "tests/nets/op_gelu_tanh.net": (op_act2(lambda: gelu("tanh")), (3, 6, 6)),
+    "tests/nets/op_xent_smooth.net": (op_xent_smooth, (3, 6, 6)),
+    "tests/nets/op_batchnorm1d.net": (op_batchnorm1d, (3, 6, 6)),
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
     "tests/nets/op_hardswish.net": (op_act2(hardswish), (3, 6, 6)),

@@ -204,7 +204,7 @@ def torch_steps(model, x, y, steps, lr, momentum, wd, shards=1):
     dt = next(model.parameters()).dtype
     x = x.detach().to(dt).clone().requires_grad_(True)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=getattr(model, "label_smoothing", 0.0))
     out = {"loss": torch.zeros(steps, dtype=dt)}
     for k in range(steps):
         opt.zero_grad(set_to_none=True)
