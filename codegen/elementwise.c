@@ -83,10 +83,49 @@ void cg_lower_binary(Lower *L, int id)
     const char *W = cg_work_str(L, work);
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=y", "lhs", "rhs" });
+    char op = n->op == OP_ADD ? '+' : n->op == OP_SUB ? '-' : '*';
+    const Shape *ls = &L->g->nodes[n->in[0]].shape, *rs = &L->g->nodes[n->in[1]].shape;
     if (L->dec->node[id].relu_out)   /* only add: the fusion pass fuses no relu into mul */
         cg_body(L, "    FOR_EACH(i, %s) {\n        float v = lhs[i] + rhs[i];\n        y[i] = v > 0.0f ? v : 0.0f;   /* fused relu */\n    }\n", W);
-    else
-        cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, n->op == OP_ADD ? '+' : '*');
+    else if (ir_shape_eq(ls, &n->shape) && ir_shape_eq(rs, &n->shape))
+        cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, op);
+    else {   /* broadcast: each input's index from the output's coordinates */
+        cg_body(L, "    /* y %s = lhs %s %c rhs %s, broadcast */\n", ir_shape_str(L->p->arena, &n->shape), ir_shape_str(L->p->arena, ls), op,
+                ir_shape_str(L->p->arena, rs));
+        cg_body(L, "    FOR_EACH(i, %s) {\n", W);
+        cg_coords(L, &n->shape, "i");
+        cg_body(L, "        y[i] = lhs[%s] %c rhs[%s];\n    }\n", cg_index_of(L, ls), op, cg_index_of(L, rs));
+    }
+    cg_end_kernel(L);
+}
+
+/* y = -x */
+void cg_lower_neg(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    Dim work = dim_of(&n->shape);
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, "neg", work, 2, b, (const char *const[]){ "=y", "x" });
+    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = -x[i];\n    }\n", cg_work_str(L, work));
+    cg_end_kernel(L);
+}
+
+/* x -> y, the shape given: each y summed over the x it broadcast to (the dimensions y has as 1);
+   one y per iteration, in double */
+void cg_lower_sum_to(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &L->g->nodes[n->in[0]].shape, *ys = &n->shape;
+    Dim work = dim_of(ys);
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, "sum_to", work, 2, b, (const char *const[]){ "=y", "x" });
+    cg_body(L, "    /* x %s summed to y %s */\n    FOR_EACH(i, %s) {\n", ir_shape_str(L->p->arena, xs), ir_shape_str(L->p->arena, ys),
+            cg_work_str(L, work));
+    cg_coords(L, ys, "i");
+    cg_body(L, "        double s = 0.0;\n");
+    for (int k = 0; k < xs->nd; k++)   /* the dimensions summed over: a loop each, the others at y's coordinate */
+        if (ys->d[k] == 1 && xs->d[k] != 1) cg_body(L, "        for (long c%d = 0; c%d < %d; c%d++)\n", k, k, xs->d[k], k);
+    cg_body(L, "        s += x[%s];\n        y[i] = (float)s;\n    }\n", cg_index_of(L, xs));
     cg_end_kernel(L);
 }
 

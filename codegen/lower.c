@@ -191,6 +191,22 @@ void cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, 
                    "        %s = BLOCK_SUM(%s);\n", type, accs[a], lanes, accs[a], accs[a], accs[a], accs[a]);
 }
 
+void cg_coords(Lower *L, const Shape *s, const char *index)
+{
+    cg_body(L, "        long r_ = %s;\n", index);
+    for (int k = s->nd - 1; k > 0; k--) cg_body(L, "        const long c%d = r_ %% %d; r_ /= %d;\n", k, s->d[k], s->d[k]);
+    cg_body(L, "        const long c0 = r_;\n");
+}
+
+const char *cg_index_of(Lower *L, const Shape *t)
+{
+    const char *e = t->d[0] == 1 ? "0" : "c0";
+    for (int k = 1; k < t->nd; k++)
+        e = t->d[k] == 1 ? arena_printf(L->p->arena, "(%s) * %d", e, t->d[k])
+                         : arena_printf(L->p->arena, "(%s) * %d + c%d", e, t->d[k], k);
+    return e;
+}
+
 /* ------------------------------------------------------------------- the update */
 
 /* The buffer of the run's SGD scalars (Program.sgd_scalars), made at the first update. */

@@ -99,7 +99,14 @@ Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, 
 /* elementwise.c */
 void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
 void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */
-void cg_lower_binary(Lower *L, int id);            /* add, mul */
+void cg_lower_binary(Lower *L, int id);            /* add, mul, sub (mul and sub broadcast) */
+void cg_lower_neg(Lower *L, int id);
+/* In a kernel's FOR_EACH: the coordinates c0, c1, ... of element `index` (a C expression) of a
+   tensor of shape s, as const longs; and a C expression for the element at those coordinates in a
+   tensor of shape t that broadcasts to s (its dimensions of 1 at coordinate 0). */
+void cg_coords(Lower *L, const Shape *s, const char *index);
+const char *cg_index_of(Lower *L, const Shape *t);
+void cg_lower_sum_to(Lower *L, int id);            /* a broadcast's gradient */
 void cg_lower_const(Lower *L, int id);
 /* lower.c: the table's other entries */
 void cg_lower_input(Lower *L, int id);             /* input, labels: filled by the host */

@@ -93,6 +93,16 @@ static int build_add(const LayerCall *c)
     return ir_add(c->g, c->loc, c->x, (int)c->i[0]);
 }
 
+/* mul, sub: the other tensor, broadcast as PyTorch does */
+static int build_broadcast(const LayerCall *c)
+{
+    if (c->i[0] == c->E->loss_node) {
+        diag_at(c->E->d, c->where[0], "the loss cannot be an input of '%s'", c->layer->name);
+        return -1;
+    }
+    return ir_broadcast(c->g, c->loc, ir_op_find(c->layer->name), c->x, (int)c->i[0]);
+}
+
 static int build_softmax_xent(const LayerCall *c)
 {
     Elab *E = c->E;
@@ -136,6 +146,9 @@ const Layer fe_layers[] = {
     { "flatten", false, 0, { { 0 } }, build_flatten, "`[N, ...]` -> `[N, F]`" },
     { "dropout", false, 1, { FLOAT_ARG("p", 0.5, 0, false, 1, true) }, build_dropout, "" },
     { "add", false, 1, { TENSOR_ARG("other") }, build_add, "both shapes equal" },
+    { "mul", false, 1, { TENSOR_ARG("other") }, build_broadcast,
+      "PyTorch's broadcasting: each dimension equal, or 1 in one of them (`[N, C, H, W]` by `[N, C, 1, 1]`: an SE block's gate)" },
+    { "sub", false, 1, { TENSOR_ARG("other") }, build_broadcast, "as `mul`: `x - other`" },
     { "softmax_cross_entropy", false, 1, { FLOAT_ARG("label_smoothing", 0, 0, false, 1, true) }, build_softmax_xent,
       "the loss: once per net, and it must end the chain the net returns (labels are implicit)" },
 };

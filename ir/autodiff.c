@@ -131,13 +131,28 @@ static void grad_reshape(Ad *ad, int y, const Node *n, int dy)
     accumulate(ad, n->in[0], mk(ad->g, OP_RESHAPE, y, ad->g->nodes[n->in[0]].shape, 1, &dy, NULL));
 }
 
+/* A gradient g (of y's shape) to x's: summed over the dimensions x broadcast along. */
+static int unbroadcast(Ad *ad, int y, int g, int x)
+{
+    const Shape *xs = &ad->g->nodes[x].shape;
+    if (g < 0 || ir_shape_eq(&ad->g->nodes[g].shape, xs)) return g;
+    return mk(ad->g, OP_SUM_TO, y, *xs, 1, &g, NULL);
+}
+
 static void grad_mul(Ad *ad, int y, const Node *n, int dy)
 {
     Shape s = ad->g->nodes[y].shape;
-    int in0[2] = { dy, n->in[1] };
-    if (ad->needs[n->in[0]]) accumulate(ad, n->in[0], mk(ad->g, OP_MUL, y, s, 2, in0, NULL));
-    int in1[2] = { dy, n->in[0] };
-    if (ad->needs[n->in[1]]) accumulate(ad, n->in[1], mk(ad->g, OP_MUL, y, s, 2, in1, NULL));
+    for (int k = 0; k < 2; k++) {
+        int x = n->in[k], in[2] = { dy, n->in[1 - k] };
+        if (ad->needs[x]) accumulate(ad, x, unbroadcast(ad, y, mk(ad->g, OP_MUL, y, s, 2, in, NULL), x));
+    }
+}
+
+static void grad_sub(Ad *ad, int y, const Node *n, int dy)
+{
+    if (ad->needs[n->in[0]]) accumulate(ad, n->in[0], unbroadcast(ad, y, dy, n->in[0]));
+    if (ad->needs[n->in[1]])
+        accumulate(ad, n->in[1], unbroadcast(ad, y, mk(ad->g, OP_NEG, y, ad->g->nodes[y].shape, 1, &dy, NULL), n->in[1]));
 }
 
 static void grad_add(Ad *ad, int y, const Node *n, int dy)

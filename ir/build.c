@@ -296,6 +296,21 @@ int ir_add(Graph *g, Loc loc, int a, int b)
     return binary(g, OP_ADD, loc, a, b, NULL);
 }
 
+int ir_broadcast(Graph *g, Loc loc, Op op, int a, int b)
+{
+    if (a < 0 || b < 0) return -1;
+    const Shape *as = &g->nodes[a].shape, *bs = &g->nodes[b].shape;
+    bool ok = as->nd == bs->nd;
+    for (int k = 0; ok && k < as->nd; k++) ok = as->d[k] == bs->d[k] || as->d[k] == 1 || bs->d[k] == 1;
+    if (!ok) {
+        diag_at(g->diag, loc, "%s: the shapes %s and %s do not broadcast: each dimension must be equal, or 1 in one of them "
+                "([N, C, H, W] against [N, C, 1, 1], say)", ir_op_name(op), shape_str(g, a), shape_str(g, b));
+        diag_note(g->diag, g->nodes[b].loc, "the second input, of shape %s, is made here", shape_str(g, b));
+        return -1;
+    }
+    return binary(g, op, loc, a, b, NULL);
+}
+
 int ir_softmax_xent(Graph *g, Loc loc, int logits, float label_smoothing)
 {
     if (logits < 0) return -1;

@@ -158,6 +158,8 @@ int ir_reshape(Graph *g, Loc loc, int x, Shape s);
 /* BatchNorm over the batch of [N, F] (after a linear layer): PyTorch's BatchNorm1d. */
 int ir_batchnorm1d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
 int ir_add(Graph *g, Loc loc, int a, int b);
+/* a op b (mul, sub) with PyTorch's broadcasting: each dimension equal, or 1 in one of them. */
+int ir_broadcast(Graph *g, Loc loc, Op op, int a, int b);
 /* The loss; labels are implicit. label_smoothing: PyTorch's (the target (1 - s) one-hot + s / K). */
 int ir_softmax_xent(Graph *g, Loc loc, int logits, float label_smoothing);
 

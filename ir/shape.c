@@ -229,6 +229,32 @@ static bool rule_same2(Rule *r)   /* element-wise over two inputs of one shape *
 }
 
 
+/* Two inputs of one rank broadcast as PyTorch's: each dimension equal, or 1 in one of them. */
+static bool rule_broadcast2(Rule *r)
+{
+    const Shape *a = in(r, 0), *b = in(r, 1);
+    if (a->nd != b->nd) return no(r, "inputs %s and %s differ in rank", str(r, a), str(r, b));
+    Shape o = *a;
+    for (int k = 0; k < a->nd; k++) {
+        if (a->d[k] == b->d[k]) continue;
+        if (a->d[k] != 1 && b->d[k] != 1) return no(r, "inputs %s and %s do not broadcast in dimension %d", str(r, a), str(r, b), k);
+        o.d[k] = a->d[k] == 1 ? b->d[k] : a->d[k];
+    }
+    *r->out = o;
+    return true;
+}
+
+/* x summed to the shape given: each dimension equal to x's, or 1 */
+static bool rule_sum_to(Rule *r)
+{
+    const Shape *x = in(r, 0);
+    *r->out = r->n->shape;
+    if (x->nd != r->out->nd) return no(r, "sums %s to %s: not of one rank", str(r, x), str(r, r->out));
+    for (int k = 0; k < x->nd; k++)
+        if (r->out->d[k] != x->d[k] && r->out->d[k] != 1) return no(r, "sums %s to %s: dimension %d", str(r, x), str(r, r->out), k);
+    return true;
+}
+
 static bool rule_pool(Rule *r)   /* x[N,C,H,W] -> [N,C,OH,OW] */
 {
     return windowed(r, in(r, 0), -1, r->n->attr.kernel, r->out);

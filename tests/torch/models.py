@@ -185,6 +185,17 @@ def op_batchnorm1d():
     return seq(flatten(), ("fc1", nn.Linear(3 * 6 * 6, 16)), ("bn", nn.BatchNorm1d(16, momentum=0.2)), relu(), *head(16))
 
 
+class OpMulSub(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2, self.fc = nn.Conv2d(3, 3, 1), nn.Conv2d(3, 1, 3, padding=1), nn.Linear(3 * 6 * 6, 10)
+
+    def forward(self, x):
+        g = torch.sigmoid(self.c1(x.mean((2, 3), keepdim=True)))
+        m = torch.tanh(self.c2(x))
+        return self.fc(torch.flatten((x * g - g) * m, 1))
+
+
 def op_act2(act):
     """act on the input, then between two linear layers (fc1, fc)"""
     return lambda: seq(act(), flatten(), ("fc1", nn.Linear(3 * 6 * 6, 24)), act(), *head(24))
@@ -365,6 +376,7 @@ BUILDERS = {
     "tests/nets/op_gelu_tanh.net": (op_act2(lambda: gelu("tanh")), (3, 6, 6)),
     "tests/nets/op_xent_smooth.net": (op_xent_smooth, (3, 6, 6)),
     "tests/nets/op_batchnorm1d.net": (op_batchnorm1d, (3, 6, 6)),
+    "tests/nets/op_mul_sub.net": (OpMulSub, (3, 6, 6)),
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
     "tests/nets/op_hardswish.net": (op_act2(hardswish), (3, 6, 6)),
