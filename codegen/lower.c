@@ -194,8 +194,9 @@ void cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, 
 void cg_coords(Lower *L, const Shape *s, const char *index)
 {
     cg_body(L, "        long r_ = %s;\n", index);
-    for (int k = s->nd - 1; k > 0; k--) cg_body(L, "        const long c%d = r_ %% %d; r_ /= %d;\n", k, s->d[k], s->d[k]);
-    cg_body(L, "        const long c0 = r_;\n");
+    for (int k = s->nd - 1; k > 0; k--)
+        cg_body(L, "        const long c%d = r_ %% %d; r_ /= %d; (void)c%d;\n", k, s->d[k], s->d[k], k);
+    cg_body(L, "        const long c0 = r_; (void)c0;\n");
 }
 
 const char *cg_index_of(Lower *L, const Shape *t)
