@@ -101,6 +101,8 @@ void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
 void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */
 void cg_lower_binary(Lower *L, int id);            /* add, mul, sub (mul and sub broadcast) */
 void cg_lower_neg(Lower *L, int id);
+void cg_lower_concat(Lower *L, int id);            /* layout.c */
+void cg_lower_channel_slice(Lower *L, int id);
 /* In a kernel's FOR_EACH: the coordinates c0, c1, ... of element `index` (a C expression) of a
    tensor of shape s, as const longs; and a C expression for the element at those coordinates in a
    tensor of shape t that broadcasts to s (its dimensions of 1 at coordinate 0). */

@@ -34,7 +34,7 @@ typedef struct Elab {
 /* ---- built-in layers (frontend/layers.c) ---- */
 
 #define FE_MAX_SIZE (1 << 20)       /* largest channel count, feature count, kernel, input dim */
-#define FE_MAX_LAYER_ARGS 5
+#define FE_MAX_LAYER_ARGS 8
 
 typedef enum ArgType { A_INT, A_FLOAT, A_BOOL, A_TENSOR } ArgType;
 
@@ -49,6 +49,7 @@ typedef struct LayerArg {
 
 #define DEF_KERNEL (-12345.0)     /* default "= kernel" (a pool's stride) */
 #define DEF_INFERRED (-1.0)       /* default from the input (linear's in_features) */
+#define DEF_NONE (-1.0)           /* an optional tensor not given (concat's) */
 
 /* A call of a built-in layer, its arguments bound, defaulted and checked. */
 typedef struct Layer Layer;

@@ -18,6 +18,7 @@
 #define FLOAT_ARG(name, def, lo, lo_open, hi, hi_open) { name, A_FLOAT, false, def, lo, hi, lo_open, hi_open }
 #define BOOL_ARG(name, def) { name, A_BOOL, false, def, 0, 1, false, false }
 #define TENSOR_ARG(name) { name, A_TENSOR, true, 0, 0, 0, false, false }
+#define MORE_TENSOR_ARG(name) { name, A_TENSOR, false, DEF_NONE, 0, 0, false, false }
 
 static int build_conv2d(const LayerCall *c)
 {
@@ -93,6 +94,21 @@ static int build_add(const LayerCall *c)
     return ir_add(c->g, c->loc, c->x, (int)c->i[0]);
 }
 
+/* the input and the tensors given, side by side along dimension 1 */
+static int build_concat(const LayerCall *c)
+{
+    int in[FE_MAX_LAYER_ARGS + 1] = { c->x }, n = 1;
+    for (int k = 0; k < c->layer->nargs; k++) {
+        if (c->i[k] < 0) continue;   /* not given */
+        if (c->i[k] == c->E->loss_node) {
+            diag_at(c->E->d, c->where[k], "the loss cannot be an input of 'concat'");
+            return -1;
+        }
+        in[n++] = (int)c->i[k];
+    }
+    return ir_concat(c->g, c->loc, n, in);
+}
+
 /* mul, sub: the other tensor, broadcast as PyTorch does */
 static int build_broadcast(const LayerCall *c)
 {
@@ -146,6 +162,10 @@ const Layer fe_layers[] = {
     { "flatten", false, 0, { { 0 } }, build_flatten, "`[N, ...]` -> `[N, F]`" },
     { "dropout", false, 1, { FLOAT_ARG("p", 0.5, 0, false, 1, true) }, build_dropout, "" },
     { "add", false, 1, { TENSOR_ARG("other") }, build_add, "both shapes equal" },
+    { "concat", false, 6, { TENSOR_ARG("b"), MORE_TENSOR_ARG("c"), MORE_TENSOR_ARG("d"), MORE_TENSOR_ARG("e"), MORE_TENSOR_ARG("f"),
+                            MORE_TENSOR_ARG("g") },
+      build_concat, "`x -> concat(b, c, ...)`: the tensors side by side along dimension 1 (channels, or features), alike in "
+                    "every other; up to 7 (nest for more); its gradient splits dy" },
     { "mul", false, 1, { TENSOR_ARG("other") }, build_broadcast,
       "PyTorch's broadcasting: each dimension equal, or 1 in one of them (`[N, C, H, W]` by `[N, C, 1, 1]`: an SE block's gate)" },
     { "sub", false, 1, { TENSOR_ARG("other") }, build_broadcast, "as `mul`: `x - other`" },
@@ -165,6 +185,7 @@ int fe_find_layer(const char *name)
 static const char *default_str(const LayerArg *a, char *buf, size_t size)
 {
     if (a->def == DEF_KERNEL) return "kernel";
+    if (a->type == A_TENSOR) return "none";
     if (a->def == DEF_INFERRED) return "(inferred)";
     if (a->type == A_BOOL) return a->def ? "true" : "false";
     snprintf(buf, size, "%g", a->def);
@@ -181,7 +202,7 @@ const char *fe_layer_signature(const Layer *L, char *buf, size_t size)
         char d[32];
         const char *sep = i ? ", " : "";
         if (a->required) n += (size_t)snprintf(buf + n, size - n, "%s%s", sep, a->name);
-        else if (a->def == DEF_INFERRED) n += (size_t)snprintf(buf + n, size - n, "%s%s = inferred", sep, a->name);
+        else if (a->def == DEF_INFERRED && a->type != A_TENSOR) n += (size_t)snprintf(buf + n, size - n, "%s%s = inferred", sep, a->name);
         else n += (size_t)snprintf(buf + n, size - n, "%s%s = %s", sep, a->name, default_str(a, d, sizeof d));
     }
     if (n < size) snprintf(buf + n, size - n, ")");

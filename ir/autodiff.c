@@ -155,6 +155,18 @@ static void grad_sub(Ad *ad, int y, const Node *n, int dy)
         accumulate(ad, n->in[1], unbroadcast(ad, y, mk(ad->g, OP_NEG, y, ad->g->nodes[y].shape, 1, &dy, NULL), n->in[1]));
 }
 
+/* each input its channels of dy */
+static void grad_concat(Ad *ad, int y, const Node *n, int dy)
+{
+    int at = 0;
+    for (int k = 0; k < n->nin; k++) {
+        int x = n->in[k];
+        const Shape *xs = &ad->g->nodes[x].shape;
+        if (ad->needs[x]) accumulate(ad, x, mk(ad->g, OP_CHANNEL_SLICE, y, *xs, 1, &dy, &(IrAttrs){ .offset = at }));
+        at += xs->d[1];
+    }
+}
+
 static void grad_add(Ad *ad, int y, const Node *n, int dy)
 {
     (void)y;

@@ -296,6 +296,30 @@ int ir_add(Graph *g, Loc loc, int a, int b)
     return binary(g, OP_ADD, loc, a, b, NULL);
 }
 
+int ir_concat(Graph *g, Loc loc, int n, const int *in)
+{
+    for (int k = 0; k < n; k++)
+        if (in[k] < 0) return -1;
+    const Shape *a = &g->nodes[in[0]].shape;
+    long long channels = a->nd >= 2 ? a->d[1] : 0;
+    for (int k = 1; k < n; k++) {
+        const Shape *b = &g->nodes[in[k]].shape;
+        bool alike = b->nd == a->nd && a->nd >= 2;
+        for (int d = 0; alike && d < a->nd; d++) alike = d == 1 || b->d[d] == a->d[d];
+        if (!alike) {
+            diag_at(g->diag, loc, "concat: input %d has shape %s, input 0 %s: they must be alike but in dimension 1 "
+                    "(the channels of [N, C, H, W], the features of [N, F])", k, shape_str(g, in[k]), shape_str(g, in[0]));
+            diag_note(g->diag, g->nodes[in[k]].loc, "input %d, of shape %s, is made here", k, shape_str(g, in[k]));
+            return -1;
+        }
+        channels += b->d[1];
+    }
+    long long d[IR_MAXDIM];
+    for (int k = 0; k < a->nd; k++) d[k] = k == 1 ? channels : a->d[k];
+    if (!within(g, loc, "concat", "the output", a->nd, d)) return -1;
+    return ir_op(g, OP_CONCAT, loc, n, in, NULL, NULL);
+}
+
 int ir_broadcast(Graph *g, Loc loc, Op op, int a, int b)
 {
     if (a < 0 || b < 0) return -1;

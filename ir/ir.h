@@ -21,7 +21,7 @@
 #include "diag.h"
 
 #define IR_MAXDIM 4
-#define IR_MAXIN  5
+#define IR_MAXIN  8           /* a node's inputs at most (concat's)*/
 #define IR_BATCH  (-1)        /* the symbolic batch size N, only ever as dim 0 */
 
 typedef enum Op {
@@ -158,6 +158,8 @@ int ir_reshape(Graph *g, Loc loc, int x, Shape s);
 /* BatchNorm over the batch of [N, F] (after a linear layer): PyTorch's BatchNorm1d. */
 int ir_batchnorm1d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
 int ir_add(Graph *g, Loc loc, int a, int b);
+/* The n tensors in[] side by side along dimension 1 (channels or features), n from 2 to IR_MAXIN - 1. */
+int ir_concat(Graph *g, Loc loc, int n, const int *in);
 /* a op b (mul, sub) with PyTorch's broadcasting: each dimension equal, or 1 in one of them. */
 int ir_broadcast(Graph *g, Loc loc, Op op, int a, int b);
 /* The loss; labels are implicit. label_smoothing: PyTorch's (the target (1 - s) one-hot + s / K). */

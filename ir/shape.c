@@ -229,6 +229,36 @@ static bool rule_same2(Rule *r)   /* element-wise over two inputs of one shape *
 }
 
 
+/* inputs alike but in dimension 1, side by side along it */
+static bool rule_concat(Rule *r)
+{
+    const Shape *a = in(r, 0);
+    if (a->nd < 2) return no(r, "input %s has no dimension 1 to join along", str(r, a));
+    Shape o = *a;
+    for (int k = 1; k < r->n->nin; k++) {
+        const Shape *b = in(r, k);
+        bool alike = b->nd == a->nd;
+        for (int d = 0; alike && d < a->nd; d++) alike = d == 1 || b->d[d] == a->d[d];
+        if (!alike) return no(r, "input %d %s is not like input 0 %s but in dimension 1", k, str(r, b), str(r, a));
+        if ((long long)o.d[1] + b->d[1] > INT_MAX) return no(r, "joins more than %d channels", INT_MAX);
+        o.d[1] += b->d[1];
+    }
+    *r->out = o;
+    return true;
+}
+
+/* the channels [offset, offset + C) of the input: the shape given, checked */
+static bool rule_channel_slice(Rule *r)
+{
+    const Shape *x = in(r, 0), *y = &r->n->shape;
+    *r->out = *y;
+    bool alike = x->nd == y->nd && x->nd >= 2;
+    for (int d = 0; alike && d < x->nd; d++) alike = d == 1 || x->d[d] == y->d[d];
+    int off = r->n->attr.offset;
+    return (alike && off >= 0 && (long long)off + y->d[1] <= x->d[1]) ||
+           no(r, "takes %s from channel %d of %s: not within it", str(r, y), off, str(r, x));
+}
+
 /* Two inputs of one rank broadcast as PyTorch's: each dimension equal, or 1 in one of them. */
 static bool rule_broadcast2(Rule *r)
 {

@@ -196,6 +196,17 @@ class OpMulSub(nn.Module):
         return self.fc(torch.flatten((x * g - g) * m, 1))
 
 
+class OpConcat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.b1, self.b2 = nn.Conv2d(3, 2, 1), nn.Conv2d(3, 3, 3, padding=1)
+        self.fc0, self.fc = nn.Linear(3 * 6 * 6, 5), nn.Linear(11 * 6 * 6 + 5, 10)
+
+    def forward(self, x):
+        f = torch.cat([x, self.b1(x), F.relu(self.b2(x)), F.max_pool2d(x, 3, 1, 1)], 1).flatten(1)
+        return self.fc(torch.cat([f, self.fc0(x.flatten(1))], 1))
+
+
 def op_act2(act):
     """act on the input, then between two linear layers (fc1, fc)"""
     return lambda: seq(act(), flatten(), ("fc1", nn.Linear(3 * 6 * 6, 24)), act(), *head(24))
@@ -377,6 +388,7 @@ BUILDERS = {
     "tests/nets/op_xent_smooth.net": (op_xent_smooth, (3, 6, 6)),
     "tests/nets/op_batchnorm1d.net": (op_batchnorm1d, (3, 6, 6)),
     "tests/nets/op_mul_sub.net": (OpMulSub, (3, 6, 6)),
+    "tests/nets/op_concat.net": (OpConcat, (3, 6, 6)),
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
     "tests/nets/op_hardswish.net": (op_act2(hardswish), (3, 6, 6)),

@@ -1,0 +1,61 @@
+/*
+** Kernels that move data without arithmetic on it: concat (tensors side by
+** side along dimension 1) and its gradient, a channel slice. Tensors are
+** [N, C, H, W] (or [N, F]: planes of one element); one output plane per
+** iteration, copied whole.
+*/
+#include "lower_internal.h"
+
+/* Elements of a plane: the dimensions after the first two. */
+static long plane_of(const Shape *s)
+{
+    long p = 1;
+    for (int d = 2; d < s->nd; d++) p *= s->d[d];
+    return p;
+}
+
+/* in0, in1, ... [N, Ck, ...] -> y [N, C0 + C1 + ..., ...]: each output plane from its input's */
+void cg_lower_concat(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    int b[CG_MAXARGS] = { cg_out_buf(L, id) };
+    const char *names[CG_MAXARGS] = { "=y", "in0", "in1", "in2", "in3", "in4", "in5", "in6" };
+    for (int k = 0; k < n->nin; k++) b[k + 1] = buf_of(L, n->in[k]);
+    int C = n->shape.d[1];
+    long P = plane_of(&n->shape);
+    Step *st = cg_kernel(L, id, "concat", dimn(C), n->nin + 1, b, names);
+    st->grain = (int)(P < 1 << 20 ? P : 1 << 20);
+    cg_body(L, "    /* y [N, %d, ...] = the %d inputs side by side along dimension 1, planes of %ld */\n", C, n->nin, P);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n        const long img = plane / %d, c = plane %% %d;\n        const float *src;\n",
+            cg_work_str(L, dimn(C)), C, C);
+    int at = 0;
+    for (int k = 0; k < n->nin; k++) {
+        int Ck = L->g->nodes[n->in[k]].shape.d[1];
+        cg_body(L, "        %sif (c < %d) src = in%d + (img * %d + c - %d) * %ldL;\n", k ? "else " : "", at + Ck, k, Ck, at, P);
+        at += Ck;
+    }
+    cg_body(L, "        else src = in0;   /* not reached */\n"
+               "        float *dst = y + plane * %ldL;\n"
+               "        for (long k = 0; k < %ldL; k++) dst[k] = src[k];\n    }\n", P, P);
+    cg_end_kernel(L);
+}
+
+/* dy [N, C, ...] -> dx [N, Ck, ...], its channels [offset, offset + Ck) */
+void cg_lower_channel_slice(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &L->g->nodes[n->in[0]].shape;
+    int C = xs->d[1], Ck = n->shape.d[1], off = n->attr.offset;
+    long P = plane_of(&n->shape);
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    Step *st = cg_kernel(L, id, "channel_slice", dimn(Ck), 2, b, (const char *const[]){ "=y", "x" });
+    st->grain = (int)(P < 1 << 20 ? P : 1 << 20);
+    cg_body(L, "    /* y [N, %d, ...] = x [N, %d, ...]'s channels from %d, planes of %ld */\n", Ck, C, off, P);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n"
+               "        const long img = plane / %d, c = plane %% %d;\n"
+               "        const float *src = x + (img * %d + c + %d) * %ldL;\n"
+               "        float *dst = y + plane * %ldL;\n"
+               "        for (long k = 0; k < %ldL; k++) dst[k] = src[k];\n    }\n",
+            cg_work_str(L, dimn(Ck)), Ck, Ck, C, off, P, P, P);
+    cg_end_kernel(L);
+}
