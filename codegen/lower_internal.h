@@ -145,6 +145,12 @@ void cg_lower_bias_grad(Lower *L, int id);
 void cg_lower_window_pool(Lower *L, int id);       /* maxpool2d, avgpool2d and their gradients */
 void cg_lower_global_avgpool(Lower *L, int id);
 void cg_lower_global_avgpool_grad(Lower *L, int id);
+void cg_lower_global_maxpool(Lower *L, int id);
+void cg_lower_global_maxpool_grad(Lower *L, int id);
+void cg_lower_adaptive_avgpool(Lower *L, int id);
+void cg_lower_adaptive_avgpool_grad(Lower *L, int id);
+void cg_lower_upsample(Lower *L, int id);
+void cg_lower_upsample_grad(Lower *L, int id);
 /* norm.c */
 void cg_lower_bn_stats(Lower *L, int id);
 /* norm.c: in a loop over (n, c) planes, c and channel c's BatchNorm as y = x * scale + shift */

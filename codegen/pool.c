@@ -443,3 +443,116 @@ void cg_lower_global_avgpool_grad(Lower *L, int id)
                "        for (int k = 0; k < %d; k++) dx[plane * %d + k] = g;\n    }\n", cg_work_str(L, dimn(C)), 1.0 / HW, HW, HW);
     cg_end_kernel(L);
 }
+
+/* x [N, C, H, W] -> y [N, C, sH, sW], nearest: one output plane per iteration */
+void cg_lower_upsample(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &L->g->nodes[n->in[0]].shape;
+    int C = xs->d[1], H = xs->d[2], W = xs->d[3], s = n->attr.scale;
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, "upsample", dimn(C), 2, b, (const char *const[]){ "=y", "x" })->grain = (long)H * W * s * s;
+    cg_body(L, "    /* x [N*%d planes, %d, %d] -> y [N*%d, %d, %d], each pixel %dx%d times */\n", C, H, W, C, H * s, W * s, s, s);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n"
+               "        const float *xp = x + plane * %dL;\n        float *yp = y + plane * %ldL;\n"
+               "        for (int oy = 0; oy < %d; oy++)\n"
+               "            for (int ox = 0; ox < %d; ox++) yp[oy * %d + ox] = xp[(oy / %d) * %d + ox / %d];\n    }\n",
+            cg_work_str(L, dimn(C)), H * W, (long)H * W * s * s, H * s, W * s, W * s, s, W, s);
+    cg_end_kernel(L);
+}
+
+/* dy [N, C, sH, sW] -> dx [N, C, H, W]: each block of s x s summed; one plane per iteration */
+void cg_lower_upsample_grad(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = n->shape.d[1], H = n->shape.d[2], W = n->shape.d[3], s = n->attr.scale;
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, "upsample_grad", dimn(C), 2, b, (const char *const[]){ "=dx", "dy" })->grain = (long)H * W * s * s;
+    cg_body(L, "    /* dy [N*%d planes, %d, %d] -> dx [N*%d, %d, %d], each %dx%d block summed */\n", C, H * s, W * s, C, H, W, s, s);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n"
+               "        const float *gp = dy + plane * %ldL;\n        float *dp = dx + plane * %dL;\n"
+               "        for (int iy = 0; iy < %d; iy++)\n"
+               "            for (int ix = 0; ix < %d; ix++) {\n"
+               "                float acc = 0.0f;\n"
+               "                for (int a = 0; a < %d; a++)\n"
+               "                    for (int c = 0; c < %d; c++) acc += gp[(iy * %d + a) * %d + ix * %d + c];\n"
+               "                dp[iy * %d + ix] = acc;\n"
+               "            }\n    }\n",
+            cg_work_str(L, dimn(C)), (long)H * W * s * s, H * W, H, W, s, s, s, W * s, s, W);
+    cg_end_kernel(L);
+}
+
+/* PyTorch's adaptive windows of output cell o of O over an input of I: [o I / O, ceil((o + 1) I / O)) */
+static void adaptive_window(Lower *L, const char *o, int I, int O, const char *lo, const char *hi)
+{
+    cg_body(L, "            const int %s = (int)((long)%s * %d / %d), %s = (int)(((long)%s + 1) * %d + %d) / %d;\n", lo, o, I, O, hi, o, I, O - 1, O);
+}
+
+/* x [N, C, H, W] -> y [N, C, OH, OW]: each window's mean; one plane per iteration */
+void cg_lower_adaptive_avgpool(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &L->g->nodes[n->in[0]].shape;
+    int C = xs->d[1], H = xs->d[2], W = xs->d[3], OH = n->attr.height, OW = n->attr.width;
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, "adaptive_avgpool", dimn(C), 2, b, (const char *const[]){ "=y", "x" })->grain = (long)H * W;
+    cg_body(L, "    /* x [N*%d planes, %d, %d] -> y [N*%d, %d, %d], PyTorch's adaptive windows */\n", C, H, W, C, OH, OW);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n        const float *xp = x + plane * %dL;\n        float *yp = y + plane * %dL;\n"
+               "        for (int oy = 0; oy < %d; oy++)\n          for (int ox = 0; ox < %d; ox++) {\n",
+            cg_work_str(L, dimn(C)), H * W, OH * OW, OH, OW);
+    adaptive_window(L, "oy", H, OH, "y0", "y1");
+    adaptive_window(L, "ox", W, OW, "x0", "x1");
+    cg_body(L, "            float acc = 0.0f;\n"
+               "            for (int iy = y0; iy < y1; iy++)\n                for (int ix = x0; ix < x1; ix++) acc += xp[iy * %d + ix];\n"
+               "            yp[oy * %d + ox] = acc / (float)((y1 - y0) * (x1 - x0));\n          }\n    }\n", W, OW);
+    cg_end_kernel(L);
+}
+
+/* dy [N, C, OH, OW] -> dx [N, C, H, W]: each cell's gradient shared out over its window (windows may
+   overlap: accumulated); one plane per iteration */
+void cg_lower_adaptive_avgpool_grad(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = n->shape.d[1], H = n->shape.d[2], W = n->shape.d[3], OH = n->attr.height, OW = n->attr.width;
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, "adaptive_avgpool_grad", dimn(C), 2, b, (const char *const[]){ "=dx", "dy" })->grain = (long)H * W;
+    cg_body(L, "    FOR_EACH(plane, %s) {\n        const float *gp = dy + plane * %dL;\n        float *dp = dx + plane * %dL;\n"
+               "        for (int k = 0; k < %d; k++) dp[k] = 0.0f;\n"
+               "        for (int oy = 0; oy < %d; oy++)\n          for (int ox = 0; ox < %d; ox++) {\n",
+            cg_work_str(L, dimn(C)), OH * OW, H * W, H * W, OH, OW);
+    adaptive_window(L, "oy", H, OH, "y0", "y1");
+    adaptive_window(L, "ox", W, OW, "x0", "x1");
+    cg_body(L, "            float g = gp[oy * %d + ox] / (float)((y1 - y0) * (x1 - x0));\n"
+               "            for (int iy = y0; iy < y1; iy++)\n                for (int ix = x0; ix < x1; ix++) dp[iy * %d + ix] += g;\n"
+               "          }\n    }\n", OW, W);
+    cg_end_kernel(L);
+}
+
+/* x [N, C, H, W] -> y [N, C, 1, 1]: each plane's maximum (a NaN wins, as PyTorch's) */
+void cg_lower_global_maxpool(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &L->g->nodes[n->in[0]].shape;
+    int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, "global_maxpool", dimn(C), 2, b, (const char *const[]){ "=y", "x" })->grain = HW;
+    cg_body(L, "    FOR_EACH(plane, %s) {\n        const float *xp = x + plane * %dL;\n        float acc = xp[0];\n"
+               "        for (int k = 1; k < %d; k++) { float v = xp[k]; acc = (v > acc) | (v != v && acc == acc) ? v : acc; }\n"
+               "        y[plane] = acc;\n    }\n", cg_work_str(L, dimn(C)), HW, HW);
+    cg_end_kernel(L);
+}
+
+/* x, dy [N, C, 1, 1] -> dx: each plane's gradient to its first maximum, zeros elsewhere */
+void cg_lower_global_maxpool_grad(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
+    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    cg_kernel(L, id, "global_maxpool_grad", dimn(C), 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = HW;
+    cg_body(L, "    FOR_EACH(plane, %s) {\n        const float *xp = x + plane * %dL;\n        float *dp = dx + plane * %dL;\n"
+               "        float best = xp[0]; int at = 0;\n"
+               "        for (int k = 1; k < %d; k++) { float v = xp[k]; if ((v > best) | (v != v && best == best)) { best = v; at = k; } }\n"
+               "        for (int k = 0; k < %d; k++) dp[k] = k == at ? dy[plane] : 0.0f;\n    }\n",
+            cg_work_str(L, dimn(C)), HW, HW, HW, HW);
+    cg_end_kernel(L);
+}

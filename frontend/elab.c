@@ -711,7 +711,7 @@ static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value
                 diag_at(E->d, st->name_loc, "missing argument '%s' to %s", a->name, sig);
                 return -1;
             }
-            c.i[i] = a->def == DEF_KERNEL ? c.i[0] : (long long)a->def;
+            c.i[i] = a->def == DEF_KERNEL || a->def == DEF_HEIGHT ? c.i[0] : (long long)a->def;
             c.f[i] = a->def;
             continue;
         }

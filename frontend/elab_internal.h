@@ -50,6 +50,7 @@ typedef struct LayerArg {
 #define DEF_KERNEL (-12345.0)     /* default "= kernel" (a pool's stride) */
 #define DEF_INFERRED (-1.0)       /* default from the input (linear's in_features) */
 #define DEF_NONE (-1.0)           /* an optional tensor not given (concat's) */
+#define DEF_HEIGHT (-12346.0)     /* default "= height" (adaptive_avgpool's width) */
 
 /* A call of a built-in layer, its arguments bound, defaulted and checked. */
 typedef struct Layer Layer;

@@ -82,6 +82,13 @@ static int build_avgpool2d(const LayerCall *c)
 }
 
 static int build_global_avgpool(const LayerCall *c) { return ir_global_avgpool(c->g, c->loc, c->x); }
+static int build_global_maxpool(const LayerCall *c) { return ir_global_maxpool(c->g, c->loc, c->x); }
+static int build_upsample(const LayerCall *c) { return ir_upsample(c->g, c->loc, c->x, (int)c->i[0]); }
+
+static int build_adaptive_avgpool(const LayerCall *c)
+{
+    return ir_adaptive_avgpool(c->g, c->loc, c->x, (int)c->i[0], (int)(c->i[1] > 0 ? c->i[1] : c->i[0]));
+}
 static int build_flatten(const LayerCall *c) { return ir_flatten(c->g, c->loc, c->x); }
 static int build_dropout(const LayerCall *c) { return ir_dropout(c->g, c->loc, c->x, (float)c->f[0]); }
 
@@ -159,6 +166,11 @@ const Layer fe_layers[] = {
     { "avgpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },
       build_avgpool2d, "input `[N, C, H, W]`; padding <= kernel / 2 (counted in the mean, as PyTorch)" },
     { "global_avgpool", false, 0, { { 0 } }, build_global_avgpool, "`[N, C, H, W]` -> `[N, C, 1, 1]`" },
+    { "global_maxpool", false, 0, { { 0 } }, build_global_maxpool, "`[N, C, H, W]` -> `[N, C, 1, 1]`: each plane's maximum" },
+    { "adaptive_avgpool", false, 2, { INT_ARG("height", true, 0, 1), INT_ARG("width", false, DEF_HEIGHT, 1) },
+      build_adaptive_avgpool, "`[N, C, H, W]` -> `[N, C, height, width]`, PyTorch's windows (`AdaptiveAvgPool2d`)" },
+    { "upsample", false, 1, { INT_ARG("scale", false, 2, 1) }, build_upsample,
+      "nearest: each pixel `scale x scale` times (`Upsample(scale_factor=scale)`)" },
     { "flatten", false, 0, { { 0 } }, build_flatten, "`[N, ...]` -> `[N, F]`" },
     { "dropout", false, 1, { FLOAT_ARG("p", 0.5, 0, false, 1, true) }, build_dropout, "" },
     { "add", false, 1, { TENSOR_ARG("other") }, build_add, "both shapes equal" },
@@ -185,6 +197,7 @@ int fe_find_layer(const char *name)
 static const char *default_str(const LayerArg *a, char *buf, size_t size)
 {
     if (a->def == DEF_KERNEL) return "kernel";
+    if (a->def == DEF_HEIGHT) return "height";
     if (a->type == A_TENSOR) return "none";
     if (a->def == DEF_INFERRED) return "(inferred)";
     if (a->type == A_BOOL) return a->def ? "true" : "false";

@@ -126,6 +126,22 @@ static void grad_gap(Ad *ad, int y, const Node *n, int dy)
     accumulate(ad, n->in[0], mk(ad->g, OP_GAP_BWD, y, ad->g->nodes[n->in[0]].shape, 1, &dy, NULL));
 }
 
+static void grad_upsample(Ad *ad, int y, const Node *n, int dy)
+{
+    accumulate(ad, n->in[0], mk(ad->g, OP_UPSAMPLE_BWD, y, ad->g->nodes[n->in[0]].shape, 1, &dy, &n->attr));
+}
+
+static void grad_adaptive_avgpool(Ad *ad, int y, const Node *n, int dy)
+{
+    accumulate(ad, n->in[0], mk(ad->g, OP_ADAPTIVE_AVGPOOL_BWD, y, ad->g->nodes[n->in[0]].shape, 1, &dy, &n->attr));
+}
+
+static void grad_global_maxpool(Ad *ad, int y, const Node *n, int dy)
+{
+    int in[2] = { n->in[0], dy };
+    accumulate(ad, n->in[0], mk(ad->g, OP_GLOBAL_MAXPOOL_BWD, y, ad->g->nodes[n->in[0]].shape, 2, in, NULL));
+}
+
 static void grad_reshape(Ad *ad, int y, const Node *n, int dy)
 {
     accumulate(ad, n->in[0], mk(ad->g, OP_RESHAPE, y, ad->g->nodes[n->in[0]].shape, 1, &dy, NULL));

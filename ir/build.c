@@ -242,6 +242,29 @@ int ir_global_avgpool(Graph *g, Loc loc, int x)
     return unary(g, OP_GAP, loc, x, NULL);
 }
 
+int ir_upsample(Graph *g, Loc loc, int x, int scale)
+{
+    if (!need_rank(g, loc, x, 4, "upsample", "[N, C, H, W]")) return -1;
+    const Shape *xs = &g->nodes[x].shape;
+    long long d[4] = { IR_BATCH, xs->d[1], (long long)xs->d[2] * scale, (long long)xs->d[3] * scale };
+    if (!within(g, loc, "upsample", "the output", 4, d)) return -1;
+    return unary(g, OP_UPSAMPLE, loc, x, &(IrAttrs){ .scale = scale });
+}
+
+int ir_adaptive_avgpool(Graph *g, Loc loc, int x, int height, int width)
+{
+    if (!need_rank(g, loc, x, 4, "adaptive_avgpool", "[N, C, H, W]")) return -1;
+    long long d[4] = { IR_BATCH, g->nodes[x].shape.d[1], height, width };
+    if (!within(g, loc, "adaptive_avgpool", "the output", 4, d)) return -1;
+    return unary(g, OP_ADAPTIVE_AVGPOOL, loc, x, &(IrAttrs){ .height = height, .width = width });
+}
+
+int ir_global_maxpool(Graph *g, Loc loc, int x)
+{
+    if (!need_rank(g, loc, x, 4, "global_maxpool", "[N, C, H, W]")) return -1;
+    return unary(g, OP_GLOBAL_MAXPOOL, loc, x, NULL);
+}
+
 int ir_flatten(Graph *g, Loc loc, int x)
 {
     if (x < 0) return -1;

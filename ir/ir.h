@@ -152,6 +152,11 @@ int ir_maxpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
 int ir_avgpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
 int ir_global_avgpool(Graph *g, Loc loc, int x);
 int ir_flatten(Graph *g, Loc loc, int x);
+/* Nearest upsampling: each pixel scale x scale times (PyTorch's Upsample(scale_factor, "nearest")). */
+int ir_upsample(Graph *g, Loc loc, int x, int scale);
+/* PyTorch's AdaptiveAvgPool2d((height, width)); AdaptiveMaxPool2d(1). */
+int ir_adaptive_avgpool(Graph *g, Loc loc, int x, int height, int width);
+int ir_global_maxpool(Graph *g, Loc loc, int x);
 int ir_dropout(Graph *g, Loc loc, int x, float p);
 /* x with the same elements in shape s (a view; x itself when s is its shape). */
 int ir_reshape(Graph *g, Loc loc, int x, Shape s);

@@ -317,6 +317,51 @@ static bool rule_gap_grad(Rule *r)   /* dy[N,C,1,1] -> dx[N,C,H,W]: the input's 
            no(r, "pools %s to %s, not to [%s,%d,1,1]", str(r, x), str(r, p), batch(x), x->d[1]);
 }
 
+static bool rule_upsample(Rule *r)   /* [N,C,H,W] -> [N,C,sH,sW] */
+{
+    const Shape *x = in(r, 0);
+    int s = r->n->attr.scale;
+    if (!rank(r, "input", x, 4)) return false;
+    if (s < 1 || (long long)x->d[2] * s > INT_MAX || (long long)x->d[3] * s > INT_MAX) return no(r, "has scale %d", s);
+    return give(r, 4, (int[]){ x->d[0], x->d[1], x->d[2] * s, x->d[3] * s });
+}
+
+static bool rule_upsample_grad(Rule *r)   /* dy -> dx: the input's shape, checked */
+{
+    const Shape *x = &r->n->shape, *dy = in(r, 0);
+    int s = r->n->attr.scale;
+    *r->out = *x;
+    if (!rank(r, "input", x, 4) || !rank(r, "gradient", dy, 4)) return false;
+    return (dy->d[0] == x->d[0] && dy->d[1] == x->d[1] && dy->d[2] == (long long)x->d[2] * s && dy->d[3] == (long long)x->d[3] * s) ||
+           no(r, "takes %s back to %s, not by scale %d", str(r, dy), str(r, x), s);
+}
+
+static bool rule_adaptive_avgpool(Rule *r)   /* [N,C,H,W] -> [N,C,height,width] */
+{
+    const Shape *x = in(r, 0);
+    if (!rank(r, "input", x, 4)) return false;
+    if (r->n->attr.height < 1 || r->n->attr.width < 1) return no(r, "has an output %dx%d", r->n->attr.height, r->n->attr.width);
+    return give(r, 4, (int[]){ x->d[0], x->d[1], r->n->attr.height, r->n->attr.width });
+}
+
+static bool rule_adaptive_avgpool_grad(Rule *r)   /* dy -> dx: the input's shape, checked */
+{
+    const Shape *x = &r->n->shape, *dy = in(r, 0);
+    *r->out = *x;
+    if (!rank(r, "input", x, 4) || !rank(r, "gradient", dy, 4)) return false;
+    return (dy->d[0] == x->d[0] && dy->d[1] == x->d[1] && dy->d[2] == r->n->attr.height && dy->d[3] == r->n->attr.width) ||
+           no(r, "takes %s back to %s, not from %dx%d", str(r, dy), str(r, x), r->n->attr.height, r->n->attr.width);
+}
+
+static bool rule_global_maxpool_grad(Rule *r)   /* x, dy -> dx like x */
+{
+    const Shape *x = in(r, 0), *dy = in(r, 1);
+    *r->out = *x;
+    if (!rank(r, "input", x, 4) || !rank(r, "gradient", dy, 4)) return false;
+    return (dy->d[0] == x->d[0] && dy->d[1] == x->d[1] && dy->d[2] == 1 && dy->d[3] == 1) ||
+           no(r, "routes %s into %s", str(r, dy), str(r, x));
+}
+
 static bool rule_reshape(Rule *r)   /* the same elements: the shape given */
 {
     bool xb, yb;

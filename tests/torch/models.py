@@ -207,6 +207,18 @@ class OpConcat(nn.Module):
         return self.fc(torch.cat([f, self.fc0(x.flatten(1))], 1))
 
 
+class OpResample(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.fc = nn.Conv2d(3, 2, 3, padding=1), nn.Linear(2 * 3 * 4 + 3 * 9 * 3 + 3, 10)
+
+    def forward(self, x):
+        a = F.adaptive_avg_pool2d(F.interpolate(self.c1(x), scale_factor=2, mode="nearest"), (3, 4)).flatten(1)
+        b = F.adaptive_avg_pool2d(x, (9, 3)).flatten(1)
+        m = F.adaptive_max_pool2d(x, 1).flatten(1)
+        return self.fc(torch.cat([a, b, m], 1))
+
+
 def op_act2(act):
     """act on the input, then between two linear layers (fc1, fc)"""
     return lambda: seq(act(), flatten(), ("fc1", nn.Linear(3 * 6 * 6, 24)), act(), *head(24))
@@ -389,6 +401,7 @@ BUILDERS = {
     "tests/nets/op_batchnorm1d.net": (op_batchnorm1d, (3, 6, 6)),
     "tests/nets/op_mul_sub.net": (OpMulSub, (3, 6, 6)),
     "tests/nets/op_concat.net": (OpConcat, (3, 6, 6)),
+    "tests/nets/op_resample.net": (OpResample, (3, 7, 5)),
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
     "tests/nets/op_hardswish.net": (op_act2(hardswish), (3, 6, 6)),
