@@ -164,6 +164,10 @@ void cg_max_pool_plane(Lower *L, const char *src, const char *dst, int K, int S,
    (the first maximum, the one a gradient goes to); nan_free: the values are a ReLU's. */
 void cg_first_max_2x2(Lower *L, int indent, bool nan_free);
 void cg_lower_bn_eval_stats(Lower *L, int id);
+void cg_lower_ln_stats(Lower *L, int id);          /* layernorm.c */
+void cg_lower_ln_apply(Lower *L, int id);
+void cg_lower_ln_grad_params(Lower *L, int id);
+void cg_lower_ln_grad_x(Lower *L, int id);
 void cg_lower_bn_apply(Lower *L, int id);
 void cg_lower_bn_grad_params(Lower *L, int id);
 void cg_lower_bn_grad_x(Lower *L, int id);

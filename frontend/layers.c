@@ -35,6 +35,11 @@ static int build_batchnorm2d(const LayerCall *c)
     return ir_batchnorm2d(c->g, c->loc, c->prefix, c->x, (float)c->f[0], (float)c->f[1]);
 }
 
+static int build_layernorm(const LayerCall *c)
+{
+    return ir_layernorm(c->g, c->loc, c->prefix, c->x, (float)c->f[0]);
+}
+
 static int build_batchnorm1d(const LayerCall *c)
 {
     return ir_batchnorm1d(c->g, c->loc, c->prefix, c->x, (float)c->f[0], (float)c->f[1]);
@@ -149,6 +154,9 @@ const Layer fe_layers[] = {
       build_batchnorm2d, "input `[N, C, H, W]`" },
     { "batchnorm1d", true, 2, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true), FLOAT_ARG("momentum", 0.1, 0, false, 1, false) },
       build_batchnorm1d, "input `[N, F]` (after `linear`): statistics over the batch, as PyTorch's `BatchNorm1d`" },
+    { "layernorm", true, 1, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true) }, build_layernorm,
+      "over the features of `[N, F]` (PyTorch's `LayerNorm(F)`), or the channels of `[N, C, H, W]` at each position "
+      "(`LayerNorm(C)` over channels-last, as ConvNeXt's)" },
     { "relu", false, 0, { { 0 } }, build_activation, "" },
     { "sigmoid", false, 0, { { 0 } }, build_activation, "" },
     { "tanh", false, 0, { { 0 } }, build_activation, "" },

@@ -96,6 +96,23 @@ static void grad_bn_apply(Ad *ad, int y, const Node *n, int dy)
     }
 }
 
+/* LayerNorm: the statistics depend on x; ln_grad_x accounts for it. */
+static void grad_ln_apply(Ad *ad, int y, const Node *n, int dy)
+{
+    Graph *g = ad->g;
+    int x = n->in[0], stats = n->in[1], gamma = n->in[2], beta = n->in[3];
+    int c = g->nodes[gamma].shape.d[0];
+    int in3[3] = { x, stats, dy };
+    int dparams = mk(g, OP_LN_BWD_PARAMS, y, ir_shape_make(2, (int[]){ 2, c }), 3, in3, NULL);
+    if (dparams < 0) return;
+    accumulate(ad, gamma, mk(g, OP_SLICE, y, g->nodes[gamma].shape, 1, &dparams, &(IrAttrs){ .offset = 0 }));
+    accumulate(ad, beta, mk(g, OP_SLICE, y, g->nodes[beta].shape, 1, &dparams, &(IrAttrs){ .offset = c }));
+    if (ad->needs[x]) {
+        int in4[4] = { x, stats, gamma, dy };
+        accumulate(ad, x, mk(g, OP_LN_BWD_X, y, g->nodes[x].shape, 4, in4, NULL));
+    }
+}
+
 /* The activations (ir/activations.def): each its gradient op, reading the
    forward's input or its output, and dy. */
 static const struct { Op bwd; bool reads_y; } activations[OP_COUNT] = {

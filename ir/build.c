@@ -208,6 +208,26 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
     return ir_op(g, OP_BN_APPLY, loc, 4, in, NULL, NULL);
 }
 
+int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps)
+{
+    if (x < 0) return -1;
+    const Shape *xs = &g->nodes[x].shape;
+    if (xs->nd != 2 && xs->nd != 4) {
+        diag_at(g->diag, loc, "layernorm expects [N, features] or [N, C, H, W], got %s", shape_str(g, x));
+        return -1;
+    }
+    int c = xs->d[1];
+    Shape cs = ir_shape_make(1, &c);
+    int gamma = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), cs, INIT_ONES, 0);
+    if (gamma < 0) return -1;
+    int beta = persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), cs, INIT_ZEROS, 0);
+    if (beta < 0) return -1;
+    int stats = unary(g, OP_LN_STATS, loc, x, &(IrAttrs){ .eps = eps });
+    if (stats < 0) return -1;
+    int in[4] = { x, stats, gamma, beta };
+    return ir_op(g, OP_LN_APPLY, loc, 4, in, NULL, NULL);
+}
+
 int ir_allreduce(Graph *g, Loc loc, int x)
 {
     if (x < 0) return -1;

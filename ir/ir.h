@@ -146,6 +146,9 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
 /* in_features: -1 inferred from the input, else checked against it. */
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias);
 int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
+/* LayerNorm over dimension 1: the features of [N, F], or the channels of [N, C, H, W] at each position
+   (PyTorch's LayerNorm(F), and LayerNorm(C) over channels-last); weight and bias [C]. */
+int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps);
 /* An element-wise activation of ir/activations.def (relu, silu, ...), with its attributes (NULL: none). */
 int ir_activation(Graph *g, Loc loc, Op op, int x, const IrAttrs *attr);
 int ir_maxpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);

@@ -207,6 +207,49 @@ static bool rule_bn_eval_stats(Rule *r)   /* running_mean[C], running_var[C] -> 
     return give(r, 2, (int[]){ 3, m->d[0] });
 }
 
+/* LayerNorm over dimension 1 ([N, F], or [N, C, H, W] at each position): x's positions P */
+static int positions(const Shape *x)
+{
+    int p = 1;
+    for (int d = 2; d < x->nd; d++) p *= x->d[d];
+    return p;
+}
+
+static bool rule_ln_stats(Rule *r)   /* x[N,C,...] -> [N,2,P] */
+{
+    const Shape *x = in(r, 0);
+    if (x->nd != 2 && x->nd != 4) return no(r, "input %s is not [N, F] or [N, C, H, W]", str(r, x));
+    return give(r, 3, (int[]){ x->d[0], 2, positions(x) });
+}
+
+/* x, stats[N,2,P], gamma[C] and beta[C] (the first k of them) of a LayerNorm */
+static bool ln_operands(Rule *r, int k)
+{
+    const Shape *x = in(r, 0), *st = in(r, 1);
+    if (x->nd != 2 && x->nd != 4) return no(r, "input %s is not [N, F] or [N, C, H, W]", str(r, x));
+    if (!(st->nd == 3 && st->d[0] == x->d[0] && st->d[1] == 2 && st->d[2] == positions(x)))
+        return no(r, "stats %s do not fit input %s", str(r, st), str(r, x));
+    return k < 3 || channels(r, "gamma", in(r, 2), 0, x->d[1]);
+}
+
+static bool rule_ln_apply(Rule *r)   /* x, stats, gamma, beta -> like x */
+{
+    *r->out = *in(r, 0);
+    return ln_operands(r, 3) && channels(r, "beta", in(r, 3), 0, in(r, 0)->d[1]);
+}
+
+static bool rule_ln_grad_params(Rule *r)   /* x, stats, dy -> [2,C] */
+{
+    const Shape *x = in(r, 0);
+    return ln_operands(r, 2) && same(r, "gradient", in(r, 2), "input", x) && give(r, 2, (int[]){ 2, x->d[1] });
+}
+
+static bool rule_ln_grad_x(Rule *r)   /* x, stats, gamma, dy -> dx */
+{
+    *r->out = *in(r, 0);
+    return ln_operands(r, 3) && same(r, "gradient", in(r, 3), "input", in(r, 0));
+}
+
 static bool rule_bn_apply(Rule *r)   /* x, stats[3,C], gamma[C], beta[C] -> like x */
 {
     const Shape *x = in(r, 0);

@@ -219,6 +219,18 @@ class OpResample(nn.Module):
         return self.fc(torch.cat([a, b, m], 1))
 
 
+class LayerNorm2d(nn.LayerNorm):
+    """LayerNorm over the channels of [N, C, H, W] at each position (mgc's layernorm on 4-D input)."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def op_layernorm():
+    return seq(("c1", nn.Conv2d(3, 6, 3, padding=1)), ("ln1", LayerNorm2d(6)), relu(), flatten(),
+               ("fc1", nn.Linear(6 * 5 * 4, 12)), ("ln2", nn.LayerNorm(12, eps=1e-3)), *head(12))
+
+
 def op_act2(act):
     """act on the input, then between two linear layers (fc1, fc)"""
     return lambda: seq(act(), flatten(), ("fc1", nn.Linear(3 * 6 * 6, 24)), act(), *head(24))
@@ -402,6 +414,7 @@ BUILDERS = {
     "tests/nets/op_mul_sub.net": (OpMulSub, (3, 6, 6)),
     "tests/nets/op_concat.net": (OpConcat, (3, 6, 6)),
     "tests/nets/op_resample.net": (OpResample, (3, 7, 5)),
+    "tests/nets/op_layernorm.net": (op_layernorm, (3, 5, 4)),
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
     "tests/nets/op_hardswish.net": (op_act2(hardswish), (3, 6, 6)),
