@@ -80,8 +80,7 @@ typedef struct Step {
     int nf;
     float f[4];               /* run-time scalars (a.f[]): learning rate etc. */
     bool seeded;              /* needs a fresh random seed each run (dropout) */
-    bool sgd;                 /* an SGD update: reads its scalars from Program.sgd_scalars; f[] holds the
-                                 net's own (the executor's until told otherwise) */
+    bool sgd;                 /* an optimizer's update: reads its scalars from Program.opt_scalars */
     long src_begin, src_end;  /* its text in Program.source: [begin, end) */
     Dim work;                 /* iterations of the kernel's FOR_EACH (threads / grid size) */
     bool heavy;               /* each iteration loops over the batch: worth threads even when few */
@@ -137,9 +136,11 @@ typedef struct Program {
     Collective *colls;        /* the collectives, in the order every replica starts them */
     int ncolls;
     int control;              /* one float summed with the last bucket (a replica's vote to stop), or -1 */
-    int sgd_scalars;          /* 3 floats the host fills before every run (learning rate, momentum, weight
-                                 decay), read by the update kernels: a rate that changes from step to step
+    int opt_scalars;          /* the floats the host fills before every run, read by the update kernels
+                                 (SGD: lr, momentum, weight decay; AdamW: lr, beta1, 1 - lr wd, beta2, eps,
+                                 lr / (1 - beta1^t), sqrt(1 - beta2^t)): a rate that changes from step to step
                                  changes no kernel argument (a recorded CUDA graph stays valid); or -1 */
+    IrOptimizer opt;          /* the optimizer the updates were built with (their hyper-parameters) */
     ProgParam *params;        /* trainable parameters with a gradient, in the net's order */
     int nparams;
     long param_scalars;       /* trainable scalars, all parameters */

@@ -59,7 +59,8 @@ static void fuse_sgd(const Graph *g, CgDecisions *d)
         const Node *f = first >= 0 ? &g->nodes[first] : NULL;
         int most = (CG_MAXARGS - 2) / (n->nin - 1);   /* the gradients' bucket and the scalars take two */
         if (f && b == bucket && n->nin == f->nin && count < most && n->attr.lr == f->attr.lr &&
-            n->attr.momentum == f->attr.momentum && n->attr.weight_decay == f->attr.weight_decay) {
+            n->attr.momentum == f->attr.momentum && n->attr.weight_decay == f->attr.weight_decay &&
+            n->attr.nesterov == f->attr.nesterov) {
             d->node[id].fused = first;
             count++;
         } else {

@@ -210,16 +210,35 @@ const char *cg_index_of(Lower *L, const Shape *t)
 
 /* ------------------------------------------------------------------- the update */
 
-/* The buffer of the run's SGD scalars (Program.sgd_scalars), made at the first update. */
-static int sgd_scalars(Lower *L)
+/* The buffer of the run's optimizer scalars (Program.opt_scalars), made at the first update;
+   the program keeps the optimizer that update was built with. */
+static int opt_scalars(Lower *L, const Node *n)
 {
     Program *p = L->p;
-    if (p->sgd_scalars < 0) p->sgd_scalars = cg_new_buf(L, BUF_INPUT, dimc(3), "SGD scalars (lr, momentum, weight decay)", -1);
-    return p->sgd_scalars;
+    if (p->opt_scalars >= 0) return p->opt_scalars;
+    const IrAttrs *a = &n->attr;
+    if (n->op == OP_ADAMW) {
+        p->opt = (IrOptimizer){ .kind = IR_ADAMW, .lr = a->lr, .weight_decay = a->weight_decay, .beta1 = a->beta1,
+                                .beta2 = a->beta2, .eps = a->eps };
+        p->opt_scalars = cg_new_buf(L, BUF_INPUT, dimc(8), "AdamW scalars (lr, beta1, 1 - lr wd, beta2, eps, lr / (1 - beta1^t), "
+                                    "sqrt(1 - beta2^t))", -1);
+    } else {
+        p->opt = (IrOptimizer){ .kind = IR_SGD, .lr = a->lr, .weight_decay = a->weight_decay, .momentum = a->momentum,
+                                .nesterov = a->nesterov };
+        p->opt_scalars = cg_new_buf(L, BUF_INPUT, dimc(3), "SGD scalars (lr, momentum, weight decay)", -1);
+    }
+    return p->opt_scalars;
 }
 
-/* param, grad, velocity?, scalars : PyTorch's SGD, in place; the scalars (lr, momentum, weight
-   decay) are the host's of this run, read from memory */
+/* An SGD kernel's line for one parameter's element i: its momentum (and Nesterov's look-ahead). */
+static void sgd_momentum(Lower *L, const Node *n, const char *velocity)
+{
+    if (n->attr.nesterov)
+        cg_body(L, "        { float v = %s[i] = momentum * %s[i] + gi; gi = gi + momentum * v; }   /* Nesterov */\n", velocity, velocity);
+    else
+        cg_body(L, "        gi = %s[i] = momentum * %s[i] + gi;\n", velocity, velocity);
+}
+
 static void lower_sgd(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
@@ -228,15 +247,14 @@ static void lower_sgd(Lower *L, int id)
     int b[4] = { buf_of(L, n->in[0]), buf_of(L, n->in[1]), mom ? buf_of(L, n->in[2]) : -1, -1 };
     const char *names[4] = { "=param", "grad", "=velocity", NULL };
     int na = mom ? 3 : 2;
-    b[na] = sgd_scalars(L);
+    b[na] = opt_scalars(L, n);
     names[na++] = "sgd";
     Step *s = cg_kernel(L, id, "sgd", work, na, b, names);
     s->sgd = true;
-    s->f[0] = n->attr.lr, s->f[1] = n->attr.momentum, s->f[2] = n->attr.weight_decay;   /* the net's own scalars: not the kernel's (nf 0) */
     cg_body(L, "    /* PyTorch's SGD: g += wd * p; v = momentum * v + g; p -= lr * v.  sgd = lr, momentum, weight decay */\n");
     cg_body(L, "    const float lr = sgd[0], momentum = sgd[1], wd = sgd[2];\n    (void)momentum;\n");
     cg_body(L, "    FOR_EACH(i, %s) {\n        float gi = grad[i] + wd * param[i];\n", cg_work_str(L, work));
-    if (mom) cg_body(L, "        gi = velocity[i] = momentum * velocity[i] + gi;\n");
+    if (mom) sgd_momentum(L, n, "velocity");
     cg_body(L, "        param[i] -= lr * gi;\n    }\n");
     cg_end_kernel(L);
     L->p->node_buf[id] = buf_of(L, n->in[0]);
@@ -280,12 +298,11 @@ static void lower_sgd_group(Lower *L, int first)
     }
     b[na] = bucket;
     names[na++] = "grads";
-    b[na] = sgd_scalars(L);
+    b[na] = opt_scalars(L, n0);
     names[na++] = "sgd";
     for (int m = 0; m < nm; m++) total += dim_of(&g->nodes[members[m]].shape).c;
     Step *s = cg_kernel(L, first, "sgd_bucket", dimc(total), na, b, names);
     s->sgd = true;
-    s->f[0] = n0->attr.lr, s->f[1] = n0->attr.momentum, s->f[2] = n0->attr.weight_decay;
     cg_body(L, "    /* PyTorch's SGD (as sgd) for %d parameters, their gradients in %s at their offsets:\n", nm, p->bufs[bucket].name);
     for (int m = 0; m < nm; m++) {
         const Node *pn = &g->nodes[g->nodes[members[m]].in[0]];
@@ -296,7 +313,7 @@ static void lower_sgd_group(Lower *L, int first)
     for (int m = 0; m < nm; m++) {   /* one loop a member: each thread's share of each, contiguous (C) */
         cg_body(L, "    FOR_EACH(i, %ldL) {\n        float gi = grads[%ldL + i] + wd * param%d[i];\n",
                 dim_of(&g->nodes[members[m]].shape).c, offset[m], m);
-        if (mom) cg_body(L, "        gi = velocity%d[i] = momentum * velocity%d[i] + gi;\n", m, m);
+        if (mom) sgd_momentum(L, n0, arena_printf(p->arena, "velocity%d", m));
         cg_body(L, "        param%d[i] -= lr * gi;\n    }\n", m);
     }
     cg_end_kernel(L);
@@ -323,6 +340,27 @@ static void pin(Program *p, int b)
 {
     while (b >= 0 && p->bufs[b].kind == BUF_VIEW) b = p->bufs[b].alias;
     if (b >= 0) p->bufs[b].pinned = true;
+}
+
+/* PyTorch's AdamW for one parameter: decoupled weight decay, then the moments and the bias-corrected step */
+void cg_lower_adamw(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    Dim work = dim_of(&n->shape);
+    int b[5] = { buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]), opt_scalars(L, n) };
+    Step *s = cg_kernel(L, id, "adamw", work, 5, b, (const char *const[]){ "=param", "grad", "=exp_avg", "=exp_avg_sq", "opt" });
+    s->sgd = true;
+    cg_body(L, "    /* PyTorch's AdamW: p *= 1 - lr wd; m += (1 - b1)(g - m); v = b2 v + (1 - b2) g^2;\n"
+               "       p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).  opt = lr, b1, 1 - lr wd, b2, eps,\n"
+               "       lr / (1 - b1^t), sqrt(1 - b2^t), the host's every run */\n");
+    cg_body(L, "    const float b1 = opt[1], decay = opt[2], b2 = opt[3], eps = opt[4], step = opt[5], bc2s = opt[6];\n");
+    cg_body(L, "    FOR_EACH(i, %s) {\n"
+               "        const float g = grad[i], p = param[i] * decay;\n"
+               "        const float m = exp_avg[i] = exp_avg[i] + (1.0f - b1) * (g - exp_avg[i]);\n"
+               "        const float v = exp_avg_sq[i] = exp_avg_sq[i] * b2 + (1.0f - b2) * g * g;\n"
+               "        param[i] = p - step * (m / (sqrtf(v) / bc2s + eps));\n    }\n", cg_work_str(L, work));
+    cg_end_kernel(L);
+    L->p->node_buf[id] = buf_of(L, n->in[0]);
 }
 
 void cg_lower_input(Lower *L, int id)
@@ -443,7 +481,7 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     for (int id = 0; id < g->n; id++) p->node_buf[id] = -1;
     p->decided = dec->node;
     p->control = -1;
-    p->sgd_scalars = -1;
+    p->opt_scalars = -1;
     Lower L = { .g = g, .p = p, .dec = dec, .open_kernel = -1 };
     lower_init(&L, a);
     char *text = NULL;

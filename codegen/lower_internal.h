@@ -115,6 +115,7 @@ void cg_lower_input(Lower *L, int id);             /* input, labels: filled by t
 void cg_lower_persistent(Lower *L, int id);        /* param, state: the Store's */
 void cg_lower_view(Lower *L, int id);              /* reshape, slice: their input's buffer */
 void cg_lower_sgd(Lower *L, int id);               /* one parameter's update, or a fused group's */
+void cg_lower_adamw(Lower *L, int id);
 void cg_lower_dropout_mask(Lower *L, int id);
 /* conv.c */
 void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */

@@ -80,7 +80,9 @@ static void usage(FILE *out)
         "                         per step counts its milestones in steps\n"
         "  --warmup N             the first N steps of the run scale the rate by (t+1)/N, t = 0, 1, ...\n"
         "                         (default 0)\n"
-        "  --momentum M           SGD momentum (default 0)\n"
+        "  --optimizer O          sgd (default) or adamw, PyTorch's (AdamW: decoupled weight decay, default 0.01)\n"
+        "  --momentum M           SGD momentum (default 0); --nesterov: Nesterov's\n"
+        "  --betas B1,B2, --eps E AdamW's (default 0.9,0.999 and 1e-8)\n"
         "  --weight-decay W       L2 penalty, as PyTorch's SGD (default 0)\n"
         "  --seed S               seeds initialisation, shuffling and dropout (default 0)\n"
         "  --data DIR             Fashion-MNIST directory (default $MGC_DATA, else ~/.cache/mgc/fashion-mnist)\n"
@@ -272,6 +274,7 @@ static int print_version(void)
    the switch in parse_args has a case for each (-Wswitch says when one lacks it). */
 enum Opt {
     O_DEVICES, O_GPUS, O_EPOCHS, O_BATCH_SIZE, O_LR, O_LR_SCHEDULE, O_LR_GAMMA, O_LR_PER, O_WARMUP, O_MOMENTUM, O_WEIGHT_DECAY,
+    O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
     O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
     O_COUNT
@@ -280,7 +283,8 @@ static const struct { const char *name; bool flag; } options[O_COUNT] = {
     [O_DEVICES] = { "--devices" }, [O_GPUS] = { "--gpus" }, [O_EPOCHS] = { "--epochs" },
     [O_BATCH_SIZE] = { "--batch-size" }, [O_LR] = { "--lr" }, [O_LR_SCHEDULE] = { "--lr-schedule" },
     [O_LR_GAMMA] = { "--lr-gamma" }, [O_LR_PER] = { "--lr-per" }, [O_WARMUP] = { "--warmup" }, [O_MOMENTUM] = { "--momentum" },
-    [O_WEIGHT_DECAY] = { "--weight-decay" }, [O_SEED] = { "--seed" }, [O_DATA] = { "--data" },
+    [O_WEIGHT_DECAY] = { "--weight-decay" }, [O_OPTIMIZER] = { "--optimizer" }, [O_BETAS] = { "--betas" },
+    [O_EPS] = { "--eps" }, [O_NESTEROV] = { "--nesterov", true }, [O_SEED] = { "--seed" }, [O_DATA] = { "--data" },
     [O_LIMIT_TRAIN] = { "--limit-train" }, [O_LIMIT_TEST] = { "--limit-test" }, [O_THREADS] = { "--threads" },
     [O_SAVE] = { "--save" }, [O_LOAD] = { "--load" }, [O_RESUME] = { "--resume" }, [O_LOG] = { "--log" },
     [O_EMIT] = { "--emit" }, [O_SET] = { "--set" }, [O_BATCH] = { "--batch" }, [O_STEPS] = { "--steps" },
@@ -342,7 +346,7 @@ static int check_cache_env(void)
 /* What parse_args gathers before it can judge the whole command line. */
 typedef struct Parse {
     int gpus;                 /* --gpus N */
-    bool devices_given, gamma_given, per_given;
+    bool devices_given, gamma_given, per_given, momentum_given, wd_given, betas_given, eps_given;
     const char *load, *resume;
 } Parse;
 
@@ -368,8 +372,25 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
         else return bad("--lr-per expects step or epoch, got '%s'%s", val, "");
         break;
     case O_WARMUP: rc = parse_long(name, val, 0, 1000000000, &v); t->warmup = (int)v; break;
-    case O_MOMENTUM: rc = parse_float(name, val, 0, false, 1, &t->momentum); break;
-    case O_WEIGHT_DECAY: rc = parse_float(name, val, 0, false, 1e30, &t->weight_decay); break;
+    case O_MOMENTUM: rc = parse_float(name, val, 0, false, 1, &t->momentum); ps->momentum_given = true; break;
+    case O_WEIGHT_DECAY: rc = parse_float(name, val, 0, false, 1e30, &t->weight_decay); ps->wd_given = true; break;
+    case O_OPTIMIZER:
+        if (!strcmp(val, "sgd") || !strcmp(val, "adamw")) t->optimizer = val[0] == 'a' ? IR_ADAMW : IR_SGD;
+        else return bad("--optimizer expects sgd or adamw, got '%s'%s", val, "");
+        break;
+    case O_BETAS: {
+        const char *comma = strchr(val, ',');
+        char b1[64];
+        if (!comma || strchr(comma + 1, ',') || comma - val >= (long)sizeof b1) return bad("--betas expects B1,B2 (e.g. 0.9,0.999), got '%s'%s", val, "");
+        snprintf(b1, sizeof b1, "%.*s", (int)(comma - val), val);
+        rc = parse_float("--betas' first", b1, 0, false, 1, &t->beta1);
+        if (!rc) rc = parse_float("--betas' second", comma + 1, 0, false, 1, &t->beta2);
+        if (!rc && (t->beta1 >= 1 || t->beta2 >= 1)) return bad("--betas must each be below 1, got '%s'%s", val, "");
+        ps->betas_given = true;
+        break;
+    }
+    case O_EPS: rc = parse_float(name, val, 0, true, 1, &t->eps); ps->eps_given = true; break;
+    case O_NESTEROV: t->nesterov = true; break;
     case O_SEED: {
         char *end;
         errno = 0;
@@ -453,6 +474,22 @@ static int find_option(const char *name)
     return -1;
 }
 
+/* The optimizer's options together, PyTorch's defaults (AdamW's weight decay 0.01): 0, or 2 said. */
+static int finish_optimizer(TrainConfig *t, const Parse *ps)
+{
+    if (t->optimizer == IR_ADAMW) {
+        if (ps->momentum_given || t->nesterov)
+            return bad("--%s is SGD's; AdamW has --betas B1,B2 (default 0.9,0.999)%s", ps->momentum_given ? "momentum" : "nesterov", "");
+        if (!ps->wd_given) t->weight_decay = 0.01f;
+        return 0;
+    }
+    if (ps->betas_given || ps->eps_given)
+        return bad("--%s is AdamW's: give --optimizer adamw too (SGD has --momentum, --nesterov)%s", ps->betas_given ? "betas" : "eps", "");
+    if (t->nesterov && !(t->momentum > 0))
+        return bad("--nesterov needs a momentum (--momentum M above 0), as PyTorch's SGD%s%s", "", "");
+    return 0;
+}
+
 /* The options given that depend on each other, and the environment's switches: 0, or 2 said. */
 static int finish_args(Cli *c, Parse *ps)
 {
@@ -462,6 +499,8 @@ static int finish_args(Cli *c, Parse *ps)
     if (ps->gamma_given && t->lr_schedule != LR_STEP)
         return bad("--lr-gamma is the factor of --lr-schedule step:E1,E2,...; give that too%s%s", "", "");
     if (ps->load && ps->resume) return bad("--load and --resume both name a checkpoint: give one%s%s", "", "");
+    int rc1 = finish_optimizer(t, ps);
+    if (rc1) return rc1;
     t->load = ps->load ? ps->load : ps->resume;
     t->resume = ps->resume != NULL;
     if (ps->gpus && ps->devices_given) return bad("--gpus and --devices both say where to train: give one%s%s", "", "");
@@ -504,6 +543,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     t->lr = 0.1f;
     t->lr_gamma = 0.1f;
     t->lr_schedule = LR_COSINE;
+    t->beta1 = 0.9f, t->beta2 = 0.999f, t->eps = 1e-8f;   /* AdamW's, PyTorch's defaults */
     t->limit_train = t->limit_test = -1;
     t->steps = 1;
     c->devices = "cpu";
@@ -583,7 +623,9 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
         .net = c->net, .sets = c->sets, .nsets = c->nsets, .training = training, .backward = backward,
         .input_grad = input_grad, .sync_bn = c->cfg.sync_bn, .replicas = c->total_replicas, .bucket_bytes = bucket,
         .first_bucket_bytes = bucket < 1000000 ? bucket : 1000000,
-        .sgd = { c->cfg.lr, c->cfg.momentum, c->cfg.weight_decay }, .codegen = codegen_options(c),
+        .opt = { .kind = c->cfg.optimizer, .lr = c->cfg.lr, .weight_decay = c->cfg.weight_decay, .momentum = c->cfg.momentum,
+                 .nesterov = c->cfg.nesterov, .beta1 = c->cfg.beta1, .beta2 = c->cfg.beta2, .eps = c->cfg.eps },
+        .codegen = codegen_options(c),
         /* buffers share memory by liveness, for the largest shard of a global batch */
         .plan_batch = (c->cfg.batch_size + c->total_replicas - 1) / c->total_replicas,
     };
@@ -743,6 +785,8 @@ static void agree_inputs(const Cli *c, const char *devices, Agreement *a)
     rt_agree_add(a, "--lr-gamma", "%.9g", (double)t->lr_gamma);
     rt_agree_add(a, "--warmup", "%d", t->warmup);
     rt_agree_add(a, "--momentum", "%.9g", (double)t->momentum);
+    rt_agree_add(a, "--optimizer, --nesterov, --betas, --eps", "%s%s betas %.9g,%.9g eps %.9g", t->optimizer == IR_ADAMW ? "adamw" : "sgd",
+                 t->nesterov ? " nesterov" : "", (double)t->beta1, (double)t->beta2, (double)t->eps);
     rt_agree_add(a, "--weight-decay", "%.9g", (double)t->weight_decay);
     rt_agree_add(a, "--seed", "%llu", t->seed);
     rt_agree_add(a, "--limit-train", "%d%s", t->limit_train, t->limit_train < 0 ? " (all)" : "");
@@ -940,8 +984,12 @@ static int emit_stage(const Cli *c, World *world, Arena *arena, Diag *diag)
         break;
     }
     case EMIT_GRAD:
-        printf("# net %s: training step (lr %g, momentum %g, weight decay %g)\n# forward\n", g.net_name,
-               c->cfg.lr, c->cfg.momentum, c->cfg.weight_decay);
+        if (c->cfg.optimizer == IR_ADAMW)
+            printf("# net %s: training step (AdamW: lr %g, betas %g,%g, eps %g, weight decay %g)\n# forward\n", g.net_name,
+                   c->cfg.lr, c->cfg.beta1, c->cfg.beta2, c->cfg.eps, c->cfg.weight_decay);
+        else
+            printf("# net %s: training step (lr %g, momentum %g%s, weight decay %g)\n# forward\n", g.net_name,
+                   c->cfg.lr, c->cfg.momentum, c->cfg.nesterov ? " Nesterov's" : "", c->cfg.weight_decay);
         ir_print(&g, stdout, 0, g.n_forward);
         printf("# backward and update\n");
         ir_print(&g, stdout, g.n_forward, g.n);

@@ -261,34 +261,44 @@ int ir_gradients(Graph *g, bool input_grad)
     return g->diag->errors > errors ? -1 : 0;
 }
 
-static void sgd_node(Graph *g, const IrSgd *sgd, int p)
+/* A state buffer of parameter p, named p.name + suffix (PyTorch's optimizer state's names), zeros. */
+static int state_of(Graph *g, int p, const char *suffix)
 {
-    int in[3] = { p, g->grad[p], -1 };
-    int nin = 2;
-    if (sgd->momentum != 0) {
-        Node pn = g->nodes[p];
-        int buf = ir_node(g, OP_STATE, pn.loc, 0, NULL);
-        g->nodes[buf].shape = pn.shape;
-        g->nodes[buf].name = arena_printf(g->arena, "%s.momentum_buffer", pn.name);
-        g->nodes[buf].init = INIT_ZEROS;
-        in[2] = buf;
-        nin = 3;
-    }
-    mk(g, OP_SGD, p, g->nodes[p].shape, nin, in, &(IrAttrs){ .lr = sgd->lr, .momentum = sgd->momentum, .weight_decay = sgd->weight_decay });
+    Node pn = g->nodes[p];
+    int buf = ir_node(g, OP_STATE, pn.loc, 0, NULL);
+    g->nodes[buf].shape = pn.shape;
+    g->nodes[buf].name = arena_printf(g->arena, "%s.%s", pn.name, suffix);
+    g->nodes[buf].init = INIT_ZEROS;
+    return buf;
 }
 
-int ir_update(Graph *g, const IrSgd *sgd)
+static void update_node(Graph *g, const IrOptimizer *o, int p)
+{
+    if (o->kind == IR_ADAMW) {
+        int in[4] = { p, g->grad[p], state_of(g, p, "exp_avg"), state_of(g, p, "exp_avg_sq") };
+        mk(g, OP_ADAMW, p, g->nodes[p].shape, 4, in,
+           &(IrAttrs){ .lr = o->lr, .weight_decay = o->weight_decay, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps });
+        return;
+    }
+    int in[3] = { p, g->grad[p], -1 };
+    int nin = 2;
+    if (o->momentum != 0) in[2] = state_of(g, p, "momentum_buffer"), nin = 3;
+    mk(g, OP_SGD, p, g->nodes[p].shape, nin, in,
+       &(IrAttrs){ .lr = o->lr, .momentum = o->momentum, .weight_decay = o->weight_decay, .nesterov = o->nesterov });
+}
+
+int ir_update(Graph *g, const IrOptimizer *opt)
 {
     if (!g->grad) {
         diag_at(g->diag, (Loc){0}, "internal: the update pass runs after the gradient pass");
         return -1;
     }
     if (g->update_order) {
-        for (int k = 0; k < g->nupdate; k++) sgd_node(g, sgd, g->update_order[k]);
+        for (int k = 0; k < g->nupdate; k++) update_node(g, opt, g->update_order[k]);
         return 0;
     }
     /* in parameter order; an unused parameter has no gradient and no update */
     for (int p = 0; p < g->n_forward; p++)
-        if (g->nodes[p].op == OP_PARAM && g->grad[p] >= 0) sgd_node(g, sgd, p);
+        if (g->nodes[p].op == OP_PARAM && g->grad[p] >= 0) update_node(g, opt, p);
     return 0;
 }

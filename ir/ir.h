@@ -178,8 +178,17 @@ int ir_softmax_xent(Graph *g, Loc loc, int logits, float label_smoothing);
    inputs earlier, dimensions positive, and its op's shape rule against its
    inputs and attributes. Returns the number of problems (printed to d, "internal:"). */
 int  ir_verify(const Graph *g, Diag *d);
-/* SGD hyper-parameters, with PyTorch's semantics (dampening 0, no Nesterov). */
-typedef struct IrSgd { float lr, momentum, weight_decay; } IrSgd;
+/* The optimizer and its hyper-parameters, with PyTorch's semantics: SGD
+   (dampening 0; momentum, Nesterov's or not; weight decay added to the
+   gradient), or AdamW (decoupled weight decay; bias-corrected moments). */
+typedef enum IrOptKind { IR_SGD, IR_ADAMW } IrOptKind;
+typedef struct IrOptimizer {
+    IrOptKind kind;
+    float lr, weight_decay;
+    float momentum;           /* SGD */
+    bool nesterov;            /* SGD */
+    float beta1, beta2, eps;  /* AdamW */
+} IrOptimizer;
 /* The gradient pass: appends the backward graph as ordinary nodes.
    Requires: a loss. Produces: g->grad[], g->n_forward. With
    input_grad the gradient of the input is computed too (for checks).
@@ -191,10 +200,11 @@ int  ir_gradients(Graph *g, bool input_grad);
    replicas with allreduce nodes; g->grad[param] then names the summed value.
    Requires: ir_gradients. Produces: g->buckets, g->update_order. Returns 0. */
 int  ir_buckets(Graph *g, long bucket_bytes, long first_bytes);
-/* The update pass: one SGD node per parameter with a gradient (and a
-   momentum buffer when momentum != 0), in g->update_order when set.
-   Requires: ir_gradients (and ir_buckets, if any). Returns 0 or -1. */
-int  ir_update(Graph *g, const IrSgd *sgd);
+/* The update pass: one optimizer node per parameter with a gradient (SGD
+   with a momentum buffer when momentum != 0; AdamW with its two moments), in
+   g->update_order when set. Requires: ir_gradients (and ir_buckets, if any).
+   Returns 0 or -1. */
+int  ir_update(Graph *g, const IrOptimizer *opt);
 /* An allreduce node on its own (not in a bucket): the sum of x over every replica. */
 int  ir_allreduce(Graph *g, Loc loc, int x);
 /* Prints nodes [from, to) one a line, with shapes and source locations. */

@@ -482,6 +482,17 @@ static bool rule_sgd(Rule *r)   /* param, grad, momentum buffer? -> the paramete
            (r->n->nin < 3 || same(r, "momentum buffer", in(r, 2), "parameter", &p->shape));
 }
 
+static bool rule_adamw(Rule *r)   /* param, grad, exp_avg, exp_avg_sq -> the parameter, updated in place */
+{
+    const Node *p = &r->g->nodes[r->n->in[0]];
+    if (p->op != OP_PARAM) return no(r, "updates %%%d (%s), not a parameter", r->n->in[0], ir_op_name(p->op));
+    for (int k = 2; k < 4; k++)
+        if (r->g->nodes[r->n->in[k]].op != OP_STATE) return no(r, "keeps a moment in %%%d, not a state buffer", r->n->in[k]);
+    *r->out = p->shape;
+    return same(r, "gradient", in(r, 1), "parameter", &p->shape) && same(r, "exp_avg", in(r, 2), "parameter", &p->shape) &&
+           same(r, "exp_avg_sq", in(r, 3), "parameter", &p->shape);
+}
+
 static bool rule_allreduce(Rule *r)   /* a sum over replicas: the shape of its input */
 {
     *r->out = *in(r, 0);

@@ -33,7 +33,7 @@ MgcStatus mgc_graph(const MgcOptions *o, Arena *a, Diag *d, Graph *g, const char
     if ((s = checked("gradients", ir_gradients(g, o->input_grad), g, d, failed))) return s;   /* the backward graph */
     if (o->replicas > 1 && (s = checked("buckets", ir_buckets(g, o->bucket_bytes, o->first_bucket_bytes), g, d, failed)))
         return s;                                                                               /* sums across replicas */
-    return checked("update", ir_update(g, &o->sgd), g, d, failed);                              /* SGD */
+    return checked("update", ir_update(g, &o->opt), g, d, failed);                              /* SGD */
 }
 
 MgcStatus mgc_program(const MgcOptions *o, Graph *g, Arena *a, Diag *d, Program *p, const char **failed)

@@ -33,7 +33,7 @@ typedef struct MgcOptions {
     int replicas;             /* over every rank: more than 1 sums the gradients */
     long bucket_bytes;        /* a bucket's size in bytes */
     long first_bucket_bytes;  /* the first bucket's (the last layers', ready first) */
-    IrSgd sgd;
+    IrOptimizer opt;
     CgOptions codegen;        /* fusion, convolution forms, CPU only */
     long plan_batch;          /* the examples each replica's memory plan holds */
 } MgcOptions;

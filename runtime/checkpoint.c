@@ -14,7 +14,7 @@
    stopped: the epoch finished, the training steps run, the seed and batch;
    and the rate's recipe, which --resume compares with its own. */
 static int save_checkpoint(Store *s, const char *path, const char *net, int epoch, unsigned long long steps,
-                           const TrainConfig *cfg)
+                           unsigned long long opt_steps, const TrainConfig *cfg)
 {
     StWriter *w = st_writer_new();
     for (int k = 0; k < s->n; k++) {
@@ -36,6 +36,11 @@ static int save_checkpoint(Store *s, const char *path, const char *net, int epoc
     char sched[256];
     train_schedule_str(cfg, sched, sizeof sched);
     st_writer_set_meta(w, "lr_schedule", sched);
+    char optim[256];
+    train_optimizer_str(cfg, optim, sizeof optim);
+    st_writer_set_meta(w, "optimizer", optim);
+    snprintf(v, sizeof v, "%llu", opt_steps);
+    st_writer_set_meta(w, "optimizer_steps", v);
     st_writer_set_meta(w, "format", "mgc checkpoint: PyTorch state_dict names and layouts");
     char err[512];
     int rc = st_writer_save(w, path, err, sizeof err);
@@ -51,7 +56,8 @@ int train_save(Group *g, const char *path, int epoch)
     if (g->world->rank == 0) {
         rt_store_download(&g->r[0].store, STORE_ALL);
         const Exec *x = &g->r[0].tr;
-        rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch, x->runs_before + x->runs, g->cfg) ? 1 : 0;
+        rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch, x->runs_before + x->runs,
+                                  x->opt_steps_before + x->runs, g->cfg) ? 1 : 0;
     }
     return rt_world_max_status(g->world, rc);
 }
@@ -89,6 +95,15 @@ int train_load_checkpoint(Store *s, const char *path, Resume *resume)
         return -1;
     }
     if (resume && st_meta_get(&f, "lr_schedule", resume->schedule, sizeof resume->schedule) < 0) resume->schedule[0] = 0;
+    if (resume && st_meta_get(&f, "optimizer", resume->optimizer, sizeof resume->optimizer) < 0) resume->optimizer[0] = 0;
+    if (resume) {
+        char v[8];
+        resume->optimizer_steps = resume->steps;
+        if (st_meta_get(&f, "optimizer_steps", v, sizeof v) >= 0 && meta_count(&f, path, "optimizer_steps", &resume->optimizer_steps)) {
+            st_free(&f);
+            return -1;
+        }
+    }
     for (int k = 0; k < s->n; k++) {
         StoreEntry *e = &s->e[k];
         const StTensor *t = st_find(&f, e->name);
@@ -133,7 +148,17 @@ int train_resume_from(Group *g, const Resume *resume)
 {
     const TrainConfig *cfg = g->cfg;
     int first = resume->epoch < (unsigned long long)cfg->epochs ? (int)resume->epoch + 1 : cfg->epochs + 1;
-    for (int k = 0; k < g->n; k++) g->r[k].tr.runs_before = resume->steps;
+    /* the optimizer's state goes on where it is the same optimizer's (an older
+       mgc's checkpoint says none: SGD's); another's starts afresh, from zero */
+    char optim[256];
+    train_optimizer_str(cfg, optim, sizeof optim);
+    const char *was = resume->optimizer[0] ? resume->optimizer : "sgd";
+    size_t kind = strcspn(optim, " ");
+    bool same_kind = strlen(was) >= kind && !strncmp(was, optim, kind) && (was[kind] == ' ' || !was[kind]);
+    for (int k = 0; k < g->n; k++) {
+        g->r[k].tr.runs_before = resume->steps;
+        g->r[k].tr.opt_steps_before = same_kind ? resume->optimizer_steps : 0;
+    }
     if (g->world->rank != 0) return first;
     if (first > cfg->epochs) {
         printf("mgc: %s holds %llu epoch%s already, --epochs %d: nothing to train (a larger --epochs goes on)\n",
@@ -149,6 +174,9 @@ int train_resume_from(Group *g, const Resume *resume)
         if (resume->schedule[0] && strcmp(resume->schedule, sched))
             printf("mgc: note: the checkpoint was trained with %s; this run has %s: epoch %d goes on along "
                    "this run's schedule, not the first run's\n", resume->schedule, sched, first);
+        if (resume->optimizer[0] && strcmp(resume->optimizer, optim))
+            printf("mgc: note: the checkpoint was trained with %s; this run goes on with %s%s\n", resume->optimizer, optim,
+                   same_kind ? "" : " (its state starts afresh)");
     }
     fflush(stdout);
     return first;

@@ -59,7 +59,7 @@ static void epoch_on_replica(Group *g, Replica *r)
     bool per_step = train_lr_per_step(cfg);
     for (; have && !r->stop; step++) {
         if (per_step)   /* every replica computes the same rate from the step's place in the run */
-            rt_exec_set_sgd(&r->tr, train_lr(cfg, g->epoch, step, g->steps_per_epoch), cfg->momentum, cfg->weight_decay);
+            rt_exec_set_lr(&r->tr, train_lr(cfg, g->epoch, step, g->steps_per_epoch));
         if (control) {
             control[0] = train_signal() ? 1.0f : 0.0f;
             control[1] = r->diverged ? 1.0f : 0.0f;
@@ -288,7 +288,7 @@ static void train_one_epoch(Group *g, const Dataset *train, int *order, int epoc
     long steps0 = g->r[0].steps;
     g->epoch = epoch;
     float lr = train_lr(cfg, epoch, 0, g->steps_per_epoch);
-    for (int k = 0; k < g->n; k++) rt_exec_set_sgd(&g->r[k].tr, lr, cfg->momentum, cfg->weight_decay);
+    for (int k = 0; k < g->n; k++) rt_exec_set_lr(&g->r[k].tr, lr);
     g->t0 = t0;
     train_on_every_replica(g, epoch_on_replica);
     double sums[3] = { 0, 0, 0 };

@@ -98,7 +98,7 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
     x->activation_bytes = p->plan_bytes;
     /* what the host sees: in place, or staged */
     int seen[8 + CG_MAXARGS], nseen = 0;
-    int fixed[] = { p->input, p->labels, p->loss, p->correct, p->logits, p->input_grad, p->control, p->sgd_scalars };
+    int fixed[] = { p->input, p->labels, p->loss, p->correct, p->logits, p->input_grad, p->control, p->opt_scalars };
     for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) seen[nseen++] = fixed[k];
     for (int b = 0; b < p->nbufs; b++) {
         bool wanted = false;
@@ -140,11 +140,7 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
     /* a seeded program (dropout) gets a new seed each run, by value: a graph would be
        recorded again every run, slower than running the steps */
     x->record = !(opt && opt->no_record) && !x->seeded;
-    for (int k = 0; k < p->nsteps; k++)   /* the net's own until told otherwise */
-        if (p->steps[k].sgd) {
-            memcpy(x->sgd, p->steps[k].f, sizeof x->sgd);
-            break;
-        }
+    x->lr = p->opt.lr;   /* the net's own until told otherwise */
     return 0;
 }
 
@@ -205,11 +201,22 @@ static void check_step(Exec *x, int k, long n)
     }
 }
 
-void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay)
+void rt_exec_set_lr(Exec *x, double lr) { x->lr = lr; }
+
+/* The optimizer's scalars of run t (1, 2, ...: AdamW's bias correction), into x->opt; their count. */
+static int opt_scalars(Exec *x, unsigned long long t)
 {
-    x->sgd[0] = lr;
-    x->sgd[1] = momentum;
-    x->sgd[2] = weight_decay;
+    const IrOptimizer *o = &x->prog->opt;
+    if (o->kind == IR_SGD) {
+        x->opt[0] = (float)x->lr, x->opt[1] = o->momentum, x->opt[2] = o->weight_decay;
+        return 3;
+    }
+    /* as PyTorch's AdamW computes them, in double from the Python floats */
+    double b1 = o->beta1, b2 = o->beta2, lr = x->lr;
+    x->opt[0] = (float)lr, x->opt[1] = (float)b1, x->opt[2] = (float)(1.0 - lr * o->weight_decay), x->opt[3] = (float)b2;
+    x->opt[4] = o->eps, x->opt[5] = (float)(lr / (1.0 - pow(b1, (double)t))), x->opt[6] = (float)sqrt(1.0 - pow(b2, (double)t));
+    x->opt[7] = 0;
+    return 8;
 }
 
 void rt_exec_profile(Exec *x)
@@ -322,9 +329,10 @@ void rt_exec_start(Exec *x, long n, long global_n, long first)
     if (p->input >= 0) stage_batch(x, p->input, cg_dim(p->bufs[p->input].size, n));
     stage_batch(x, p->labels, n);
     stage(x, p->control, 2, true);
-    if (p->sgd_scalars >= 0) {   /* this run's learning rate etc., read by the update kernels */
-        memcpy(x->host[p->sgd_scalars], x->sgd, sizeof x->sgd);
-        stage(x, p->sgd_scalars, 3, true);
+    if (p->opt_scalars >= 0) {   /* this run's learning rate etc., read by the update kernels */
+        int k = opt_scalars(x, x->opt_steps_before + x->runs);
+        memcpy(x->host[p->opt_scalars], x->opt, sizeof(float) * (size_t)k);
+        stage(x, p->opt_scalars, k, true);
     }
     bool ran = false;
     if (dev->ops->replay && dev->can_record && x->record && !x->step_seconds && !x->check_nan) {

@@ -86,11 +86,14 @@ typedef struct Exec {
     Comm *comm;              /* the CPU devices' data-parallel group, or NULL */
     bool grouped;            /* in a data-parallel group (comm, or the device's own): collectives sum */
     int replica;             /* this replica's index in comm */
-    float sgd[3];            /* learning rate, momentum, weight decay of every SGD step */
+    double lr;               /* the optimizer's learning rate for the next run (the rest is the program's) */
+    float opt[8];            /* the optimizer's scalars of the next run (Program.opt_scalars) */
     unsigned long long seed, runs;
     unsigned long long seen[RT_SEEN_SHAPES];   /* shapes run once already (recorded from their second run) */
     int nseen;
     unsigned long long runs_before; /* training steps before this process (--resume): dropout's seeds go on from there */
+    unsigned long long opt_steps_before; /* the optimizer's steps before this process (--resume with the same
+                                            optimizer; else 0): AdamW's bias corrections count on from there */
     double *step_seconds;    /* per step, accumulated when profiling (else NULL) */
     double wait_seconds;     /* time spent waiting for collectives */
     size_t activation_bytes; /* memory of activations and scratch, after reuse */
@@ -138,8 +141,9 @@ float *rt_exec_host(Exec *x, int buf);
 /* After a run of n examples: buffer buf (logits, a gradient, ...) brought to
    the host, and where it is there. */
 float *rt_exec_fetch(Exec *x, int buf, long n);
-/* Sets the learning rate, momentum and weight decay of every SGD step. */
-void rt_exec_set_sgd(Exec *x, float lr, float momentum, float weight_decay);
+/* Sets the learning rate of the next runs' updates (a schedule's; the other
+   hyper-parameters are the program's). */
+void rt_exec_set_lr(Exec *x, double lr);
 /* Times every step from now on; rt_exec_profile_report prints the table. */
 void rt_exec_profile(Exec *x);
 void rt_exec_profile_report(const Exec *x, FILE *out);

@@ -28,6 +28,16 @@ bool train_lr_per_step(const TrainConfig *cfg)
 
 
 /* The learning-rate recipe in words (a checkpoint's "lr_schedule"): what --resume compares. */
+void train_optimizer_str(const TrainConfig *cfg, char *out, size_t size)
+{
+    if (cfg->optimizer == IR_ADAMW)
+        snprintf(out, size, "adamw betas %g,%g eps %g weight decay %g", (double)cfg->beta1, (double)cfg->beta2, (double)cfg->eps,
+                 (double)cfg->weight_decay);
+    else
+        snprintf(out, size, "sgd momentum %g%s weight decay %g", (double)cfg->momentum, cfg->nesterov ? " nesterov" : "",
+                 (double)cfg->weight_decay);
+}
+
 void train_schedule_str(const TrainConfig *cfg, char *out, size_t size)
 {
     int p = snprintf(out, size, "lr %g", (double)cfg->lr);

@@ -329,7 +329,7 @@ static int open_group(Group *g)
         r->tr.comm = g->comm;
         r->tr.grouped = g->total > 1;
         r->tr.replica = k;
-        rt_exec_set_sgd(&r->tr, cfg->lr, cfg->momentum, cfg->weight_decay);
+        rt_exec_set_lr(&r->tr, cfg->lr);
         if (cfg->check_nan) rt_exec_check_nan(&r->tr);
         if (cfg->profile && k == 0 && g->world->rank == 0) rt_exec_profile(&r->tr);
         r->tr.seed = r->ev.seed = cfg->seed;

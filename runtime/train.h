@@ -20,6 +20,9 @@ typedef struct TrainConfig {
     int epochs;               /* 0: initialise (and --save) only */
     int batch_size;           /* the global batch, over every replica of every rank */
     float lr, momentum, weight_decay;
+    IrOptKind optimizer;      /* SGD (momentum, Nesterov's) or AdamW (betas, eps) */
+    bool nesterov;
+    float beta1, beta2, eps;
     LrSchedule lr_schedule;   /* how the learning rate changes from epoch to epoch (train_lr) */
     int lr_milestones[16], lr_nmilestones;   /* LR_STEP: after these epochs (steps with lr_per_step), increasing */
     float lr_gamma;           /* LR_STEP: the factor at each milestone */

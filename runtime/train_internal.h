@@ -65,6 +65,8 @@ typedef struct Group {
 typedef struct Resume {
     unsigned long long epoch, steps, seed, batch_size;
     char schedule[256];       /* the learning-rate recipe (train_schedule_str), or "" (an older mgc's checkpoint) */
+    char optimizer[256];      /* the optimizer (train_optimizer_str), or "" (an older mgc's) */
+    unsigned long long optimizer_steps;   /* the steps its optimizer's state has taken (= steps in an older mgc's) */
 } Resume;
 
 /* ---- train.c ---- */
@@ -95,6 +97,8 @@ static inline float train_read1(const Exec *x, int buf) { return x->host[buf][0]
 /* ---- schedule.c ---- */
 /* The learning-rate recipe in words (a checkpoint's "lr_schedule"): what --resume compares. */
 void train_schedule_str(const TrainConfig *cfg, char *out, size_t size);
+/* The optimizer in words (a checkpoint's "optimizer"): "adamw betas 0.9,0.999 eps 1e-08 weight decay 0.01". */
+void train_optimizer_str(const TrainConfig *cfg, char *out, size_t size);
 
 /* ---- checkpoint.c ---- */
 /* Rank 0 saves replica 0's parameters and state after `epoch`; every rank learns whether it worked (0 or 1). */

@@ -122,6 +122,18 @@ expect batch-zero 2 "--batch-size must be in 1.." -- $L --batch-size 0
 expect lr-word 2 "--lr expects a number, got 'fast'" -- $L --lr fast
 expect lr-negative 2 "--lr must be >= 0" -- $L --lr -1
 expect momentum-range 2 "--momentum must be in [0, 1], got 1.5" -- $L --momentum 1.5
+expect optimizer-name 2 "--optimizer expects sgd or adamw, got 'adam'" -- $L --optimizer adam
+expect adamw-momentum 2 "--momentum is SGD's; AdamW has --betas B1,B2" -- $L --optimizer adamw --momentum 0.9
+expect adamw-nesterov 2 "--nesterov is SGD's" -- $L --optimizer adamw --nesterov
+expect sgd-betas 2 "--betas is AdamW's: give --optimizer adamw too" -- $L --betas 0.9,0.99
+expect sgd-eps 2 "--eps is AdamW's: give --optimizer adamw too" -- $L --eps 1e-6
+expect nesterov-alone 2 "--nesterov needs a momentum (--momentum M above 0)" -- $L --nesterov
+expect betas-one 2 "--betas expects B1,B2 (e.g. 0.9,0.999), got '0.9'" -- $L --optimizer adamw --betas 0.9
+expect betas-three 2 "--betas expects B1,B2 (e.g. 0.9,0.999), got '0.9,0.99,0.3'" -- $L --optimizer adamw --betas 0.9,0.99,0.3
+expect betas-range 2 "--betas must each be below 1, got '1,0.9'" -- $L --optimizer adamw --betas 1,0.9
+expect betas-word 2 "--betas' first expects a number, got 'x'" -- $L --optimizer adamw --betas x,y
+expect eps-range 2 "--eps must be in (0, 1], got 0" -- $L --optimizer adamw --eps 0
+expect adamw-grad 0 "AdamW: lr 0.003, betas 0.8,0.99, eps 1e-06, weight decay 0.01" -- $L --optimizer adamw --lr 0.003 --betas 0.8,0.99 --eps 1e-6 --emit grad
 expect epochs-word 2 "--epochs expects a whole number" -- $L --epochs ten
 expect missing-value 2 "--seed needs a value" -- $L --seed
 expect bad-emit 2 "--emit expects ir, eval-ir, grad, kernels, cuda, ptx or dp" -- $L --emit asm
@@ -169,6 +181,10 @@ expect resume-done 0 "holds 0 epochs already, --epochs 0: nothing to train" -- $
 # a cosine over 0 epochs saved, resumed as a cosine over 1: the rate recipe differs, and is named
 if [ -n "${MGC_DATA:-}" ]; then
     expect resume-schedule 0 "the checkpoint was trained with lr 0.1, cosine over 0 epochs, every step; this run has lr 0.1, cosine over 1 epoch, every step: epoch 1 goes on along this run's schedule" -- $L --epochs 1 --limit-train 256 --limit-test 64 --resume "$tmp/e0.st" --save "$tmp/e0b.st"
+fi
+# another optimizer goes on from the parameters, its own state from zero (and says so)
+if [ -n "${MGC_DATA:-}" ]; then
+    expect resume-optimizer 0 "this run goes on with adamw betas 0.9,0.999 eps 1e-08 weight decay 0.01 (its state starts afresh)" -- $L --epochs 1 --limit-train 256 --limit-test 64 --optimizer adamw --resume "$tmp/e0.st" --save "$tmp/e0c.st"
 fi
 /usr/bin/python3 -c "import sys; sys.path.insert(0, 'tests'); import st, torch; st.save({'x': torch.zeros(2)}, sys.argv[1])" "$tmp/foreign.st" 2> /dev/null &&
     expect resume-foreign 1 "does not say its epoch (not one of mgc --save's" -- $L --epochs 1 --resume "$tmp/foreign.st"

@@ -119,6 +119,17 @@ if [ -n "$epoch" ] && [ "$epoch" -ge 1 ] 2> /dev/null; then
     fi
 fi
 
+# AdamW's state (both moments, and the step count in its bias corrections)
+# is in the checkpoint: one epoch, then --resume to two = two epochs at once
+AW="--devices cpu:2 --optimizer adamw --lr 0.002 --lr-schedule constant --betas 0.8,0.99 --limit-train 2048 --limit-test 256 --seed 5"
+train "$tmp/aw1.st" "$MGC" $L $AW --epochs 1 &&
+    train "$tmp/aw2.st" "$MGC" $L $AW --epochs 2 &&
+    if "$MGC" $L $AW --epochs 2 --resume "$tmp/aw1.st" > "$tmp/aw.out" 2>&1 && cmp -s "$tmp/aw1.st" "$tmp/aw2.st"; then
+        ok "AdamW --resume: epoch 1, then epoch 2 from its checkpoint = 2 epochs at once, bit for bit"
+    else
+        bad "AdamW --resume: the checkpoints differ, or it failed"; tail -3 "$tmp/aw.out" | sed 's/^/    /'
+    fi
+
 # a diverging loss on two devices: both stop at the same step, exit 1, no hang
 expect diverge 1 "training diverged; try a smaller --lr" -- $L --devices cpu:2 --epochs 2 --lr 1e6 --limit-train 20000
 

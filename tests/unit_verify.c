@@ -27,7 +27,7 @@ static void compile_dp(Compiled *c, const char *path, bool backward, long bucket
     arena_init(&c->arena);
     diag_init(&c->diag, stderr);
     MgcOptions o = { .net = path, .training = backward, .backward = backward, .replicas = bucket_bytes > 0 ? 2 : 1,
-                     .bucket_bytes = bucket_bytes, .first_bucket_bytes = bucket_bytes, .sgd = { 0.1f, 0.9f, 0.0f },
+                     .bucket_bytes = bucket_bytes, .first_bucket_bytes = bucket_bytes, .opt = { .kind = IR_SGD, .lr = 0.1f, .momentum = 0.9f },
                      .codegen = { .fuse = true, .conv = -1, .cpu_only = true }, .plan_batch = 64 };
     c->rc = mgc_compile(&o, &c->arena, &c->diag, &c->g, &c->p, NULL);
 }

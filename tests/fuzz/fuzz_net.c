@@ -74,7 +74,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         .net = "fuzz.net", .text = (const char *)data, .len = size, .training = training, .backward = training,
         .input_grad = (h >> 11 & 7) == 0, .sync_bn = sync_bn, .replicas = replicas ? 2 : 1,
         .bucket_bytes = (long)(h >> 14 & 0xffff) * 64 + 1, .first_bucket_bytes = 4096,
-        .sgd = { 0.1f, 0.9f, (h >> 30 & 1) ? 5e-4f : 0.0f }, .codegen = opt, .plan_batch = replicas ? 128 : 256,
+        .opt = { .kind = (h >> 31 & 1) ? IR_ADAMW : IR_SGD, .lr = 0.1f, .momentum = 0.9f, .nesterov = (h >> 32 & 1) != 0,
+                 .weight_decay = (h >> 30 & 1) ? 5e-4f : 0.0f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f }, .codegen = opt, .plan_batch = replicas ? 128 : 256,
     };
     /* the pipeline in its two halves, the graph printed between; past the
        front end, every pass must succeed and pass its verifier */

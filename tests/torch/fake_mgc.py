@@ -5,7 +5,8 @@
     MGC="/usr/bin/python3 tests/torch/fake_mgc.py" /usr/bin/python3 tests/torch/ref.py
 
 Implements only: NET --epochs 0 [--seed S] --save F, and
-NET --load F --batch B --steps K --lr --momentum --weight-decay --dump OUT.
+NET --load F --batch B --steps K --lr --momentum --weight-decay
+[--optimizer --nesterov --betas --eps] --dump OUT.
 FAKE_MGC_BREAK=name makes it deliberately wrong (see BREAKS) so that one can
 see ref.py catch it.
 """
@@ -36,6 +37,10 @@ def main():
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.0)
     ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--optimizer", default="sgd")
+    ap.add_argument("--nesterov", action="store_true")
+    ap.add_argument("--betas", default="0.9,0.999")
+    ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--dump")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--set", action="append", default=[])
@@ -56,7 +61,9 @@ def main():
     if a.batch and a.dump:
         b = st_load(a.batch)
         mom = a.momentum * (0.5 if brk == "momentum" else 1)
-        out = torch_steps(model, b["x"], b["y"], a.steps, a.lr, mom, a.weight_decay)
+        optim = {"kind": a.optimizer, "nesterov": a.nesterov, "eps": a.eps,
+                 "betas": tuple(float(v) for v in a.betas.split(","))}
+        out = torch_steps(model, b["x"], b["y"], a.steps, a.lr, mom, a.weight_decay, optim=optim)
         if brk == "grad":
             k = [k for k in out if k.startswith("grad.") and k != "grad.x"][0]
             out[k] = out[k] * 1.01

@@ -210,12 +210,13 @@ class OpConcat(nn.Module):
 class OpResample(nn.Module):
     def __init__(self):
         super().__init__()
-        self.c1, self.fc = nn.Conv2d(3, 2, 3, padding=1), nn.Linear(2 * 3 * 4 + 3 * 9 * 3 + 3, 10)
+        self.c1, self.c2 = nn.Conv2d(3, 2, 3, padding=1), nn.Conv2d(3, 3, 1)
+        self.fc = nn.Linear(2 * 3 * 4 + 3 * 9 * 3 + 3, 10)
 
     def forward(self, x):
         a = F.adaptive_avg_pool2d(F.interpolate(self.c1(x), scale_factor=2, mode="nearest"), (3, 4)).flatten(1)
         b = F.adaptive_avg_pool2d(x, (9, 3)).flatten(1)
-        m = F.adaptive_max_pool2d(x, 1).flatten(1)
+        m = F.adaptive_max_pool2d(self.c2(x), 1).flatten(1)
         return self.fc(torch.cat([a, b, m], 1))
 
 

@@ -195,7 +195,29 @@ def shard_bounds(b, parts):
     return out
 
 
-def torch_steps(model, x, y, steps, lr, momentum, wd, shards=1):
+def torch_optimizer(params, lr, momentum, wd, optim=None):
+    """PyTorch's optimizer for a case: SGD (optionally Nesterov) or, with
+    optim={"kind": "adamw", "betas": (b1, b2), "eps": e}, AdamW."""
+    optim = optim or {}
+    if optim.get("kind") == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=optim.get("betas", (0.9, 0.999)),
+                                 eps=optim.get("eps", 1e-8), weight_decay=wd)
+    return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=wd,
+                           nesterov=optim.get("nesterov", False))
+
+
+def optimizer_args(optim, momentum, wd):
+    """mgc's flags for the same optimizer."""
+    optim = optim or {}
+    if optim.get("kind") == "adamw":
+        b1, b2 = optim.get("betas", (0.9, 0.999))
+        return ["--optimizer", "adamw", "--betas", f"{b1!r},{b2!r}", "--eps", repr(optim.get("eps", 1e-8)),
+                "--weight-decay", wd]
+    return (["--momentum", momentum, "--weight-decay", wd]
+            + (["--nesterov"] if optim.get("nesterov") else []))
+
+
+def torch_steps(model, x, y, steps, lr, momentum, wd, shards=1, optim=None):
     """K SGD steps on one batch; returns the dump mgc is expected to write.
     shards > 1: data parallelism as DDP does it, BatchNorm on each shard's own
     statistics: the loss is the global batch's mean (each shard's mean weighted
@@ -203,7 +225,7 @@ def torch_steps(model, x, y, steps, lr, momentum, wd, shards=1):
     model.train()
     dt = next(model.parameters()).dtype
     x = x.detach().to(dt).clone().requires_grad_(True)
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
+    opt = torch_optimizer(model.parameters(), lr, momentum, wd, optim)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=getattr(model, "label_smoothing", 0.0))
     out = {"loss": torch.zeros(steps, dtype=dt)}
     for k in range(steps):
@@ -274,12 +296,11 @@ def mgc_init(net, d, seed, log, sets=(), batch=8, extra=()):
     return init
 
 
-def mgc_dump(net, init, batch, out, steps, lr, momentum, wd, log, sets=(), extra=()):
+def mgc_dump(net, init, batch, out, steps, lr, momentum, wd, log, sets=(), extra=(), optim=None):
     if os.path.exists(out):
         os.remove(out)
-    run_mgc([net, "--load", rel(init), "--batch", rel(batch), "--steps", steps,
-             "--lr", lr, "--momentum", momentum, "--weight-decay", wd,
-             "--dump", rel(out)] + set_args(sets) + list(extra), log)
+    run_mgc([net, "--load", rel(init), "--batch", rel(batch), "--steps", steps, "--lr", lr]
+            + optimizer_args(optim, momentum, wd) + ["--dump", rel(out)] + set_args(sets) + list(extra), log)
     return st_load(out)
 
 
@@ -307,11 +328,12 @@ def run_compare_case(c, rep, log):
         check_init_distribution(model, init_t, name, rep)
     try:
         got = mgc_dump(net, init, batch, os.path.join(d, "out.safetensors"), c["steps"],
-                       c["lr"], c["momentum"], c["wd"], log, sets, c.get("mgc_args", ()))
+                       c["lr"], c["momentum"], c["wd"], log, sets, c.get("mgc_args", ()), c.get("optim"))
     except MgcError as e:
         rep.check(name, "mgc --batch --dump", False, str(e))
         return
-    ref = torch_steps(model, x, y, c["steps"], c["lr"], c["momentum"], c["wd"], c.get("shards", 1))
+    ref = torch_steps(model, x, y, c["steps"], c["lr"], c["momentum"], c["wd"], c.get("shards", 1),
+                      c.get("optim"))
     if c.get("mgc_args"):
         # the replicas must hold the same parameters and momentum, bit for bit,
         # and with --sync-bn the same running statistics before any copy
@@ -616,6 +638,10 @@ def cases():
         cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0))
         if n in ("op_conv", "op_batchnorm", "op_linear"):
             cs.append(dict(base, name=n + "_sgd3", steps=3, lr=0.05, momentum=0.9, wd=1e-3))
+            cs.append(dict(base, name=n + "_nesterov3", steps=3, lr=0.05, momentum=0.9, wd=1e-3,
+                           optim={"nesterov": True}))
+            cs.append(dict(base, name=n + "_adamw4", steps=4, lr=0.01, momentum=0.0, wd=0.05,
+                           optim={"kind": "adamw", "betas": (0.8, 0.99), "eps": 1e-6}))
     cs += geometry_cases()
     # ResNet-18's 3x3 layers on the C target (Winograd's F(2x2, 3x3)): several chunks of examples
     cs.append(dict(kind="compare", name="op_conv_winograd", net="tests/nets/op_conv_winograd.net", batch=20,
@@ -627,6 +653,9 @@ def cases():
                    steps=1, lr=0.1, momentum=0.0, wd=0.0, tol=1e-4, check_init=True))
     cs.append(dict(kind="compare", name="lenet_sgd5", net="nets/lenet.net", batch=32, seed=4,
                    steps=5, lr=0.1, momentum=0.9, wd=5e-4, tol=1e-4, real=True))
+    cs.append(dict(kind="compare", name="lenet_adamw5", net="nets/lenet.net", batch=32, seed=8,
+                   steps=5, lr=0.003, momentum=0.0, wd=0.01, tol=1e-4, real=True,
+                   optim={"kind": "adamw", "betas": (0.9, 0.999), "eps": 1e-8}))
     cs.append(dict(kind="seed", name="lenet_seed", net="nets/lenet.net"))
     cs.append(dict(kind="compare", name="resnet18", net="nets/resnet18.net", batch=8, seed=5,
                    steps=2, lr=0.05, momentum=0.9, wd=5e-4, check_init=True,
@@ -659,6 +688,8 @@ def cases():
     dp("dp_small_resnet_sync2", "tests/nets/small_resnet.net", 2, True, 6, 202)
     dp("dp_small_resnet_shards3", "tests/nets/small_resnet.net", 3, False, 8, 203)
     dp("dp_lenet_sgd5_cpu3", "nets/lenet.net", 3, False, 32, 204, steps=5, real=True)
+    dp("dp_lenet_adamw_cpu2", "nets/lenet.net", 2, False, 32, 207, steps=4, real=True,
+       optim={"kind": "adamw", "betas": (0.9, 0.99), "eps": 1e-7})
     dp("dp_op_dropout_cpu2", "tests/nets/op_dropout.net", 2, False, 4, 205, steps=1)
     # step-0 quantities at 1e-4, as for one device; what follows the second step
     # drifts more (see "resnet18" above): 4e-4 with this seed on cpu:1 or cpu:2
@@ -671,7 +702,7 @@ def cases():
 def check_coverage(sel, rep):
     """Every op of mgc's op table (mgc --list-ops) is made by some case's net:
     the cases' nets are compiled as the cases run them (--emit grad and
-    eval-ir, with their --set, --devices and --sync-bn), the ops they make
+    eval-ir, with their --set, --devices, --sync-bn and optimizer), the ops they make
     collected; an op no case makes has no reference test, and fails."""
     exe = mgc_cmd()
     listed = subprocess.run(exe + ["--list-ops"], capture_output=True, text=True, cwd=ROOT)
@@ -683,7 +714,8 @@ def check_coverage(sel, rep):
     for c in sel:
         if c["kind"] not in ("compare", "fd"):
             continue
-        args = [c["net"]] + set_args(c.get("set", ())) + list(c.get("mgc_args", ()))
+        args = ([c["net"]] + set_args(c.get("set", ())) + list(c.get("mgc_args", ()))
+                + [str(a) for a in optimizer_args(c.get("optim"), c.get("momentum", 0.0), c.get("wd", 0.0))])
         if tuple(args) in seen:
             continue
         seen.add(tuple(args))
