@@ -50,7 +50,7 @@
      conv2d         x = in[0], w = in[1], y = the node
      conv2d_grad_x  dy = in[0], w = in[1], dx = the node (the shape of x)
      conv2d_grad_w  dy = in[0], x = in[1], dw = the node (the shape of w)
-   Stride and padding are i[0], i[1] on all three (autodiff copies them). */
+   Stride, padding, groups and dilation are the same on all three (autodiff copies them). */
 ConvGeom cg_conv_geom(const Graph *g, int id)
 {
     const Node *n = &g->nodes[id];
@@ -63,7 +63,8 @@ ConvGeom cg_conv_geom(const Graph *g, int id)
         xs = &g->nodes[n->in[1]].shape, ws = &n->shape, ys = &g->nodes[n->in[0]].shape;
     }
     return (ConvGeom){ .C = xs->d[1], .H = xs->d[2], .W = xs->d[3], .O = ws->d[0], .K = ws->d[2],
-                       .S = n->attr.stride, .P = n->attr.padding, .OH = ys->d[2], .OW = ys->d[3] };
+                       .S = n->attr.stride, .P = n->attr.padding, .OH = ys->d[2], .OW = ys->d[3],
+                       .groups = ir_groups(&n->attr), .D = ir_dilation(&n->attr) };
 }
 
 /* Three ways to run a convolution, chosen per layer by cg_conv_strategy():
@@ -207,6 +208,25 @@ static int im2col(Lower *L, int id, int x_node, const ConvGeom *G)
 
 /* ------------------------------------------------------------ direct convolution */
 
+/* The direct form is the one that takes groups and dilation (cg_choose_convs()):
+   a tap's offset, k or k * D; the first input channel of output o's group,
+   "" or "(o / (O/groups)) * (C/groups) + "; the header comment's words. */
+static const char *dilated(Lower *L, const char *k, int D)
+{
+    return D > 1 ? arena_printf(L->p->arena, "(%s * %d)", k, D) : k;
+}
+
+static const char *group_base(Lower *L, const ConvGeom *G, const char *o)
+{
+    return G->groups > 1 ? arena_printf(L->p->arena, "(%s / %d) * %d + ", o, G->O / G->groups, G->C / G->groups) : "";
+}
+
+static const char *groups_dilation(Lower *L, const ConvGeom *G)
+{
+    return arena_printf(L->p->arena, "%s%s", G->groups > 1 ? arena_printf(L->p->arena, ", %d groups", G->groups) : "",
+                        G->D > 1 ? arena_printf(L->p->arena, ", dilation %d", G->D) : "");
+}
+
 /* Emits the loop header for output rows/columns whose input index
    o * S - P + k lies in [0, size): "int name0 = ..., name1 = ...;". */
 static void valid_range(Lower *L, const char *name, const char *kvar, int S, int P, int size, int osize)
@@ -225,7 +245,7 @@ static void valid_range(Lower *L, const char *name, const char *kvar, int S, int
 static bool rows_vec_fits(bool cpu_only, const ConvGeom *G, bool pairs)
 {
     int pieces = G->OW / 16 + (G->OW % 16) / 8;
-    return cpu_only && G->P == 0 && G->S == 1 && G->OW % 8 == 0 && G->OW <= 48 &&
+    return cpu_only && G->groups == 1 && G->D == 1 && G->P == 0 && G->S == 1 && G->OW % 8 == 0 && G->OW <= 48 &&
            G->O * pieces * (pairs ? 2 : 1) <= (pairs ? 24 : 16) && (!pairs || G->OH % 2 == 0);
 }
 
@@ -324,7 +344,9 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
         conv_rows_vec(L, id, G, b, bias);
         return;
     }
-    if (P == 0 && K <= 7) {
+    int Cg = C / G->groups, D = G->D;
+    const char *gx = group_base(L, G, "o"), *kyv = dilated(L, "ky", D), *kxv = dilated(L, "kx", D);
+    if (P == 0 && K <= 7 && G->groups == 1 && D == 1) {
         /* No padding: a row of outputs gathers a whole row of taps (kx) per input row read. */
         cg_kernel(L, id, "conv2d_rows", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain =
             (long)OH * OW * C * K * K;
@@ -353,28 +375,28 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
         cg_end_kernel(L);
         return;
     }
-    cg_kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain = (long)OH * OW * C * K * K;
-    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d;\n"
+    cg_kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain = (long)OH * OW * Cg * K * K;
+    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d%s;\n"
                "       one (n, o) output plane per iteration, accumulated in place */\n",
-            C, H, W, O, C, K, K, O, OH, OW, S, P);
+            C, H, W, O, Cg, K, K, O, OH, OW, S, P, groups_dilation(L, G));
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, o = i %% %d;\n"
                "        float *yp = y + i * %d;\n"
                "        const float b0 = %s;\n"
                "        for (int k = 0; k < %d; k++) yp[k] = b0;\n"
                "        for (int c = 0; c < %d; c++) {\n"
-               "            const float *xp = x + (n * %d + c) * %d, *wp = w + (o * %d + c) * %d;\n"
+               "            const float *xp = x + (n * %d + %sc) * %d, *wp = w + (o * %d + c) * %d;\n"
                "            for (int ky = 0; ky < %d; ky++)\n"
                "            for (int kx = 0; kx < %d; kx++) {\n"
                "            const float wv = wp[ky * %d + kx];\n",
-            cg_work_str(L, dimn(O)), O, O, OH * OW, bias ? "bias[o]" : "0.0f", OH * OW, C, C, H * W, C, K * K, K, K, K);
-    valid_range(L, "oy", "ky", S, P, H, OH);
-    valid_range(L, "ox", "kx", S, P, W, OW);
+            cg_work_str(L, dimn(O)), O, O, OH * OW, bias ? "bias[o]" : "0.0f", OH * OW, Cg, C, gx, H * W, Cg, K * K, K, K, K);
+    valid_range(L, "oy", kyv, S, P, H, OH);
+    valid_range(L, "ox", kxv, S, P, W, OW);
     cg_body(L, "            for (int oy = oy0; oy < oy1; oy++) {\n"
-               "                const float *xr = xp + (oy * %d - %d + ky) * %d - %d + kx;\n"
+               "                const float *xr = xp + (oy * %d - %d + %s) * %d - %d + %s;\n"
                "                float *yr = yp + oy * %d;\n"
                "                for (int ox = ox0; ox < ox1; ox++) yr[ox] += wv * xr[ox * %d];\n"
-               "            }\n            }\n        }\n", S, P, W, P, OW, S);
+               "            }\n            }\n        }\n", S, P, kyv, W, P, kxv, OW, S);
     if (L->dec->node[id].relu_out)
         cg_body(L, "        for (int k = 0; k < %d; k++) yp[k] = yp[k] > 0.0f ? yp[k] : 0.0f;   /* fused relu */\n", OH * OW);
     cg_body(L, "    }\n");
@@ -387,27 +409,34 @@ static void conv_direct_grad_x(Lower *L, int id, const ConvGeom *G)
     const Node *n = &L->g->nodes[id];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    cg_kernel(L, id, "conv2d_grad_x_direct", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" })->grain = (long)OH * OW * O * K * K;
-    cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d, %d, %d], dx [N, %d, %d, %d]; stride %d, padding %d;\n"
+    int Cg = C / G->groups, Og = O / G->groups;
+    Arena *a = L->p->arena;
+    const char *kyv = dilated(L, "ky", G->D), *kxv = dilated(L, "kx", G->D);
+    /* grouped: the outputs of c's group, and c's place in it */
+    const char *o0 = G->groups > 1 ? arena_printf(a, "(int)(c / %d) * %d", Cg, Og) : "0";
+    const char *o1 = G->groups > 1 ? arena_printf(a, "(int)(c / %d) * %d + %d", Cg, Og, Og) : arena_printf(a, "%d", O);
+    const char *cw = G->groups > 1 ? arena_printf(a, "c %% %d", Cg) : "c";
+    cg_kernel(L, id, "conv2d_grad_x_direct", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" })->grain = (long)OH * OW * Og * K * K;
+    cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d, %d, %d], dx [N, %d, %d, %d]; stride %d, padding %d%s;\n"
                "       one (n, c) plane of dx per iteration: it scatters from every output it fed */\n",
-            O, OH, OW, O, C, K, K, C, H, W, S, P);
+            O, OH, OW, O, Cg, K, K, C, H, W, S, P, groups_dilation(L, G));
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, c = i %% %d;\n"
                "        float *dxp = dx + i * %d;\n"
                "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
-               "        for (int o = 0; o < %d; o++) {\n"
-               "            const float *dyp = dy + (n * %d + o) * %d, *wp = w + (o * %d + c) * %d;\n"
+               "        for (int o = %s; o < %s; o++) {\n"
+               "            const float *dyp = dy + (n * %d + o) * %d, *wp = w + (o * %d + %s) * %d;\n"
                "            for (int ky = 0; ky < %d; ky++)\n"
                "            for (int kx = 0; kx < %d; kx++) {\n"
                "            const float wv = wp[ky * %d + kx];\n",
-            cg_work_str(L, dimn(C)), C, C, H * W, H * W, O, O, OH * OW, C, K * K, K, K, K);
-    valid_range(L, "oy", "ky", S, P, H, OH);
-    valid_range(L, "ox", "kx", S, P, W, OW);
+            cg_work_str(L, dimn(C)), C, C, H * W, H * W, o0, o1, O, OH * OW, Cg, cw, K * K, K, K, K);
+    valid_range(L, "oy", kyv, S, P, H, OH);
+    valid_range(L, "ox", kxv, S, P, W, OW);
     cg_body(L, "            for (int oy = oy0; oy < oy1; oy++) {\n"
-               "                float *xr = dxp + (oy * %d - %d + ky) * %d - %d + kx;\n"
+               "                float *xr = dxp + (oy * %d - %d + %s) * %d - %d + %s;\n"
                "                const float *yr = dyp + oy * %d;\n"
                "                for (int ox = ox0; ox < ox1; ox++) xr[ox * %d] += wv * yr[ox];\n"
-               "            }\n            }\n        }\n    }\n", S, P, W, P, OW, S);
+               "            }\n            }\n        }\n    }\n", S, P, kyv, W, P, kxv, OW, S);
     cg_end_kernel(L);
 }
 
@@ -417,7 +446,9 @@ static void conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
     const Node *n = &L->g->nodes[id];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    if (P == 0 && K <= 7) {
+    int Cg = C / G->groups;
+    const char *gx = group_base(L, G, "o"), *kyv = dilated(L, "ky", G->D), *kxv = dilated(L, "kx", G->D);
+    if (P == 0 && K <= 7 && G->groups == 1 && G->D == 1) {
         /* No padding: every tap of a row of taps reads the same output columns, so one
            pass over dy serves all K taps (kx), each with a row of partial sums. */
         Step *st = cg_kernel(L, id, "conv2d_grad_w_rows", dimc((long)O * C * K), 3, b, (const char *const[]){ "=dw", "dy", "x" });
@@ -445,25 +476,25 @@ static void conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
         cg_end_kernel(L);
         return;
     }
-    Step *st = cg_kernel(L, id, "conv2d_grad_w_direct", dimc((long)O * C), 3, b, (const char *const[]){ "=dw", "dy", "x" });
+    Step *st = cg_kernel(L, id, "conv2d_grad_w_direct", dimc((long)O * Cg), 3, b, (const char *const[]){ "=dw", "dy", "x" });
     st->heavy = st->blocks = true;
-    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %d, %d, %d]; stride %d, padding %d;\n"
+    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %d, %d, %d]; stride %d, padding %d%s;\n"
                "       one (o, c) pair per iteration; partial sums per (ky, kx, output column) over the batch */\n",
-            O, OH, OW, C, H, W, O, C, K, K, S, P);
+            O, OH, OW, C, H, W, O, Cg, K, K, S, P, groups_dilation(L, G));
     cg_body(L, "    FOR_EACH_BLOCK(i, %dL) {\n"
                "        long o = i / %d, c = i %% %d;\n"
                "        float part[%d][%d];\n"
                "        for (int k = 0; k < %d; k++) for (int j = 0; j < %d; j++) part[k][j] = 0.0f;\n"
                "        BLOCK_LOOP(n, N) {\n"
-               "            const float *dyp = dy + (n * %d + o) * %d, *xp = x + (n * %d + c) * %d;\n"
+               "            const float *dyp = dy + (n * %d + o) * %d, *xp = x + (n * %d + %sc) * %d;\n"
                "            for (int ky = 0; ky < %d; ky++)\n"
                "            for (int kx = 0; kx < %d; kx++) {\n"
                "            float *pp = part[ky * %d + kx];\n",
-            O * C, C, C, K * K, OW, K * K, OW, O, OH * OW, C, H * W, K, K, K);
-    valid_range(L, "oy", "ky", S, P, H, OH);
-    valid_range(L, "ox", "kx", S, P, W, OW);
+            O * Cg, Cg, Cg, K * K, OW, K * K, OW, O, OH * OW, C, gx, H * W, K, K, K);
+    valid_range(L, "oy", kyv, S, P, H, OH);
+    valid_range(L, "ox", kxv, S, P, W, OW);
     cg_body(L, "            for (int oy = oy0; oy < oy1; oy++) {\n"
-               "                const float *xr = xp + (oy * %d - %d + ky) * %d - %d + kx;\n"
+               "                const float *xr = xp + (oy * %d - %d + %s) * %d - %d + %s;\n"
                "                const float *yr = dyp + oy * %d;\n"
                "                for (int ox = ox0; ox < ox1; ox++) pp[ox] += yr[ox] * xr[ox * %d];\n"
                "            }\n            }\n        }\n"
@@ -472,7 +503,7 @@ static void conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
                "            for (int j = 0; j < %d; j++) acc += part[k][j];\n"
                "            acc = BLOCK_SUM(acc);\n"
                "            if (BLOCK_LEADER) dw[i * %d + k] = acc;\n"
-               "        }\n    }\n", S, P, W, P, OW, S, K * K, OW, K * K);
+               "        }\n    }\n", S, P, kyv, W, P, kxv, OW, S, K * K, OW, K * K);
     cg_end_kernel(L);
 }
 
@@ -821,23 +852,23 @@ static void conv_dense_grad_w(Lower *L, int id, const ConvGeom *G)
 
 /* ------------------------------------------------------------------- dispatch */
 
-/* The pairs (output o of n, tap k of K) whose input o*S - P + k is in [0, size):
+/* The pairs (output o of n, tap k of K) whose input o*S - P + k*D is in [0, size):
    a range of taps per output, or of outputs per tap, whichever loop is shorter
    (at most 46,341 steps, since K*K fits the limits: testing every pair, n*K
    steps, slowed the fuzzer on wide kernels over wide maps to 33 executions/s). */
-static long taps_in_bounds(int n, int K, int S, int P, int size)
+static long taps_in_bounds(int n, int K, int S, int P, int D, int size)
 {
     long t = 0;
     if (n <= K) {
         for (long o = 0; o < n; o++) {
-            long lo = P - o * S, hi = (long)size + P - o * S;   /* k in [lo, hi) */
-            if (lo < 0) lo = 0;
+            long lo = P - o * S, hi = (long)size + P - o * S;   /* k * D in [lo, hi) */
+            lo = lo <= 0 ? 0 : (lo + D - 1) / D, hi = hi <= 0 ? 0 : (hi + D - 1) / D;
             if (hi > K) hi = K;
             if (hi > lo) t += hi - lo;
         }
     } else {
         for (long k = 0; k < K; k++) {
-            long lo = P - k, hi = (long)size + P - k;           /* o * S in [lo, hi) */
+            long lo = P - k * D, hi = (long)size + P - k * D;   /* o * S in [lo, hi) */
             long o0 = lo <= 0 ? 0 : (lo + S - 1) / S, o1 = hi <= 0 ? 0 : (hi + S - 1) / S;   /* o in [o0, o1) */
             if (o1 > n) o1 = n;
             if (o1 > o0) t += o1 - o0;
@@ -850,13 +881,20 @@ static long taps_in_bounds(int n, int K, int S, int P, int size)
    multiply-adds that touch data (the rest multiply padding). */
 static const char *conv_why(Arena *a, const CgOptions *opt, const ConvGeom *G, ConvStrategy s)
 {
-    long P = (long)G->OH * G->OW, CKK = (long)G->C * G->K * G->K, HW = (long)G->H * G->W;
-    long touch = taps_in_bounds(G->OH, G->K, G->S, G->P, G->H) * taps_in_bounds(G->OW, G->K, G->S, G->P, G->W) * G->C * G->O;
+    long P = (long)G->OH * G->OW, CKK = (long)G->C / G->groups * G->K * G->K, HW = (long)G->H * G->W;
+    long touch = taps_in_bounds(G->OH, G->K, G->S, G->P, G->D, G->H) * taps_in_bounds(G->OW, G->K, G->S, G->P, G->D, G->W) *
+                 (G->C / G->groups) * G->O;
     long full = CKK * P * G->O;   /* im2col's */
     const char *what = "";
     switch (s) {
     case CONV_DIRECT:
-        what = arena_printf(a, "direct: loops over whole planes (%ld weights, rows %d wide), nothing materialised", CKK * G->O, G->OW);
+        what = arena_printf(a, "direct: loops over whole planes (%ld weights, rows %d wide), nothing materialised%s", CKK * G->O, G->OW,
+                            G->groups > 1 || G->D > 1
+                                ? arena_printf(a, " (%s%s%s: the one form that takes them)",
+                                               G->groups > 1 ? arena_printf(a, "%d groups of %d channel%s", G->groups, G->C / G->groups, G->C / G->groups == 1 ? "" : "s") : "",
+                                               G->groups > 1 && G->D > 1 ? ", " : "",
+                                               G->D > 1 ? arena_printf(a, "dilation %d", G->D) : "")
+                                : "");
         break;
     case CONV_VECTOR:
         what = arena_printf(a, "vector: all %d outputs in a vector per output row (no padding, short rows)", G->O);
@@ -892,6 +930,7 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
         if (op != OP_CONV2D && op != OP_CONV2D_BWD_X && op != OP_CONV2D_BWD_W) continue;
         ConvGeom G = cg_conv_geom(g, id);   /* the layer's, for its gradients too: one choice per layer */
         ConvStrategy s = cg_conv_strategy(opt, G.C, G.K, G.O, G.OW, G.S, G.P, G.H * G.W, G.OH * G.OW);
+        if (G.groups > 1 || G.D > 1) s = CONV_DIRECT;   /* the one form written for them */
         if (op == OP_CONV2D_BWD_X && s == CONV_VECTOR && opt && opt->conv < 0 && opt->cpu_only &&
             (double)G.C * G.K * G.K * G.OH * G.OW <= INT_MAX) {
             /* The vector form's input gradient is one GEMM over the batch with K = O (16 on

@@ -107,7 +107,7 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
         }
         if (wg < 0 || others || uses[r] != 1 + (bg >= 0) + (xg >= 0)) continue;
         const Node *wn = &g->nodes[wg];
-        if (wn->attr.stride != 1 || wn->attr.padding != 0 || wn->shape.d[2] > 8 || wn->shape.d[1] * wn->shape.d[2] > 32) continue;
+        if (wn->attr.stride != 1 || wn->attr.padding != 0 || ir_groups(&wn->attr) > 1 || ir_dilation(&wn->attr) > 1 || wn->shape.d[2] > 8 || wn->shape.d[1] * wn->shape.d[2] > 32) continue;
         d->node[wg].wgrad_pool = pool;
         d->node[wg].wgrad_bias = bg;
         if (bg >= 0) d->node[bg].fused = wg;

@@ -45,6 +45,7 @@ typedef struct ConvGeom {
     int O, K;                 /* output channels, kernel size (K x K) */
     int S, P;                 /* stride, padding */
     int OH, OW;               /* output rows, columns */
+    int groups, D;            /* channel groups (w is [O, C/groups, K, K]), dilation; 1 and 1 mostly */
 } ConvGeom;
 
 /* Weight gradients are summed in a fixed number of groups of examples,

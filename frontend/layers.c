@@ -22,7 +22,8 @@
 
 static int build_conv2d(const LayerCall *c)
 {
-    return ir_conv2d(c->g, c->loc, c->prefix, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], (int)c->i[3], c->i[4] != 0);
+    return ir_conv2d(c->g, c->loc, c->prefix, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], (int)c->i[3], (int)c->i[5],
+                     (int)c->i[6], c->i[4] != 0);
 }
 
 static int build_linear(const LayerCall *c)
@@ -145,9 +146,11 @@ static int build_softmax_xent(const LayerCall *c)
 }
 
 const Layer fe_layers[] = {
-    { "conv2d", true, 5, { INT_ARG("out_channels", true, 0, 1), INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, 1, 1),
-                           INT_ARG("padding", false, 0, 0), BOOL_ARG("bias", 1) },
-      build_conv2d, "input `[N, C, H, W]`; the kernel fits the padded input" },
+    { "conv2d", true, 7, { INT_ARG("out_channels", true, 0, 1), INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, 1, 1),
+                           INT_ARG("padding", false, 0, 0), BOOL_ARG("bias", 1), INT_ARG("groups", false, 1, 1),
+                           INT_ARG("dilation", false, 1, 1) },
+      build_conv2d, "input `[N, C, H, W]`; the kernel (dilated: `dilation * (kernel - 1) + 1` wide) fits the padded input; "
+                    "`groups` divides C and `out_channels` (weight `[out_channels, C / groups, kernel, kernel]`)" },
     { "linear", true, 3, { INT_ARG("out_features", true, 0, 1), BOOL_ARG("bias", 1), INT_ARG("in_features", false, DEF_INFERRED, 1) },
       build_linear, "input `[N, F]`; an explicit `in_features` must equal F" },
     { "batchnorm2d", true, 2, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true), FLOAT_ARG("momentum", 0.1, 0, false, 1, false) },

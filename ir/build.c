@@ -124,19 +124,38 @@ static int window_out(Graph *g, Loc loc, const char *layer, int in, int k, int s
 }
 
 int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
-              int kernel, int stride, int padding, bool bias)
+              int kernel, int stride, int padding, int groups, int dilation, bool bias)
 {
     if (!need_rank(g, loc, x, 4, "conv2d", "[N, C, H, W]")) return -1;
     const Shape *xs = &g->nodes[x].shape;
     int c = xs->d[1];
-    int oh = window_out(g, loc, "conv2d", xs->d[2], kernel, stride, padding, "height");
+    if (groups < 1 || c % groups || out_channels % groups) {
+        diag_at(g->diag, loc, "conv2d: groups = %d must divide both the input's %d channels and the %d outputs "
+                "(each group convolves its own C/groups inputs into O/groups outputs)", groups, c, out_channels);
+        return -1;
+    }
+    /* dilated, the kernel spans dilation * (kernel - 1) + 1 inputs */
+    long long span = (long long)dilation * (kernel - 1) + 1;
+    if (dilation < 1 || span > INT_MAX) {
+        diag_at(g->diag, loc, "conv2d: dilation %d with kernel %d spans too far", dilation, kernel);
+        return -1;
+    }
+    for (int d = 2; d < 4 && dilation > 1; d++)
+        if (span > (long long)xs->d[d] + 2LL * padding) {
+            diag_at(g->diag, loc, "conv2d: kernel %d with dilation %d spans %lld inputs, more than the padded input %s %lld "
+                    "(input %d + 2x padding %d)", kernel, dilation, span, d == 2 ? "height" : "width",
+                    (long long)xs->d[d] + 2LL * padding, xs->d[d], padding);
+            return -1;
+        }
+    int oh = window_out(g, loc, "conv2d", xs->d[2], (int)span, stride, padding, "height");
     if (!oh) return -1;
-    int ow = window_out(g, loc, "conv2d", xs->d[3], kernel, stride, padding, "width");
+    int ow = window_out(g, loc, "conv2d", xs->d[3], (int)span, stride, padding, "width");
     if (!ow) return -1;
-    long long wl[4] = { out_channels, c, kernel, kernel }, ol[4] = { IR_BATCH, out_channels, oh, ow };
+    int cg = c / groups;
+    long long wl[4] = { out_channels, cg, kernel, kernel }, ol[4] = { IR_BATCH, out_channels, oh, ow };
     if (!within(g, loc, "conv2d", "the weight", 4, wl) || !within(g, loc, "conv2d", "the output", 4, ol)) return -1;
-    int fan_in = c * kernel * kernel;   /* at most the weight's elements */
-    int wd[4] = { out_channels, c, kernel, kernel };
+    int fan_in = cg * kernel * kernel;   /* at most the weight's elements; PyTorch's, from the weight's shape */
+    int wd[4] = { out_channels, cg, kernel, kernel };
     int w = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), ir_shape_make(4, wd), INIT_UNIFORM_FAN_IN, fan_in);
     if (w < 0) return -1;
     int in[3] = { x, w, -1 };
@@ -144,7 +163,9 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
         in[2] = persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), ir_shape_make(1, &out_channels), INIT_UNIFORM_FAN_IN, fan_in);
         if (in[2] < 0) return -1;
     }
-    return ir_op(g, OP_CONV2D, loc, bias ? 3 : 2, in, &(IrAttrs){ .stride = stride, .padding = padding }, NULL);
+    return ir_op(g, OP_CONV2D, loc, bias ? 3 : 2, in,
+                 &(IrAttrs){ .stride = stride, .padding = padding, .groups = groups > 1 ? groups : 0,
+                             .dilation = dilation > 1 ? dilation : 0 }, NULL);
 }
 
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias)

@@ -46,6 +46,9 @@ enum {
     IR_ATTR_COUNT
 };
 #define IR_ATTR(name) (1u << IR_ATTR_BIT_##name)   /* an attribute's bit in an op's row */
+/* A convolution's groups and dilation, 1 where the attribute is 0 (not set). */
+static inline int ir_groups(const IrAttrs *a) { return a->groups > 1 ? a->groups : 1; }
+static inline int ir_dilation(const IrAttrs *a) { return a->dilation > 1 ? a->dilation : 1; }
 
 typedef enum OpKind { KIND_SRC, KIND_EW, KIND_GEMM, KIND_KERN, KIND_VIEW, KIND_EFFECT, KIND_COMM } OpKind;
 
@@ -141,8 +144,10 @@ long  ir_param_count(const Graph *g, int *tensors); /* trainable scalars; *tenso
 
 /* ---- layer builders (front end API) ---- */
 int ir_input(Graph *g, Loc loc, Shape s);
+/* groups: the channels in that many groups, each output's taps over its group's
+   inputs (weight [O, C/groups, K, K]); dilation: taps that far apart. */
 int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
-              int kernel, int stride, int padding, bool bias);
+              int kernel, int stride, int padding, int groups, int dilation, bool bias);
 /* in_features: -1 inferred from the input, else checked against it. */
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias);
 int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);

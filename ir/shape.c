@@ -77,9 +77,11 @@ static int window(int in_size, int k, int s, int p)
    into *y; o < 0: O = C. */
 static bool windowed(Rule *r, const Shape *x, int o, int k, Shape *y)
 {
-    int s = r->n->attr.stride, p = r->n->attr.padding;
+    int s = r->n->attr.stride, p = r->n->attr.padding, dil = ir_dilation(&r->n->attr);
     if (!rank(r, "input", x, 4)) return false;
     if (k < 1 || s < 1 || p < 0) return no(r, "has kernel %d, stride %d, padding %d", k, s, p);
+    if ((long long)dil * (k - 1) + 1 > INT_MAX) return no(r, "has kernel %d with dilation %d", k, dil);
+    k = dil * (k - 1) + 1;   /* the inputs a dilated kernel spans */
     int oh = window(x->d[2], k, s, p), ow = window(x->d[3], k, s, p);
     if (!oh || !ow) return no(r, "a %dx%d window with stride %d and padding %d does not fit %s", k, k, s, p, str(r, x));
     int d[4] = { x->d[0], o < 0 ? x->d[1] : o, oh, ow };
@@ -97,14 +99,19 @@ static bool windowed_is(Rule *r, const Shape *x, int o, int k, const Shape *y)
               r->n->attr.stride, r->n->attr.padding, str(r, &want));
 }
 
-/* x [N,C,H,W] and w [O,C,K,K] of a convolution. */
+/* x [N,C,H,W] and w [O,C/groups,K,K] of a convolution. */
 static bool conv_operands(Rule *r, const Shape *x, const Shape *w)
 {
+    int groups = ir_groups(&r->n->attr);
     if (!rank(r, "weight", w, 4)) return false;
     if (w->d[2] != w->d[3]) return no(r, "weight %s is not square", str(r, w));
     if (!rank(r, "input", x, 4)) return false;
-    if (w->d[1] != x->d[1])
-        return no(r, "weight %s has %d input channels, the input %s has %d", str(r, w), w->d[1], str(r, x), x->d[1]);
+    if (x->d[1] % groups || w->d[0] % groups)
+        return no(r, "has %d groups, which do not divide the input %s's channels and the weight %s's outputs",
+                  groups, str(r, x), str(r, w));
+    if ((long)w->d[1] * groups != x->d[1])
+        return no(r, "weight %s has %d input channels a group, the input %s has %d in %d group%s", str(r, w), w->d[1],
+                  str(r, x), x->d[1], groups, groups == 1 ? "" : "s");
     return true;
 }
 

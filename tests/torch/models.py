@@ -113,6 +113,13 @@ def op_conv():
     return seq(("conv", nn.Conv2d(3, 4, 3, padding=1)), *head(4 * 8 * 8))
 
 
+def op_conv_groups():
+    return seq(("g1", nn.Conv2d(4, 6, 3, padding=1, groups=2)), relu(),
+               ("dw", nn.Conv2d(6, 12, 3, stride=2, padding=1, groups=6)),
+               ("d1", nn.Conv2d(12, 4, 3, padding=2, dilation=2, bias=False)), relu(),
+               ("gd", nn.Conv2d(4, 4, 2, stride=2, padding=1, groups=2, dilation=3)), *head(4 * 2 * 2))
+
+
 def op_conv_stride2():
     return seq(("conv", nn.Conv2d(3, 5, 3, stride=2, padding=1)), *head(5 * 5 * 5))
 
@@ -415,6 +422,7 @@ BUILDERS = {
     "tests/nets/op_mul_sub.net": (OpMulSub, (3, 6, 6)),
     "tests/nets/op_concat.net": (OpConcat, (3, 6, 6)),
     "tests/nets/op_resample.net": (OpResample, (3, 7, 5)),
+    "tests/nets/op_conv_groups.net": (op_conv_groups, (4, 9, 8)),
     "tests/nets/op_layernorm.net": (op_layernorm, (3, 5, 4)),
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
