@@ -88,6 +88,13 @@ static void usage(FILE *out)
         "  --data DIR             Fashion-MNIST directory (default $MGC_DATA, else ~/.cache/mgc/fashion-mnist)\n"
         "  --limit-train N        use only the first N training examples\n"
         "  --limit-test N         use only the first N test examples\n"
+        "  --augment LIST         training images: crop[:P] (a random window after P zeros around, default 4),\n"
+        "                         flip (horizontal, half of them); drawn per example from --seed, the epoch and\n"
+        "                         its index (the same on any devices)\n"
+        "  --normalize            (x - mean) / std per channel, the training set's (transforms.Normalize)\n"
+        "  --resize H[xW]         images bilinear to H x W first (torchvision's Resize, antialias=False)\n"
+        "  --dump-batch FILE      write epoch 1's first training batch as the net sees it (x, y, index) to\n"
+        "                         FILE.safetensors, and exit\n"
         "  --threads T            CPU threads of this process, shared out between its devices (default: all cores)\n"
         "  --save FILE            write parameters to FILE.safetensors after each epoch\n"
         "  --load FILE            start from the parameters in FILE.safetensors\n"
@@ -274,7 +281,7 @@ static int print_version(void)
    the switch in parse_args has a case for each (-Wswitch says when one lacks it). */
 enum Opt {
     O_DEVICES, O_GPUS, O_EPOCHS, O_BATCH_SIZE, O_LR, O_LR_SCHEDULE, O_LR_GAMMA, O_LR_PER, O_WARMUP, O_MOMENTUM, O_WEIGHT_DECAY,
-    O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV,
+    O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV, O_AUGMENT, O_NORMALIZE, O_RESIZE, O_DUMP_BATCH,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
     O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
     O_COUNT
@@ -284,7 +291,8 @@ static const struct { const char *name; bool flag; } options[O_COUNT] = {
     [O_BATCH_SIZE] = { "--batch-size" }, [O_LR] = { "--lr" }, [O_LR_SCHEDULE] = { "--lr-schedule" },
     [O_LR_GAMMA] = { "--lr-gamma" }, [O_LR_PER] = { "--lr-per" }, [O_WARMUP] = { "--warmup" }, [O_MOMENTUM] = { "--momentum" },
     [O_WEIGHT_DECAY] = { "--weight-decay" }, [O_OPTIMIZER] = { "--optimizer" }, [O_BETAS] = { "--betas" },
-    [O_EPS] = { "--eps" }, [O_NESTEROV] = { "--nesterov", true }, [O_SEED] = { "--seed" }, [O_DATA] = { "--data" },
+    [O_EPS] = { "--eps" }, [O_NESTEROV] = { "--nesterov", true }, [O_AUGMENT] = { "--augment" },
+    [O_NORMALIZE] = { "--normalize", true }, [O_RESIZE] = { "--resize" }, [O_DUMP_BATCH] = { "--dump-batch" }, [O_SEED] = { "--seed" }, [O_DATA] = { "--data" },
     [O_LIMIT_TRAIN] = { "--limit-train" }, [O_LIMIT_TEST] = { "--limit-test" }, [O_THREADS] = { "--threads" },
     [O_SAVE] = { "--save" }, [O_LOAD] = { "--load" }, [O_RESUME] = { "--resume" }, [O_LOG] = { "--log" },
     [O_EMIT] = { "--emit" }, [O_SET] = { "--set" }, [O_BATCH] = { "--batch" }, [O_STEPS] = { "--steps" },
@@ -322,6 +330,50 @@ static int parse_schedule(const char *val, TrainConfig *t)
     } else {
         return bad("--lr-schedule expects constant, cosine or step:E1,E2,... (e.g. step:30,60), got '%s'%s", val, "");
     }
+    return 0;
+}
+
+/* --augment crop[:P],flip (either, or both): 0, or 2 said */
+static int parse_augment(const char *val, Transform *t)
+{
+    t->crop_pad = 0, t->flip = false;
+    const char *p = val;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        if (len == 4 && !strncmp(p, "flip", 4)) t->flip = true;
+        else if (len == 4 && !strncmp(p, "crop", 4)) t->crop_pad = 4;
+        else if (len > 5 && !strncmp(p, "crop:", 5)) {
+            char num[16], *end;
+            if (len - 5 >= sizeof num) return bad("--augment crop:P expects P from 1 to 64, got '%s'%s", val, "");
+            snprintf(num, sizeof num, "%.*s", (int)(len - 5), p + 5);
+            errno = 0;
+            long v = strtol(num, &end, 10);
+            if (*end || errno || v < 1 || v > 64 || !diag_decimal(num, false))
+                return bad("--augment crop:P expects P from 1 to 64 (zeros around the image), got '%s'%s", val, "");
+            t->crop_pad = (int)v;
+        } else {
+            return bad("--augment expects crop[:P] (random crop after P zeros around, default 4) and/or flip, "
+                       "e.g. crop:4,flip; got '%s'%s", val, "");
+        }
+        if (!p[len]) break;
+        p += len + 1;
+    }
+    return 0;
+}
+
+/* --resize H or HxW: 0, or 2 said */
+static int parse_resize(const char *val, Transform *t)
+{
+    char *end;
+    errno = 0;
+    long h = val[0] >= '0' && val[0] <= '9' ? strtol(val, &end, 10) : 0, w = h;
+    if (h > 0 && !errno && *end == 'x') {
+        const char *q = end + 1;
+        w = q[0] >= '0' && q[0] <= '9' ? strtol(q, &end, 10) : 0;
+    }
+    if (h < 1 || w < 1 || h > 4096 || w > 4096 || errno || *end)
+        return bad("--resize expects H or HxW (each 1 to 4096), e.g. 32 or 64x48, got '%s'%s", val, "");
+    t->out_h = (int)h, t->out_w = (int)w;
     return 0;
 }
 
@@ -391,6 +443,10 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     }
     case O_EPS: rc = parse_float(name, val, 0, true, 1, &t->eps); ps->eps_given = true; break;
     case O_NESTEROV: t->nesterov = true; break;
+    case O_AUGMENT: rc = parse_augment(val, &t->transform); break;
+    case O_NORMALIZE: t->transform.normalize = true; break;
+    case O_RESIZE: rc = parse_resize(val, &t->transform); break;
+    case O_DUMP_BATCH: t->dump_batch = val; break;
     case O_SEED: {
         char *end;
         errno = 0;
@@ -528,6 +584,9 @@ static int finish_args(Cli *c, Parse *ps)
     if (t->evaluate && (t->save || t->resume || t->batch_file))
         return bad("--evaluate only measures the parameters on the test set: it takes --load, not %s%s",
                    t->save ? "--save" : t->resume ? "--resume" : "--batch", "");
+    if (t->dump_batch && (t->batch_file || t->evaluate))
+        return bad("--dump-batch writes a training batch and exits; it does not go with %s%s",
+                   t->batch_file ? "--batch" : "--evaluate", "");
     if (t->resume && !t->save) t->save = t->load;   /* it goes on saving where it left off */
     return 0;
 }
@@ -789,6 +848,9 @@ static void agree_inputs(const Cli *c, const char *devices, Agreement *a)
                  t->nesterov ? " nesterov" : "", (double)t->beta1, (double)t->beta2, (double)t->eps);
     rt_agree_add(a, "--weight-decay", "%.9g", (double)t->weight_decay);
     rt_agree_add(a, "--seed", "%llu", t->seed);
+    char tf[256];
+    transform_str(&t->transform, tf, sizeof tf);
+    rt_agree_add(a, "--resize, --augment, --normalize", "%s", tf[0] ? tf : "none");
     rt_agree_add(a, "--limit-train", "%d%s", t->limit_train, t->limit_train < 0 ? " (all)" : "");
     rt_agree_add(a, "--limit-test", "%d%s", t->limit_test, t->limit_test < 0 ? " (all)" : "");
     rt_agree_add(a, "--sync-bn", "%s", t->sync_bn ? "on" : "off");
@@ -848,6 +910,7 @@ static int check_outputs(const Cli *c)
     const TrainConfig *t = &c->cfg;
     const struct { const char *opt, *path; bool replaced; } out[] = {
         { "--save", t->save, true }, { "--dump", t->dump, true }, { "--log", t->log, false },
+        { "--dump-batch", t->dump_batch, true },
     };
     for (size_t k = 0; k < sizeof out / sizeof *out; k++) {
         if (!out[k].path) continue;

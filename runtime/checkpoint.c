@@ -41,6 +41,9 @@ static int save_checkpoint(Store *s, const char *path, const char *net, int epoc
     st_writer_set_meta(w, "optimizer", optim);
     snprintf(v, sizeof v, "%llu", opt_steps);
     st_writer_set_meta(w, "optimizer_steps", v);
+    char tf[256];
+    transform_str(&cfg->transform, tf, sizeof tf);
+    st_writer_set_meta(w, "transform", tf[0] ? tf : "none");
     st_writer_set_meta(w, "format", "mgc checkpoint: PyTorch state_dict names and layouts");
     char err[512];
     int rc = st_writer_save(w, path, err, sizeof err);
@@ -96,6 +99,7 @@ int train_load_checkpoint(Store *s, const char *path, Resume *resume)
     }
     if (resume && st_meta_get(&f, "lr_schedule", resume->schedule, sizeof resume->schedule) < 0) resume->schedule[0] = 0;
     if (resume && st_meta_get(&f, "optimizer", resume->optimizer, sizeof resume->optimizer) < 0) resume->optimizer[0] = 0;
+    if (resume && st_meta_get(&f, "transform", resume->transform, sizeof resume->transform) < 0) resume->transform[0] = 0;
     if (resume) {
         char v[8];
         resume->optimizer_steps = resume->steps;
@@ -177,6 +181,11 @@ int train_resume_from(Group *g, const Resume *resume)
         if (resume->optimizer[0] && strcmp(resume->optimizer, optim))
             printf("mgc: note: the checkpoint was trained with %s; this run goes on with %s%s\n", resume->optimizer, optim,
                    same_kind ? "" : " (its state starts afresh)");
+        char tf[256];
+        transform_str(&cfg->transform, tf, sizeof tf);
+        if (!tf[0]) snprintf(tf, sizeof tf, "none");
+        if (resume->transform[0] && strcmp(resume->transform, tf))
+            printf("mgc: note: the checkpoint's images were transformed with %s; this run's are with %s\n", resume->transform, tf);
     }
     fflush(stdout);
     return first;

@@ -199,6 +199,7 @@ static int load_pair(const char *img_path, const char *lab_path, Dataset *d,
             goto fail;
         }
     d->n = (int)ni;
+    d->channels = 1;
     d->rows = (int)rows;
     d->cols = (int)cols;
     d->pixels = pix;
@@ -346,7 +347,7 @@ static void pixel_table(void)
 void data_gather(const Dataset *d, const int *order, int b, float *x, float *y)
 {
     pthread_once(&pixel_once, pixel_table);
-    size_t per = (size_t)d->rows * d->cols;
+    size_t per = (size_t)d->channels * d->rows * d->cols;
     for (int i = 0; i < b; i++) {
         int k = order[i];
         const unsigned char *src = d->pixels + (size_t)k * per;

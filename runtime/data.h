@@ -18,8 +18,9 @@
 
 typedef struct Dataset {
     int n;                  /* examples */
+    int channels;           /* 1 (IDX) */
     int rows, cols;         /* 28, 28 */
-    unsigned char *pixels;  /* n*rows*cols, row-major per image, 0..255; owned */
+    unsigned char *pixels;  /* n*channels*rows*cols, channel-planar and row-major per image, 0..255; owned */
     unsigned char *labels;  /* n, 0..9; owned */
 } Dataset;
 
@@ -45,7 +46,7 @@ const char *data_default_dir(char *buf, size_t size);
 /* order[0..n) = a permutation of 0..n-1 for epoch `epoch` of run `seed`:
    deterministic, different per epoch. */
 void data_epoch_order(int n, unsigned long long seed, int epoch, int *order);
-/* x = images of examples order[0..b) (b*rows*cols floats in [0,1], byte/255.0f, NCHW with C = 1),
+/* x = images of examples order[0..b) (b*channels*rows*cols floats in [0,1], byte/255.0f, NCHW),
    y = their labels as float (b floats). */
 void data_gather(const Dataset *d, const int *order, int b, float *x, float *y);
 

@@ -38,7 +38,13 @@ static bool gather_shard(Group *g, Replica *r, Exec *x, int B, int min_b, long a
     if (*b < min_b) return false;
     train_shard(*b, g->total, r->global, first, n);
     const Program *p = x->prog;
-    if (*n > 0) data_gather(g->data, g->order + at + *first, (int)*n, rt_exec_host(x, p->input), rt_exec_host(x, p->labels));
+    if (*n <= 0) return true;
+    const Transform *t = &g->transform;
+    if (transform_active(t))
+        transform_gather(t, g->data, g->order + at + *first, (int)*n, g->augment, g->cfg->seed, g->epoch,
+                         rt_exec_host(x, p->input), rt_exec_host(x, p->labels));
+    else
+        data_gather(g->data, g->order + at + *first, (int)*n, rt_exec_host(x, p->input), rt_exec_host(x, p->labels));
     return true;
 }
 
@@ -121,6 +127,7 @@ double train_evaluate(Group *g, const Dataset *test, int *order)
     train_from_replica0(g, STORE_RUNNING, false);
     for (int i = 0; i < test->n; i++) order[i] = i;
     g->data = test;
+    g->augment = false;
     g->order = order;
     g->count = test->n;
     train_on_every_replica(g, eval_on_replica);
@@ -282,6 +289,7 @@ static void train_one_epoch(Group *g, const Dataset *train, int *order, int epoc
     double t0 = train_now();
     data_epoch_order(train->n, cfg->seed, epoch, order);
     g->data = train;
+    g->augment = true;
     g->order = order;
     g->count = train->n;
     if (g->comm) rt_comm_reset_stats(g->comm);

@@ -145,8 +145,11 @@ int train_check_input(const Program *p, int c, int h, int w, const char *what)
     if (s->nd == 4 && s->d[1] == c && s->d[2] == h && s->d[3] == w) return 0;
     Arena a;
     arena_init(&a);
-    fprintf(stderr, "mgc: the net's input %s does not match %s [N,%d,%d,%d]; declare 'input x[N, %d, %d, %d]'\n",
+    fprintf(stderr, "mgc: the net's input %s does not match %s [N,%d,%d,%d]; declare 'input x[N, %d, %d, %d]'",
             ir_shape_str(&a, s), what, c, h, w, c, h, w);
+    if (s->nd == 4 && s->d[1] == c && s->d[2] > 0 && s->d[3] > 0)
+        fprintf(stderr, ", or bring the images to the net's size with --resize %dx%d", s->d[2], s->d[3]);
+    fputc('\n', stderr);
     arena_free(&a);
     return -1;
 }
@@ -390,6 +393,17 @@ static void say_run(const Group *g, const Dataset *train, const Dataset *test)
     if (cpu && g->threads < g->n)
         printf("mgc: %d devices on %d thread%s: they share the cores (the numbers are the same, the speed is not)\n",
                g->n, g->threads, g->threads == 1 ? "" : "s");
+    if (transform_active(&g->transform)) {
+        char tf[256];
+        int c, h, w;
+        transform_str(&g->transform, tf, sizeof tf);
+        transform_shape(&g->transform, train, &c, &h, &w);
+        printf("mgc: images %dx%dx%d; %s", c, h, w, tf);
+        for (int k = 0; g->transform.normalize && k < c; k++)
+            printf("%s%.4f std %.4f", k ? ", " : " (mean ", (double)g->transform.mean[k], (double)g->transform.std[k]);
+        printf("%s%s\n", g->transform.normalize ? ")" : "",
+               g->transform.crop_pad || g->transform.flip ? "; crop and flip drawn per example from the seed, the epoch and its index" : "");
+    }
     long last = train->n % cfg->batch_size;
     if (last > 0 && last < g->total)
         printf("mgc: the last %ld example%s of every epoch %s dropped: fewer than the %d replicas\n", last,
@@ -420,13 +434,64 @@ static int take_data(Group *g, DataLoad *data, Dataset *train, Dataset *test, FI
     return status;
 }
 
+/* --dump-batch: epoch 1's first training batch as the net sees it (after
+   --resize, --augment, --normalize), with the examples' labels and indices
+   in the training set, and the normalisation's statistics: 0, or 1 said. */
+static int dump_batch(Group *g, const Dataset *train, int *order)
+{
+    const TrainConfig *cfg = g->cfg;
+    int c, h, w, b = train->n < cfg->batch_size ? train->n : cfg->batch_size;
+    transform_shape(&g->transform, train, &c, &h, &w);
+    data_epoch_order(train->n, cfg->seed, 1, order);
+    size_t per = (size_t)c * h * w;
+    float *x = malloc(sizeof(float) * per * (size_t)b + 1), *y = malloc(sizeof(float) * (size_t)b + 1),
+          *index = malloc(sizeof(float) * (size_t)b + 1);
+    if (!x || !y || !index) {
+        fprintf(stderr, "mgc: --dump-batch: out of memory for %d examples of %dx%dx%d\n", b, c, h, w);
+        free(x), free(y), free(index);
+        return 1;
+    }
+    transform_gather(&g->transform, train, order, b, true, cfg->seed, 1, x, y);
+    for (int i = 0; i < b; i++) index[i] = (float)order[i];   /* exact below 2^24 examples */
+    StWriter *wr = st_writer_new();
+    st_writer_add_f32(wr, "x", 4, (long long[]){ b, c, h, w }, x);
+    st_writer_add_f32(wr, "y", 1, (long long[]){ b }, y);
+    st_writer_add_f32(wr, "index", 1, (long long[]){ b }, index);
+    char tf[256], v[160];
+    transform_str(&g->transform, tf, sizeof tf);
+    st_writer_set_meta(wr, "transform", tf[0] ? tf : "none");
+    st_writer_set_meta(wr, "seed", (snprintf(v, sizeof v, "%llu", cfg->seed), v));
+    if (g->transform.normalize) {
+        int p = 0;
+        for (int k = 0; k < c; k++) p += snprintf(v + p, sizeof v - (size_t)p, "%s%.9g", k ? "," : "", (double)g->transform.mean[k]);
+        st_writer_set_meta(wr, "mean", v);
+        p = 0;
+        for (int k = 0; k < c; k++) p += snprintf(v + p, sizeof v - (size_t)p, "%s%.9g", k ? "," : "", (double)g->transform.std[k]);
+        st_writer_set_meta(wr, "std", v);
+    }
+    char err[512];
+    int rc = st_writer_save(wr, cfg->dump_batch, err, sizeof err);
+    st_writer_free(wr);
+    free(x), free(y), free(index);
+    if (rc) {
+        fprintf(stderr, "mgc: --dump-batch: %s\n", err);
+        return 1;
+    }
+    printf("mgc: wrote epoch 1's first training batch (%d examples of %dx%dx%d%s%s) to %s\n", b, c, h, w,
+           tf[0] ? ", " : "", tf, cfg->dump_batch);
+    return 0;
+}
+
 /* Evaluation (--evaluate) or the epochs, on the data. The exit status. */
 static int on_data(Group *g, DataLoad *data, int first_epoch)
 {
     const TrainConfig *cfg = g->cfg;
     const Program *tp = g->m->train;
     /* The net must fit the data before the data is read. */
-    if (train_check_input(tp, 1, 28, 28, "Fashion-MNIST images")) return 1;
+    int ic, ih, iw;
+    transform_shape(&cfg->transform, &(Dataset){ .channels = 1, .rows = 28, .cols = 28 }, &ic, &ih, &iw);
+    if (train_check_input(tp, ic, ih, iw, cfg->transform.out_h ? "Fashion-MNIST images after --resize" : "Fashion-MNIST images"))
+        return 1;
     if (tp->classes < DATA_CLASSES) {
         fprintf(stderr, "mgc: the net has %d outputs but Fashion-MNIST has %d classes; use --set classes=%d\n",
                 tp->classes, DATA_CLASSES, DATA_CLASSES);
@@ -441,6 +506,8 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
                 train_signal_name(status - 128));
     int *order = NULL;
     if (!status) {
+        g->transform = cfg->transform;
+        transform_fit(&g->transform, &train);   /* over the whole training set, whatever --limit-train */
         data_limit(&train, cfg->limit_train);
         data_limit(&test, cfg->limit_test);
         /* every full batch, and a last one with an example for each replica at least (gather_shard) */
@@ -448,7 +515,9 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
         order = malloc(sizeof(int) * (size_t)(train.n > test.n ? train.n : test.n) + 1);
         if (g->world->rank == 0) say_run(g, &train, &test);
     }
-    if (!status && cfg->evaluate) {
+    if (!status && cfg->dump_batch) {
+        status = g->world->rank == 0 ? dump_batch(g, &train, order) : 0;
+    } else if (!status && cfg->evaluate) {
         char num[32];
         double t0 = train_now(), acc = train_evaluate(g, &test, order);
         if (g->world->rank == 0) {
@@ -493,7 +562,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     G.total = G.n * G.world->size;
     G.r = calloc((size_t)G.n, sizeof(Replica));
     DataLoad data = { 0 };
-    if (!cfg->batch_file && cfg->epochs > 0) data_start(&data, cfg->data_dir);   /* read while the kernels load */
+    if (!cfg->batch_file && (cfg->epochs > 0 || cfg->dump_batch)) data_start(&data, cfg->data_dir);   /* read while the kernels load */
     /* from here on a stop signal is a request, answered at the next stop point or step */
     struct sigaction stop_sa = { .sa_handler = on_stop_signal }, old_sa[NSTOP_SIGNALS];
     sigemptyset(&stop_sa.sa_mask);
@@ -509,7 +578,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     if (!status) {
         if (cfg->batch_file) status = train_check_mode(&G);
         else if (first_epoch > cfg->epochs && cfg->resume) status = 0;   /* the checkpoint holds every epoch asked for */
-        else if (cfg->epochs == 0) status = initialise_only(&G);
+        else if (cfg->epochs == 0 && !cfg->dump_batch) status = initialise_only(&G);
         else status = on_data(&G, &data, first_epoch);
     }
     close_group(&G);

@@ -7,6 +7,7 @@
 #define MGC_TRAIN_H
 #include "runtime.h"
 #include "world.h"
+#include "transform.h"
 
 #define TRAIN_MAX_DEVICES 64  /* devices in one process */
 
@@ -30,6 +31,8 @@ typedef struct TrainConfig {
     int warmup;               /* the first `warmup` steps of the run scale the rate by (t + 1) / warmup */
     unsigned long long seed;
     const char *data_dir;     /* resolved directory */
+    Transform transform;      /* --resize, --augment, --normalize (its statistics filled from the training set) */
+    const char *dump_batch;   /* --dump-batch: the first training batch as the net sees it goes there; no training */
     int limit_train, limit_test;   /* -1: all */
     const char *save, *load, *log; /* paths or NULL */
     bool evaluate;            /* --evaluate: test accuracy of the loaded (or initialised) parameters, no training */

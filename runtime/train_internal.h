@@ -48,6 +48,8 @@ typedef struct Group {
     Comm *comm;               /* the CPU devices' group (NULL otherwise, or with one replica) */
     /* the work of the current parallel phase */
     const Dataset *data;
+    bool augment;             /* data is the training set: its random transforms apply */
+    Transform transform;      /* cfg's, its normalisation fitted to the training set */
     const int *order;
     int count;                /* examples */
     int epoch;
@@ -67,6 +69,7 @@ typedef struct Resume {
     char schedule[256];       /* the learning-rate recipe (train_schedule_str), or "" (an older mgc's checkpoint) */
     char optimizer[256];      /* the optimizer (train_optimizer_str), or "" (an older mgc's) */
     unsigned long long optimizer_steps;   /* the steps its optimizer's state has taken (= steps in an older mgc's) */
+    char transform[256];      /* --resize, --augment, --normalize in words (transform_str, "none"), or "" (an older mgc's) */
 } Resume;
 
 /* ---- train.c ---- */

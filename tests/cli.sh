@@ -133,6 +133,13 @@ expect betas-three 2 "--betas expects B1,B2 (e.g. 0.9,0.999), got '0.9,0.99,0.3'
 expect betas-range 2 "--betas must each be below 1, got '1,0.9'" -- $L --optimizer adamw --betas 1,0.9
 expect betas-word 2 "--betas' first expects a number, got 'x'" -- $L --optimizer adamw --betas x,y
 expect eps-range 2 "--eps must be in (0, 1], got 0" -- $L --optimizer adamw --eps 0
+expect augment-zero 2 "--augment crop:P expects P from 1 to 64 (zeros around the image), got 'crop:0'" -- $L --augment crop:0
+expect augment-word 2 "--augment expects crop[:P] (random crop after P zeros around, default 4) and/or flip, e.g. crop:4,flip; got 'crop:4,flop'" -- $L --augment crop:4,flop
+expect resize-bad 2 "--resize expects H or HxW (each 1 to 4096), e.g. 32 or 64x48, got '32x'" -- $L --resize 32x
+expect resize-three 2 "got '32x40x3'" -- $L --resize 32x40x3
+expect dump-batch-evaluate 2 "--dump-batch writes a training batch and exits; it does not go with --evaluate" -- $L --dump-batch x.st --evaluate
+expect resize-input 1 "does not match Fashion-MNIST images after --resize [N,1,32,32]; declare 'input x[N, 1, 32, 32]', or bring the images to the net's size with --resize 28x28" -- $L --resize 32 --epochs 1 --data "$tmp/none"
+expect input-resize-hint 1 "or bring the images to the net's size with --resize 32x40" -- tests/nets/resize_input.net --epochs 1 --data "$tmp/none"
 expect adamw-grad 0 "AdamW: lr 0.003, betas 0.8,0.99, eps 1e-06, weight decay 0.01" -- $L --optimizer adamw --lr 0.003 --betas 0.8,0.99 --eps 1e-6 --emit grad
 expect epochs-word 2 "--epochs expects a whole number" -- $L --epochs ten
 expect missing-value 2 "--seed needs a value" -- $L --seed

@@ -64,6 +64,12 @@ train "$tmp/l3.st" "$MGC" $L $LA --devices cpu:3 && {
     compare "$tmp/l2.st" "$tmp/l1.st" 1e-4 0 "LeNet 201 steps: cpu:2 = cpu:1"
     compare "$tmp/l3.st" "$tmp/l1.st" 1e-4 0 "LeNet 201 steps: cpu:3 = cpu:1"
 }
+# --augment's draws follow each example's index, not its replica: with them
+# cpu:2 is cpu:1 as closely (another image on one replica would be far off)
+AUG="--augment crop:4,flip --normalize"
+train "$tmp/la1.st" "$MGC" $L $LA $AUG --devices cpu:1 &&
+    train "$tmp/la2.st" "$MGC" $L $LA $AUG --devices cpu:2 &&
+    compare "$tmp/la2.st" "$tmp/la1.st" 1e-4 0 "LeNet 201 steps --augment crop:4,flip --normalize: cpu:2 = cpu:1"
 grep -q "communication per step" "$tmp/log" && ok "cpu:3 prints the communication report" || bad "no communication report on cpu:3"
 
 # CPU devices that keep their memory apart from the host's (MGC_CPU_OWN_MEMORY=1)

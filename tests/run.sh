@@ -57,9 +57,10 @@ elif [ -f /usr/local/cuda/include/nvrtc.h ]; then
 else
     echo "nvrtc      skipped: no CUDA toolkit at /usr/local/cuda"
 fi
-if ! wants_any torch unfused direct dense chunked winograd vector; then :
+if ! wants_any torch data unfused direct dense chunked winograd vector; then :
 elif /usr/bin/python3 -c "import torch" 2>/dev/null; then
     suite torch /usr/bin/python3 tests/torch/ref.py --out "$log/ref"
+    suite data /usr/bin/python3 tests/torch/data_check.py   # --resize, --augment, --normalize against torchvision's recipe
     # The same checks with fusion off and every convolution through im2col + GEMM.
     suite unfused env MGC_FUSE=0 MGC_CONV=gemm /usr/bin/python3 tests/torch/ref.py --out "$log/ref-unfused" --only 'op_*' --only 'lenet*' --only small_resnet
     suite direct env MGC_CONV=direct /usr/bin/python3 tests/torch/ref.py --out "$log/ref-direct" --only 'op_conv*' --only small_resnet --only fd_small_resnet

@@ -1,0 +1,153 @@
+/*
+** The loader's transforms (see transform.h): resize, random crop and flip,
+** normalisation, one image at a time on the thread that gathers the batch.
+*/
+#include "transform.h"
+#include "rng.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool transform_active(const Transform *t)
+{
+    return t && (t->out_h > 0 || t->crop_pad > 0 || t->flip || t->normalize);
+}
+
+void transform_fit(Transform *t, const Dataset *d)
+{
+    if (!t->normalize) return;
+    int C = d->channels;
+    size_t plane = (size_t)d->rows * d->cols;
+    for (int c = 0; c < C && c < TRANSFORM_MAX_CHANNELS; c++) {
+        unsigned long long hist[256] = { 0 };
+        for (long i = 0; i < d->n; i++) {
+            const unsigned char *p = d->pixels + ((size_t)i * C + c) * plane;
+            for (size_t j = 0; j < plane; j++) hist[p[j]]++;
+        }
+        double n = (double)d->n * plane, sum = 0, ss = 0;
+        for (int v = 0; v < 256; v++) sum += (double)hist[v] * v / 255.0;
+        double mean = n > 0 ? sum / n : 0;
+        for (int v = 0; v < 256; v++) ss += (double)hist[v] * (v / 255.0 - mean) * (v / 255.0 - mean);
+        double sd = n > 0 ? sqrt(ss / n) : 1;
+        t->mean[c] = (float)mean;
+        t->std[c] = sd > 0 ? (float)sd : 1.0f;   /* a constant channel stays as it is, shifted */
+    }
+}
+
+void transform_shape(const Transform *t, const Dataset *d, int *c, int *h, int *w)
+{
+    *c = d->channels;
+    *h = t && t->out_h > 0 ? t->out_h : d->rows;
+    *w = t && t->out_w > 0 ? t->out_w : d->cols;
+}
+
+/* One axis of a bilinear resize as PyTorch's upsample_bilinear2d
+   (align_corners=False): output i reads inputs i0 and i0 + step, weights
+   1 - l and l. */
+typedef struct Tap { int i0, step; float l; } Tap;
+
+static void bilinear_taps(int in, int out, Tap *taps)
+{
+    float scale = (float)in / (float)out;
+    for (int i = 0; i < out; i++) {
+        float src = scale * ((float)i + 0.5f) - 0.5f;
+        if (src < 0) src = 0;
+        int i0 = (int)src;
+        taps[i] = (Tap){ i0, i0 < in - 1 ? 1 : 0, src - (float)i0 };
+    }
+}
+
+/* The 32-bit draw k of example `index` in epoch `epoch` of run `seed`. */
+static unsigned int draw(unsigned long long seed, int epoch, long index, int k)
+{
+    unsigned long long key = seed ^ (0x4155474D454E54ULL + (unsigned long long)(long long)epoch * 0x9E3779B97F4A7C15ULL);
+    return rng_hash(key, (unsigned long long)index * 4 + (unsigned long long)k);
+}
+
+/* Uniform in [0, n) from 32 random bits (multiply-shift; n is small). */
+static int below(unsigned int r, int n) { return (int)(((unsigned long long)r * (unsigned)n) >> 32); }
+
+void transform_gather(const Transform *t, const Dataset *d, const int *order, int b, bool augment,
+                      unsigned long long seed, int epoch, float *x, float *y)
+{
+    int C, H, W;
+    transform_shape(t, d, &C, &H, &W);
+    int IH = d->rows, IW = d->cols;
+    size_t in_plane = (size_t)IH * IW, plane = (size_t)H * W;
+    float *img = malloc(sizeof(float) * (size_t)C * plane);   /* one example, resized */
+    Tap *ty = malloc(sizeof(Tap) * (size_t)H), *tx = malloc(sizeof(Tap) * (size_t)W);
+    if (!img || !ty || !tx) {   /* a few KB: cannot fail where the data set fit */
+        fprintf(stderr, "mgc: out of memory in the data loader\n");
+        abort();
+    }
+    bool resize = H != IH || W != IW;
+    if (resize) bilinear_taps(IH, H, ty), bilinear_taps(IW, W, tx);
+    for (int i = 0; i < b; i++) {
+        long k = order[i];
+        const unsigned char *src = d->pixels + (size_t)k * C * in_plane;
+        for (int c = 0; c < C; c++) {
+            const unsigned char *s = src + (size_t)c * in_plane;
+            float *o = img + (size_t)c * plane;
+            if (!resize) {
+                for (size_t j = 0; j < plane; j++) o[j] = (float)s[j] / 255.0f;
+                continue;
+            }
+            for (int r = 0; r < H; r++) {
+                const unsigned char *r0 = s + (size_t)ty[r].i0 * IW, *r1 = r0 + (size_t)ty[r].step * IW;
+                float ly = ty[r].l, hy = 1.0f - ly;
+                for (int q = 0; q < W; q++) {
+                    int c0 = tx[q].i0, c1 = c0 + tx[q].step;
+                    float lx = tx[q].l, hx = 1.0f - lx;
+                    o[(size_t)r * W + q] = (hy * (hx * ((float)r0[c0] / 255.0f) + lx * ((float)r0[c1] / 255.0f)) +
+                                            ly * (hx * ((float)r1[c0] / 255.0f) + lx * ((float)r1[c1] / 255.0f)));
+                }
+            }
+        }
+        int P = augment ? t->crop_pad : 0;
+        int oy = P ? below(draw(seed, epoch, k, 0), 2 * P + 1) : P, ox = P ? below(draw(seed, epoch, k, 1), 2 * P + 1) : P;
+        bool flip = augment && t->flip && (draw(seed, epoch, k, 2) >> 31);
+        float *dst = x + (size_t)i * C * plane;
+        for (int c = 0; c < C; c++) {
+            const float *s = img + (size_t)c * plane;
+            float *o = dst + (size_t)c * plane;
+            float mean = t->normalize ? t->mean[c] : 0.0f, sd = t->normalize ? t->std[c] : 1.0f;
+            float zero = t->normalize ? (0.0f - mean) / sd : 0.0f;   /* the padding, normalised */
+            /* the window's columns q in [q0, q1) read the image (at q + ox - P, or
+               flipped at W - 1 - q + ox - P); the others are padding */
+            int dx = ox - P, q0 = flip ? dx : -dx, q1 = flip ? W + dx : W - dx;
+            if (q0 < 0) q0 = 0;
+            if (q1 > W) q1 = W;
+            for (int r = 0; r < H; r++) {
+                int sr = r + oy - P;   /* the window's row r, in the image (outside: the zero padding) */
+                float *or = o + (size_t)r * W;
+                if (sr < 0 || sr >= H || q1 <= q0) {
+                    for (int q = 0; q < W; q++) or[q] = zero;
+                    continue;
+                }
+                const float *sp = s + (size_t)sr * W;
+                for (int q = 0; q < q0; q++) or[q] = zero;
+                if (flip)
+                    for (int q = q0; q < q1; q++) or[q] = t->normalize ? (sp[W - 1 - q + dx] - mean) / sd : sp[W - 1 - q + dx];
+                else
+                    for (int q = q0; q < q1; q++) or[q] = t->normalize ? (sp[q + dx] - mean) / sd : sp[q + dx];
+                for (int q = q1; q < W; q++) or[q] = zero;
+            }
+        }
+        y[i] = (float)d->labels[k];
+    }
+    free(img);
+    free(ty);
+    free(tx);
+}
+
+void transform_str(const Transform *t, char *out, size_t size)
+{
+    int p = 0;
+    out[0] = 0;
+    if (!transform_active(t)) return;
+    if (t->out_h > 0) p += snprintf(out + p, size - (size_t)p, "resize %dx%d", t->out_h, t->out_w);
+    if (t->crop_pad > 0 && p < (int)size) p += snprintf(out + p, size - (size_t)p, "%scrop:%d", p ? ", " : "", t->crop_pad);
+    if (t->flip && p < (int)size) p += snprintf(out + p, size - (size_t)p, "%sflip", p ? ", " : "");
+    if (t->normalize && p < (int)size) p += snprintf(out + p, size - (size_t)p, "%snormalize", p ? ", " : "");
+}
