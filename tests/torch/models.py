@@ -16,6 +16,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import zoo  # noqa: E402
+
 
 class Fn(nn.Module):
     """A parameter-free op as a module, so nets read like the .net files."""
@@ -446,7 +449,10 @@ BUILDERS = {
 
 def build(net, dtype=torch.float64, sets=()):
     """net: path of the .net file; sets: its --set NAME=VALUE strings."""
-    builder, shape = BUILDERS[" ".join([net] + list(sets))]
+    if net in zoo.NETS:
+        builder, shape = zoo.builder(net, sets)
+    else:
+        builder, shape = BUILDERS[" ".join([net] + list(sets))]
     return builder().to(dtype), shape
 
 
