@@ -104,6 +104,8 @@ typedef struct Step {
 typedef struct CgNode {
     int fused;                /* the node whose kernel computes it too (sharing its buffer), or -1 */
     bool relu_out;            /* its kernel applies ReLU to what it writes (a fused relu follows) */
+    int act;                  /* the activation its kernel applies to what it writes (OP_RELU: relu_out too;
+                                 OP_RELU6, OP_SIGMOID, OP_TANH after a linear, bn_apply or add), or -1 */
     bool relu_mask;           /* maxpool2d_grad: routes only where its input was positive (a fused relu_grad) */
     signed char conv;         /* a convolution or its gradient: its ConvStrategy; others -1 */
     const char *conv_why;     /* conv2d: the form chosen and why, for --emit kernels; others NULL */

@@ -31,6 +31,19 @@ static const char *with_attrs(Lower *L, const char *e, const Node *n)
     return e;
 }
 
+/* The value v through node id's fused activation (d->act), as an expression:
+   v itself when there is none; ReLU's text as it always was (a comment after it). */
+const char *cg_fused_act(Lower *L, int id, const char *v)
+{
+    int act = L->dec->node[id].act;
+    if (act < 0) return v;
+    if (act == OP_RELU) return arena_printf(L->p->arena, "%s > 0.0f ? %s : 0.0f   /* fused relu */", v, v);
+    const char *e = activations[act].fwd, *at;
+    const char *paren = arena_printf(L->p->arena, "(%s)", v);
+    while ((at = strstr(e, "x[i]"))) e = arena_printf(L->p->arena, "%.*s%s%s", (int)(at - e), e, paren, at + 4);
+    return e;
+}
+
 /* y = f(x): an activation's kernel, one element per iteration */
 void cg_lower_activation(Lower *L, int id)
 {
@@ -75,7 +88,7 @@ void cg_lower_binary(Lower *L, int id)
                    "        float *yp = y + plane * %d;\n"
                    "        for (int k = 0; k < %d; k++) { float v = (xp[k] * scale + shift) + sp[k]; yp[k] = %s; }\n"
                    "    }\n",
-                HW, HW, HW, HW, L->dec->node[id].relu_out ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
+                HW, HW, HW, HW, cg_fused_act(L, id, "v"));
         cg_end_kernel(L);
         return;
     }
@@ -85,8 +98,11 @@ void cg_lower_binary(Lower *L, int id)
     cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=y", "lhs", "rhs" });
     char op = n->op == OP_ADD ? '+' : n->op == OP_SUB ? '-' : '*';
     const Shape *ls = &L->g->nodes[n->in[0]].shape, *rs = &L->g->nodes[n->in[1]].shape;
-    if (L->dec->node[id].relu_out)   /* only add: the fusion pass fuses no relu into mul */
-        cg_body(L, "    FOR_EACH(i, %s) {\n        float v = lhs[i] + rhs[i];\n        y[i] = v > 0.0f ? v : 0.0f;   /* fused relu */\n    }\n", W);
+    if (L->dec->node[id].act >= 0)   /* only add: the fusion pass fuses no activation into mul or sub */
+        cg_body(L, "    FOR_EACH(i, %s) {\n        float v = lhs[i] + rhs[i];\n        y[i] = %s\n    }\n", W,
+                L->dec->node[id].act == OP_RELU ? "v > 0.0f ? v : 0.0f;   /* fused relu */"
+                                                : arena_printf(L->p->arena, "%s;   /* fused %s */", cg_fused_act(L, id, "v"),
+                                                               ir_op_name((Op)L->dec->node[id].act)));
     else if (ir_shape_eq(ls, &n->shape) && ir_shape_eq(rs, &n->shape))
         cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, op);
     else {   /* broadcast: each input's index from the output's coordinates */

@@ -4,7 +4,9 @@
 ** decisions: a fused node gets no kernel of its own.
 **
 **   ReLU and its gradient: folded into the kernel before them, whose buffer
-**   the fused node shares (cg_fuse's comment lists the pairs).
+**   the fused node shares (cg_fuse's comment lists the pairs). ReLU6, sigmoid
+**   and tanh (their gradients read their output) after a linear layer, a
+**   BatchNorm or an add: the same (MobileNetV2's BatchNorm + ReLU6).
 **
 **   The SGD update of a gradient bucket (data parallelism): the updates of
 **   parameters whose gradients lie in one bucket buffer are one kernel per
@@ -31,7 +33,7 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     d->cpu_only = false;
     for (int id = 0; id <= g->n; id++)
         d->node[id] = (CgNode){ .fused = -1, .conv = -1, .stats_of = -1, .stats_by = -1, .pool_of = -1, .pool_by = -1,
-                                .bn_into_add = -1, .wgrad_pool = -1, .wgrad_bias = -1 };
+                                .bn_into_add = -1, .wgrad_pool = -1, .wgrad_bias = -1, .act = -1 };
 }
 
 /* The bucket holding the gradient an SGD node reads (through slices and
@@ -140,6 +142,16 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
             if ((op == OP_CONV2D || op == OP_LINEAR || op == OP_BN_APPLY || op == OP_ADD) && uses[x] == 1) {
                 d->node[id].fused = x;
                 d->node[x].relu_out = true;
+                d->node[x].act = OP_RELU;
+            }
+        } else if (n->op == OP_RELU6 || n->op == OP_SIGMOID || n->op == OP_TANH) {
+            /* activations whose gradient reads their output: the input need never be
+               written; fused where the kernel before them ends in a simple epilogue */
+            int x = n->in[0];
+            Op op = g->nodes[x].op;
+            if ((op == OP_LINEAR || op == OP_BN_APPLY || (op == OP_ADD && g->nodes[x].nin == 2)) && uses[x] == 1) {
+                d->node[id].fused = x;
+                d->node[x].act = (int)n->op;
             }
         } else if (n->op == OP_RELU_BWD) {
             int y = n->in[0], pool = n->in[1];
@@ -174,7 +186,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
         if (n->op != OP_ADD || n->nin != 2 || n->shape.nd != 4) continue;
         for (int k = 0; k < 2; k++) {
             int b = n->in[k];
-            if (g->nodes[b].op == OP_BN_APPLY && uses[b] == 1 && !d->node[b].relu_out && d->node[b].pool_of < 0 && d->node[b].fused < 0) {
+            if (g->nodes[b].op == OP_BN_APPLY && uses[b] == 1 && d->node[b].act < 0 && d->node[b].pool_of < 0 && d->node[b].fused < 0) {
                 d->node[id].bn_into_add = b;
                 d->node[b].fused = id;
                 break;

@@ -14,15 +14,17 @@ void cg_lower_linear(Lower *L, int id)
     const Shape *ws = &L->g->nodes[n->in[1]].shape;
     int O = ws->d[0], F = ws->d[1];
     int y = cg_out_buf(L, id);
-    bool bias = n->nin == 3, relu = L->dec->node[id].relu_out;
+    int act = L->dec->node[id].act;
+    bool bias = n->nin == 3;
     cg_gemm(L, id, false, true, dimn(1), dimc(O), dimc(F), buf_of(L, n->in[0]), dimc(F), buf_of(L, n->in[1]), dimc(F), 0.0f, y, dimc(O));
-    if (!bias && !relu) return;
+    if (!bias && act < 0) return;
     int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
-    cg_kernel(L, id, relu ? "linear_epilogue_relu" : "linear_epilogue", dimn(1), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" })->grain = O;
+    cg_kernel(L, id, act < 0 ? "linear_epilogue" : arena_printf(L->p->arena, "linear_epilogue_%s", ir_op_name((Op)act)), dimn(1),
+              bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" })->grain = O;
     cg_body(L, "    /* y is [N, %d]; one row per iteration */\n", O);
     cg_body(L, "    FOR_EACH(r, N) {\n        float *yr = y + r * %d;\n        for (int o = 0; o < %d; o++) {\n"
                "            float v = yr[o]%s;\n            yr[o] = %s;\n        }\n    }\n",
-            O, O, bias ? " + bias[o]" : "", relu ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
+            O, O, bias ? " + bias[o]" : "", cg_fused_act(L, id, "v"));
     cg_end_kernel(L);
 }
 

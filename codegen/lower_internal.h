@@ -99,6 +99,7 @@ Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, 
 /* ---- the op families: one function per op (or per group of like ops) ---- */
 /* elementwise.c */
 void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
+const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's fused activation (dec->act) */
 void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */
 void cg_lower_binary(Lower *L, int id);            /* add, mul, sub (mul and sub broadcast) */
 void cg_lower_neg(Lower *L, int id);

@@ -86,7 +86,9 @@ void cg_lower_bn_apply(Lower *L, int id)
                "        for (int k = 0; k < %d; k++) %s\n",
             HW, HW, HW,
             L->dec->node[id].relu_out ? "{ float v = xp[k] * scale + shift; yp[k] = v > 0.0f ? v : 0.0f; }   /* fused relu */"
-                            : "yp[k] = xp[k] * scale + shift;");
+            : L->dec->node[id].act >= 0 ? arena_printf(L->p->arena, "{ float v = xp[k] * scale + shift; yp[k] = %s; }   /* fused %s */",
+                                                       cg_fused_act(L, id, "v"), ir_op_name((Op)L->dec->node[id].act))
+                                        : "yp[k] = xp[k] * scale + shift;");
     if (pool >= 0) {
         const Node *pn = &L->g->nodes[pool];
         int OH = pn->shape.d[2], OW = pn->shape.d[3];
