@@ -56,7 +56,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
         "usage: mgc NET.net [options]\n"
-        "Compiles a network described in NET.net and trains it on Fashion-MNIST.\n\n"
+        "Compiles a network described in NET.net and trains it on Fashion-MNIST (or the data in --data).\n\n"
         "  --devices LIST         where to train: cpu (default, one CPU device), cpu:N (N data-parallel\n"
         "                         replicas sharing this machine's cores) or GPUs, cuda:0,cuda:1 (a GPU named\n"
         "                         twice holds two replicas); under mpirun, on every rank\n"
@@ -85,7 +85,9 @@ static void usage(FILE *out)
         "  --betas B1,B2, --eps E AdamW's (default 0.9,0.999 and 1e-8)\n"
         "  --weight-decay W       L2 penalty, as PyTorch's SGD (default 0)\n"
         "  --seed S               seeds initialisation, shuffling and dropout (default 0)\n"
-        "  --data DIR             Fashion-MNIST directory (default $MGC_DATA, else ~/.cache/mgc/fashion-mnist)\n"
+        "  --data DIR             the data set's directory (default $MGC_DATA, else ~/.cache/mgc/fashion-mnist):\n"
+        "                         IDX files (Fashion-MNIST, MNIST, ...), CIFAR-10 or CIFAR-100 binary batches, or\n"
+        "                         train.safetensors and test.safetensors with `images` and `labels`\n"
         "  --limit-train N        use only the first N training examples\n"
         "  --limit-test N         use only the first N test examples\n"
         "  --augment LIST         training images: crop[:P] (a random window after P zeros around, default 4),\n"
@@ -127,7 +129,7 @@ static void usage(FILE *out)
         "  --list-ops             the IR's ops: name, kind, 'grad' where gradients flow through it, its lowering\n"
         "  --help\n\n"
         "environment:\n"
-        "  MGC_DATA               the Fashion-MNIST directory when --data is not given\n"
+        "  MGC_DATA               the data set's directory when --data is not given\n"
         "  MGC_CC                 the C compiler for the CPU kernels (default cc; \"ccache gcc\" works)\n"
         "  MGC_CACHE_MB           the kernel cache's size limit in MB (default 1000)\n"
         "  XDG_CACHE_HOME         the kernel cache is in $XDG_CACHE_HOME/mgc (default ~/.cache/mgc); it must be\n"

@@ -1,6 +1,9 @@
 /*
-** Fashion-MNIST loader: IDX files through zlib (gzip or plain), validated
-** before anything is returned; deterministic epoch shuffles; batch gather.
+** The data loader: finds the format of the files in the data directory,
+** reads IDX here (through zlib: gzip or plain) and the others through
+** data_cifar.c and data_st.c, checks what every format must satisfy
+** (training and test images of one shape, labels counted into classes), and
+** gathers batches; deterministic epoch shuffles.
 **
 ** IDX (all integers big-endian):
 **   images: u32 magic 0x00000803, u32 count, u32 rows, u32 cols, count*rows*cols u8
@@ -9,6 +12,7 @@
 ** announces, filled by large gzread calls), then checked and converted.
 */
 #include "data.h"
+#include "data_formats.h"
 #include "errbuf.h"
 #include "rng.h"
 
@@ -25,8 +29,9 @@
 
 #define IDX_IMAGES_MAGIC 0x00000803u
 #define IDX_LABELS_MAGIC 0x00000801u
-#define MNIST_SIDE 28
+#define IDX_MAX_SIDE 65536u        /* header sanity bound on rows and columns */
 #define MAX_EXAMPLES 100000000u   /* header sanity bound, far above any real file */
+#define CIFAR_URL "https://www.cs.toronto.edu/~kriz/cifar.html"
 
 enum { F_TRAIN_IMAGES, F_TRAIN_LABELS, F_TEST_IMAGES, F_TEST_LABELS, F_COUNT };
 static const char *const file_names[F_COUNT] = {
@@ -34,6 +39,25 @@ static const char *const file_names[F_COUNT] = {
     "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
 };
 
+/* The formats found by their file names, in the order they are looked for
+   (IDX, last, by file_names). A format is there when any of its files is, in
+   dir or in the folder its archive unpacks to. */
+typedef struct Format {
+    const char *name, *subdir;
+    int ntrain, nfiles;
+    const char *files[DATA_MAX_FILES];
+    const char *whole;   /* where a whole set comes from, for "incomplete" */
+} Format;
+static const Format formats[FMT_IDX] = {
+    [FMT_SAFETENSORS] = { "safetensors", NULL, 1, 2, { "train.safetensors", "test.safetensors" },
+                          "mgc needs both train.safetensors and test.safetensors, each with the tensors `images` and `labels`" },
+    [FMT_CIFAR10] = { "CIFAR-10", "cifar-10-batches-bin", 5, 6,
+                      { "data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
+                        "data_batch_5.bin", "test_batch.bin" },
+                      "the binary version, cifar-10-binary.tar.gz from " CIFAR_URL ", holds all six" },
+    [FMT_CIFAR100] = { "CIFAR-100", "cifar-100-binary", 1, 2, { "train.bin", "test.bin" },
+                       "the binary version, cifar-100-binary.tar.gz from " CIFAR_URL ", holds both" },
+};
 
 static uint32_t be32(const unsigned char *p)
 {
@@ -89,32 +113,22 @@ static long long read_exact(gzFile f, const char *path, unsigned char *buf, size
     return (long long)got;
 }
 
-/* Reads one IDX file. kind_magic selects images or labels. On success *data
-   (malloc'd) holds count*item bytes, *count, *rows, *cols are set. */
-static int read_idx(const char *path, uint32_t kind_magic, unsigned char **data,
-                    uint32_t *count, uint32_t *rows, uint32_t *cols,
-                    char *err, size_t err_size)
+/* Reads and checks the header of an open IDX file. kind_magic selects images
+   or labels (rows and cols 1). 0, or -1 with err set. */
+static int idx_header(gzFile f, const char *path, uint32_t kind_magic, uint32_t *count, uint32_t *rows,
+                      uint32_t *cols, char *err, size_t err_size)
 {
     int is_images = kind_magic == IDX_IMAGES_MAGIC;
     size_t header_len = is_images ? 16 : 8;
     unsigned char header[16];
-    *data = NULL;
-
-    gzFile f = gzopen(path, "rb");
-    if (!f) {
-        set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    gzbuffer(f, 1u << 18);
-
     long long got = read_exact(f, path, header, header_len, err, err_size);
     if (got < 0)
-        goto fail;
+        return -1;
     if ((size_t)got < header_len) {
         set_err(err, err_size, "%s: file too short for an IDX %s header: %lld of %zu bytes%s",
                 path, is_images ? "image" : "label", got, header_len,
                 gzdirect(f) ? "" : " (after gunzip)");
-        goto fail;
+        return -1;
     }
     uint32_t magic = be32(header);
     if (magic != kind_magic) {
@@ -124,47 +138,74 @@ static int read_idx(const char *path, uint32_t kind_magic, unsigned char **data,
                 magic == (is_images ? IDX_LABELS_MAGIC : IDX_IMAGES_MAGIC)
                     ? ": images and labels swapped?" :
                 (header[0] == 0x1f && header[1] == 0x8b) ? ": gzip inside gzip?" : "");
-        goto fail;
+        return -1;
     }
     *count = be32(header + 4);
     *rows = is_images ? be32(header + 8) : 1;
     *cols = is_images ? be32(header + 12) : 1;
-    if (is_images && (*rows != MNIST_SIDE || *cols != MNIST_SIDE)) {
-        set_err(err, err_size, "%s: wrong dimensions %ux%u, expected %dx%d", path,
-                *rows, *cols, MNIST_SIDE, MNIST_SIDE);
-        goto fail;
+    if (is_images && (*rows == 0 || *cols == 0 || *rows > IDX_MAX_SIDE || *cols > IDX_MAX_SIDE)) {
+        set_err(err, err_size, "%s: implausible image size %ux%u in header (rows and columns 1 to %u)", path,
+                *rows, *cols, IDX_MAX_SIDE);
+        return -1;
     }
     if (*count == 0 || *count > MAX_EXAMPLES) {
         set_err(err, err_size, "%s: implausible %s count %u in header", path,
                 is_images ? "image" : "label", *count);
-        goto fail;
+        return -1;
     }
-    size_t item = (size_t)*rows * *cols;
-    size_t want = (size_t)*count * item;
+    return 0;
+}
+
+/* The message for a file whose size is not what its header says, with the
+   bytes that really are there (got of the want + 1 asked for, and the rest). */
+static void idx_size_err(gzFile f, const char *path, uint32_t kind_magic, uint32_t count, uint32_t rows,
+                         uint32_t cols, size_t want, long long got, char *err, size_t err_size)
+{
+    int is_images = kind_magic == IDX_IMAGES_MAGIC;
+    size_t header_len = is_images ? 16 : 8;
+    unsigned long long total = (unsigned long long)got;
+    if ((size_t)got > want) {
+        unsigned char tmp[65536];
+        int n;
+        while ((n = gzread(f, tmp, sizeof tmp)) > 0)
+            total += (unsigned)n;
+    }
+    char size[48] = "";
+    if (is_images) snprintf(size, sizeof size, " of %ux%u", rows, cols);
+    set_err(err, err_size,
+            "%s: size does not match header: %u %s%s need %zu bytes after the %zu-byte "
+            "header (expected %zu bytes%s), got %llu (%s)",
+            path, count, is_images ? "images" : "labels", size, want, header_len, want + header_len,
+            gzdirect(f) ? "" : " uncompressed", total + header_len,
+            total < want ? "file truncated" : "trailing data");
+}
+
+/* Reads one IDX file. kind_magic selects images or labels. On success *data
+   (malloc'd) holds count*item bytes, *count, *rows, *cols are set. */
+static int read_idx(const char *path, uint32_t kind_magic, unsigned char **data,
+                    uint32_t *count, uint32_t *rows, uint32_t *cols,
+                    char *err, size_t err_size)
+{
+    *data = NULL;
+    gzFile f = gzopen(path, "rb");
+    if (!f) {
+        set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    gzbuffer(f, 1u << 18);
+    if (idx_header(f, path, kind_magic, count, rows, cols, err, err_size) < 0)
+        goto fail;
+    size_t want = (size_t)*count * *rows * *cols;
     *data = malloc(want + 1);   /* +1: probe for trailing bytes */
     if (!*data) {
         set_err(err, err_size, "%s: out of memory for %zu bytes", path, want);
         goto fail;
     }
-    got = read_exact(f, path, *data, want + 1, err, err_size);
+    long long got = read_exact(f, path, *data, want + 1, err, err_size);
     if (got < 0)
         goto fail;
     if ((size_t)got != want) {
-        /* Count what really is there for the message. */
-        unsigned long long total = (unsigned long long)got;
-        if ((size_t)got > want) {
-            unsigned char tmp[65536];
-            int n;
-            while ((n = gzread(f, tmp, sizeof tmp)) > 0)
-                total += (unsigned)n;
-        }
-        set_err(err, err_size,
-                "%s: size does not match header: %u %s%s need %zu bytes after the %zu-byte "
-                "header (expected %zu bytes%s), got %llu (%s)",
-                path, *count, is_images ? "images" : "labels",
-                is_images ? " of 28x28" : "", want, header_len, want + header_len,
-                gzdirect(f) ? "" : " uncompressed", total + header_len,
-                total < want ? "file truncated" : "trailing data");
+        idx_size_err(f, path, kind_magic, *count, *rows, *cols, want, got, err, err_size);
         goto fail;
     }
     gzclose(f);
@@ -180,6 +221,7 @@ static int load_pair(const char *img_path, const char *lab_path, Dataset *d,
                      char *err, size_t err_size)
 {
     unsigned char *pix = NULL, *lab = NULL;
+    int *labels = NULL;
     uint32_t ni, nl, rows, cols, r1, c1;
     if (read_idx(img_path, IDX_IMAGES_MAGIC, &pix, &ni, &rows, &cols, err, err_size) < 0)
         return -1;
@@ -192,18 +234,19 @@ static int load_pair(const char *img_path, const char *lab_path, Dataset *d,
                 img_path, ni, lab_path, nl);
         goto fail;
     }
-    for (uint32_t i = 0; i < nl; i++)
-        if (lab[i] >= DATA_CLASSES) {
-            set_err(err, err_size, "%s: label %u of example %u out of range 0..%d", lab_path,
-                    lab[i], i, DATA_CLASSES - 1);
-            goto fail;
-        }
+    /* every byte is a label: the classes are counted from them (check_sets) */
+    if (!(labels = malloc(sizeof(int) * nl))) {
+        set_err(err, err_size, "%s: out of memory for %u labels", lab_path, nl);
+        goto fail;
+    }
+    for (uint32_t i = 0; i < nl; i++) labels[i] = lab[i];
+    free(lab);
     d->n = (int)ni;
     d->channels = 1;
     d->rows = (int)rows;
     d->cols = (int)cols;
     d->pixels = pix;
-    d->labels = lab;
+    d->labels = labels;
     return 0;
 fail:
     free(pix);
@@ -211,63 +254,239 @@ fail:
     return -1;
 }
 
-int data_load_fashion_mnist(const char *dir, Dataset *train, Dataset *test,
-                            char *err, size_t err_size)
+static int idx_load(const DataFiles *f, Dataset *train, Dataset *test, char *err, size_t err_size)
+{
+    if (load_pair(f->path[F_TRAIN_IMAGES], f->path[F_TRAIN_LABELS], train, err, err_size) < 0)
+        return -1;
+    return load_pair(f->path[F_TEST_IMAGES], f->path[F_TEST_LABELS], test, err, err_size);
+}
+
+/* The image shape from the training images' header. */
+static int idx_describe(const char *path, DataInfo *info, char *err, size_t err_size)
+{
+    gzFile f = gzopen(path, "rb");
+    if (!f) {
+        set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    uint32_t count, rows, cols;
+    int rc = idx_header(f, path, IDX_IMAGES_MAGIC, &count, &rows, &cols, err, err_size);
+    gzclose(f);
+    if (rc < 0) return -1;
+    info->channels = 1;
+    info->rows = (int)rows;
+    info->cols = (int)cols;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- finding the format */
+
+/* Appends ", NAME" (or NAME first) to list. */
+static void list_add(char *list, size_t size, const char *name, const char *suffix)
+{
+    size_t len = strlen(list);
+    snprintf(list + len, size - len, "%s%s%s", len ? ", " : "", name, suffix);
+}
+
+/* Format k's files in dir or in dir/its subdir: 1 (all there, into f), 0
+   (none there), -1 (some missing, or one no regular file: said in err). */
+static int find_format(const char *dir, int k, DataFiles *f, char *err, size_t err_size)
+{
+    const Format *fm = &formats[k];
+    struct stat st;
+    for (int sub = 0; sub < (fm->subdir ? 2 : 1); sub++) {
+        int have = 0;
+        for (int i = 0; i < fm->nfiles; i++) {
+            snprintf(f->path[i], sizeof f->path[i], "%s%s%s/%s", dir, sub ? "/" : "", sub ? fm->subdir : "", fm->files[i]);
+            have += stat(f->path[i], &st) == 0;
+        }
+        if (!have) continue;
+        char missing[256] = "";
+        for (int i = 0; i < fm->nfiles; i++) {
+            if (stat(f->path[i], &st) != 0) {
+                list_add(missing, sizeof missing, fm->files[i], "");
+            } else if (!S_ISREG(st.st_mode)) {
+                set_err(err, err_size, "%s file '%s' is not a regular file (a directory?): replace it with the "
+                        "file %s (%s)", fm->name, f->path[i], fm->files[i], fm->whole);
+                return -1;
+            }
+        }
+        if (missing[0]) {
+            set_err(err, err_size, "%s data in '%s%s%s' is incomplete: missing %s; %s", fm->name, dir,
+                    sub ? "/" : "", sub ? fm->subdir : "", missing, fm->whole);
+            return -1;
+        }
+        f->format = k;
+        f->nfiles = fm->nfiles;
+        f->ntrain = fm->ntrain;
+        return 1;
+    }
+    return 0;
+}
+
+/* The four IDX files: 1 (all there, into f), 0 (none), -1 (said in err). */
+static int find_idx(const char *dir, DataFiles *f, char *err, size_t err_size)
+{
+    int missing = 0;
+    char missing_list[512] = "";
+    for (int i = 0; i < F_COUNT; i++) {
+        int found = find_file(dir, i, f->path[i], sizeof f->path[i]);
+        if (found < 0) {
+            set_err(err, err_size,
+                    "Fashion-MNIST file '%s' is not a regular file (a directory?): replace it with the "
+                    "IDX file %s.gz from %s (data/fashion/)", f->path[i], file_names[i], DATA_URL);
+            return -1;
+        }
+        if (!found) {
+            missing++;
+            list_add(missing_list, sizeof missing_list, file_names[i], "[.gz]");
+        }
+    }
+    if (missing == F_COUNT) return 0;
+    if (missing) {
+        set_err(err, err_size,
+                "Fashion-MNIST not found in '%s': missing %s. "
+                "mgc needs the four IDX files train-images-idx3-ubyte.gz, "
+                "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz "
+                "(gzip or uncompressed), published at %s (data/fashion/). "
+                "Put them in that directory, or point mgc at them with --data DIR or MGC_DATA=DIR.",
+                dir, missing_list, DATA_URL);
+        return -1;
+    }
+    f->format = FMT_IDX;
+    f->nfiles = F_COUNT;
+    f->ntrain = 2;
+    return 1;
+}
+
+/* The data set's files in dir: 0 (into f), 1 (none of any format: err says
+   what was looked for), -1 (said in err). */
+static int locate(const char *dir, DataFiles *f, char *err, size_t err_size)
+{
+    struct stat st;
+    bool dir_exists = stat(dir, &st) == 0;
+    if (dir_exists && !S_ISDIR(st.st_mode)) {
+        set_err(err, err_size,
+                "--data '%s' is a file, not a directory: point --data (or MGC_DATA) at the directory "
+                "that holds the four Fashion-MNIST IDX files (or CIFAR-10 or CIFAR-100 binary batches, or "
+                "train.safetensors and test.safetensors)", dir);
+        return -1;
+    }
+    for (int k = 0; k < FMT_IDX; k++) {
+        int found = find_format(dir, k, f, err, err_size);
+        if (found) return found > 0 ? 0 : -1;
+    }
+    int found = find_idx(dir, f, err, err_size);
+    if (found) return found > 0 ? 0 : -1;
+    /* Fashion-MNIST is what mgc looks for unless told: its message as before, the others named */
+    set_err(err, err_size,
+            "Fashion-MNIST not found in '%s'%s: missing train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], "
+            "t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]. "
+            "mgc needs the four IDX files train-images-idx3-ubyte.gz, "
+            "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz "
+            "(gzip or uncompressed), published at %s (data/fashion/). "
+            "Put them in that directory, or point mgc at them with --data DIR or MGC_DATA=DIR. "
+            "Other data sets found by their files there: train.safetensors and test.safetensors (`images` and "
+            "`labels`); CIFAR-10 binary (data_batch_1.bin ... data_batch_5.bin, test_batch.bin, or in "
+            "cifar-10-batches-bin/); CIFAR-100 binary (train.bin, test.bin, or in cifar-100-binary/).",
+            dir, dir_exists ? "" : " (no such directory)", DATA_URL);
+    return 1;
+}
+
+static const char *format_name(int format)
+{
+    return format == FMT_IDX ? "IDX" : formats[format].name;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+/* What every format must satisfy: training and test images of one shape;
+   and the classes, counted from the labels (CIFAR's are fixed). */
+static int check_sets(const DataFiles *f, Dataset *train, Dataset *test, char *err, size_t err_size)
+{
+    if (train->channels != test->channels || train->rows != test->rows || train->cols != test->cols) {
+        set_err(err, err_size, "%s holds images of %dx%dx%d but %s holds %dx%dx%d: the training and test images "
+                "must have one shape (channels x rows x columns)", f->path[0], train->channels, train->rows,
+                train->cols, f->path[f->ntrain], test->channels, test->rows, test->cols);
+        return -1;
+    }
+    int classes = f->format == FMT_CIFAR10 ? 10 : f->format == FMT_CIFAR100 ? 100 : 0;
+    const Dataset *ds[2] = { train, test };
+    for (int s = 0; s < 2 && (f->format == FMT_IDX || f->format == FMT_SAFETENSORS); s++)
+        for (int i = 0; i < ds[s]->n; i++)
+            if (ds[s]->labels[i] >= classes) classes = ds[s]->labels[i] + 1;
+    train->classes = test->classes = classes;
+    return 0;
+}
+
+int data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, char *err, size_t err_size)
 {
     memset(train, 0, sizeof *train);
     memset(test, 0, sizeof *test);
     if (!dir || !*dir)
         dir = ".";
-    char paths[F_COUNT][4096];
-    int missing = 0;
-    char missing_list[512] = "";
-    struct stat st;
-    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
-        set_err(err, err_size,
-                "--data '%s' is a file, not a directory: point --data (or MGC_DATA) at the directory "
-                "that holds the four Fashion-MNIST IDX files", dir);
+    DataFiles *f = malloc(sizeof *f);
+    if (!f) {
+        set_err(err, err_size, "out of memory");
         return -1;
     }
-    for (int i = 0; i < F_COUNT; i++) {
-        int found = find_file(dir, i, paths[i], sizeof paths[i]);
-        if (found < 0) {
-            set_err(err, err_size,
-                    "Fashion-MNIST file '%s' is not a regular file (a directory?): replace it with the "
-                    "IDX file %s.gz from %s (data/fashion/)", paths[i], file_names[i], DATA_URL);
-            return -1;
-        }
-        if (!found) {
-            missing++;
-            size_t len = strlen(missing_list);
-            snprintf(missing_list + len, sizeof missing_list - len, "%s%s[.gz]",
-                     len ? ", " : "", file_names[i]);
-        }
-    }
-    if (missing) {
-        int dir_exists = stat(dir, &st) == 0;
-        set_err(err, err_size,
-                "Fashion-MNIST not found in '%s'%s: missing %s. "
-                "mgc needs the four IDX files train-images-idx3-ubyte.gz, "
-                "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz "
-                "(gzip or uncompressed), published at %s (data/fashion/). "
-                "Put them in that directory, or point mgc at them with --data DIR or MGC_DATA=DIR.",
-                dir, dir_exists ? "" : " (no such directory)", missing_list, DATA_URL);
-        return -1;
-    }
-    if (load_pair(paths[F_TRAIN_IMAGES], paths[F_TRAIN_LABELS], train, err, err_size) < 0)
-        return -1;
-    if (load_pair(paths[F_TEST_IMAGES], paths[F_TEST_LABELS], test, err, err_size) < 0) {
+    bool floats = false;
+    int rc = locate(dir, f, err, err_size) ? -1 : 0;
+    if (!rc && f->format == FMT_SAFETENSORS)
+        rc = st_data_load(f, train, test, &floats, err, err_size);
+    else if (!rc && (f->format == FMT_CIFAR10 || f->format == FMT_CIFAR100))
+        rc = cifar_load(f, f->format == FMT_CIFAR100, train, test, err, err_size);
+    else if (!rc)
+        rc = idx_load(f, train, test, err, err_size);
+    if (!rc)
+        rc = check_sets(f, train, test, err, err_size);
+    if (rc) {
         data_free(train);
-        return -1;
+        data_free(test);
+    } else if (info) {
+        *info = (DataInfo){ .channels = train->channels, .rows = train->rows, .cols = train->cols,
+                            .classes = train->classes, .floats = floats };
+        snprintf(info->format, sizeof info->format, "%s", format_name(f->format));
     }
-    return 0;
+    free(f);
+    return rc;
 }
 
-void data_probe(const char *dir, char *out, size_t size)
+int data_describe(const char *dir, DataInfo *info, char *err, size_t err_size)
+{
+    *info = (DataInfo){ .format = "Fashion-MNIST", .channels = 1, .rows = 28, .cols = 28, .classes = DATA_CLASSES };
+    if (!dir || !*dir)
+        dir = ".";
+    DataFiles *f = malloc(sizeof *f);
+    if (!f) {
+        set_err(err, err_size, "out of memory");
+        return -1;
+    }
+    int rc = locate(dir, f, err, err_size);
+    if (!rc) {
+        snprintf(info->format, sizeof info->format, "%s", format_name(f->format));
+        info->classes = 0;
+        if (f->format == FMT_SAFETENSORS) {
+            rc = st_data_describe(f->path[0], info, err, err_size);
+        } else if (f->format == FMT_IDX) {
+            rc = idx_describe(f->path[F_TRAIN_IMAGES], info, err, err_size);
+        } else {
+            info->channels = 3, info->rows = info->cols = 32;
+            info->classes = f->format == FMT_CIFAR10 ? 10 : 100;
+        }
+    }
+    free(f);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- probing */
+
+/* The IDX files' headers and gzip's CRC-32 of their contents (or their size). */
+static void idx_probe(const char *dir, char *out, size_t size)
 {
     int p = 0;
     for (int k = 0; k < F_COUNT && p < (int)size; k++) {
-        char path[4200];
+        char path[DATA_PATH];
         unsigned char header[16] = { 0 };
         int found = find_file(dir, k, path, sizeof path);
         gzFile f = found > 0 ? gzopen(path, "rb") : NULL;
@@ -294,11 +513,64 @@ void data_probe(const char *dir, char *out, size_t size)
     }
 }
 
+/* A CRC-32 of the first and the last 64 KiB of a file (the whole of a small
+   one) and its size: a digest of its contents without reading them all.
+   0, or -1 when it cannot be read. */
+static int file_digest(const char *path, long long *bytes, unsigned long *crc)
+{
+    enum { PIECE = 65536 };
+    FILE *fp = fopen(path, "rb");
+    struct stat st;
+    if (!fp) return -1;
+    unsigned char *buf = malloc(PIECE);
+    int rc = buf && !fstat(fileno(fp), &st) ? 0 : -1;
+    *bytes = rc ? 0 : (long long)st.st_size;
+    *crc = crc32(0L, Z_NULL, 0);
+    long long tail = *bytes > 2 * PIECE ? *bytes - PIECE : PIECE;   /* where the second piece starts */
+    size_t n = rc ? 0 : fread(buf, 1, PIECE, fp);
+    if (!rc && n != (size_t)(*bytes < PIECE ? *bytes : PIECE)) rc = -1;
+    if (!rc) *crc = crc32(*crc, buf, (uInt)n);
+    if (!rc && *bytes > PIECE && !fseeko(fp, (off_t)tail, SEEK_SET)) {
+        n = fread(buf, 1, PIECE, fp);
+        if (n != (size_t)(*bytes - tail)) rc = -1;
+        *crc = crc32(*crc, buf, (uInt)n);
+    }
+    free(buf);
+    fclose(fp);
+    return rc;
+}
+
+void data_probe(const char *dir, char *out, size_t size)
+{
+    DataFiles *f = malloc(sizeof *f);
+    char err[2048];
+    out[0] = 0;
+    if (!f || locate(dir && *dir ? dir : ".", f, err, sizeof err) != 0 || f->format == FMT_IDX) {
+        idx_probe(dir, out, size);   /* also where nothing is found: what is missing, said */
+        free(f);
+        return;
+    }
+    int p = snprintf(out, size, "%s:", format_name(f->format));
+    for (int i = 0; i < f->nfiles && p < (int)size; i++) {
+        long long bytes;
+        unsigned long crc;
+        const char *name = formats[f->format].files[i];
+        if (file_digest(f->path[i], &bytes, &crc) < 0)
+            p += snprintf(out + p, size - (size_t)p, "%s %s unreadable", i ? "," : "", name);
+        else
+            p += snprintf(out + p, size - (size_t)p, "%s %s %lld bytes crc %08lx", i ? "," : "", name, bytes, crc);
+    }
+    free(f);
+}
+
+/* ---------------------------------------------------------------- using the data */
+
 void data_free(Dataset *d)
 {
     if (!d)
         return;
     free(d->pixels);
+    free(d->values);
     free(d->labels);
     memset(d, 0, sizeof *d);
 }
@@ -350,9 +622,13 @@ void data_gather(const Dataset *d, const int *order, int b, float *x, float *y)
     size_t per = (size_t)d->channels * d->rows * d->cols;
     for (int i = 0; i < b; i++) {
         int k = order[i];
-        const unsigned char *src = d->pixels + (size_t)k * per;
         float *dst = x + (size_t)i * per;
-        for (size_t j = 0; j < per; j++) dst[j] = pixel_value[src[j]];
+        if (d->values) {
+            memcpy(dst, d->values + (size_t)k * per, sizeof(float) * per);
+        } else {
+            const unsigned char *src = d->pixels + (size_t)k * per;
+            for (size_t j = 0; j < per; j++) dst[j] = pixel_value[src[j]];
+        }
         y[i] = (float)d->labels[k];
     }
 }

@@ -604,7 +604,9 @@ fail:
     return -1;
 }
 
-int st_load(const char *path, StFile *f, char *err, size_t err_size)
+/* st_load, or with header_only st_load_header: everything validated, the data
+   read only when asked. */
+static int load(const char *path, StFile *f, int header_only, char *err, size_t err_size)
 {
     memset(f, 0, sizeof *f);
     char *header = NULL;
@@ -688,7 +690,7 @@ int st_load(const char *path, StFile *f, char *err, size_t err_size)
         reach = ranges[i].end;
         reach_index = ranges[i].index;
     }
-    for (int i = 0; i < f->n; i++) {
+    for (int i = 0; i < f->n && !header_only; i++) {
         StTensor *t = &f->t[ranges[i].index];
         if (t->nbytes == 0)
             continue;
@@ -714,6 +716,16 @@ fail:
     fclose(fp);
     st_free(f);
     return -1;
+}
+
+int st_load(const char *path, StFile *f, char *err, size_t err_size)
+{
+    return load(path, f, 0, err, err_size);
+}
+
+int st_load_header(const char *path, StFile *f, char *err, size_t err_size)
+{
+    return load(path, f, 1, err, err_size);
 }
 
 const StTensor *st_find(const StFile *f, const char *name)

@@ -52,6 +52,9 @@ void st_writer_free(StWriter *w);
 
 /* Reader: 0, or -1 with a message (and *f empty). */
 int  st_load(const char *path, StFile *f, char *err, size_t err_size);
+/* As st_load, checked as closely, but without the data: every tensor's data
+   stays NULL (nbytes is set). For a look at names, dtypes and shapes. */
+int  st_load_header(const char *path, StFile *f, char *err, size_t err_size);
 const StTensor *st_find(const StFile *f, const char *name);
 /* Metadata value of key into out (NUL-terminated, truncated to size);
    returns its full length, or -1 if absent. */

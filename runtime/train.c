@@ -139,16 +139,29 @@ double train_replica_diff(Group *g, bool running)
     return worst;
 }
 
+static bool input_matches(const Shape *s, int c, int h, int w)
+{
+    return s->nd == 4 && s->d[1] == c && s->d[2] == h && s->d[3] == w;
+}
+
 int train_check_input(const Program *p, int c, int h, int w, const char *what)
 {
     const Shape *s = &p->input_shape;
-    if (s->nd == 4 && s->d[1] == c && s->d[2] == h && s->d[3] == w) return 0;
+    if (input_matches(s, c, h, w)) return 0;
     Arena a;
     arena_init(&a);
     fprintf(stderr, "mgc: the net's input %s does not match %s [N,%d,%d,%d]; declare 'input x[N, %d, %d, %d]'",
             ir_shape_str(&a, s), what, c, h, w, c, h, w);
-    if (s->nd == 4 && s->d[1] == c && s->d[2] > 0 && s->d[3] > 0)
+    bool sized = s->nd == 4 && s->d[2] > 0 && s->d[3] > 0;
+    if (sized && s->d[1] == c) {
         fprintf(stderr, ", or bring the images to the net's size with --resize %dx%d", s->d[2], s->d[3]);
+    } else if (s->nd == 4 && s->d[1] != c) {
+        /* the nets here take their input channels as a parameter */
+        fprintf(stderr, ", or give the net %d input channel%s with --set in_channels=%d (where it takes that parameter, "
+                "as nets/lenet.net and nets/resnet18.net do)", c, c == 1 ? "" : "s", c);
+        if (sized && (s->d[2] != h || s->d[3] != w))
+            fprintf(stderr, " and bring the images to its size with --resize %dx%d", s->d[2], s->d[3]);
+    }
     fputc('\n', stderr);
     arena_free(&a);
     return -1;
@@ -241,8 +254,9 @@ static int check_memory(const Group *g, long shard)
 typedef struct DataLoad {
     const char *dir;
     Dataset train, test;
+    DataInfo info;   /* what was read */
     int rc;
-    char err[1024];
+    char err[2048];
     pthread_t thread;
     bool started;
 } DataLoad;
@@ -250,7 +264,7 @@ typedef struct DataLoad {
 static void *load_data(void *arg)
 {
     DataLoad *d = arg;
-    d->rc = data_load_fashion_mnist(d->dir, &d->train, &d->test, d->err, sizeof d->err);
+    d->rc = data_load(d->dir, &d->train, &d->test, &d->info, d->err, sizeof d->err);
     return NULL;
 }
 
@@ -375,21 +389,32 @@ static int initialise_only(Group *g)
     return status;
 }
 
+/* The data in words for the run's first line: "CIFAR-10, 3x32x32",
+   "IDX, 1x28x28, 10 classes" (the classes where the labels tell them). */
+static void data_str(const DataInfo *info, char *out, size_t size)
+{
+    int p = snprintf(out, size, "%s, %dx%dx%d%s", info->format, info->channels, info->rows, info->cols,
+                     info->floats ? " floats" : "");
+    if (strncmp(info->format, "CIFAR", 5) && p < (int)size)
+        snprintf(out + p, size - (size_t)p, ", %d classes", info->classes);
+}
+
 /* The run's first line on rank 0: the net, the devices, the data. */
-static void say_run(const Group *g, const Dataset *train, const Dataset *test)
+static void say_run(const Group *g, const Dataset *train, const Dataset *test, const DataInfo *info)
 {
     const TrainConfig *cfg = g->cfg;
     const Program *tp = g->m->train;
-    char num[32], num2[32], num3[32], devs[256];
+    char num[32], num2[32], num3[32], devs[256], data[96];
     train_device_list(g, devs, sizeof devs);
+    data_str(info, data, sizeof data);
     printf("mgc: %s, %s parameters in %d tensors, on %s", tp->net_name, rt_commas(tp->param_scalars, num), tp->param_tensors, devs);
     if (g->world->size > 1) printf(" x %d ranks", g->world->size);
     bool cpu = g->r[0].dev->kind == DEV_CPU;
     if (!cpu) printf(" (%s)", g->r[0].dev->model);
     else printf(" with %d thread%s%s", g->r[0].dev->threads, g->r[0].dev->threads == 1 ? "" : "s", g->n > 1 ? " each" : "");
-    if (cfg->evaluate) printf("; %s test examples, batch %d\n", rt_commas(test->n, num3), cfg->batch_size);
-    else printf("; %s training and %s test examples, batch %d%s\n", rt_commas(train->n, num2),
-                rt_commas(test->n, num3), cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
+    if (cfg->evaluate) printf("; %s test examples (%s), batch %d\n", rt_commas(test->n, num3), data, cfg->batch_size);
+    else printf("; %s training and %s test examples (%s), batch %d%s\n", rt_commas(train->n, num2),
+                rt_commas(test->n, num3), data, cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
     if (cpu && g->threads < g->n)
         printf("mgc: %d devices on %d thread%s: they share the cores (the numbers are the same, the speed is not)\n",
                g->n, g->threads, g->threads == 1 ? "" : "s");
@@ -411,6 +436,26 @@ static void say_run(const Group *g, const Dataset *train, const Dataset *test)
     fflush(stdout);
 }
 
+/* The net against the data: its input against the images (after --resize)
+   and its outputs against the classes (where known). 0, or 1 (said when say). */
+static int check_net(const Group *g, const DataInfo *info, bool say)
+{
+    const Program *tp = g->m->train;
+    const Transform *t = &g->cfg->transform;
+    int ic, ih, iw;
+    transform_shape(t, &(Dataset){ .channels = info->channels, .rows = info->rows, .cols = info->cols }, &ic, &ih, &iw);
+    char what[64];
+    snprintf(what, sizeof what, "%s images%s", info->format, t->out_h ? " after --resize" : "");
+    if (say ? train_check_input(tp, ic, ih, iw, what) != 0 : !input_matches(&tp->input_shape, ic, ih, iw)) return 1;
+    if (info->classes > 0 && tp->classes < info->classes) {
+        if (say)
+            fprintf(stderr, "mgc: the net has %d outputs but the data (%s) has %d classes (labels 0..%d); use --set classes=%d\n",
+                    tp->classes, info->format, info->classes, info->classes - 1, info->classes);
+        return 1;
+    }
+    return 0;
+}
+
 /* The data (read meanwhile by its thread) and rank 0's --log, on every rank:
    0, 1 (said), or 128 + a stop signal. */
 static int take_data(Group *g, DataLoad *data, Dataset *train, Dataset *test, FILE **log)
@@ -425,6 +470,8 @@ static int take_data(Group *g, DataLoad *data, Dataset *train, Dataset *test, FI
         else fprintf(stderr, "mgc: %s\n", data->err);
         rc = 1;
     }
+    /* the classes (and the shape, where the headers could not be read before) from the data */
+    if (!rc && check_net(g, &data->info, world->rank == 0)) rc = 1;
     if (!rc && cfg->log && world->rank == 0 && !(*log = fopen(cfg->log, cfg->resume ? "a" : "w"))) {
         fprintf(stderr, "mgc: cannot write --log %s: %s\n", cfg->log, strerror(errno));
         rc = 1;
@@ -486,17 +533,13 @@ static int dump_batch(Group *g, const Dataset *train, int *order)
 static int on_data(Group *g, DataLoad *data, int first_epoch)
 {
     const TrainConfig *cfg = g->cfg;
-    const Program *tp = g->m->train;
-    /* The net must fit the data before the data is read. */
-    int ic, ih, iw;
-    transform_shape(&cfg->transform, &(Dataset){ .channels = 1, .rows = 28, .cols = 28 }, &ic, &ih, &iw);
-    if (train_check_input(tp, ic, ih, iw, cfg->transform.out_h ? "Fashion-MNIST images after --resize" : "Fashion-MNIST images"))
+    /* The net must fit the data before the data is read: the files' headers
+       say its shape (Fashion-MNIST's where there is none: the loader then says
+       what is missing; nothing where they cannot be read: the loader says why). */
+    DataInfo info;
+    char err[2048];
+    if (data_describe(cfg->data_dir, &info, err, sizeof err) >= 0 && check_net(g, &info, true))
         return 1;
-    if (tp->classes < DATA_CLASSES) {
-        fprintf(stderr, "mgc: the net has %d outputs but Fashion-MNIST has %d classes; use --set classes=%d\n",
-                tp->classes, DATA_CLASSES, DATA_CLASSES);
-        return 1;
-    }
     Dataset train = { 0 }, test = { 0 };
     FILE *log = NULL;
     bool log_failed = false;
@@ -513,7 +556,7 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
         /* every full batch, and a last one with an example for each replica at least (gather_shard) */
         g->steps_per_epoch = train.n / cfg->batch_size + (train.n % cfg->batch_size >= g->total ? 1 : 0);
         order = malloc(sizeof(int) * (size_t)(train.n > test.n ? train.n : test.n) + 1);
-        if (g->world->rank == 0) say_run(g, &train, &test);
+        if (g->world->rank == 0) say_run(g, &train, &test, &data->info);
     }
     if (!status && cfg->dump_batch) {
         status = g->world->rank == 0 ? dump_batch(g, &train, order) : 0;

@@ -14,22 +14,40 @@ bool transform_active(const Transform *t)
     return t && (t->out_h > 0 || t->crop_pad > 0 || t->flip || t->normalize);
 }
 
+/* The mean and standard deviation of channel c over every pixel of every
+   image: bytes through a histogram, exactly; floats in double. */
+static void channel_stats(const Dataset *d, int c, double *mean, double *sd)
+{
+    int C = d->channels;
+    size_t plane = (size_t)d->rows * d->cols;
+    double n = (double)d->n * plane, sum = 0, ss = 0;
+    if (d->values) {
+        for (long i = 0; i < d->n; i++)
+            for (size_t j = 0, at = ((size_t)i * C + c) * plane; j < plane; j++) sum += d->values[at + j];
+        *mean = n > 0 ? sum / n : 0;
+        for (long i = 0; i < d->n; i++)
+            for (size_t j = 0, at = ((size_t)i * C + c) * plane; j < plane; j++)
+                ss += ((double)d->values[at + j] - *mean) * ((double)d->values[at + j] - *mean);
+        *sd = n > 0 ? sqrt(ss / n) : 1;
+        return;
+    }
+    unsigned long long hist[256] = { 0 };
+    for (long i = 0; i < d->n; i++) {
+        const unsigned char *p = d->pixels + ((size_t)i * C + c) * plane;
+        for (size_t j = 0; j < plane; j++) hist[p[j]]++;
+    }
+    for (int v = 0; v < 256; v++) sum += (double)hist[v] * v / 255.0;
+    *mean = n > 0 ? sum / n : 0;
+    for (int v = 0; v < 256; v++) ss += (double)hist[v] * (v / 255.0 - *mean) * (v / 255.0 - *mean);
+    *sd = n > 0 ? sqrt(ss / n) : 1;
+}
+
 void transform_fit(Transform *t, const Dataset *d)
 {
     if (!t->normalize) return;
-    int C = d->channels;
-    size_t plane = (size_t)d->rows * d->cols;
-    for (int c = 0; c < C && c < TRANSFORM_MAX_CHANNELS; c++) {
-        unsigned long long hist[256] = { 0 };
-        for (long i = 0; i < d->n; i++) {
-            const unsigned char *p = d->pixels + ((size_t)i * C + c) * plane;
-            for (size_t j = 0; j < plane; j++) hist[p[j]]++;
-        }
-        double n = (double)d->n * plane, sum = 0, ss = 0;
-        for (int v = 0; v < 256; v++) sum += (double)hist[v] * v / 255.0;
-        double mean = n > 0 ? sum / n : 0;
-        for (int v = 0; v < 256; v++) ss += (double)hist[v] * (v / 255.0 - mean) * (v / 255.0 - mean);
-        double sd = n > 0 ? sqrt(ss / n) : 1;
+    for (int c = 0; c < d->channels && c < TRANSFORM_MAX_CHANNELS; c++) {
+        double mean, sd;
+        channel_stats(d, c, &mean, &sd);
         t->mean[c] = (float)mean;
         t->std[c] = sd > 0 ? (float)sd : 1.0f;   /* a constant channel stays as it is, shifted */
     }
@@ -68,75 +86,101 @@ static unsigned int draw(unsigned long long seed, int epoch, long index, int k)
 /* Uniform in [0, n) from 32 random bits (multiply-shift; n is small). */
 static int below(unsigned int r, int n) { return (int)(((unsigned long long)r * (unsigned)n) >> 32); }
 
+/* Channel c of example k as floats: byte / 255 into buf, or the values as stored. */
+static const float *source_plane(const Dataset *d, long k, int c, float *buf)
+{
+    size_t in_plane = (size_t)d->rows * d->cols, at = ((size_t)k * d->channels + c) * in_plane;
+    if (d->values) return d->values + at;
+    const unsigned char *s = d->pixels + at;
+    for (size_t j = 0; j < in_plane; j++) buf[j] = (float)s[j] / 255.0f;
+    return buf;
+}
+
+/* Example k at H x W into img [C, H, W]: resized through the taps ty and tx,
+   or as stored where they are NULL. buf: a plane of the stored size. */
+static void resize_example(const Dataset *d, long k, int H, int W, const Tap *ty, const Tap *tx, float *buf, float *img)
+{
+    int IW = d->cols;
+    size_t plane = (size_t)H * W;
+    for (int c = 0; c < d->channels; c++) {
+        const float *s = source_plane(d, k, c, buf);
+        float *o = img + (size_t)c * plane;
+        if (!ty) {
+            memcpy(o, s, sizeof(float) * plane);
+            continue;
+        }
+        for (int r = 0; r < H; r++) {
+            const float *r0 = s + (size_t)ty[r].i0 * IW, *r1 = r0 + (size_t)ty[r].step * IW;
+            float ly = ty[r].l, hy = 1.0f - ly;
+            for (int q = 0; q < W; q++) {
+                int c0 = tx[q].i0, c1 = c0 + tx[q].step;
+                float lx = tx[q].l, hx = 1.0f - lx;
+                o[(size_t)r * W + q] = hy * (hx * r0[c0] + lx * r0[c1]) + ly * (hx * r1[c0] + lx * r1[c1]);
+            }
+        }
+    }
+}
+
+/* The window at (oy, ox) of img [C, H, W] after P zeros around, flipped or
+   not, normalised by t, into dst [C, H, W]. */
+static void place_example(const Transform *t, const float *img, int C, int H, int W, int P, int oy, int ox, bool flip,
+                          float *dst)
+{
+    size_t plane = (size_t)H * W;
+    for (int c = 0; c < C; c++) {
+        const float *s = img + (size_t)c * plane;
+        float *o = dst + (size_t)c * plane;
+        float mean = t->normalize ? t->mean[c] : 0.0f, sd = t->normalize ? t->std[c] : 1.0f;
+        float zero = t->normalize ? (0.0f - mean) / sd : 0.0f;   /* the padding, normalised */
+        /* the window's columns q in [q0, q1) read the image (at q + ox - P, or
+           flipped at W - 1 - q + ox - P); the others are padding */
+        int dx = ox - P, q0 = flip ? dx : -dx, q1 = flip ? W + dx : W - dx;
+        if (q0 < 0) q0 = 0;
+        if (q1 > W) q1 = W;
+        for (int r = 0; r < H; r++) {
+            int sr = r + oy - P;   /* the window's row r, in the image (outside: the zero padding) */
+            float *or = o + (size_t)r * W;
+            if (sr < 0 || sr >= H || q1 <= q0) {
+                for (int q = 0; q < W; q++) or[q] = zero;
+                continue;
+            }
+            const float *sp = s + (size_t)sr * W;
+            for (int q = 0; q < q0; q++) or[q] = zero;
+            if (flip)
+                for (int q = q0; q < q1; q++) or[q] = t->normalize ? (sp[W - 1 - q + dx] - mean) / sd : sp[W - 1 - q + dx];
+            else
+                for (int q = q0; q < q1; q++) or[q] = t->normalize ? (sp[q + dx] - mean) / sd : sp[q + dx];
+            for (int q = q1; q < W; q++) or[q] = zero;
+        }
+    }
+}
+
 void transform_gather(const Transform *t, const Dataset *d, const int *order, int b, bool augment,
                       unsigned long long seed, int epoch, float *x, float *y)
 {
     int C, H, W;
     transform_shape(t, d, &C, &H, &W);
-    int IH = d->rows, IW = d->cols;
-    size_t in_plane = (size_t)IH * IW, plane = (size_t)H * W;
+    size_t plane = (size_t)H * W;
     float *img = malloc(sizeof(float) * (size_t)C * plane);   /* one example, resized */
+    float *buf = malloc(sizeof(float) * (size_t)d->rows * d->cols);   /* one stored plane as floats */
     Tap *ty = malloc(sizeof(Tap) * (size_t)H), *tx = malloc(sizeof(Tap) * (size_t)W);
-    if (!img || !ty || !tx) {   /* a few KB: cannot fail where the data set fit */
+    if (!img || !buf || !ty || !tx) {   /* a few KB: cannot fail where the data set fit */
         fprintf(stderr, "mgc: out of memory in the data loader\n");
         abort();
     }
-    bool resize = H != IH || W != IW;
-    if (resize) bilinear_taps(IH, H, ty), bilinear_taps(IW, W, tx);
+    bool resize = H != d->rows || W != d->cols;
+    if (resize) bilinear_taps(d->rows, H, ty), bilinear_taps(d->cols, W, tx);
     for (int i = 0; i < b; i++) {
         long k = order[i];
-        const unsigned char *src = d->pixels + (size_t)k * C * in_plane;
-        for (int c = 0; c < C; c++) {
-            const unsigned char *s = src + (size_t)c * in_plane;
-            float *o = img + (size_t)c * plane;
-            if (!resize) {
-                for (size_t j = 0; j < plane; j++) o[j] = (float)s[j] / 255.0f;
-                continue;
-            }
-            for (int r = 0; r < H; r++) {
-                const unsigned char *r0 = s + (size_t)ty[r].i0 * IW, *r1 = r0 + (size_t)ty[r].step * IW;
-                float ly = ty[r].l, hy = 1.0f - ly;
-                for (int q = 0; q < W; q++) {
-                    int c0 = tx[q].i0, c1 = c0 + tx[q].step;
-                    float lx = tx[q].l, hx = 1.0f - lx;
-                    o[(size_t)r * W + q] = (hy * (hx * ((float)r0[c0] / 255.0f) + lx * ((float)r0[c1] / 255.0f)) +
-                                            ly * (hx * ((float)r1[c0] / 255.0f) + lx * ((float)r1[c1] / 255.0f)));
-                }
-            }
-        }
+        resize_example(d, k, H, W, resize ? ty : NULL, resize ? tx : NULL, buf, img);
         int P = augment ? t->crop_pad : 0;
         int oy = P ? below(draw(seed, epoch, k, 0), 2 * P + 1) : P, ox = P ? below(draw(seed, epoch, k, 1), 2 * P + 1) : P;
         bool flip = augment && t->flip && (draw(seed, epoch, k, 2) >> 31);
-        float *dst = x + (size_t)i * C * plane;
-        for (int c = 0; c < C; c++) {
-            const float *s = img + (size_t)c * plane;
-            float *o = dst + (size_t)c * plane;
-            float mean = t->normalize ? t->mean[c] : 0.0f, sd = t->normalize ? t->std[c] : 1.0f;
-            float zero = t->normalize ? (0.0f - mean) / sd : 0.0f;   /* the padding, normalised */
-            /* the window's columns q in [q0, q1) read the image (at q + ox - P, or
-               flipped at W - 1 - q + ox - P); the others are padding */
-            int dx = ox - P, q0 = flip ? dx : -dx, q1 = flip ? W + dx : W - dx;
-            if (q0 < 0) q0 = 0;
-            if (q1 > W) q1 = W;
-            for (int r = 0; r < H; r++) {
-                int sr = r + oy - P;   /* the window's row r, in the image (outside: the zero padding) */
-                float *or = o + (size_t)r * W;
-                if (sr < 0 || sr >= H || q1 <= q0) {
-                    for (int q = 0; q < W; q++) or[q] = zero;
-                    continue;
-                }
-                const float *sp = s + (size_t)sr * W;
-                for (int q = 0; q < q0; q++) or[q] = zero;
-                if (flip)
-                    for (int q = q0; q < q1; q++) or[q] = t->normalize ? (sp[W - 1 - q + dx] - mean) / sd : sp[W - 1 - q + dx];
-                else
-                    for (int q = q0; q < q1; q++) or[q] = t->normalize ? (sp[q + dx] - mean) / sd : sp[q + dx];
-                for (int q = q1; q < W; q++) or[q] = zero;
-            }
-        }
+        place_example(t, img, C, H, W, P, oy, ox, flip, x + (size_t)i * C * plane);
         y[i] = (float)d->labels[k];
     }
     free(img);
+    free(buf);
     free(ty);
     free(tx);
 }

@@ -9,16 +9,17 @@
 **   RandomHorizontalFlip()            --augment flip: half of the images (training only)
 **   Normalize(mean, std)              --normalize: per channel, the training set's
 **
-** on the image as ToTensor gives it (byte / 255). The random draws of an
-** example are a function of (seed, epoch, its index in the data set): the same
-** on any number of devices, ranks and threads, and after --resume.
+** on the image as ToTensor gives it (byte / 255; F32 data as stored). The
+** random draws of an example are a function of (seed, epoch, its index in the
+** data set): the same on any number of devices, ranks and threads, and after
+** --resume.
 */
 #ifndef MGC_TRANSFORM_H
 #define MGC_TRANSFORM_H
 #include <stdbool.h>
 #include "data.h"
 
-#define TRANSFORM_MAX_CHANNELS 4
+#define TRANSFORM_MAX_CHANNELS DATA_MAX_CHANNELS
 
 typedef struct Transform {
     int out_h, out_w;         /* --resize: the size images come out at; 0: as stored */
@@ -30,9 +31,10 @@ typedef struct Transform {
 
 /* Whether t changes anything (else data_gather's plain copy is the loader). */
 bool transform_active(const Transform *t);
-/* The per-channel mean and standard deviation of d's pixels (byte / 255, over
-   every pixel of every image, before any resize: torchvision's usual recipe),
-   into t when t->normalize; exact (from a histogram), the same everywhere. */
+/* The per-channel mean and standard deviation of d's pixels (byte / 255, or
+   the F32 values, over every pixel of every image, before any resize:
+   torchvision's usual recipe), into t when t->normalize; exact (from a
+   histogram; floats summed in double), the same everywhere. */
 void transform_fit(Transform *t, const Dataset *d);
 /* The shape images come out at: d's, or --resize's. */
 void transform_shape(const Transform *t, const Dataset *d, int *c, int *h, int *w);

@@ -204,6 +204,54 @@ expect wrong-input 1 "does not match Fashion-MNIST images" -- nets/resnet18.net 
 expect missing-data 1 "t10k-labels-idx1-ubyte" -- $L --epochs 1 --data "$tmp/none"
 expect missing-data-url 1 "github.com/zalandoresearch/fashion-mnist" -- $L --epochs 1 --data "$tmp/none"
 expect data-is-file 1 "--data 'nets/lenet.net' is a file, not a directory" -- $L --epochs 1 --data nets/lenet.net
+# The other data formats, found by their files in --data (tiny sets written here): CIFAR-10 in the
+# folder its archive unpacks to, CIFAR-100, and a safetensors pair written with PyTorch. The first
+# line names the format; the net is checked against its shape before anything is read, and against
+# its classes.
+/usr/bin/python3 - "$tmp" <<'PY'
+import os, random, sys
+random.seed(3)
+def batch(path, n, hundred):
+    with open(path, "wb") as f:
+        for i in range(n):
+            f.write((bytes([i % 20, i % 100]) if hundred else bytes([random.randrange(10)])) + os.urandom(3072))
+c10 = os.path.join(sys.argv[1], "c10", "cifar-10-batches-bin")
+os.makedirs(c10)
+for name in ["data_batch_%d" % i for i in range(1, 6)] + ["test_batch"]:
+    batch(os.path.join(c10, name + ".bin"), 24, False)
+os.makedirs(os.path.join(sys.argv[1], "c100"))
+batch(os.path.join(sys.argv[1], "c100", "train.bin"), 100, True)
+batch(os.path.join(sys.argv[1], "c100", "test.bin"), 30, True)
+PY
+R18="nets/resnet18.net --set in_channels=3 --resize 28"
+expect cifar10-resnet18 0 "; 64 training and 24 test examples (CIFAR-10, 3x32x32), batch 32" -- $R18 --epochs 1 --limit-train 64 --batch-size 32 --data "$tmp/c10"
+expect cifar10-channels 1 "the net's input [N,1,28,28] does not match CIFAR-10 images [N,3,32,32]; declare 'input x[N, 3, 32, 32]', or give the net 3 input channels with --set in_channels=3" -- $L --epochs 1 --data "$tmp/c10"
+expect cifar10-resize 1 "does not match CIFAR-10 images [N,3,32,32]; declare 'input x[N, 3, 32, 32]', or bring the images to the net's size with --resize 28x28" -- $L --set in_channels=3 --epochs 1 --data "$tmp/c10"
+expect cifar100-classes 1 "the net has 10 outputs but the data (CIFAR-100) has 100 classes (labels 0..99); use --set classes=100" -- $L --set in_channels=3 --resize 28 --epochs 1 --data "$tmp/c100"
+expect cifar100-trains 0 "; 100 training and 30 test examples (CIFAR-100, 3x32x32), batch 256" -- $L --set in_channels=3 --set classes=100 --resize 28 --augment crop:2,flip --normalize --epochs 1 --data "$tmp/c100"
+head -c -5 "$tmp/c100/test.bin" > "$tmp/c100/cut" && mv "$tmp/c100/cut" "$tmp/c100/test.bin"
+expect cifar100-truncated 1 "test.bin: 92215 bytes are not a whole number of 3074-byte CIFAR-100 records: 29 records and 3069 bytes left over (file truncated?" -- $L --set in_channels=3 --set classes=100 --resize 28 --epochs 1 --data "$tmp/c100"
+if /usr/bin/python3 - "$tmp" <<'PY'
+import os, sys
+sys.path.insert(0, "tests")
+import st, torch
+g = torch.Generator().manual_seed(0)
+for kind, shape, make in (("u8", (28, 28, 3), lambda s: torch.randint(0, 256, s, dtype=torch.uint8, generator=g)),
+                          ("f32", (3, 28, 28), lambda s: torch.randn(s, generator=g))):
+    os.makedirs(os.path.join(sys.argv[1], "st-" + kind))
+    for name, n in (("train", 96), ("test", 32)):
+        st.save({"images": make((n,) + shape), "labels": torch.arange(n) % 12},
+                os.path.join(sys.argv[1], "st-" + kind, name + ".safetensors"))
+PY
+then
+    expect st-u8-nhwc 0 "; 96 training and 32 test examples (safetensors, 3x28x28, 12 classes), batch 32" -- $L --set in_channels=3 --set classes=12 --epochs 1 --batch-size 32 --data "$tmp/st-u8"
+    expect st-f32 0 "; 96 training and 32 test examples (safetensors, 3x28x28 floats, 12 classes), batch 32" -- $L --set in_channels=3 --set classes=12 --epochs 1 --batch-size 32 --normalize --data "$tmp/st-f32"
+    expect st-classes 1 "the net has 10 outputs but the data (safetensors) has 12 classes (labels 0..11); use --set classes=12" -- $L --set in_channels=3 --epochs 1 --data "$tmp/st-u8"
+    rm "$tmp/st-u8/test.safetensors"
+    expect st-missing-test 1 "is incomplete: missing test.safetensors" -- $L --set in_channels=3 --set classes=12 --epochs 1 --data "$tmp/st-u8"
+else
+    bad "safetensors data sets: /usr/bin/python3 could not write them with torch (tests/st.py)"
+fi
 # A memory plan larger than the machine is refused before anything is allocated,
 # with the largest buffers and a batch that fits (40 TiB at the largest batch)
 cat > "$tmp/wide.net" <<'NET'

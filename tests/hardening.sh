@@ -273,6 +273,16 @@ if "$MGC" --version | grep -q "MPI       built with" && command -v mpirun > /dev
     disagree lr "--lr differs (rank 0: 0.100000001; rank 1: 0.0500000007)" "$MGC" $L $A :: "$MGC" $L $A --lr 0.05
     disagree net "the net's text differs" "$MGC" $L $A :: "$MGC" "$tmp/lenet2.net" $A
     [ -n "${MGC_DATA:-}" ] && disagree data "the data (--data, MGC_DATA) differs (rank 0: train-images 60000x28x28" "$MGC" $L $A :: "$MGC" $L $A --data "$tmp/nodata"
+    # two copies of a CIFAR-10 set one pixel apart: the probe's CRC-32 of the batches tells them apart
+    /usr/bin/python3 -c "
+import os, sys
+d = os.path.join(sys.argv[1], 'ca', 'cifar-10-batches-bin'); os.makedirs(d)
+for k, name in enumerate(['data_batch_%d' % i for i in range(1, 6)] + ['test_batch']):
+    open(os.path.join(d, name + '.bin'), 'wb').write(b''.join(bytes([(k + i) % 10]) + bytes(3072) for i in range(10)))" "$tmp"
+    cp -r "$tmp/ca" "$tmp/cb"
+    printf '\x01' | dd of="$tmp/cb/cifar-10-batches-bin/data_batch_2.bin" bs=1 seek=100 conv=notrunc status=none
+    C="--set in_channels=3 --resize 28 $A"
+    disagree cifar "the data (--data, MGC_DATA) differs (rank 0: CIFAR-10: data_batch_1.bin 30730 bytes crc" "$MGC" $L $C --data "$tmp/ca" :: "$MGC" $L $C --data "$tmp/cb"
     disagree env "the kernels' environment (MGC_FUSE, MGC_CONV) differs (rank 0: fusion off" env MGC_FUSE=0 "$MGC" $L $A :: "$MGC" $L $A
     disagree devices "--devices (each rank's) differs (rank 0: cpu:1; rank 1: cpu:2)" "$MGC" $L $A :: "$MGC" $L $A --devices cpu:2
 else

@@ -1,10 +1,12 @@
 /*
-** Unit tests for runtime/data, runtime/safetensors and runtime/rng.
+** Unit tests for runtime/data (IDX, CIFAR, safetensors data sets),
+** runtime/transform, runtime/safetensors and runtime/rng.
 **
 ** Build and run from the repository root:
 **   mkdir -p build && cc -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes \
 **     -Wmissing-prototypes -D_GNU_SOURCE -O2 -g -I. -Iruntime -Iir tests/unit_runtime.c \
-**     runtime/data.c runtime/safetensors.c runtime/rng.c -lz -lm -o build/unit_runtime
+**     runtime/data.c runtime/data_cifar.c runtime/data_st.c runtime/transform.c \
+**     runtime/safetensors.c runtime/rng.c -lz -lm -o build/unit_runtime
 **   MGC_DATA=/path/to/fashion-mnist build/unit_runtime
 **
 ** Without MGC_DATA the checks on the real Fashion-MNIST files are skipped
@@ -15,6 +17,7 @@
 ** Prints "N passed, M failed"; exit status 1 if anything failed.
 */
 #include "data.h"
+#include "transform.h"
 #include "ptx.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -326,12 +329,12 @@ static int synthetic_ok(const Dataset *tr, const Dataset *te)
 
 static void test_data_crafted(void)
 {
-    char dir[512], err[1024], path[600];
+    char dir[512], err[2048], path[600];
     Dataset tr, te;
     make_synthetic();
 
     make_dir(dir, sizeof dir, "gz", 1);
-    int rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    int rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     CHECK(rc == 0, "synthetic gz loads");
     if (rc)
         printf("  %s\n", err);
@@ -357,7 +360,7 @@ static void test_data_crafted(void)
     data_free(&tr);   /* twice is fine */
 
     make_dir(dir, sizeof dir, "plain", 0);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     CHECK(rc == 0 && synthetic_ok(&tr, &te), "plain uncompressed copy loads");
     if (rc)
         printf("  %s\n", err);
@@ -371,7 +374,7 @@ static void test_data_crafted(void)
         snprintf(path, sizeof path, "%s/%s.gz", dir, names[i]);
         write_bytes(path, syn[i], syn_len[i], 0);
     }
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     CHECK(rc == 0 && synthetic_ok(&tr, &te), "plain bytes named .gz load");
     data_free(&tr);
     data_free(&te);
@@ -380,13 +383,15 @@ static void test_data_crafted(void)
     make_dir(dir, sizeof dir, "missing", 1);
     snprintf(path, sizeof path, "%s/%s.gz", dir, names[3]);
     unlink(path);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     EXPECT_ERR(rc, err, "missing file", "missing t10k-labels-idx1-ubyte", "train-images-idx3-ubyte",
                "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", dir, "--data", "MGC_DATA",
                "https://github.com/zalandoresearch/fashion-mnist");
     CHECK(tr.pixels == NULL && te.pixels == NULL && tr.n == 0, "datasets empty after an error");
-    rc = data_load_fashion_mnist("/nonexistent/mgc-data", &tr, &te, err, sizeof err);
-    EXPECT_ERR(rc, err, "missing dir", "/nonexistent/mgc-data", "no such directory", "--data");
+    rc = data_load("/nonexistent/mgc-data", &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "missing dir", "/nonexistent/mgc-data", "no such directory", "--data",
+               "t10k-labels-idx1-ubyte", "train.safetensors", "CIFAR-10", "cifar-10-batches-bin", "CIFAR-100",
+               "cifar-100-binary");
 
     /* truncated gzip */
     make_dir(dir, sizeof dir, "truncgz", 1);
@@ -394,17 +399,17 @@ static void test_data_crafted(void)
     size_t n;
     unsigned char *whole = read_whole(path, &n);
     write_bytes(path, whole, n / 2, 0);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     EXPECT_ERR(rc, err, "truncated gzip", "train-images-idx3-ubyte.gz", "bad gzip data", "truncated");
     /* truncated inside the 8-byte gzip trailer (all data there, CRC cut) */
     write_bytes(path, whole, n - 3, 0);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     EXPECT_ERR(rc, err, "gzip trailer cut", "train-images-idx3-ubyte.gz", "bad gzip data");
     /* corrupt deflate data */
     for (size_t i = n / 3; i < n / 3 + 64; i++)
         whole[i] ^= 0x5a;
     write_bytes(path, whole, n, 0);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     EXPECT_ERR(rc, err, "corrupt gzip", "train-images-idx3-ubyte.gz", "bad gzip data", "zlib");
     free(whole);
 
@@ -415,29 +420,34 @@ static void test_data_crafted(void)
     memcpy(v, syn[0], syn_len[0]);
     put_be32(v, 0x801);
     put_variant(dir, 0, v, syn_len[0], 1);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     EXPECT_ERR(rc, err, "bad image magic", "train-images-idx3-ubyte.gz", "bad magic 0x00000801",
                "expected 0x00000803");
     memcpy(v, syn[3], syn_len[3]);
     put_be32(v, 0xdeadbeef);
     put_variant(dir, 0, syn[0], syn_len[0], 1);
     put_variant(dir, 3, v, syn_len[3], 0);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     EXPECT_ERR(rc, err, "bad label magic", "t10k-labels-idx1-ubyte", "bad magic 0xdeadbeef",
                "expected 0x00000801");
 
-    /* wrong dimensions */
+    /* other dimensions in the header than in the data: the size says so, in the header's terms */
     make_dir(dir, sizeof dir, "dims", 1);
     memcpy(v, syn[2], syn_len[2]);
     put_be32(v + 12, 27);
     put_variant(dir, 2, v, syn_len[2], 1);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
-    EXPECT_ERR(rc, err, "wrong dims", "t10k-images-idx3-ubyte.gz", "wrong dimensions 28x27");
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "wrong dims", "t10k-images-idx3-ubyte.gz", "20 images of 28x27 need 15120 bytes",
+               "trailing data");
+    put_be32(v + 12, 0);
+    put_variant(dir, 2, v, syn_len[2], 1);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "zero columns", "t10k-images-idx3-ubyte.gz", "implausible image size 28x0");
 
     /* size vs header: short and long plain file */
     make_dir(dir, sizeof dir, "size", 1);
     put_variant(dir, 0, syn[0], syn_len[0] - 10, 0);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     char want[64], got[64];
     snprintf(want, sizeof want, "expected %zu bytes", syn_len[0]);
     snprintf(got, sizeof got, "got %zu", syn_len[0] - 10);
@@ -445,11 +455,11 @@ static void test_data_crafted(void)
     memcpy(v, syn[0], syn_len[0]);
     memset(v + syn_len[0], 0, 100);
     put_variant(dir, 0, v, syn_len[0] + 100, 1);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     snprintf(got, sizeof got, "got %zu", syn_len[0] + 100);
     EXPECT_ERR(rc, err, "long image file", "train-images-idx3-ubyte.gz", want, got, "trailing");
     put_variant(dir, 0, v, 10, 0);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     EXPECT_ERR(rc, err, "header cut", "train-images-idx3-ubyte", "too short");
 
     /* image count != label count */
@@ -457,18 +467,25 @@ static void test_data_crafted(void)
     memcpy(v, syn[1], syn_len[1]);
     put_be32(v + 4, SYN_TRAIN - 1);
     put_variant(dir, 1, v, syn_len[1] - 1, 1);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     EXPECT_ERR(rc, err, "count mismatch", "image count != label count", "100 images", "99 labels");
 
-    /* label out of range */
+    /* any label is a class: one of 10 in the test set makes 11 classes */
     make_dir(dir, sizeof dir, "label", 1);
     memcpy(v, syn[3], syn_len[3]);
     v[8 + 7] = 10;
     put_variant(dir, 3, v, syn_len[3], 1);
-    rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
-    EXPECT_ERR(rc, err, "label range", "t10k-labels-idx1-ubyte.gz", "label 10 of example 7",
-               "out of range");
-    CHECK(tr.pixels == NULL && tr.n == 0, "train freed when test fails");
+    DataInfo info;
+    rc = data_load(dir, &tr, &te, &info, err, sizeof err);
+    CHECK(rc == 0 && tr.classes == 11 && te.classes == 11 && info.classes == 11 && te.labels[7] == 10,
+          "a label 10 in the test set: 11 classes");
+    data_free(&tr);
+    data_free(&te);
+    /* a failing test set leaves no training set behind */
+    put_variant(dir, 3, v, 12, 1);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "short test labels", "t10k-labels-idx1-ubyte.gz", "file truncated");
+    CHECK(tr.pixels == NULL && tr.labels == NULL && tr.n == 0, "train freed when test fails");
     free(v);
 
     /* default dir */
@@ -484,6 +501,462 @@ static void test_data_crafted(void)
         free(syn[i]);
 }
 
+/* ---- the other formats, and IDX of other sizes, on crafted files -------------------- */
+
+/* A fresh directory tmpdir/sub, or tmpdir/sub/more, into dir. */
+static void fresh_dir(char *dir, size_t size, const char *sub, const char *more)
+{
+    snprintf(dir, size, "%s/%s", tmpdir, sub);
+    remove_tree(dir);
+    mkdir(dir, 0755);
+    if (more) {
+        size_t len = strlen(dir);
+        snprintf(dir + len, size - len, "/%s", more);
+        mkdir(dir, 0755);
+    }
+}
+
+static void put_file(const char *dir, const char *name, const void *data, size_t n)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);
+    write_bytes(path, data, n, 0);
+}
+
+/* IDX of 20x24 images and 12 classes: the size from the header, the classes
+   from the labels (10 and 11 in the test set only). */
+static void test_idx_sizes(void)
+{
+    enum { H = 20, W = 24, NTR = 30, NTE = 12 };
+    char dir[512], err[2048];
+    unsigned char *f[4];
+    size_t len[4];
+    int n[2] = { NTR, NTE };
+    Rng r;
+    rng_seed(&r, 9);
+    for (int s = 0; s < 2; s++) {
+        f[2 * s] = malloc(len[2 * s] = 16 + (size_t)n[s] * H * W);
+        put_be32(f[2 * s], 0x803), put_be32(f[2 * s] + 4, (unsigned)n[s]), put_be32(f[2 * s] + 8, H), put_be32(f[2 * s] + 12, W);
+        for (size_t i = 16; i < len[2 * s]; i++) f[2 * s][i] = (unsigned char)rng_below(&r, 256);
+        f[2 * s + 1] = malloc(len[2 * s + 1] = 8 + (size_t)n[s]);
+        put_be32(f[2 * s + 1], 0x801), put_be32(f[2 * s + 1] + 4, (unsigned)n[s]);
+        for (int i = 0; i < n[s]; i++) f[2 * s + 1][8 + i] = (unsigned char)(i % (s ? 12 : 10));
+    }
+    fresh_dir(dir, sizeof dir, "idx2024", NULL);
+    for (int i = 0; i < 4; i++) put_file(dir, names[i], f[i], len[i]);
+    Dataset tr, te;
+    DataInfo info;
+    int rc = data_describe(dir, &info, err, sizeof err);
+    CHECK(rc == 0 && !strcmp(info.format, "IDX") && info.channels == 1 && info.rows == H && info.cols == W &&
+          info.classes == 0, "describe IDX 20x24: the size from the header, the classes not yet known");
+    rc = data_load(dir, &tr, &te, &info, err, sizeof err);
+    CHECK(rc == 0, "IDX 20x24 loads");
+    if (rc) printf("  %s\n", err);
+    if (!rc) {
+        CHECK(tr.n == NTR && te.n == NTE && tr.channels == 1 && tr.rows == H && tr.cols == W && te.rows == H, "IDX 20x24 shape");
+        CHECK(tr.classes == 12 && te.classes == 12 && info.classes == 12 && info.rows == H && info.cols == W,
+              "12 classes: max label + 1 over training and test");
+        CHECK(!memcmp(tr.pixels, f[0] + 16, (size_t)NTR * H * W) && !memcmp(te.pixels, f[2] + 16, (size_t)NTE * H * W) &&
+              te.labels[11] == 11 && tr.labels[9] == 9, "IDX 20x24 contents exact");
+        int order[2] = { 3, 0 };
+        float x[2 * H * W], y[2];
+        data_gather(&te, order, 2, x, y);
+        CHECK(x[5] == te.pixels[3 * H * W + 5] / 255.0f && x[H * W + 7] == te.pixels[7] / 255.0f && y[0] == 3 && y[1] == 0,
+              "gather of 20x24 images");
+    }
+    data_free(&tr);
+    data_free(&te);
+    /* the size in a message is the header's */
+    put_file(dir, names[0], f[0], len[0] - 5);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "short 20x24 images", "train-images-idx3-ubyte", "30 images of 20x24 need 14400 bytes", "file truncated");
+    put_file(dir, names[0], f[0], len[0]);
+    /* test images of another size (the same bytes, read 24x20) */
+    put_be32(f[2] + 8, W), put_be32(f[2] + 12, H);
+    put_file(dir, names[2], f[2], len[2]);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "train and test sizes differ", "train-images-idx3-ubyte holds images of 1x20x24",
+               "t10k-images-idx3-ubyte holds 1x24x20", "must have one shape");
+    CHECK(tr.pixels == NULL && te.pixels == NULL, "nothing kept after the shape check");
+    for (int i = 0; i < 4; i++) free(f[i]);
+}
+
+/* n CIFAR records (hundred: CIFAR-100's) with labels from label0 and random pixels. */
+static unsigned char *cifar_file(int n, int hundred, Rng *r, int label0, size_t *len)
+{
+    size_t rec = hundred ? 3074 : 3073;
+    unsigned char *b = malloc((*len = rec * (size_t)n) + 1);
+    for (int i = 0; i < n; i++) {
+        unsigned char *p = b + rec * (size_t)i;
+        if (hundred) p[0] = (unsigned char)((label0 + i) % 20), p[1] = (unsigned char)((label0 + 37 * i) % 100);
+        else p[0] = (unsigned char)((label0 + i) % 10);
+        for (size_t j = hundred ? 2 : 1; j < rec; j++) p[j] = (unsigned char)rng_below(r, 256);
+    }
+    return b;
+}
+
+static const char *const c10_names[6] = {
+    "data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin",
+};
+
+static void test_cifar10(void)
+{
+    char dir[512], top[600], err[2048], probe[1024], want[128];
+    int counts[6] = { 3, 4, 5, 2, 6, 5 };
+    unsigned char *b[6];
+    size_t len[6];
+    Rng r;
+    rng_seed(&r, 10);
+    for (int i = 0; i < 6; i++) b[i] = cifar_file(counts[i], 0, &r, i, &len[i]);
+    fresh_dir(dir, sizeof dir, "c10", "cifar-10-batches-bin");   /* as the archive unpacks */
+    for (int i = 0; i < 6; i++) put_file(dir, c10_names[i], b[i], len[i]);
+    snprintf(top, sizeof top, "%s/c10", tmpdir);
+    Dataset tr, te;
+    DataInfo info;
+    int rc = data_describe(top, &info, err, sizeof err);
+    CHECK(rc == 0 && !strcmp(info.format, "CIFAR-10") && info.channels == 3 && info.rows == 32 && info.cols == 32 &&
+          info.classes == 10, "describe CIFAR-10: 3x32x32, 10 classes");
+    rc = data_load(top, &tr, &te, &info, err, sizeof err);
+    CHECK(rc == 0, "CIFAR-10 in cifar-10-batches-bin/ loads");
+    if (rc) printf("  %s\n", err);
+    if (!rc) {
+        CHECK(tr.n == 20 && te.n == 5 && tr.channels == 3 && tr.rows == 32 && tr.cols == 32 && tr.classes == 10 &&
+              te.classes == 10 && !strcmp(info.format, "CIFAR-10"), "CIFAR-10 counts and shape");
+        /* example 7 is data_batch_3's first record; the test set's last is test_batch's fifth */
+        CHECK(tr.labels[7] == b[2][0] && !memcmp(tr.pixels + 7 * 3072, b[2] + 1, 3072) && te.labels[4] == b[5][4 * 3073] &&
+              !memcmp(te.pixels + 4 * 3072, b[5] + 4 * 3073 + 1, 3072), "CIFAR-10 records in file order, exact");
+        int order[1] = { 7 };
+        static float x[3072];
+        float y[1];
+        data_gather(&tr, order, 1, x, y);
+        CHECK(x[0] == b[2][1] / 255.0f && x[1024] == b[2][1 + 1024] / 255.0f && x[2048 + 33] == b[2][1 + 2048 + 33] / 255.0f &&
+              y[0] == b[2][0], "CIFAR-10 gather: red, green, blue planes, byte / 255");
+    }
+    data_free(&tr);
+    data_free(&te);
+    data_probe(top, probe, sizeof probe);
+    snprintf(want, sizeof want, "CIFAR-10: data_batch_1.bin 9219 bytes crc %08lx, data_batch_2.bin 12292 bytes",
+             crc32(crc32(0L, Z_NULL, 0), b[0], (uInt)len[0]));
+    CHECK(strstr(probe, want) && strstr(probe, "test_batch.bin 15365 bytes crc "), "data_probe of CIFAR-10");
+    if (!strstr(probe, want)) printf("  probe: %s\n", probe);
+
+    /* the files right in DIR; then damaged copies */
+    fresh_dir(dir, sizeof dir, "c10flat", NULL);
+    for (int i = 0; i < 6; i++) put_file(dir, c10_names[i], b[i], len[i]);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    CHECK(rc == 0 && tr.n == 20, "CIFAR-10 right in the data dir loads");
+    data_free(&tr);
+    data_free(&te);
+    put_file(dir, c10_names[2], b[2], len[2] - 100);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-10 truncated", "data_batch_3.bin", "15265 bytes are not a whole number of 3073-byte CIFAR-10 records",
+               "4 records and 2973 bytes left over", "truncated");
+    put_file(dir, c10_names[2], b[2], len[2]);
+    b[1][2 * 3073] = 10;
+    put_file(dir, c10_names[1], b[1], len[1]);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-10 label 10", "data_batch_2.bin", "label 10 of record 2 out of range 0..9");
+    CHECK(tr.pixels == NULL && tr.labels == NULL && tr.n == 0, "nothing kept after a bad label");
+    b[1][2 * 3073] = 9;
+    put_file(dir, c10_names[1], b[1], len[1]);
+    put_file(dir, c10_names[5], b[5], 0);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-10 empty test batch", "test_batch.bin", "empty file");
+    put_file(dir, c10_names[5], b[5], len[5]);
+    snprintf(top, sizeof top, "%s/%s", dir, c10_names[3]);
+    unlink(top);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-10 missing batch", "CIFAR-10 data in", "is incomplete: missing data_batch_4.bin", "cifar-10-binary.tar.gz");
+    mkdir(top, 0755);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-10 batch a directory", "data_batch_4.bin' is not a regular file");
+    rc = data_describe(dir, &info, err, sizeof err);
+    CHECK(rc == -1, "describe: -1 where the files cannot be read");
+    for (int i = 0; i < 6; i++) free(b[i]);
+}
+
+static void test_cifar100(void)
+{
+    char dir[512], top[600], err[2048];
+    size_t len[2];
+    Rng r;
+    rng_seed(&r, 11);
+    unsigned char *b[2] = { cifar_file(7, 1, &r, 0, &len[0]), cifar_file(3, 1, &r, 5, &len[1]) };
+    b[0][3 * 3074 + 1] = 99;
+    fresh_dir(dir, sizeof dir, "c100", "cifar-100-binary");
+    put_file(dir, "train.bin", b[0], len[0]);
+    put_file(dir, "test.bin", b[1], len[1]);
+    snprintf(top, sizeof top, "%s/c100", tmpdir);
+    Dataset tr, te;
+    DataInfo info;
+    int rc = data_describe(top, &info, err, sizeof err);
+    CHECK(rc == 0 && !strcmp(info.format, "CIFAR-100") && info.channels == 3 && info.classes == 100, "describe CIFAR-100");
+    rc = data_load(top, &tr, &te, &info, err, sizeof err);
+    CHECK(rc == 0, "CIFAR-100 in cifar-100-binary/ loads");
+    if (rc) printf("  %s\n", err);
+    if (!rc) {
+        CHECK(tr.n == 7 && te.n == 3 && tr.channels == 3 && tr.rows == 32 && tr.classes == 100 && info.classes == 100,
+              "CIFAR-100 counts, shape, 100 classes");
+        CHECK(tr.labels[3] == 99 && tr.labels[1] == b[0][3074 + 1] && te.labels[2] == b[1][2 * 3074 + 1] &&
+              !memcmp(tr.pixels + 3 * 3072, b[0] + 3 * 3074 + 2, 3072), "CIFAR-100: the fine label, the pixels exact");
+    }
+    data_free(&tr);
+    data_free(&te);
+    fresh_dir(dir, sizeof dir, "c100flat", NULL);
+    put_file(dir, "test.bin", b[1], len[1]);
+    put_file(dir, "train.bin", b[0], len[0] - 1);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-100 truncated", "train.bin", "21517 bytes are not a whole number of 3074-byte CIFAR-100 records",
+               "6 records and 3073 bytes left over", "truncated");
+    put_file(dir, "train.bin", b[0], 3 * 3073);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-10 records as CIFAR-100", "train.bin", "2 records and 3071 bytes left over",
+               "it has the size of CIFAR-10 records");
+    b[0][1 * 3074 + 1] = 100;
+    put_file(dir, "train.bin", b[0], len[0]);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-100 fine label 100", "train.bin", "label 100 of record 1 out of range 0..99");
+    b[0][1 * 3074 + 1] = 1;
+    b[0][0] = 20;
+    put_file(dir, "train.bin", b[0], len[0]);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-100 coarse label 20", "train.bin", "coarse label 20 of record 0 out of range 0..19");
+    b[0][0] = 0;
+    put_file(dir, "train.bin", b[0], len[0]);
+    snprintf(top, sizeof top, "%s/test.bin", dir);
+    unlink(top);
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-100 missing test.bin", "CIFAR-100 data in", "missing test.bin");
+    /* IDX files beside CIFAR-100: CIFAR-100 comes first */
+    put_file(dir, "test.bin", b[1], len[1]);
+    for (int i = 0; i < 4; i++) put_file(dir, names[i], "x", 1);
+    rc = data_load(dir, &tr, &te, &info, err, sizeof err);
+    CHECK(rc == 0 && !strcmp(info.format, "CIFAR-100"), "CIFAR-100 found before IDX");
+    data_free(&tr);
+    data_free(&te);
+    free(b[0]);
+    free(b[1]);
+}
+
+/* train.safetensors or test.safetensors (name) in dir: `images` (left out
+   where dtype is NULL) and `labels` [n] (left out where ldtype is NULL). */
+static void put_st(const char *dir, const char *name, const char *dtype, int nd, const long long *shape, const void *images,
+                   const char *ldtype, long long n, const void *labels)
+{
+    StWriter *w = st_writer_new();
+    if (dtype) st_writer_add(w, "images", dtype, nd, shape, images);
+    if (ldtype) st_writer_add(w, "labels", ldtype, 1, (long long[]){ n }, labels);
+    char path[700], err[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (st_writer_save(w, path, err, sizeof err)) printf("  put_st: %s\n", err);
+    st_writer_free(w);
+}
+
+enum { SN = 6, SC = 3, SH = 5, SW = 7, SPER = SC * SH * SW };
+
+/* One load of dir, checked to hold the images u8 (or f32) [SN or 4, c, h, w]. */
+static int st_loads(const char *dir, int c, int h, int w, const unsigned char *u8, const float *f32, int classes,
+                    const char *what)
+{
+    Dataset tr, te;
+    DataInfo info;
+    char err[2048];
+    int rc = data_load(dir, &tr, &te, &info, err, sizeof err), ok = rc == 0;
+    if (rc) printf("  %s: %s\n", what, err);
+    ok = ok && tr.n == SN && te.n == 4 && tr.channels == c && tr.rows == h && tr.cols == w && tr.classes == classes &&
+         !strcmp(info.format, "safetensors") && info.floats == (f32 != NULL);
+    size_t all = (size_t)SN * c * h * w, per = (size_t)c * h * w;
+    if (ok && u8) ok = tr.pixels && !tr.values && !memcmp(tr.pixels, u8, all);
+    if (ok && f32) ok = tr.values && !tr.pixels && !memcmp(tr.values, f32, sizeof(float) * all);
+    if (ok) {   /* gather: byte / 255, or the values as they are */
+        int order[2] = { 5, 1 };
+        float *x = malloc(sizeof(float) * 2 * per), y[2];
+        data_gather(&tr, order, 2, x, y);
+        for (size_t j = 0; j < per; j++)
+            ok &= x[j] == (u8 ? u8[5 * per + j] / 255.0f : f32[5 * per + j]) && x[per + j] == (u8 ? u8[per + j] / 255.0f : f32[per + j]);
+        ok &= y[0] == (float)tr.labels[5] && y[1] == (float)tr.labels[1];
+        free(x);
+    }
+    data_free(&tr);
+    data_free(&te);
+    check(ok, __LINE__, what, what);
+    return ok;
+}
+
+static void test_st_data_good(const unsigned char *nchw, const float *f32)
+{
+    char dir[512], err[2048];
+    unsigned char nhwc[SN * SPER], lab8[SN] = { 0, 1, 2, 3, 4, 0 }, lab8t[4] = { 6, 0, 1, 2 };
+    long long lab64[SN] = { 1, 0, 8, 2, 3, 1 }, lab64t[4] = { 0, 1, 2, 3 };
+    int lab32[SN] = { 2, 2, 2, 0, 1, 1 }, lab32t[4] = { 0, 1, 1, 0 };
+    for (int i = 0; i < SN; i++)
+        for (int c = 0; c < SC; c++)
+            for (int p = 0; p < SH * SW; p++) nhwc[(i * SH * SW + p) * SC + c] = nchw[(i * SC + c) * SH * SW + p];
+    fresh_dir(dir, sizeof dir, "st_nchw", NULL);
+    put_st(dir, "train.safetensors", "U8", 4, (long long[]){ SN, SC, SH, SW }, nchw, "U8", SN, lab8);
+    put_st(dir, "test.safetensors", "U8", 4, (long long[]){ 4, SC, SH, SW }, nchw, "U8", 4, lab8t);
+    DataInfo info;
+    int rc = data_describe(dir, &info, err, sizeof err);
+    CHECK(rc == 0 && !strcmp(info.format, "safetensors") && info.channels == SC && info.rows == SH && info.cols == SW &&
+          info.classes == 0 && !info.floats, "describe safetensors U8 [N, C, H, W]");
+    st_loads(dir, SC, SH, SW, nchw, NULL, 7, "safetensors U8 [N, C, H, W], 7 classes (6 in the test set)");
+    fresh_dir(dir, sizeof dir, "st_nhwc", NULL);
+    put_st(dir, "train.safetensors", "U8", 4, (long long[]){ SN, SH, SW, SC }, nhwc, "U8", SN, lab8);
+    put_st(dir, "test.safetensors", "U8", 4, (long long[]){ 4, SH, SW, SC }, nhwc, "U8", 4, lab8t);
+    rc = data_describe(dir, &info, err, sizeof err);
+    CHECK(rc == 0 && info.channels == SC && info.rows == SH && info.cols == SW, "describe safetensors [N, H, W, C]");
+    st_loads(dir, SC, SH, SW, nchw, NULL, 7, "safetensors U8 [N, H, W, C] transposed to channel planes");
+    fresh_dir(dir, sizeof dir, "st_f32", NULL);
+    put_st(dir, "train.safetensors", "F32", 4, (long long[]){ SN, SC, SH, SW }, f32, "I64", SN, lab64);
+    put_st(dir, "test.safetensors", "F32", 4, (long long[]){ 4, SC, SH, SW }, f32, "I64", 4, lab64t);
+    rc = data_describe(dir, &info, err, sizeof err);
+    CHECK(rc == 0 && info.floats, "describe safetensors F32");
+    st_loads(dir, SC, SH, SW, NULL, f32, 9, "safetensors F32, I64 labels: the values as they are");
+    fresh_dir(dir, sizeof dir, "st_3d", NULL);
+    put_st(dir, "train.safetensors", "U8", 3, (long long[]){ SN, SC * SH, SW }, nchw, "I32", SN, lab32);
+    put_st(dir, "test.safetensors", "U8", 3, (long long[]){ 4, SC * SH, SW }, nchw, "I32", 4, lab32t);
+    st_loads(dir, 1, SC * SH, SW, nchw, NULL, 3, "safetensors U8 [N, H, W]: one channel, I32 labels");
+    /* [N, 3, 5, 3]: the second dimension is a channel count too: read as [N, C, H, W] */
+    fresh_dir(dir, sizeof dir, "st_ambiguous", NULL);
+    put_st(dir, "train.safetensors", "U8", 4, (long long[]){ SN, 3, 5, 7 * 3 / 3 }, nchw, "U8", SN, lab8);
+    put_st(dir, "test.safetensors", "U8", 4, (long long[]){ 4, 3, 5, 7 }, nchw, "U8", 4, lab8t);
+    st_loads(dir, 3, 5, 7, nchw, NULL, 7, "safetensors [N, 3, 5, 7] is [N, C, H, W]");
+    /* the pair comes before CIFAR-10 and IDX files beside it */
+    for (int i = 0; i < 6; i++) put_file(dir, c10_names[i], "x", 1);
+    st_loads(dir, 3, 5, 7, nchw, NULL, 7, "safetensors found before CIFAR-10");
+}
+
+static void test_st_data_bad(const unsigned char *nchw, const float *f32)
+{
+    char dir[512], err[2048];
+    unsigned char lab8[SN] = { 0, 1, 2, 3, 4, 0 };
+    long long lab64[SN] = { 0, 1, 2, 3, 4, 0 };
+    float bad[SN * SPER];
+    Dataset tr, te;
+    long long nchw_shape[4] = { SN, SC, SH, SW };
+    fresh_dir(dir, sizeof dir, "st_bad", NULL);
+    put_st(dir, "test.safetensors", "U8", 4, (long long[]){ 4, SC, SH, SW }, nchw, "U8", 4, lab8);
+    put_st(dir, "train.safetensors", NULL, 0, NULL, NULL, "U8", SN, lab8);
+#define LOAD_ERR(what, ...)                                          \
+    do {                                                             \
+        int rc_ = data_load(dir, &tr, &te, NULL, err, sizeof err);   \
+        EXPECT_ERR(rc_, err, what, "train.safetensors", __VA_ARGS__); \
+        CHECK(!tr.pixels && !tr.values && !tr.labels, what);         \
+    } while (0)
+    LOAD_ERR("no images", "no tensor `images`", "this one holds labels");
+    put_st(dir, "train.safetensors", "U8", 4, nchw_shape, nchw, NULL, 0, NULL);
+    LOAD_ERR("no labels", "no tensor `labels`", "this one holds images");
+    put_st(dir, "train.safetensors", "U8", 2, (long long[]){ SN, SPER }, nchw, "U8", SN, lab8);
+    LOAD_ERR("images of rank 2", "`images` has 2 dimensions, shape [6, 105]", "[N, C, H, W]");
+    put_st(dir, "train.safetensors", "U8", 4, nchw_shape, nchw, "U8", SN - 1, lab8);
+    LOAD_ERR("N differs", "`labels` has shape [5], but `images` holds 6 examples");
+    put_st(dir, "train.safetensors", "U8", 4, nchw_shape, nchw, "U8", 0, lab8);
+    LOAD_ERR("labels empty", "`labels` has shape [0]");
+    put_st(dir, "train.safetensors", "F16", 4, (long long[]){ SN, SC, SH, 3 }, nchw, "U8", SN, lab8);
+    LOAD_ERR("F16 images", "`images` is F16", "U8", "F32");
+    put_st(dir, "train.safetensors", "U8", 4, nchw_shape, nchw, "F32", SN, f32);
+    LOAD_ERR("F32 labels", "`labels` is F32", "U8, I32 or I64");
+    lab64[2] = -1;
+    put_st(dir, "train.safetensors", "U8", 4, nchw_shape, nchw, "I64", SN, lab64);
+    LOAD_ERR("negative label", "label -1 of example 2 is negative");
+    lab64[2] = 1LL << 40;
+    put_st(dir, "train.safetensors", "U8", 4, nchw_shape, nchw, "I64", SN, lab64);
+    LOAD_ERR("huge label", "label 1099511627776 of example 2 is too large", "65536");
+    memcpy(bad, f32, sizeof bad);
+    bad[4 * SPER + 1 * SH * SW + 2 * SW + 3] = NAN;
+    put_st(dir, "train.safetensors", "F32", 4, nchw_shape, bad, "U8", SN, lab8);
+    LOAD_ERR("NaN pixel", "`images` holds NaN at example 4 (channel 1, row 2, column 3)", "finite");
+    bad[4 * SPER + 1 * SH * SW + 2 * SW + 3] = -INFINITY;
+    put_st(dir, "train.safetensors", "F32", 4, nchw_shape, bad, "U8", SN, lab8);
+    LOAD_ERR("infinite pixel", "an infinity at example 4");
+    put_st(dir, "train.safetensors", "U8", 4, (long long[]){ SN, 6, 2, 5 }, nchw, "U8", SN, lab8);
+    LOAD_ERR("6 channels", "has 6 channels: mgc takes 1 to 4");
+    put_st(dir, "train.safetensors", "U8", 4, (long long[]){ 0, SC, SH, SW }, nchw, "U8", 0, lab8);
+    LOAD_ERR("no examples", "holds no examples");
+    put_st(dir, "train.safetensors", "U8", 4, (long long[]){ SN, SC, SW, SH }, nchw, "U8", SN, lab8);
+    LOAD_ERR("C/H/W differ", "holds images of 3x7x5", "test.safetensors holds 3x5x7", "one shape");
+    put_st(dir, "train.safetensors", "F32", 4, nchw_shape, f32, "U8", SN, lab8);
+    LOAD_ERR("U8 and F32", "holds F32 images but", "test.safetensors holds U8", "the same way");
+    put_file(dir, "train.safetensors", "not a safetensors file", 22);
+    LOAD_ERR("not safetensors", "not a safetensors file");
+    DataInfo info;
+    CHECK(data_describe(dir, &info, err, sizeof err) == -1, "describe: -1 on a broken header");
+    char path[700];
+    snprintf(path, sizeof path, "%s/test.safetensors", dir);
+    unlink(path);
+    LOAD_ERR("missing test.safetensors", "safetensors data in", "is incomplete: missing test.safetensors");
+#undef LOAD_ERR
+}
+
+static void test_st_data(void)
+{
+    unsigned char nchw[SN * SPER];
+    float f32[SN * SPER];
+    Rng r;
+    rng_seed(&r, 12);
+    for (int i = 0; i < SN * SPER; i++) {
+        nchw[i] = (unsigned char)rng_below(&r, 256);
+        f32[i] = ((float)rng_below(&r, 2001) - 1000.0f) / 7.0f;   /* negative, above 1: used as they are */
+    }
+    test_st_data_good(nchw, f32);
+    test_st_data_bad(nchw, f32);
+}
+
+/* Nothing of any format: what was looked for, and Fashion-MNIST's shape to check a net against. */
+static void test_no_data(void)
+{
+    char dir[512], err[2048];
+    Dataset tr, te;
+    DataInfo info;
+    fresh_dir(dir, sizeof dir, "empty", NULL);
+    int rc = data_load(dir, &tr, &te, &info, err, sizeof err);
+    EXPECT_ERR(rc, err, "empty dir", "Fashion-MNIST not found", "missing train-images-idx3-ubyte[.gz]",
+               "https://github.com/zalandoresearch/fashion-mnist", "train.safetensors and test.safetensors",
+               "CIFAR-10 binary (data_batch_1.bin", "CIFAR-100 binary (train.bin, test.bin");
+    rc = data_describe(dir, &info, err, sizeof err);
+    CHECK(rc == 1 && !strcmp(info.format, "Fashion-MNIST") && info.channels == 1 && info.rows == 28 && info.cols == 28 &&
+          info.classes == 10, "describe an empty dir: 1, Fashion-MNIST's shape and classes");
+    rc = data_load("/etc/hostname", &tr, &te, &info, err, sizeof err);
+    EXPECT_ERR(rc, err, "a file for a dir", "is a file, not a directory", "CIFAR-10");
+}
+
+/* The transforms on float data: statistics in double, values as they are. */
+static void test_transform_floats(void)
+{
+    enum { N = 3, C = 2, H = 4, W = 5, PER = C * H * W };
+    float v[N * PER];
+    int labels[N] = { 2, 0, 1 };
+    double sum[C] = { 0 }, ss[C] = { 0 };
+    for (int i = 0; i < N * PER; i++) v[i] = (float)((i * 37) % 101) / 3.0f - 10.0f;
+    for (int i = 0; i < N * PER; i++) sum[i / (H * W) % C] += v[i];
+    for (int i = 0; i < N * PER; i++) {
+        double d = v[i] - sum[i / (H * W) % C] / (N * H * W);
+        ss[i / (H * W) % C] += d * d;
+    }
+    Dataset d = { .n = N, .channels = C, .rows = H, .cols = W, .classes = 3, .values = v, .labels = labels };
+    Transform t = { .normalize = true };
+    transform_fit(&t, &d);
+    int ok = 1;
+    for (int c = 0; c < C; c++)
+        ok &= t.mean[c] == (float)(sum[c] / (N * H * W)) && t.std[c] == (float)sqrt(ss[c] / (N * H * W));
+    CHECK(ok, "transform_fit on floats: the mean and std in double");
+    int order[2] = { 2, 0 };
+    float x[2 * PER], y[2], plain[2 * PER], py[2];
+    transform_gather(&t, &d, order, 2, false, 1, 1, x, y);
+    data_gather(&d, order, 2, plain, py);
+    ok = y[0] == 1 && y[1] == 2 && py[0] == 1;
+    for (int j = 0; j < 2 * PER; j++) ok &= plain[j] == v[(j < PER ? 2 * PER : 0) + j % PER] && x[j] == (plain[j] - t.mean[j / (H * W) % C]) / t.std[j / (H * W) % C];
+    CHECK(ok, "transform_gather on floats: (value - mean) / std, no / 255");
+    for (int i = 0; i < N * PER; i++) v[i] = 2.5f;
+    Transform rs = { .out_h = 7, .out_w = 3 };
+    float big[2 * C * 7 * 3];
+    transform_gather(&rs, &d, order, 2, false, 1, 1, big, y);
+    ok = 1;
+    for (int j = 0; j < 2 * C * 7 * 3; j++) ok &= big[j] == 2.5f;
+    CHECK(ok, "--resize of a constant float image: the constant");
+}
+
 /* ---- the real Fashion-MNIST ------------------------------------------------------ */
 
 static void test_data_real(const char *dir)
@@ -493,10 +966,10 @@ static void test_data_real(const char *dir)
         return;
     }
     Dataset tr, te;
-    char err[1024];
+    char err[2048];
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = data_load_fashion_mnist(dir, &tr, &te, err, sizeof err);
+    int rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     CHECK(rc == 0, "real dataset loads");
@@ -512,8 +985,11 @@ static void test_data_real(const char *dir)
     /* Reference values from Python (gzip + struct on the official files). */
     static const unsigned char first_train[8] = {9, 0, 0, 3, 0, 2, 7, 2};
     static const unsigned char first_test[8] = {9, 2, 1, 1, 6, 1, 4, 6};
-    CHECK(memcmp(tr.labels, first_train, 8) == 0, "first train labels 9 0 0 3 0 2 7 2");
-    CHECK(memcmp(te.labels, first_test, 8) == 0, "first test labels 9 2 1 1 6 1 4 6");
+    int first_ok[2] = { 1, 1 };
+    for (int i = 0; i < 8; i++) first_ok[0] &= tr.labels[i] == first_train[i], first_ok[1] &= te.labels[i] == first_test[i];
+    CHECK(first_ok[0], "first train labels 9 0 0 3 0 2 7 2");
+    CHECK(first_ok[1], "first test labels 9 2 1 1 6 1 4 6");
+    CHECK(tr.classes == 10 && te.classes == 10, "10 classes");
     const Dataset *ds[2] = {&tr, &te};
     const unsigned long long want_sum[2] = {3431114169ULL, 573469082ULL};
     const unsigned long want_adler[2] = {3280708108UL, 2314039915UL};
@@ -958,6 +1434,12 @@ int main(void)
     test_arch_choice();
     test_shuffle();
     test_data_crafted();
+    test_idx_sizes();
+    test_cifar10();
+    test_cifar100();
+    test_st_data();
+    test_no_data();
+    test_transform_floats();
     test_data_real(data_dir);
     test_safetensors();
 

@@ -12,10 +12,14 @@ horizontal flip; Normalize with the training set's mean and std computed
 here) and looks for the crop offset and flip that give mgc's image: one must
 match within 1e-6 (1e-5 resized: PyTorch's float32 bilinear weights round
 differently by a few ulps). The draws must spread over every offset and flip about
-half the images; another seed draws others, the same seed the same.
+half the images; another seed draws others, the same seed the same. The
+same on three channels of safetensors data sets written here: U8 pixels
+[N, H, W, C] and F32 values (taken as they are, not / 255), normalised per
+channel.
 """
 import gzip
 import os
+import shutil
 import sys
 import tempfile
 
@@ -24,7 +28,7 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from ref import ROOT, MgcError, Report, run_mgc, st_load  # noqa: E402
+from ref import ROOT, MgcError, Report, run_mgc, st_load, st_save  # noqa: E402
 
 DATA = os.environ.get("MGC_DATA", os.path.join(ROOT, "..", "shared", "data", "fashion-mnist"))
 
@@ -67,11 +71,12 @@ def candidates(img, pad, flip):
     return out
 
 
-def check(rep, name, args, images, labels, mean, std, pad, flip, size):
+def check(rep, name, args, images, labels, mean, std, pad, flip, size, net=None, scale=255.0):
+    """images [N, C, H, W] as stored (bytes: scale 255, as ToTensor; floats: scale 1, as they are)."""
     out = os.path.join(tempfile.mkdtemp(prefix="mgc-data-"), "batch.safetensors")
+    net = net or ("nets/lenet.net" if size is None else "tests/nets/resize_input.net")
     try:
-        run_mgc(["nets/lenet.net" if size is None else "tests/nets/resize_input.net", "--dump-batch", out,
-                 "--batch-size", 128] + args)
+        run_mgc([net, "--dump-batch", out, "--batch-size", 128] + args)
     except MgcError as e:
         rep.check(name, "mgc --dump-batch", False, str(e))
         return None
@@ -85,7 +90,7 @@ def check(rep, name, args, images, labels, mean, std, pad, flip, size):
     tol = 1e-6 if size is None else 1e-5
     found, worst, draws = 0, 0.0, []
     for i, k in enumerate(index.tolist()):
-        img = images[k].float() / 255   # ToTensor's float32, resized in float32 as torchvision does
+        img = images[k].float() / scale   # ToTensor's float32, resized in float32 as torchvision does
         if size is not None:
             img = F.interpolate(img[None], size=size, mode="bilinear", align_corners=False)[0]
         img = img.double()
@@ -111,6 +116,30 @@ def check(rep, name, args, images, labels, mean, std, pad, flip, size):
     return x
 
 
+def check_rgb(rep):
+    """Three channels from the other formats: safetensors U8 [N, H, W, C] (byte / 255) and F32
+    values (as they are, not / 255), resized, cropped, flipped and normalised per channel with
+    the training set's statistics."""
+    tmp = tempfile.mkdtemp(prefix="mgc-data-")
+    g = torch.Generator().manual_seed(5)
+    labels = torch.arange(300) % 10
+    for kind, images, scale in (
+            ("u8", torch.randint(0, 256, (300, 32, 32, 3), dtype=torch.uint8, generator=g), 255.0),
+            ("f32", torch.randn(300, 20, 24, 3, generator=g) * 3 + 1, 1.0)):
+        d = os.path.join(tmp, kind)
+        os.makedirs(d)
+        st_save({"images": images, "labels": labels}, os.path.join(d, "train.safetensors"))
+        st_save({"images": images[:20].contiguous(), "labels": labels[:20].contiguous()}, os.path.join(d, "test.safetensors"))
+        nchw = images.permute(0, 3, 1, 2).contiguous()
+        px = nchw.double() / scale
+        mean = px.mean(dim=(0, 2, 3)).view(3, 1, 1)
+        std = px.std(dim=(0, 2, 3), unbiased=False).view(3, 1, 1)
+        check(rep, f"rgb_{kind}", ["--augment", "crop:3,flip", "--normalize", "--resize", "28x28", "--data", d,
+                                   "--set", "in_channels=3"], nchw, labels, mean, std, 3, True, (28, 28),
+              net="nets/lenet.net", scale=scale)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     rep = Report()
     try:
@@ -133,6 +162,7 @@ def main():
               images, labels, mean, std, 4, True, None)
     if a is not None and b is not None:
         rep.check("same_seed", "bit for bit as before", torch.equal(a, b), "")
+    check_rgb(rep)
     print(f"{rep.passed} passed, {rep.failed} failed")
     return 1 if rep.failed else 0
 

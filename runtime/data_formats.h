@@ -1,0 +1,33 @@
+/*
+** Inside the data loader (data.c): the files a format was found in, and the
+** readers of the formats other than IDX (data_cifar.c, data_st.c). Each
+** reader fills both Datasets (labels checked against the format's range) or
+** returns -1 with a message; data.c frees what a failed reader left, counts
+** the classes and checks that training and test images have one shape.
+*/
+#ifndef MGC_DATA_FORMATS_H
+#define MGC_DATA_FORMATS_H
+#include "data.h"
+
+#define DATA_PATH 4200
+#define DATA_MAX_FILES 6
+
+enum { FMT_SAFETENSORS, FMT_CIFAR10, FMT_CIFAR100, FMT_IDX };
+
+/* Where a format's files are: path[0..ntrain) hold the training set,
+   path[ntrain..nfiles) the test set (IDX: images, then labels, of each). */
+typedef struct DataFiles {
+    int format;   /* FMT_* */
+    int nfiles, ntrain;
+    char path[DATA_MAX_FILES][DATA_PATH];
+} DataFiles;
+
+/* CIFAR-10 (hundred false) or CIFAR-100 binary batches. */
+int cifar_load(const DataFiles *f, bool hundred, Dataset *train, Dataset *test, char *err, size_t err_size);
+
+/* train.safetensors and test.safetensors; *floats: the images are F32. */
+int st_data_load(const DataFiles *f, Dataset *train, Dataset *test, bool *floats, char *err, size_t err_size);
+/* The images' shape and dtype from train.safetensors's header, into info. */
+int st_data_describe(const char *path, DataInfo *info, char *err, size_t err_size);
+
+#endif
