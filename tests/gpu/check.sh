@@ -33,7 +33,10 @@
 #                                       # sets them up): cuda devices as written, no build,
 #                                       # PyTorch on the CPU, short epochs
 # Where the machine has two GPUs or more, the check phase adds two replicas on
-# two GPUs (NCCL) against cpu:2. REF_SKIP: more --skip patterns for ref.py.
+# two GPUs (NCCL) against cpu:2. REF_SKIP: more --skip patterns for ref.py
+# (space-separated). The CNN zoo's cases (zoo_*: nine nets, NVRTC compiling
+# hundreds of kernels each) are left out unless REF_ZOO=1: they would take
+# most of a session's device minutes.
 set -u
 DRY=0 FAKE=0 PHASES=check,ref,lenet,resnet
 while [ $# -gt 0 ]; do
@@ -174,9 +177,12 @@ if phase ref; then
 step "every op on cuda:0 against PyTorch (tests/torch/ref.py)"
 # the cases shared out between J processes (every J-th case each), side by side on the GPU
 J=$(( $(nproc) / 2 )); [ $J -gt 8 ] && J=8; [ $J -lt 1 ] && J=1
+skips=()
+read -ra pats <<< "${REF_SKIP:-} $([ "${REF_ZOO:-0}" = 1 ] || echo 'zoo_*')"
+for p in "${pats[@]}"; do skips+=(--skip "$p"); done
 pids=()
 for k in $(seq 0 $((J - 1))); do
-    ( MGC="./mgc --devices $(dev cuda:0)" REF_OUT="$R/ref-work/$k" REF_MGC_TIMEOUT=100 timeout "${REF_TIMEOUT:-150}" $PY tests/torch/ref.py --skip 'dp_*' ${REF_SKIP:+--skip "$REF_SKIP"} --shard $k/$J \
+    ( MGC="./mgc --devices $(dev cuda:0)" REF_OUT="$R/ref-work/$k" REF_MGC_TIMEOUT=100 timeout "${REF_TIMEOUT:-150}" $PY tests/torch/ref.py --skip 'dp_*' "${skips[@]}" --shard $k/$J \
           > "$R/ref.$k.txt" 2>&1; echo $? > "$R/ref.$k.rc" ) &
     pids+=($!)
 done
