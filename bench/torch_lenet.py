@@ -133,6 +133,15 @@ def add_options(ap, epochs):
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.0)
+    ap.add_argument("--nesterov", action="store_true", help="SGD with Nesterov momentum: mgc's --nesterov")
+    ap.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
+    ap.add_argument("--betas", default="0.9,0.999", help="AdamW's B1,B2")
+    ap.add_argument("--eps", type=float, default=1e-8, help="AdamW's")
+    ap.add_argument("--augment", default="",
+                    help="crop[:P],flip as mgc's --augment: RandomCrop(padding=P) and RandomHorizontalFlip on the "
+                         "training batches (drawn from --seed's generator, inside the timed loop)")
+    ap.add_argument("--normalize", action="store_true",
+                    help="(x - mean) / std with the training set's mean and std (transforms.Normalize): mgc's")
     ap.add_argument("--lr-schedule", default="cosine",
                     help="cosine (CosineAnnealingLR over the run), constant or step:E1,E2,... (MultiStepLR): mgc's, "
                          "with its default")
@@ -142,7 +151,8 @@ def add_options(ap, epochs):
                          "steps), once an epoch for step:... (milestones in epochs): mgc's")
     ap.add_argument("--warmup", type=int, default=0,
                     help="the first N steps scale the rate by (t+1)/N (LinearLR chained with the schedule): mgc's")
-    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--weight-decay", type=float, default=None,
+                    help="default 0 for SGD, 0.01 for AdamW (PyTorch's and mgc's)")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--limit-train", type=int, default=None)
@@ -179,6 +189,38 @@ def forward_shards(model, xb, yb, k, loss_fn):
     return torch.cat(parts), loss
 
 
+def parse_augment(text):
+    """'crop:2,flip' -> (2, True); 'crop' is crop:4 (mgc's)."""
+    pad, flip = 0, False
+    for item in filter(None, text.split(",")):
+        if item == "flip":
+            flip = True
+        elif item == "crop":
+            pad = 4
+        elif item.startswith("crop:"):
+            pad = int(item[5:])
+        else:
+            raise SystemExit(f"--augment {text}: crop[:P] and flip")
+    return pad, flip
+
+
+def augment_batch(xb, pad, flip, g):
+    """RandomCrop(size, padding=pad) then RandomHorizontalFlip, per example, on
+    a batch [B, C, H, W] of pixels as ToTensor gives them (zeros around)."""
+    b, _, h, w = xb.shape
+    if pad:
+        xp = F.pad(xb, (pad, pad, pad, pad))
+        oy = torch.randint(0, 2 * pad + 1, (b,), generator=g)
+        ox = torch.randint(0, 2 * pad + 1, (b,), generator=g)
+        rows = (oy[:, None] + torch.arange(h))[:, None, :, None]
+        cols = (ox[:, None] + torch.arange(w))[:, None, None, :]
+        xb = xp[torch.arange(b)[:, None, None, None], torch.arange(xb.shape[1])[None, :, None, None], rows, cols]
+    if flip:
+        m = torch.rand(b, generator=g) < 0.5
+        xb = torch.where(m[:, None, None, None], xb.flip(-1), xb)
+    return xb
+
+
 def setup(a):
     """Threads, seeds and the data: (generator, (xtr, ytr), (xte, yte))."""
     torch.set_num_threads(a.threads)
@@ -196,8 +238,17 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     model.to(dev)
     xtr, ytr, xte, yte = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
     n = xtr.shape[0]
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum,
-                          weight_decay=a.weight_decay)
+    if a.optimizer == "adamw":
+        b1, b2 = (float(v) for v in a.betas.split(","))
+        opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(b1, b2), eps=a.eps,
+                                weight_decay=0.01 if a.weight_decay is None else a.weight_decay)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, nesterov=a.nesterov,
+                              weight_decay=a.weight_decay or 0.0)
+    pad, flip = parse_augment(a.augment)
+    mean, std = (xtr.mean().item(), xtr.std().item()) if a.normalize else (0.0, 1.0)
+    if a.normalize:   # the test set once; training batches after their crop and flip
+        xte = (xte - mean) / std
     # the schedule steps once an epoch, or once a step (--lr-per step); a warmup
     # (LinearLR) steps once a step and multiplies: PyTorch's chainable forms compose
     per_step = a.lr_per == "step" if a.lr_per else a.lr_schedule == "cosine"
@@ -210,7 +261,7 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     elif a.lr_schedule != "constant":
         raise SystemExit(f"--lr-schedule {a.lr_schedule}: constant, cosine or step:E1,E2,...")
     warm = torch.optim.lr_scheduler.LinearLR(opt, 1 / a.warmup, 1.0, a.warmup - 1) if a.warmup > 1 else None
-    loss_fn = nn.CrossEntropyLoss()
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=getattr(model, "label_smoothing", 0.0))
     print(f"torch {torch.__version__} on {a.device}, {what}threads {torch.get_num_threads()}, "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '')}, "
           f"train {n}, test {xte.shape[0]}, batch {a.batch_size}", flush=True)
@@ -218,6 +269,7 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     logf = open(a.log, "w") if a.log else None
     epochs = []
     total_train_s = 0.0
+    start = time.perf_counter()
     for epoch in range(1, a.epochs + 1):
         model.train()
         perm = torch.randperm(n, generator=g).to(dev)
@@ -226,6 +278,10 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
         t0 = time.perf_counter()
         for i in range(0, n, a.batch_size):
             xb, yb = xs[i:i + a.batch_size], ys[i:i + a.batch_size]
+            if pad or flip:
+                xb = augment_batch(xb, pad, flip, g)
+            if a.normalize:
+                xb = (xb - mean) / std
             opt.zero_grad(set_to_none=True)
             if a.shards > 1:
                 logits, loss = forward_shards(model, xb, yb, a.shards, loss_fn)
@@ -252,7 +308,8 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
         test_acc = evaluate(model, xte, yte, 1000)  # eval mode: BatchNorm's running statistics
         rec = {"epoch": epoch, "loss": loss_sum / seen, "train_acc": correct / seen,
                "test_acc": test_acc, "lr": lr, "examples_per_s": seen / train_s,
-               "seconds": train_s, "peak_resident_mb": peak_resident_mb()}
+               "seconds": train_s, "elapsed_s": time.perf_counter() - start,
+               "peak_resident_mb": peak_resident_mb()}
         epochs.append(rec)
         if logf:
             logf.write(json.dumps(rec) + "\n")

@@ -698,7 +698,7 @@ def cases():
                                      ("vgg11", ("size=32", "dropout=0"), 2, 1), ("nin", ("size=67", "dropout=0"), 2, 1),
                                      ("googlenet", ("size=32",), 2, 1), ("densenet", ("size=64",), 4, 1),
                                      ("mobilenetv2", ("dropout=0",), 4, 1), ("se_resnet", (), 4, 2),
-                                     ("resnext", (), 4, 2)):
+                                     ("resnext", (), 4, 2), ("resnet9", ("width=8",), 4, 2)):
         cs.append(dict(kind="compare", name="zoo_" + name, net=f"nets/{name}.net", set=sets, batch=batch,
                        seed=400 + zlib.crc32(name.encode()) % 100, steps=steps, lr=0.05, momentum=0.9, wd=5e-4,
                        tol=1e-4, real=False, check_init=name in ("googlenet", "se_resnet"),

@@ -1,5 +1,5 @@
 """PyTorch twins of the CNN zoo in nets/ (bn_lenet, alexnet, vgg11, nin,
-googlenet, densenet, mobilenetv2, se_resnet, resnext), written from the
+googlenet, densenet, mobilenetv2, se_resnet, resnext, resnet9), written from the
 papers and d2l's code, with the parameter names mgc gives the .net files'
 labels. Each builder takes the net's parameters as keywords (the .net file's
 names and defaults); models.BUILDERS registers the variants the tests run.
@@ -251,12 +251,36 @@ def resnext(classes=10, in_channels=1, cardinality=8, bottleneck_width=4):
     return Named(*layers, gap(), flatten(), ("fc", nn.Linear(c, classes)))
 
 
+def _conv_bn(cin, cout):
+    return Named(("conv", nn.Conv2d(cin, cout, 3, padding=1, bias=False)), ("bn", nn.BatchNorm2d(cout)), relu())
+
+
+class Residual(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.a, self.b = _conv_bn(c, c), _conv_bn(c, c)
+
+    def forward(self, x):
+        return x + self.b(self.a(x))
+
+
+def resnet9(classes=10, in_channels=1, width=24, label_smoothing=0.1):
+    w = width
+    m = Named(("prep", _conv_bn(in_channels, w)),
+              ("layer1", _conv_bn(w, 2 * w)), nn.MaxPool2d(2), ("res1", Residual(2 * w)),
+              ("layer2", _conv_bn(2 * w, 4 * w)), nn.MaxPool2d(2),
+              ("layer3", _conv_bn(4 * w, 8 * w)), nn.MaxPool2d(2), ("res3", Residual(8 * w)),
+              nn.AdaptiveMaxPool2d(1), flatten(), ("fc", nn.Linear(8 * w, classes)))
+    m.label_smoothing = label_smoothing   # the loss's (ref.py and the benchmarks read it)
+    return m
+
+
 # net file -> (builder, its parameters' defaults' input size): the input is
 # [in_channels, size, size] (28 for the nets without a size parameter)
 NETS = {
     "nets/bn_lenet.net": bn_lenet, "nets/alexnet.net": alexnet, "nets/vgg11.net": vgg11, "nets/nin.net": nin,
     "nets/googlenet.net": googlenet, "nets/densenet.net": densenet, "nets/mobilenetv2.net": mobilenetv2,
-    "nets/se_resnet.net": se_resnet, "nets/resnext.net": resnext,
+    "nets/se_resnet.net": se_resnet, "nets/resnext.net": resnext, "nets/resnet9.net": resnet9,
 }
 
 
