@@ -7,7 +7,10 @@
 **   grad    per chunk: t = dy's planes; dcol = W^T . t; col2im into dx
 **           dW: CG_WGROUPS groups of examples, each dWg += t . col^T chunk
 **           after chunk, then dW = their sum in group order (a second kernel)
-** Nothing whole-batch is materialised. With fusion, a forward followed by
+** Grouped convolutions (w [O, C/groups, K, K]) run one GEMM per group on
+** the group's rows of the same columns (im2col's rows are channel-major, so a
+** group's are contiguous); dilation D spaces the taps D apart in im2col and
+** col2im. Nothing whole-batch is materialised. With fusion, a forward followed by
 ** BatchNorm also sums each chunk's statistics while its output is in cache
 ** (cg_lower_bn_stats_chunks).
 */
@@ -26,6 +29,16 @@ int cg_chunk_examples(const ConvGeom *G)
     return nb < 1 ? 1 : nb > 64 ? 64 : (int)nb;
 }
 
+static const char *dil(Lower *L, const char *v, int D);
+
+/* ", 8 groups, dilation 2" for the kernels' header comments ("" for neither) */
+static const char *geom_extra(Lower *L, const ConvGeom *G)
+{
+    Arena *a = L->p->arena;
+    return arena_printf(a, "%s%s", G->groups > 1 ? arena_printf(a, ", %d groups", G->groups) : "",
+                        G->D > 1 ? arena_printf(a, ", dilation %d", G->D) : "");
+}
+
 /* Floats of a padded copy of one input plane (0 without padding: the plane itself serves). */
 static long pad_floats(const ConvGeom *G) { return G->P > 0 ? ((long)G->H + 2 * G->P) * ((long)G->W + 2 * G->P) : 0; }
 
@@ -36,9 +49,10 @@ static long pad_floats(const ConvGeom *G) { return G->P > 0 ? ((long)G->H + 2 * 
    (S apart), with no test per element. */
 static void chunk_im2col(Lower *L, const ConvGeom *G, const char *r0, const char *r1)
 {
-    int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW;
+    int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW, D = G->D;
     long Wp = (long)W + 2 * Pd, KK = (long)K * K;
-    cg_body(L, "        {   /* im2col: rows [%s, %s) of the chunk's columns, row (c, ky, kx) */\n", r0, r1);
+    cg_body(L, "        {   /* im2col: rows [%s, %s) of the chunk's columns, row (c, ky, kx)%s */\n", r0, r1,
+            D > 1 ? arena_printf(L->p->arena, "; taps %d apart (dilation)", D) : "");
     if (Pd > 0)
         cg_body(L, "            for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;   /* the border stays zero */\n", pad_floats(G));
     cg_body(L, "            for (int j = 0; j < nb; j++)\n"
@@ -63,7 +77,7 @@ static void chunk_im2col(Lower *L, const ConvGeom *G, const char *r0, const char
        (or the input plane, where its rows are long enough). GCC made the rows of 7
        scalar copies: stage 1's forward im2col 1.6 -> 1.3 ms a step on one thread; the rest is
        writing the columns. */
-    if (S == 1 && OW >= 4 && OW < 8 && OH >= 2 && (Pd > 0 || K + 7 <= 2 * W))
+    if (S == 1 && D == 1 && OW >= 4 && OW < 8 && OH >= 2 && (Pd > 0 || K + 7 <= 2 * W))
         cg_body(L, "                        for (int oy = 0; oy < %d; oy++) {   /* rows of %d in 8-float stores */\n"
                    "                            mgc_f8 v = mgc_load8(src + (oy + ky) * %ldL + kx);\n"
                    "                            __builtin_memcpy(row + oy * %d, &v, sizeof v);\n"
@@ -75,14 +89,37 @@ static void chunk_im2col(Lower *L, const ConvGeom *G, const char *r0, const char
                 OH - 1, OW, Wp, OW, (OH - 1) * OW, (OH - 1) * Wp, Wp, OW);
     else
         cg_body(L, "                        for (int oy = 0; oy < %d; oy++) {\n"
-                   "                            const float *sp = src + (oy * %d + ky) * %ldL + kx;\n"
+                   "                            const float *sp = src + (oy * %d + %s) * %ldL + %s;\n"
                    "                            float *dp = row + oy * %d;\n"
                    "                            for (int ox = 0; ox < %d; ox++) dp[ox] = sp[ox * %d];\n"
                    "                        }\n"
                    "                    }\n"
                    "                }\n"
                    "        }\n",
-                OH, S, Wp, OW, OW, S);
+                OH, S, dil(L, "ky", D), Wp, dil(L, "kx", D), OW, OW, S);
+}
+
+/* A tap's offset, "ky" or "ky * D" */
+static const char *dil(Lower *L, const char *v, int D)
+{
+    return D > 1 ? arena_printf(L->p->arena, "%s * %d", v, D) : v;
+}
+
+/* One CBLAS GEMM, or one per group: the arguments of cblas_sgemm after its
+   layout and transposes, with each matrix's group offset (`*_step` floats per
+   group, 0: shared) added to its pointer inside a loop over the groups. */
+static void group_gemm(Lower *L, int groups, const char *ta, const char *tb, const char *m, const char *n, const char *k,
+                       const char *a, const char *a_step, const char *lda, const char *b, const char *b_step, const char *ldb,
+                       const char *beta, const char *c, const char *c_step, const char *ldc, const char *indent)
+{
+    if (groups == 1) {
+        cg_body(L, "%scblas_sgemm(MGC_ROW_MAJOR, %s, %s, %s, %s, %s, 1.0f, %s, %s, %s, %s, %s, %s, %s);\n",
+                indent, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    cg_body(L, "%sfor (int g = 0; g < %d; g++)   /* a GEMM per group */\n"
+               "%s    cblas_sgemm(MGC_ROW_MAJOR, %s, %s, %s, %s, %s, 1.0f, %s + g * (%s), %s, %s + g * (%s), %s, %s, %s + g * (%s), %s);\n",
+            indent, groups, indent, ta, tb, m, n, k, a, a_step, lda, b, b_step, ldb, beta, c, c_step, ldc);
 }
 
 /* The chunk's gradient dy (examples n0 .. n0+nb-1) as t[O, ld]: row o holds
@@ -171,22 +208,30 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
     }
     Step *st = cg_kernel(L, id, "conv2d_chunked", dimn(1), nargs, b, names);
     st->heavy = st->c_only = true;
-    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d*%d*%d], y [N, %d, %d, %d]; stride %d, padding %d.\n"
+    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d*%d*%d], y [N, %d, %d, %d]; stride %d, padding %d%s.\n"
                "       %d examples per iteration: their columns col[%ld, nb*%ld] (in cache), t = w . col\n"
-               "       (CBLAS on this thread), y = t + bias%s */\n",
-            C, H, W, O, C, K, K, O, G->OH, G->OW, G->S, G->P, NB, CKK, P,
+               "       (CBLAS on this thread%s), y = t + bias%s */\n",
+            C, H, W, O, C / G->groups, K, K, O, G->OH, G->OW, G->S, G->P, geom_extra(L, G), NB, CKK, P,
+            G->groups > 1 ? ", a GEMM per group" : "",
             stats >= 0 ? ";\n       and per channel the chunk's mean and sum of squared deviations of y, for bn_stats" : "");
     chunk_loop(L, G, st->fn, "col", pad_floats(G));
     chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
-    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %ld, 1.0f, w, %ld, col, ld, 0.0f, t, ld);\n"
-               "        for (int j = 0; j < nb; j++)\n"
+    {
+        Arena *a = L->p->arena;
+        int gs = G->groups, Og = O / gs;
+        long CgKK = CKK / gs;
+        group_gemm(L, gs, "MGC_NO_TRANS", "MGC_NO_TRANS", arena_printf(a, "%d", Og), "ld", arena_printf(a, "%ld", CgKK),
+                   "w", arena_printf(a, "%ldL", (long)Og * CgKK), arena_printf(a, "%ld", CgKK), "col", arena_printf(a, "%ldL * ld", CgKK), "ld",
+                   "0.0f", "t", arena_printf(a, "%dL * ld", Og), "ld", "        ");
+    }
+    cg_body(L, "        for (int j = 0; j < nb; j++)\n"
                "            for (int o = 0; o < %d; o++) {\n"
                "                const float *src = t + o * ld + j * %ldL;\n"
                "                float *dst = y + ((n0 + j) * %d + o) * %ldL;\n"
                "                const float b = %s;\n"
                "                for (int p = 0; p < %ld; p++) dst[p] = %s;\n"
                "            }\n",
-            O, CKK, CKK, O, P, O, P, bias ? "bias[o]" : "0.0f", P,
+            O, P, O, P, bias ? "bias[o]" : "0.0f", P,
             L->dec->node[id].relu_out ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
     if (stats >= 0)   /* each channel's row of t (nb*P values, in cache); the bias shifts the mean only */
         cg_chunk_stats(L, O, "t + o * ld", "1", "ld", bias ? "bias[o]" : "0.0");
@@ -240,18 +285,21 @@ void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     Step *st = cg_kernel(L, id, "conv2d_grad_x_chunked", dimn(1), 3, b, (const char *const[]){ "=dx", "dy", "w" });
     st->heavy = st->c_only = true;
-    cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d*%d*%d], dx [N, %d, %d, %d]; stride %d, padding %d.\n"
-               "       %d examples per iteration: t = their dy, dcol = w^T . t (%s on this thread),\n"
+    int gs = G->groups, Og = O / gs, D = G->D;
+    long CgKK = CKK / gs;
+    bool small = Og <= 32;
+    cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d*%d*%d], dx [N, %d, %d, %d]; stride %d, padding %d%s.\n"
+               "       %d examples per iteration: t = their dy, dcol = w^T . t (%s on this thread%s),\n"
                "       added back into their planes of dx (col2im) */\n",
-            O, OH, OW, O, C, K, K, C, H, W, S, Pd, NB, O <= 32 ? "mgc_gemm_tn, an example at a time," : "CBLAS");
+            O, OH, OW, O, C / gs, K, K, C, H, W, S, Pd, geom_extra(L, G), NB,
+            small ? "mgc_gemm_tn, an example at a time," : "CBLAS", gs > 1 ? ", a GEMM per group" : "");
     /* Stride 1: col2im in two passes over a zero-bordered scratch q[K][Hp][R] (R = OW + 2(K-1),
        a row's data at K-1): q[kx] sums the rows of taps (0..K-1, kx) down the rows, as aligned
        adds; then each row of dx is the sum of the K rows q[kx] shifted by kx, loads only. The
        one-pass form below adds each tap's rows at their shifted place, read-modify-writes that
        overlap at a different offset per tap (LeNet's conv2: 25 taps a plane). */
-    bool two_pass = S == 1;
+    bool two_pass = S == 1 && D == 1;
     long Hp = (long)H + 2 * Pd, R = (long)OW + 2 * (K - 1), Q = (long)K * Hp * R;
-    bool small = O <= 32;
     chunk_loop(L, G, st->fn, "dcol", two_pass ? Q : pad_floats(G));
     if (!small) chunk_pack_grad(L, G);
     long Wp = (long)W + 2 * Pd;
@@ -260,15 +308,24 @@ void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
        1.78 -> 1.14 ms a step on one thread; CBLAS's packing costs more than its multiply-adds
        there). Else one CBLAS GEMM over the chunk. */
     const char *cp_at = small ? arena_printf(L->p->arena, "%ldL", P) : arena_printf(L->p->arena, "ld + j * %ldL", P);
-    if (small)
+    if (small && gs == 1)
         cg_body(L, "        (void)ld;\n"
                    "        for (int j = 0; j < nb; j++) {\n"
                    "            mgc_gemm_tn(%ld, %ld, %d, w, %ld, dy + (n0 + j) * %ldL, %ld, dcol, %ld);   /* dy's planes in place */\n",
                 CKK, P, O, CKK, O * P, P, P);
-    else
-        cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %ld, ld, %d, 1.0f, w, %ld, t, ld, 0.0f, dcol, ld);\n"
-                   "        for (int j = 0; j < nb; j++) {\n",
-                CKK, O, CKK);
+    else if (small)
+        cg_body(L, "        (void)ld;\n"
+                   "        for (int j = 0; j < nb; j++) {\n"
+                   "            for (int g = 0; g < %d; g++)   /* a GEMM per group, dy's planes in place */\n"
+                   "                mgc_gemm_tn(%ld, %ld, %d, w + g * %ldL, %ld, dy + (n0 + j) * %ldL + g * %ldL, %ld, dcol + g * %ldL, %ld);\n",
+                gs, CgKK, P, Og, Og * CgKK, CgKK, O * P, Og * P, P, CgKK * P, P);
+    else {
+        Arena *a = L->p->arena;
+        group_gemm(L, gs, "MGC_TRANS", "MGC_NO_TRANS", arena_printf(a, "%ld", CgKK), "ld", arena_printf(a, "%d", Og),
+                   "w", arena_printf(a, "%ldL", (long)Og * CgKK), arena_printf(a, "%ld", CgKK), "t", arena_printf(a, "%dL * ld", Og), "ld",
+                   "0.0f", "dcol", arena_printf(a, "%ldL * ld", CgKK), "ld", "        ");
+        cg_body(L, "        for (int j = 0; j < nb; j++) {\n");
+    }
     if (two_pass) {
         cg_body(L, "            /* col2im, two passes */\n"
                    "            for (int c = 0; c < %d; c++) {\n"
@@ -304,12 +361,13 @@ void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                    "                    int ky = t / %d, kx = t %% %d;\n"
                    "                    const float *cp = dcol + (c * %d + t) * %s;\n"
                    "                    for (int oy = 0; oy < %d; oy++) {\n"
-                   "                        float *dp = pad + (oy * %d + ky) * %ldL + kx;\n"
+                   "                        float *dp = pad + (oy * %d + %s) * %ldL + %s;\n"
                    "                        const float *sp = cp + oy * %d;\n"
                    "                        for (int ox = 0; ox < %d; ox++) dp[ox * %d] += sp[ox];\n"
                    "                    }\n"
                    "                }\n",
-                Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, cp_at, OH, S, Wp, OW, OW, S);
+                Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, cp_at, OH, S, dil(L, "ky", D), Wp, dil(L, "kx", D),
+                OW, OW, S);
         if (Pd > 0)
             cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
                        "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ldL + %d + ix];\n",
@@ -369,8 +427,9 @@ void cg_conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
 {
     const Node *n = &L->g->nodes[id];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, NB = cg_chunk_examples(G);
-    long P = (long)G->OH * G->OW, CKK = (long)C * K * K, OC = (long)O * CKK;
-    if (OC * CG_WGROUPS > CG_WGROUPS_MAX_FLOATS) {
+    int gs = G->groups, Og = O / gs;
+    long P = (long)G->OH * G->OW, CKK = (long)C * K * K, CgKK = CKK / gs, OC = (long)O * CgKK;
+    if (!cg_chunked_wgroups_fit(G)) {   /* groups == 1 then (cg_choose_convs) */
         conv_chunked_grad_w_rows(L, id, G);
         return;
     }
@@ -378,18 +437,25 @@ void cg_conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
     int b[3] = { part, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     Step *st = cg_kernel(L, id, "conv2d_grad_w_groups", dimc(CG_WGROUPS), 3, b, (const char *const[]){ "=part", "dy", "x" });
     st->heavy = st->c_only = true;
-    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], part [%d, %d, %ld]; stride %d, padding %d.\n"
+    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], part [%d, %d, %ld]; stride %d, padding %d%s.\n"
                "       One group of examples per iteration, %d at a time: t = their dy, col = their im2col,\n"
-               "       part[g] += t . col^T */\n",
-            O, G->OH, G->OW, C, H, W, CG_WGROUPS, O, CKK, G->S, G->P, NB);
+               "       part[g] += t . col^T%s */\n",
+            O, G->OH, G->OW, C, H, W, CG_WGROUPS, O, CgKK, G->S, G->P, geom_extra(L, G), NB,
+            gs > 1 ? " (a GEMM per channel group)" : "");
     cg_body(L, "    float *col = mgc_scratch(%ldL * %d + %ldL * %d + %ldL, \"%s\"), *t = col + %ldL * %d, *pad = t + %ldL * %d;\n"
                "    (void)pad;\n",
             CKK * P, NB, O * P, NB, pad_floats(G), st->fn, CKK * P, NB, O * P, NB);
     cg_group_chunks(L, OC, NB, P);
     chunk_pack_grad(L, G);
     chunk_im2col(L, G, "0", arena_printf(L->p->arena, "%ldL", CKK));
-    cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, %ld, ld, 1.0f, t, ld, col, ld, n0 == e0 ? 0.0f : 1.0f, pg, %ld);\n"
-               "        }\n    }\n    free(col);\n", O, CKK, CKK);
+    {
+        Arena *a = L->p->arena;
+        group_gemm(L, gs, "MGC_NO_TRANS", "MGC_TRANS", arena_printf(a, "%d", Og), arena_printf(a, "%ld", CgKK), "ld",
+                   "t", arena_printf(a, "%dL * ld", Og), "ld", "col", arena_printf(a, "%ldL * ld", CgKK), "ld",
+                   "n0 == e0 ? 0.0f : 1.0f", "pg", arena_printf(a, "%ldL", (long)Og * CgKK), arena_printf(a, "%ld", CgKK),
+                   "            ");
+    }
+    cg_body(L, "        }\n    }\n    free(col);\n");
     cg_end_kernel(L);
     int b2[2] = { cg_out_buf(L, id), part };
     Step *s2 = cg_kernel(L, id, "conv2d_grad_w_sum", dimc(OC), 2, b2, (const char *const[]){ "=dw", "part" });
@@ -402,6 +468,13 @@ void cg_conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
                "        dw[i] = acc;\n"
                "    }\n", CG_WGROUPS, OC, CG_WGROUPS, OC);
     cg_end_kernel(L);
+}
+
+/* Whether the weight gradient's CG_WGROUPS partial copies fit (else each thread
+   takes a range of its columns, a form for groups == 1 only). */
+bool cg_chunked_wgroups_fit(const ConvGeom *G)
+{
+    return (long)G->O * (G->C / G->groups) * G->K * G->K * CG_WGROUPS <= CG_WGROUPS_MAX_FLOATS;
 }
 
 /* A weight gradient's loop over its CG_WGROUPS groups of examples (FOR_EACH

@@ -127,6 +127,7 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G);
 void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G);
 void cg_conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G);
 int  cg_chunk_examples(const ConvGeom *G);
+bool cg_chunked_wgroups_fit(const ConvGeom *G);
 /* conv_chunked.c: a weight gradient's loop over CG_WGROUPS groups of examples and their chunks */
 void cg_group_chunks(Lower *L, long per_group, int NB, long cols);
 /* conv_chunked.c: in a chunked forward's loop, the chunk's BatchNorm partial sums per channel

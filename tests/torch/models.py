@@ -123,6 +123,12 @@ def op_conv_groups():
                ("gd", nn.Conv2d(4, 4, 2, stride=2, padding=1, groups=2, dilation=3)), *head(4 * 2 * 2))
 
 
+def op_conv_groups_wide():
+    return seq(("gw", nn.Conv2d(8, 80, 3, padding=1, groups=2)), relu(),
+               ("gd", nn.Conv2d(80, 36, 3, padding=2, dilation=2, groups=4, bias=False)),
+               ("dl", nn.Conv2d(36, 40, 3, stride=2, padding=2, dilation=2)), relu(), *head(40 * 3 * 3))
+
+
 def op_conv_stride2():
     return seq(("conv", nn.Conv2d(3, 5, 3, stride=2, padding=1)), *head(5 * 5 * 5))
 
@@ -426,6 +432,7 @@ BUILDERS = {
     "tests/nets/op_concat.net": (OpConcat, (3, 6, 6)),
     "tests/nets/op_resample.net": (OpResample, (3, 7, 5)),
     "tests/nets/op_conv_groups.net": (op_conv_groups, (4, 9, 8)),
+    "tests/nets/op_conv_groups_wide.net": (op_conv_groups_wide, (8, 6, 6)),
     "tests/nets/op_layernorm.net": (op_layernorm, (3, 5, 4)),
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
