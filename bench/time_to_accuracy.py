@@ -80,6 +80,10 @@ def main():
                     help="the interpreter with torch (default $PYTHON, else /usr/bin/python3: PyTorch 1.13; a "
                          "virtual environment's python for the current PyTorch)")
     ap.add_argument("--keep", default=None, metavar="DIR", help="keep the logs in DIR and reuse the complete ones")
+    ap.add_argument("--report", action="store_true", help="run nothing: report the logs in --keep DIR as they are")
+    ap.add_argument("--torch-max-minutes", type=float, default=None, metavar="M",
+                    help="stop each PyTorch run after the first epoch past M minutes (its schedule still the one "
+                         "for --epochs): its curve up to the budget when it trains slower")
     ap.add_argument("--smoke", action="store_true", help="2 epochs of 2,560 examples, seed 0: the path, not the numbers")
     ap.add_argument("--mgc", default=os.path.join(ROOT, "mgc"))
     ap.add_argument("--data", default=os.environ.get("MGC_DATA", os.path.join(ROOT, "..", "shared", "data", "fashion-mnist")))
@@ -87,7 +91,9 @@ def main():
     sides = [s for s in a.sides.split(",") if s]
     if not sides or any(s not in ("mgc", "torch") for s in sides):
         ap.error("--sides: mgc, torch or mgc,torch")
-    if "mgc" in sides and not os.path.isfile(a.mgc):
+    if a.report and not a.keep:
+        ap.error("--report reads the logs of --keep DIR")
+    if "mgc" in sides and not a.report and not os.path.isfile(a.mgc):
         sys.exit(f"time_to_accuracy.py: no mgc at {a.mgc} (run make)")
     limit = []
     if a.smoke:
@@ -119,12 +125,15 @@ def main():
             log = os.path.join(where, f"{side}.s{seed}.jsonl")
             out = os.path.join(where, f"{side}.s{seed}.out")
             curve = read_log(log) if a.keep else []
-            if len(curve) < a.epochs:
+            stopped = os.path.exists(out) and "past --max-minutes" in open(out).read()
+            if len(curve) < a.epochs and not stopped and not a.report:
                 if side == "mgc":
                     cmd = [a.mgc, a.net, *common, "--seed", str(seed), "--log", log, *sets]
                 else:
                     cmd = [a.torch_python, os.path.join(HERE, "torch_resnet.py"), "--net", a.net, *common,
                            "--seed", str(seed), "--log", log, *sets]
+                    if a.torch_max_minutes:
+                        cmd += ["--max-minutes", str(a.torch_max_minutes)]
                 with open(out, "w") as f:
                     rc = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT).returncode
                 if rc != 0:

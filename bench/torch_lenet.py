@@ -158,6 +158,9 @@ def add_options(ap, epochs):
     ap.add_argument("--limit-train", type=int, default=None)
     ap.add_argument("--limit-test", type=int, default=None)
     ap.add_argument("--log", default=None, help="write one JSON object per epoch here")
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="stop after the first epoch that ends past this many minutes (test passes included); "
+                         "the schedule stays the one for --epochs")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU check, tests/gpu/check.sh)")
     ap.add_argument("--recalibrate-bn", type=int, default=0, metavar="B",
                     help="also print the final test accuracy with BatchNorm's running statistics recomputed "
@@ -317,6 +320,10 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
         print(f"epoch {epoch:3d}  loss {rec['loss']:.4f}  train_acc {rec['train_acc']:.4f}  "
               f"test_acc {test_acc:.4f}  {rec['examples_per_s']:.0f} ex/s  "
               f"({train_s:.1f} s)", flush=True)
+        if a.max_minutes is not None and rec["elapsed_s"] > 60 * a.max_minutes and epoch < a.epochs:
+            print(f"stopped after epoch {epoch} of {a.epochs}: {rec['elapsed_s'] / 60:.1f} minutes, past --max-minutes "
+                  f"{a.max_minutes:g}", flush=True)
+            break
 
     final = epochs[-1]["test_acc"] if epochs else evaluate(model, xte, yte, 1000)
     trained = n * len(epochs)

@@ -332,6 +332,169 @@ static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bo
     cg_end_kernel(L);
 }
 
+/* Depthwise layers (one input channel a group) on CPUs: the plane at a time form
+   below walks the output plane once per tap (a load and a store per multiply-add,
+   and the valid range of every tap computed); here each (n, o) plane's input is
+   copied once into a zero-bordered scratch plane on the stack, and each output
+   element sums its K*K taps from it with the weights in registers: no test per
+   element, one store. Kernels up to 7x7, planes up to 64 KB padded. */
+#define CG_DW_MAX_PAD_FLOATS 16384
+
+static bool depthwise_fits(bool cpu_only, const ConvGeom *G)
+{
+    return cpu_only && G->groups > 1 && G->C == G->groups && G->K <= 7 &&
+           ((long)G->H + 2 * G->P) * ((long)G->W + 2 * G->P) <= CG_DW_MAX_PAD_FLOATS;
+}
+
+/* The body's copy of plane `src` (H x W) into `pad` ((H + 2B) x (W + 2B), B zeros around). */
+static void padded_plane(Lower *L, const char *src, int H, int W, int B)
+{
+    long Wp = (long)W + 2 * B, Hp = (long)H + 2 * B;
+    cg_body(L, "        float pad[%ld];   /* the plane with %d zeros around */\n"
+               "        for (long k = 0; k < %ldL; k++) pad[k] = 0.0f;\n"
+               "        for (int iy = 0; iy < %d; iy++)\n"
+               "            for (int ix = 0; ix < %d; ix++) pad[(iy + %d) * %ldL + %d + ix] = %s[iy * %d + ix];\n",
+            Hp * Wp, B, Hp * Wp, H, W, B, Wp, B, src, W);
+}
+
+/* The body's sum over a K x K window of `pad` (Wp wide) at row `row0` and column
+   `col0` + ox * S, taps D apart, with the weights w<ky>_<kx> ("flip": the taps
+   mirrored, for the input gradient): "w0_0 * r0[...] + ...". */
+static const char *window_sum(Lower *L, int K, int S, int D, bool flip)
+{
+    Arena *a = L->p->arena;
+    const char *sum = "";
+    for (int ky = 0; ky < K; ky++)
+        for (int kx = 0; kx < K; kx++) {
+            int wy = flip ? K - 1 - ky : ky, wx = flip ? K - 1 - kx : kx;
+            sum = arena_printf(a, "%s%sw%d_%d * r%d[ox%s + %d]", sum, *sum ? " + " : "", wy, wx, ky,
+                               S > 1 ? arena_printf(a, " * %d", S) : "", kx * D);
+        }
+    return sum;
+}
+
+static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const int *b, bool bias)
+{
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, D = G->D, OH = G->OH, OW = G->OW;
+    int Og = O / C;
+    long Wp = (long)W + 2 * P;
+    Step *st = cg_kernel(L, id, "conv2d_depthwise", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
+    st->grain = (long)OH * OW * K * K;
+    st->c_only = true;
+    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, 1, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d, %d groups%s;\n"
+               "       one (n, o) plane per iteration: its input plane once into a zero-bordered copy,\n"
+               "       each output the sum of its %d taps, the weights in registers */\n",
+            C, H, W, O, K, K, O, OH, OW, S, P, G->groups, D > 1 ? arena_printf(L->p->arena, ", dilation %d", D) : "", K * K);
+    cg_body(L, "    FOR_EACH(i, %s) {\n"
+               "        long n = i / %d, o = i %% %d;\n"
+               "        const float *xp = x + (n * %d + o / %d) * %d;\n",
+            cg_work_str(L, dimn(O)), O, O, C, Og, H * W);
+    padded_plane(L, "xp", H, W, P);
+    cg_body(L, "        const float *wp = w + o * %d, b0 = %s;\n", K * K, bias ? "bias[o]" : "0.0f");
+    for (int ky = 0; ky < K; ky++)
+        for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
+    cg_body(L, "        float *yp = y + i * %d;\n"
+               "        for (int oy = 0; oy < %d; oy++) {\n", OH * OW, OH);
+    for (int ky = 0; ky < K; ky++) cg_body(L, "            const float *r%d = pad + (oy * %d + %d) * %ldL;\n", ky, S, ky * D, Wp);
+    cg_body(L, "            float *yr = yp + oy * %d;\n"
+               "            for (int ox = 0; ox < %d; ox++) {\n"
+               "                const float v = b0 + %s;\n"
+               "                yr[ox] = %s;\n"
+               "            }\n        }\n    }\n",
+            OW, OW, window_sum(L, K, S, D, false), L->dec->node[id].relu_out ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
+    cg_end_kernel(L);
+}
+
+/* The input gradient of a depthwise layer with stride 1 (CPUs): a correlation of
+   each output's gradient plane with its kernel mirrored, over the gradient plane
+   with (K-1)*D - P zeros around; a channel with several outputs (Og) adds theirs. */
+static bool depthwise_grad_x_fits(bool cpu_only, const ConvGeom *G)
+{
+    long B = (long)(G->K - 1) * G->D - G->P;
+    return depthwise_fits(cpu_only, G) && G->S == 1 && B >= 0 &&
+           ((long)G->OH + 2 * B) * ((long)G->OW + 2 * B) <= CG_DW_MAX_PAD_FLOATS;
+}
+
+static void conv_depthwise_grad_x(Lower *L, int id, const ConvGeom *G, const int *b)
+{
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, P = G->P, D = G->D, OH = G->OH, OW = G->OW;
+    int Og = O / C, B = (K - 1) * D - P;
+    long Wp = (long)OW + 2 * B;
+    Step *st = cg_kernel(L, id, "conv2d_grad_x_depthwise", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" });
+    st->grain = (long)H * W * K * K * Og;
+    st->c_only = true;
+    cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, 1, %d, %d], dx [N, %d, %d, %d]; stride 1, padding %d, %d groups%s;\n"
+               "       one (n, c) plane of dx per iteration: for each of its %d output%s, dy's plane with %d zeros\n"
+               "       around, correlated with the mirrored kernel (the weights in registers) */\n",
+            O, OH, OW, O, K, K, C, H, W, P, G->groups, D > 1 ? arena_printf(L->p->arena, ", dilation %d", D) : "",
+            Og, Og == 1 ? "" : "s", B);
+    cg_body(L, "    FOR_EACH(i, %s) {\n"
+               "        long n = i / %d, c = i %% %d;\n"
+               "        float *dxp = dx + i * %d;\n"
+               "        for (int j = 0; j < %d; j++) {\n"
+               "        const long o = c * %d + j;\n"
+               "        const float *dyp = dy + (n * %d + o) * %d;\n",
+            cg_work_str(L, dimn(C)), C, C, H * W, Og, Og, O, OH * OW);
+    padded_plane(L, "dyp", OH, OW, B);
+    cg_body(L, "        const float *wp = w + o * %d;\n", K * K);
+    for (int ky = 0; ky < K; ky++)
+        for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
+    cg_body(L, "        for (int iy = 0; iy < %d; iy++) {\n", H);
+    for (int ky = 0; ky < K; ky++) cg_body(L, "            const float *r%d = pad + (iy + %d) * %ldL;\n", ky, ky * D, Wp);
+    cg_body(L, "            float *xr = dxp + iy * %d;\n"
+               "            for (int ox = 0; ox < %d; ox++) {\n"
+               "                const float v = %s;\n"
+               "                xr[ox] = j ? xr[ox] + v : v;\n"
+               "            }\n        }\n        }\n    }\n",
+            W, W, window_sum(L, K, 1, D, true));
+    cg_end_kernel(L);
+}
+
+/* The weight gradient of a depthwise layer (CPUs): per output channel, over the
+   batch, each input plane once into a zero-bordered copy and, row by row, every
+   tap's partial sums per output column from it (no valid range per tap). */
+static bool depthwise_grad_w_fits(bool cpu_only, const ConvGeom *G)
+{
+    return depthwise_fits(cpu_only, G) && (long)G->K * G->K * G->OW <= 4096;
+}
+
+static void conv_depthwise_grad_w(Lower *L, int id, const ConvGeom *G, const int *b)
+{
+    int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, D = G->D, OH = G->OH, OW = G->OW;
+    int Og = O / C;
+    long Wp = (long)W + 2 * P;
+    Step *st = cg_kernel(L, id, "conv2d_grad_w_depthwise", dimc(O), 3, b, (const char *const[]){ "=dw", "dy", "x" });
+    st->heavy = st->blocks = st->c_only = true;
+    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, 1, %d, %d]; stride %d, padding %d, %d groups%s;\n"
+               "       one output channel per iteration: over the batch, its input plane once into a\n"
+               "       zero-bordered copy, and per output row every tap's partial sums per column */\n",
+            O, OH, OW, C, H, W, O, K, K, S, P, G->groups, D > 1 ? arena_printf(L->p->arena, ", dilation %d", D) : "");
+    cg_body(L, "    FOR_EACH_BLOCK(o, %dL) {\n"
+               "        float part[%d][%d];\n"
+               "        for (int k = 0; k < %d; k++) for (int j = 0; j < %d; j++) part[k][j] = 0.0f;\n"
+               "        BLOCK_LOOP(n, N) {\n"
+               "        const float *xp = x + (n * %d + o / %d) * %d, *dyp = dy + (n * %d + o) * %d;\n",
+            O, K * K, OW, K * K, OW, C, Og, H * W, O, OH * OW);
+    padded_plane(L, "xp", H, W, P);
+    cg_body(L, "        for (int oy = 0; oy < %d; oy++) {\n", OH);
+    for (int ky = 0; ky < K; ky++) cg_body(L, "            const float *r%d = pad + (oy * %d + %d) * %ldL;\n", ky, S, ky * D, Wp);
+    cg_body(L, "            const float *g = dyp + oy * %d;\n"
+               "            for (int ox = 0; ox < %d; ox++) {\n"
+               "                const float gv = g[ox];\n", OW, OW);
+    for (int ky = 0; ky < K; ky++)
+        for (int kx = 0; kx < K; kx++)
+            cg_body(L, "                part[%d][ox] += gv * r%d[ox%s + %d];\n", ky * K + kx, ky,
+                    S > 1 ? arena_printf(L->p->arena, " * %d", S) : "", kx * D);
+    cg_body(L, "            }\n        }\n        }\n"
+               "        for (int k = 0; k < %d; k++) {\n"
+               "            float acc = 0.0f;\n"
+               "            for (int j = 0; j < %d; j++) acc += part[k][j];\n"
+               "            acc = BLOCK_SUM(acc);\n"
+               "            if (BLOCK_LEADER) dw[o * %d + k] = acc;\n"
+               "        }\n    }\n", K * K, OW, K * K);
+    cg_end_kernel(L);
+}
+
 /* x, w, bias? -> y, one (n, o) output plane per iteration; without padding a row of
    outputs at a time, with every tap of a kernel row in registers */
 static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
@@ -342,6 +505,10 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
     int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
     if (rows_vec_fits(L->dec->cpu_only, G, false)) {   /* C only: all output channels in vectors */
         conv_rows_vec(L, id, G, b, bias);
+        return;
+    }
+    if (depthwise_fits(L->dec->cpu_only, G)) {   /* C only */
+        conv_depthwise_forward(L, id, G, b, bias);
         return;
     }
     int Cg = C / G->groups, D = G->D;
@@ -409,6 +576,10 @@ static void conv_direct_grad_x(Lower *L, int id, const ConvGeom *G)
     const Node *n = &L->g->nodes[id];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    if (depthwise_grad_x_fits(L->dec->cpu_only, G)) {   /* C only */
+        conv_depthwise_grad_x(L, id, G, b);
+        return;
+    }
     int Cg = C / G->groups, Og = O / G->groups;
     Arena *a = L->p->arena;
     const char *kyv = dilated(L, "ky", G->D), *kxv = dilated(L, "kx", G->D);
@@ -448,6 +619,10 @@ static void conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     int Cg = C / G->groups;
     const char *gx = group_base(L, G, "o"), *kyv = dilated(L, "ky", G->D), *kxv = dilated(L, "kx", G->D);
+    if (depthwise_grad_w_fits(L->dec->cpu_only, G)) {   /* C only */
+        conv_depthwise_grad_w(L, id, G, b);
+        return;
+    }
     if (P == 0 && K <= 7 && G->groups == 1 && G->D == 1) {
         /* No padding: every tap of a row of taps reads the same output columns, so one
            pass over dy serves all K taps (kx), each with a row of partial sums. */

@@ -129,6 +129,13 @@ def op_conv_groups_wide():
                ("dl", nn.Conv2d(36, 40, 3, stride=2, padding=2, dilation=2)), relu(), *head(40 * 3 * 3))
 
 
+def op_conv_depthwise():
+    return seq(("c0", nn.Conv2d(3, 3, 1)),
+               ("dw1", nn.Conv2d(3, 6, 3, padding=1, groups=3)), relu(),
+               ("dw2", nn.Conv2d(6, 6, 5, padding=3, dilation=2, groups=6)),
+               ("dw3", nn.Conv2d(6, 6, 3, stride=2, padding=1, groups=6, bias=False)), *head(6 * 2 * 8))
+
+
 def op_conv_stride2():
     return seq(("conv", nn.Conv2d(3, 5, 3, stride=2, padding=1)), *head(5 * 5 * 5))
 
@@ -433,6 +440,7 @@ BUILDERS = {
     "tests/nets/op_resample.net": (OpResample, (3, 7, 5)),
     "tests/nets/op_conv_groups.net": (op_conv_groups, (4, 9, 8)),
     "tests/nets/op_conv_groups_wide.net": (op_conv_groups_wide, (8, 6, 6)),
+    "tests/nets/op_conv_depthwise.net": (op_conv_depthwise, (3, 6, 18)),
     "tests/nets/op_layernorm.net": (op_layernorm, (3, 5, 4)),
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
