@@ -1062,7 +1062,9 @@ static const char *grouped_words(Arena *a, const ConvGeom *G)
 
 static bool chunked_takes(const CgOptions *opt, const ConvGeom *G)
 {
-    return opt && opt->cpu_only && (double)G->C * G->K * G->K * G->OH * G->OW <= INT_MAX && cg_chunked_wgroups_fit(G);
+    /* grouped: the weight gradient's partial copies must fit (its other form splits columns across groups) */
+    return opt && opt->cpu_only && (double)G->C * G->K * G->K * G->OH * G->OW <= INT_MAX &&
+           (G->groups == 1 || cg_chunked_wgroups_fit(G));
 }
 
 /* A depthwise layer (one channel a group) on rows at least this wide: the
