@@ -208,10 +208,10 @@ static int im2col(Lower *L, int id, int x_node, const ConvGeom *G)
 
 /* ------------------------------------------------------------ direct convolution */
 
-/* The direct form is the one that takes groups and dilation (cg_choose_convs()):
-   a tap's offset, k or k * D; the first input channel of output o's group,
-   "" or "(o / (O/groups)) * (C/groups) + "; the header comment's words. */
-static const char *dilated(Lower *L, const char *k, int D)
+/* Groups and dilation in the generated code (the direct and chunked forms take them,
+   cg_choose_convs()): a tap's offset, k or (k * D); the first input channel of output
+   o's group, "" or "(o / (O/groups)) * (C/groups) + "; the header comment's words. */
+const char *cg_dilated(Lower *L, const char *k, int D)
 {
     return D > 1 ? arena_printf(L->p->arena, "(%s * %d)", k, D) : k;
 }
@@ -221,7 +221,7 @@ static const char *group_base(Lower *L, const ConvGeom *G, const char *o)
     return G->groups > 1 ? arena_printf(L->p->arena, "(%s / %d) * %d + ", o, G->O / G->groups, G->C / G->groups) : "";
 }
 
-static const char *groups_dilation(Lower *L, const ConvGeom *G)
+const char *cg_groups_dilation(Lower *L, const ConvGeom *G)
 {
     return arena_printf(L->p->arena, "%s%s", G->groups > 1 ? arena_printf(L->p->arena, ", %d groups", G->groups) : "",
                         G->D > 1 ? arena_printf(L->p->arena, ", dilation %d", G->D) : "");
@@ -381,10 +381,10 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
     Step *st = cg_kernel(L, id, "conv2d_depthwise", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
     st->grain = (long)OH * OW * K * K;
     st->c_only = true;
-    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, 1, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d, %d groups%s;\n"
+    cg_body(L, "    /* x [N, %d, %d, %d], w [%d, 1, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d%s;\n"
                "       one (n, o) plane per iteration: its input plane once into a zero-bordered copy,\n"
                "       each output the sum of its %d taps, the weights in registers */\n",
-            C, H, W, O, K, K, O, OH, OW, S, P, G->groups, D > 1 ? arena_printf(L->p->arena, ", dilation %d", D) : "", K * K);
+            C, H, W, O, K, K, O, OH, OW, S, P, cg_groups_dilation(L, G), K * K);
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, o = i %% %d;\n"
                "        const float *xp = x + (n * %d + o / %d) * %d;\n",
@@ -423,11 +423,10 @@ static void conv_depthwise_grad_x(Lower *L, int id, const ConvGeom *G, const int
     Step *st = cg_kernel(L, id, "conv2d_grad_x_depthwise", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" });
     st->grain = (long)H * W * K * K * Og;
     st->c_only = true;
-    cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, 1, %d, %d], dx [N, %d, %d, %d]; stride 1, padding %d, %d groups%s;\n"
+    cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, 1, %d, %d], dx [N, %d, %d, %d]; stride 1, padding %d%s;\n"
                "       one (n, c) plane of dx per iteration: for each of its %d output%s, dy's plane with %d zeros\n"
                "       around, correlated with the mirrored kernel (the weights in registers) */\n",
-            O, OH, OW, O, K, K, C, H, W, P, G->groups, D > 1 ? arena_printf(L->p->arena, ", dilation %d", D) : "",
-            Og, Og == 1 ? "" : "s", B);
+            O, OH, OW, O, K, K, C, H, W, P, cg_groups_dilation(L, G), Og, Og == 1 ? "" : "s", B);
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, c = i %% %d;\n"
                "        float *dxp = dx + i * %d;\n"
@@ -465,10 +464,10 @@ static void conv_depthwise_grad_w(Lower *L, int id, const ConvGeom *G, const int
     long Wp = (long)W + 2 * P;
     Step *st = cg_kernel(L, id, "conv2d_grad_w_depthwise", dimc(O), 3, b, (const char *const[]){ "=dw", "dy", "x" });
     st->heavy = st->blocks = st->c_only = true;
-    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, 1, %d, %d]; stride %d, padding %d, %d groups%s;\n"
+    cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, 1, %d, %d]; stride %d, padding %d%s;\n"
                "       one output channel per iteration: over the batch, its input plane once into a\n"
                "       zero-bordered copy, and per output row every tap's partial sums per column */\n",
-            O, OH, OW, C, H, W, O, K, K, S, P, G->groups, D > 1 ? arena_printf(L->p->arena, ", dilation %d", D) : "");
+            O, OH, OW, C, H, W, O, K, K, S, P, cg_groups_dilation(L, G));
     cg_body(L, "    FOR_EACH_BLOCK(o, %dL) {\n"
                "        float part[%d][%d];\n"
                "        for (int k = 0; k < %d; k++) for (int j = 0; j < %d; j++) part[k][j] = 0.0f;\n"
@@ -512,7 +511,7 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
         return;
     }
     int Cg = C / G->groups, D = G->D;
-    const char *gx = group_base(L, G, "o"), *kyv = dilated(L, "ky", D), *kxv = dilated(L, "kx", D);
+    const char *gx = group_base(L, G, "o"), *kyv = cg_dilated(L, "ky", D), *kxv = cg_dilated(L, "kx", D);
     if (P == 0 && K <= 7 && G->groups == 1 && D == 1) {
         /* No padding: a row of outputs gathers a whole row of taps (kx) per input row read. */
         cg_kernel(L, id, "conv2d_rows", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain =
@@ -545,7 +544,7 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
     cg_kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain = (long)OH * OW * Cg * K * K;
     cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d%s;\n"
                "       one (n, o) output plane per iteration, accumulated in place */\n",
-            C, H, W, O, Cg, K, K, O, OH, OW, S, P, groups_dilation(L, G));
+            C, H, W, O, Cg, K, K, O, OH, OW, S, P, cg_groups_dilation(L, G));
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, o = i %% %d;\n"
                "        float *yp = y + i * %d;\n"
@@ -582,7 +581,7 @@ static void conv_direct_grad_x(Lower *L, int id, const ConvGeom *G)
     }
     int Cg = C / G->groups, Og = O / G->groups;
     Arena *a = L->p->arena;
-    const char *kyv = dilated(L, "ky", G->D), *kxv = dilated(L, "kx", G->D);
+    const char *kyv = cg_dilated(L, "ky", G->D), *kxv = cg_dilated(L, "kx", G->D);
     /* grouped: the outputs of c's group, and c's place in it */
     const char *o0 = G->groups > 1 ? arena_printf(a, "(int)(c / %d) * %d", Cg, Og) : "0";
     const char *o1 = G->groups > 1 ? arena_printf(a, "(int)(c / %d) * %d + %d", Cg, Og, Og) : arena_printf(a, "%d", O);
@@ -590,7 +589,7 @@ static void conv_direct_grad_x(Lower *L, int id, const ConvGeom *G)
     cg_kernel(L, id, "conv2d_grad_x_direct", dimn(C), 3, b, (const char *const[]){ "=dx", "dy", "w" })->grain = (long)OH * OW * Og * K * K;
     cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d, %d, %d], dx [N, %d, %d, %d]; stride %d, padding %d%s;\n"
                "       one (n, c) plane of dx per iteration: it scatters from every output it fed */\n",
-            O, OH, OW, O, Cg, K, K, C, H, W, S, P, groups_dilation(L, G));
+            O, OH, OW, O, Cg, K, K, C, H, W, S, P, cg_groups_dilation(L, G));
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, c = i %% %d;\n"
                "        float *dxp = dx + i * %d;\n"
@@ -618,7 +617,7 @@ static void conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     int Cg = C / G->groups;
-    const char *gx = group_base(L, G, "o"), *kyv = dilated(L, "ky", G->D), *kxv = dilated(L, "kx", G->D);
+    const char *gx = group_base(L, G, "o"), *kyv = cg_dilated(L, "ky", G->D), *kxv = cg_dilated(L, "kx", G->D);
     if (depthwise_grad_w_fits(L->dec->cpu_only, G)) {   /* C only */
         conv_depthwise_grad_w(L, id, G, b);
         return;
@@ -655,7 +654,7 @@ static void conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
     st->heavy = st->blocks = true;
     cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], dw [%d, %d, %d, %d]; stride %d, padding %d%s;\n"
                "       one (o, c) pair per iteration; partial sums per (ky, kx, output column) over the batch */\n",
-            O, OH, OW, C, H, W, O, Cg, K, K, S, P, groups_dilation(L, G));
+            O, OH, OW, C, H, W, O, Cg, K, K, S, P, cg_groups_dilation(L, G));
     cg_body(L, "    FOR_EACH_BLOCK(i, %dL) {\n"
                "        long o = i / %d, c = i %% %d;\n"
                "        float part[%d][%d];\n"

@@ -29,16 +29,6 @@ int cg_chunk_examples(const ConvGeom *G)
     return nb < 1 ? 1 : nb > 64 ? 64 : (int)nb;
 }
 
-static const char *dil(Lower *L, const char *v, int D);
-
-/* ", 8 groups, dilation 2" for the kernels' header comments ("" for neither) */
-static const char *geom_extra(Lower *L, const ConvGeom *G)
-{
-    Arena *a = L->p->arena;
-    return arena_printf(a, "%s%s", G->groups > 1 ? arena_printf(a, ", %d groups", G->groups) : "",
-                        G->D > 1 ? arena_printf(a, ", dilation %d", G->D) : "");
-}
-
 /* Floats of a padded copy of one input plane (0 without padding: the plane itself serves). */
 static long pad_floats(const ConvGeom *G) { return G->P > 0 ? ((long)G->H + 2 * G->P) * ((long)G->W + 2 * G->P) : 0; }
 
@@ -96,13 +86,7 @@ static void chunk_im2col(Lower *L, const ConvGeom *G, const char *r0, const char
                    "                    }\n"
                    "                }\n"
                    "        }\n",
-                OH, S, dil(L, "ky", D), Wp, dil(L, "kx", D), OW, OW, S);
-}
-
-/* A tap's offset, "ky" or "ky * D" */
-static const char *dil(Lower *L, const char *v, int D)
-{
-    return D > 1 ? arena_printf(L->p->arena, "%s * %d", v, D) : v;
+                OH, S, cg_dilated(L, "ky", D), Wp, cg_dilated(L, "kx", D), OW, OW, S);
 }
 
 /* One CBLAS GEMM, or one per group: the arguments of cblas_sgemm after its
@@ -211,7 +195,7 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
     cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d*%d*%d], y [N, %d, %d, %d]; stride %d, padding %d%s.\n"
                "       %d examples per iteration: their columns col[%ld, nb*%ld] (in cache), t = w . col\n"
                "       (CBLAS on this thread%s), y = t + bias%s */\n",
-            C, H, W, O, C / G->groups, K, K, O, G->OH, G->OW, G->S, G->P, geom_extra(L, G), NB, CKK, P,
+            C, H, W, O, C / G->groups, K, K, O, G->OH, G->OW, G->S, G->P, cg_groups_dilation(L, G), NB, CKK, P,
             G->groups > 1 ? ", a GEMM per group" : "",
             stats >= 0 ? ";\n       and per channel the chunk's mean and sum of squared deviations of y, for bn_stats" : "");
     chunk_loop(L, G, st->fn, "col", pad_floats(G));
@@ -291,7 +275,7 @@ void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
     cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d*%d*%d], dx [N, %d, %d, %d]; stride %d, padding %d%s.\n"
                "       %d examples per iteration: t = their dy, dcol = w^T . t (%s on this thread%s),\n"
                "       added back into their planes of dx (col2im) */\n",
-            O, OH, OW, O, C / gs, K, K, C, H, W, S, Pd, geom_extra(L, G), NB,
+            O, OH, OW, O, C / gs, K, K, C, H, W, S, Pd, cg_groups_dilation(L, G), NB,
             small ? "mgc_gemm_tn, an example at a time," : "CBLAS", gs > 1 ? ", a GEMM per group" : "");
     /* Stride 1: col2im in two passes over a zero-bordered scratch q[K][Hp][R] (R = OW + 2(K-1),
        a row's data at K-1): q[kx] sums the rows of taps (0..K-1, kx) down the rows, as aligned
@@ -366,7 +350,7 @@ void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                    "                        for (int ox = 0; ox < %d; ox++) dp[ox * %d] += sp[ox];\n"
                    "                    }\n"
                    "                }\n",
-                Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, cp_at, OH, S, dil(L, "ky", D), Wp, dil(L, "kx", D),
+                Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, cp_at, OH, S, cg_dilated(L, "ky", D), Wp, cg_dilated(L, "kx", D),
                 OW, OW, S);
         if (Pd > 0)
             cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
@@ -440,7 +424,7 @@ void cg_conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
     cg_body(L, "    /* dy [N, %d, %d, %d], x [N, %d, %d, %d], part [%d, %d, %ld]; stride %d, padding %d%s.\n"
                "       One group of examples per iteration, %d at a time: t = their dy, col = their im2col,\n"
                "       part[g] += t . col^T%s */\n",
-            O, G->OH, G->OW, C, H, W, CG_WGROUPS, O, CgKK, G->S, G->P, geom_extra(L, G), NB,
+            O, G->OH, G->OW, C, H, W, CG_WGROUPS, O, CgKK, G->S, G->P, cg_groups_dilation(L, G), NB,
             gs > 1 ? " (a GEMM per channel group)" : "");
     cg_body(L, "    float *col = mgc_scratch(%ldL * %d + %ldL * %d + %ldL, \"%s\"), *t = col + %ldL * %d, *pad = t + %ldL * %d;\n"
                "    (void)pad;\n",

@@ -122,6 +122,9 @@ void cg_lower_dropout_mask(Lower *L, int id);
 /* conv.c */
 void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */
 ConvGeom cg_conv_geom(const Graph *g, int id);     /* the geometry of any of the three */
+/* conv.c: a tap's offset, "k" or "(k * D)"; ", 8 groups, dilation 2" for kernels' comments ("" for neither) */
+const char *cg_dilated(Lower *L, const char *k, int D);
+const char *cg_groups_dilation(Lower *L, const ConvGeom *G);
 /* conv_chunked.c: CONV_CHUNKED's three ops; examples per chunk */
 void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G);
 void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G);
