@@ -120,7 +120,9 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
     if (in_pixels < k * k && dense_fits) return CONV_DENSE;   /* fewer multiply-adds than im2col's, and no im2col */
     /* Measured on LeNet: direct wins for conv1 (1x5x5 -> 6, 24 wide); for conv2
        (6x5x5 -> 16, 8 wide) its rows are too short, and the channel vector wins. */
-    if ((long)c * k * k * o <= 4096 && out_width >= 16) return CONV_DIRECT;
+    /* 1x1 layers are GEMMs as they stand: MobileNetV2's narrow ones (16..144 channels at
+       28x28) chunked rather than direct, 82-86 -> 108-111 examples/s on two threads */
+    if (k > 1 && (long)c * k * k * o <= 4096 && out_width >= 16) return CONV_DIRECT;
     if (padding == 0 && k <= 7 && o % 8 == 0 && o <= 64 && (long)c * k * k <= 1152) return CONV_VECTOR;
     /* 3x3, stride 1, padding 1 (ResNet-18's 7x7 and 4x4 maps): 2.25x fewer multiply-adds
        than im2col on even maps; few channels make its GEMMs too short (K = C) */
@@ -1066,34 +1068,33 @@ static bool chunked_takes(const CgOptions *opt, const ConvGeom *G)
            (G->groups == 1 || cg_chunked_wgroups_fit(G));
 }
 
-/* A depthwise layer (one channel a group) on rows at least this wide: the
-   direct loops. Measured, one thread, a step of 256 (forward, input and weight
-   gradients): depthwise 3x3 on 32 channels at 28x28, direct 16.5, 11.0 ms
-   against chunked 13.2, 18.1; at 14x14 on 96 channels chunked wins 2x (14.1,
-   13.2 against 28.7, 26.7); 8 groups of 4 channels at 28x28, chunked 2x (22.7,
-   25.1 against 44.1, 41.9), of 8 and 16 channels at 14x14 and 7x7, 9x to 18x. */
-#define CG_DEPTHWISE_DIRECT_MIN_WIDTH 16
-
 /* Why a grouped or dilated layer runs the direct loops. */
 static const char *grouped_direct_why(const CgOptions *opt, const ConvGeom *G)
 {
     if (!(opt && opt->cpu_only)) return "on GPUs the one form that takes them";
     if (!chunked_takes(opt, G)) return "the chunked form does not fit it";
     if (opt->conv >= 0 && opt->conv != CONV_DIRECT) return "only direct and chunked take them";
-    if (G->groups > 1 && G->C == G->groups) return "depthwise on wide rows: the direct loops are as fast";
+    if (G->groups > 1 && G->C == G->groups) return "depthwise: its own kernels, the taps' weights in registers";
     return "few weights and wide rows";
 }
 
 /* The form of a grouped or dilated convolution (direct and chunked take them):
-   chunked on CPUs (its GEMM per group), but for a depthwise layer on wide rows;
-   `s`, cg_conv_strategy()'s choice for one group's channels, decides a dilated
-   layer without groups (direct or a GEMM form, which becomes chunked). */
+   on CPUs, a depthwise layer's own direct kernels (depthwise_fits()), other
+   grouped layers chunked (a GEMM per group); `s`, cg_conv_strategy()'s choice
+   for one group's channels, decides a dilated layer without groups (direct or
+   a GEMM form, which becomes chunked). Measured, one thread, a step of 256,
+   forward / input / weight gradient in ms: depthwise 3x3 on 32 channels at
+   28x28, 6.5 / 3.2 / 8.6 against chunked 13.5 / 15.7 / 11.8; 96 at 14x14,
+   3.2 / 3.2 / 5.2 against 9.8 / 13.9 / 9.9; 384 at 7x7, 6.3 / 6.3 / 9.1
+   against 11.9 / 16.4 / 12.1; 8 groups of 4 channels at 28x28, chunked 16.3 /
+   18.2 / 13.2 against the plane-at-a-time loops' 37.4 / 43.2 / 47.7 (8 and 16
+   channels a group at 14x14 and 7x7: 9x to 18x). */
 static ConvStrategy grouped_strategy(const CgOptions *opt, const ConvGeom *G, ConvStrategy s)
 {
     if (!chunked_takes(opt, G)) return CONV_DIRECT;
     if (opt->conv >= 0) return s == CONV_CHUNKED || s == CONV_WINOGRAD ? CONV_CHUNKED : CONV_DIRECT;
     if (G->groups == 1) return s == CONV_DIRECT ? CONV_DIRECT : CONV_CHUNKED;
-    return G->C == G->groups && G->OW >= CG_DEPTHWISE_DIRECT_MIN_WIDTH ? CONV_DIRECT : CONV_CHUNKED;
+    return depthwise_fits(true, G) ? CONV_DIRECT : CONV_CHUNKED;
 }
 
 /* For --emit kernels: the form a layer got and why, with the share of its
