@@ -419,17 +419,24 @@ static int check_sets(const DataFiles *f, Dataset *train, Dataset *test, char *e
     return 0;
 }
 
+/* A DataFiles to fill by locate(), or NULL with the message in err. */
+static DataFiles *files_new(char *err, size_t err_size)
+{
+    DataFiles *f = malloc(sizeof *f);
+    if (!f)
+        set_err(err, err_size, "out of memory");
+    return f;
+}
+
 int data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, char *err, size_t err_size)
 {
     memset(train, 0, sizeof *train);
     memset(test, 0, sizeof *test);
+    DataFiles *f = files_new(err, err_size);
+    if (!f)
+        return -1;
     if (!dir || !*dir)
         dir = ".";
-    DataFiles *f = malloc(sizeof *f);
-    if (!f) {
-        set_err(err, err_size, "out of memory");
-        return -1;
-    }
     bool floats = false;
     int rc = locate(dir, f, err, err_size) ? -1 : 0;
     if (!rc && f->format == FMT_SAFETENSORS)
@@ -455,13 +462,11 @@ int data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, ch
 int data_describe(const char *dir, DataInfo *info, char *err, size_t err_size)
 {
     *info = (DataInfo){ .format = "Fashion-MNIST", .channels = 1, .rows = 28, .cols = 28, .classes = DATA_CLASSES };
+    DataFiles *f = files_new(err, err_size);
+    if (!f)
+        return -1;
     if (!dir || !*dir)
         dir = ".";
-    DataFiles *f = malloc(sizeof *f);
-    if (!f) {
-        set_err(err, err_size, "out of memory");
-        return -1;
-    }
     int rc = locate(dir, f, err, err_size);
     if (!rc) {
         snprintf(info->format, sizeof info->format, "%s", format_name(f->format));
