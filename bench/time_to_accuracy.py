@@ -146,6 +146,8 @@ def main():
                     versions[side] = "PyTorch " + text.split('"torch": "')[1].split('"')[0]
             except OSError:
                 pass
+            if a.report and not curve:
+                continue   # a run never made: nothing to report
             curves[side][seed] = curve
             hit = first_reach(curve, a.target)
             end = curve[-1] if curve else None
