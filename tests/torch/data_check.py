@@ -33,28 +33,24 @@ from ref import ROOT, MgcError, Report, run_mgc, st_load, st_save  # noqa: E402
 DATA = os.environ.get("MGC_DATA", os.path.join(ROOT, "..", "shared", "data", "fashion-mnist"))
 
 
-def idx_images(path):
+def idx_raw(path):
+    """The bytes of the IDX file path[.gz], decompressed."""
     for p in (path + ".gz", path):
         if os.path.exists(p):
             with open(p, "rb") as f:
                 raw = f.read()
-            if raw[:2] == b"\x1f\x8b":
-                raw = gzip.decompress(raw)
-            n, h, w = (int.from_bytes(raw[k:k + 4], "big") for k in (4, 8, 12))
-            t = torch.frombuffer(bytearray(raw[16:16 + n * h * w]), dtype=torch.uint8)
-            return t.view(n, 1, h, w)
+            return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
     raise OSError(f"no {path}[.gz]")
+
+
+def idx_images(path):
+    raw = idx_raw(path)
+    n, h, w = (int.from_bytes(raw[k:k + 4], "big") for k in (4, 8, 12))
+    return torch.frombuffer(bytearray(raw[16:16 + n * h * w]), dtype=torch.uint8).view(n, 1, h, w)
 
 
 def idx_labels(path):
-    for p in (path + ".gz", path):
-        if os.path.exists(p):
-            with open(p, "rb") as f:
-                raw = f.read()
-            if raw[:2] == b"\x1f\x8b":
-                raw = gzip.decompress(raw)
-            return torch.frombuffer(bytearray(raw[8:]), dtype=torch.uint8).long()
-    raise OSError(f"no {path}[.gz]")
+    return torch.frombuffer(bytearray(idx_raw(path)[8:]), dtype=torch.uint8).long()
 
 
 def candidates(img, pad, flip):
