@@ -94,6 +94,9 @@ typedef struct Step {
     Dim m, n, k, lda, ldb, ldc;
     int a, b, c;              /* buffer ids */
     float alpha, beta;
+    int batch;                /* > 1: that many GEMMs, the i-th on A + i * sa, B + i * sb, C + i * sc (a grouped
+                                 convolution's groups: cuBLAS's strided batched GEMM); 0 or 1: one */
+    Dim sa, sb, sc;
     /* STEP_ALLREDUCE, STEP_WAIT */
     int coll;                 /* index in Program.colls */
 } Step;
@@ -105,7 +108,11 @@ typedef struct CgNode {
     int fused;                /* the node whose kernel computes it too (sharing its buffer), or -1 */
     bool relu_out;            /* its kernel applies ReLU to what it writes (a fused relu follows) */
     int act;                  /* the activation its kernel applies to what it writes (OP_RELU: relu_out too;
-                                 OP_RELU6, OP_SIGMOID, OP_TANH after a linear, bn_apply or add), or -1 */
+                                 any other after a linear, bn_apply, add, mul or sub), or -1 */
+    int act_node;             /* with act: the activation node fused */
+    int act_out;              /* with act: the activation node whose own buffer receives act's output, the
+                                 kernel's own output stored as computed (the activation's gradient reads
+                                 it); -1: act applied in place */
     bool relu_mask;           /* maxpool2d_grad: routes only where its input was positive (a fused relu_grad) */
     signed char conv;         /* a convolution or its gradient: its ConvStrategy; others -1 */
     const char *conv_why;     /* conv2d: the form chosen and why, for --emit kernels; others NULL */
@@ -114,6 +121,7 @@ typedef struct CgNode {
     int pool_of;              /* bn_apply or conv2d: the max pool its kernel computes too (of its ReLU output), or -1 */
     int pool_by;              /* that maxpool2d: the bn_apply or conv2d, or -1 */
     int bn_into_add;          /* add: the bn_apply input whose normalisation its kernel computes (fused), or -1 */
+    int ew_into_add;          /* add: the mul or sub input whose product or difference its kernel computes (fused), or -1 */
     int wgrad_pool;           /* conv2d_grad_w: the 2x2 max-pool gradient (ReLU-masked) whose routing its
                                  kernel does, reading the pool's input and gradient (fused), or -1 */
     int wgrad_bias;           /* such a conv2d_grad_w: the bias_grad its kernel computes too (fused), or -1 */
@@ -179,6 +187,11 @@ typedef struct CgDecisions {
 
 /* The decisions of node id. */
 static inline const CgNode *cg_node(const CgDecisions *d, int id) { return &d->node[id]; }
+
+/* Whether a tensor of shape s broadcast to out ([N, C, H, W]) is indexed in a
+   loop over out's (n, c) planes as ((n' * C' + c') * H'W' + k'): each of its
+   batch and channel dimensions out's or 1, its positions out's or 1 x 1. */
+bool cg_plane_indexable(const Shape *s, const Shape *out);
 
 /* Nothing fused, no strategy chosen. */
 void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a);
@@ -257,5 +270,25 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
 /* Prints how each convolution runs and why (conv_why), then the program's
    steps (for --emit=kernels). */
 void cg_print_steps(const Program *p, FILE *out);
+
+/* A GPU the cost model (codegen/cost.c) predicts for: its published peaks and
+   a guess at launch costs, until a lent GPU calibrates them. */
+typedef struct CgGpuModel {
+    const char *name;                  /* --gpu-model's value: "h200" */
+    const char *words;                 /* "NVIDIA H200 SXM" */
+    double bytes_per_s;                /* memory bandwidth */
+    double fp32_flops, bf16_flops;     /* dense peaks: CUDA cores' fp32, tensor cores' bf16 */
+    double link_bytes_per_s;           /* NVLink, each way (the gradients' allreduce) */
+    double launch_s, graph_launch_s;   /* a kernel launched alone, and inside a CUDA graph */
+    int sms, threads_per_sm;
+} CgGpuModel;
+/* The model of that name, or NULL; the names there are (for messages). */
+const CgGpuModel *cg_gpu_model(const char *name);
+extern const char cg_gpu_model_names[];
+/* Prints each step's launch geometry, bytes, FLOPs and predicted time on m
+   (fp32 and bf16) at `batch` examples per GPU, then the step's and an epoch's
+   of train_examples over `replicas` GPUs, the ten costliest steps, and the
+   kernels that fill fewer than 2 blocks per SM and why. Needs no GPU. */
+void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replicas, long train_examples, FILE *out);
 
 #endif

@@ -76,7 +76,8 @@ ConvGeom cg_conv_geom(const Graph *g, int id)
                   the weight gradient), a few columns at a time in registers:
                   for 8..64 outputs, no padding, kernels up to 7, short rows (LeNet's conv2);
                   the input gradient is one GEMM on the channels-last gradient;
-     CONV_GEMM    im2col + one GEMM over the whole batch: wide layers (ResNet).
+     CONV_GEMM    im2col + one GEMM over the whole batch: wide layers (ResNet),
+                  and on GPUs every layer but the dense form's;
      CONV_CHUNKED CONV_GEMM a few examples at a time, in cache: where CONV_GEMM
                   would be chosen, when the program runs on CPUs only (opt->cpu_only);
                   ResNet-18's step: 292 -> 227 ms, im2col and col2im no longer
@@ -118,6 +119,10 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
         }
     }
     if (in_pixels < k * k && dense_fits) return CONV_DENSE;   /* fewer multiply-adds than im2col's, and no im2col */
+    /* GPUs: im2col + cuBLAS. The direct and vector forms below are shaped for a CPU's
+       vectors and caches (a thread per plane or row on a GPU); the cost model
+       (codegen/cost.c) put LeNet's step on an H200 at 1.10 ms with them, 0.51 with GEMMs. */
+    if (!(opt && opt->cpu_only)) return CONV_GEMM;
     /* Measured on LeNet: direct wins for conv1 (1x5x5 -> 6, 24 wide); for conv2
        (6x5x5 -> 16, 8 wide) its rows are too short, and the channel vector wins. */
     /* 1x1 layers are GEMMs as they stand: MobileNetV2's narrow ones (16..144 channels at
@@ -140,6 +145,15 @@ static int transposed_grad(Lower *L, int id, int dy_node)
     int O = ds->d[1], P = ds->d[2] * ds->d[3];
     int t = cg_new_buf(L, BUF_WORK, dimn((long)O * P), "dy transposed", dy_node);
     int b[2] = { t, buf_of(L, dy_node) };
+    L->dyt[dy_node] = t;
+    if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
+        cg_kernel(L, id, "pack_grad", cg_rows_work(dimn(O), P), 2, b, (const char *const[]){ "=t", "dy" });
+        cg_body(L, "    /* dy is [N, %d, %d]; t is [%d, N*%d]; one element per iteration, (o, n) rows */\n", O, P, O, P);
+        cg_rows_body(L, dimn(O), P, "        long o = row / N, n = row % N;\n",
+                     arena_printf(L->p->arena, "t[row * %dL + at] = dy[(n * %d + o) * %dL + at];", P, O, P));
+        cg_end_kernel(L);
+        return t;
+    }
     cg_kernel(L, id, "pack_grad", dimn(O), 2, b, (const char *const[]){ "=t", "dy" })->grain = P;
     cg_body(L, "    /* dy is [N, %d, %d]; t is [%d, N*%d]; one (o, n) row per iteration */\n", O, P, O, P);
     cg_body(L, "    FOR_EACH(i, %s) {\n        long o = i / N, n = i %% N;\n"
@@ -171,16 +185,43 @@ static int channels_last(Lower *L, int id, int dy_node)
     return t;
 }
 
+/* A grouped convolution's GEMM as a batch of one per group (Step.batch: cuBLAS's strided
+   batched GEMM on GPUs, one GEMM after another on CPUs), each operand's groups sa, sb, sc
+   floats apart: weights [O, C/G*K*K] by rows, im2col's columns [C*K*K, N*P] by rows,
+   the products [O, N*P] by rows. */
+static void group_batch(Step *s, const ConvGeom *G, Dim sa, Dim sb, Dim sc)
+{
+    if (G->groups <= 1) return;
+    s->batch = G->groups;
+    s->sa = sa, s->sb = sb, s->sc = sc;
+}
+
 /* Bytes of im2col columns per example up to which the forward's are kept for the weight gradient. */
 #define CG_KEEP_COLUMNS 65536
 
-/* x [N, C, H, W] -> col [C*K*K, N*OH*OW]: the input under each tap, for the GEMM */
+/* x [N, C, H, W] -> col [C*K*K, N*OH*OW]: the input under each tap, for the GEMM (taps
+   D apart when dilated; with groups, group g's rows are [g*C/G*K*K, (g+1)*C/G*K*K)) */
 static int im2col(Lower *L, int id, int x_node, const ConvGeom *G)
 {
     int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW;
+    const char *ky_d = cg_dilated(L, "ky", G->D), *kx_d = cg_dilated(L, "kx", G->D);
     long P = (long)OH * OW, CKK = (long)C * K * K;
     int col = cg_new_buf(L, BUF_WORK, dimn(CKK * P), "im2col", id);
     int b[2] = { col, buf_of(L, x_node) };
+    if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
+        cg_kernel(L, id, "im2col", cg_rows_work(dimn(CKK), P), 2, b, (const char *const[]){ "=col", "x" });
+        cg_body(L, "    /* x is [N, %d, %d, %d]; col is [%d*%d*%d, N*%d*%d], row (c, ky, kx), column (n, oy, ox);\n"
+                   "       one element per iteration, (row, n) stretches of %ld columns */\n", C, H, W, C, K, K, OH, OW, P);
+        cg_rows_body(L, dimn(CKK), P,
+                     arena_printf(L->p->arena, "        long r = row / N, n = row %% N;\n"
+                                               "        int c = (int)(r / %d), ky = (int)(r / %d) %% %d, kx = (int)(r %% %d);\n",
+                                  K * K, K, K, K),
+                     arena_printf(L->p->arena, "{ int iy = at / %d * %d - %d + %s, ix = at %% %d * %d - %d + %s;\n"
+                                               "          col[row * %ldL + at] = iy >= 0 && iy < %d && ix >= 0 && ix < %d ? x[(n * %d + c) * %dL + iy * %d + ix] : 0.0f; }",
+                                  OW, S, Pd, ky_d, OW, S, Pd, kx_d, P, H, W, C, H * W, W));
+        cg_end_kernel(L);
+        return col;
+    }
     cg_kernel(L, id, "im2col", dimn(CKK), 2, b, (const char *const[]){ "=col", "x" })->grain = P;
     cg_body(L, "    /* x is [N, %d, %d, %d]; col is [%d*%d*%d, N*%d*%d], row (c, ky, kx), column (n, oy, ox);\n"
                "       one (row, n) stretch of %ld columns per iteration */\n", C, H, W, C, K, K, OH, OW, P);
@@ -190,20 +231,20 @@ static int im2col(Lower *L, int id, int x_node, const ConvGeom *G)
                "        const float *xp = x + (n * %d + c) * %d;\n"
                "        float *cp = col + i * %ld;\n"
                "        for (int oy = 0; oy < %d; oy++) {\n"
-               "            int iy = oy * %d - %d + ky;\n"
+               "            int iy = oy * %d - %d + %s;\n"
                "            float *row = cp + oy * %d;\n"
                "            if (iy < 0 || iy >= %d) { for (int ox = 0; ox < %d; ox++) row[ox] = 0.0f; continue; }\n"
                "%s"
                "        }\n    }\n",
-            cg_work_str(L, dimn(CKK)), K * K, K, K, K, C, H * W, P, OH, S, Pd, OW, H, OW,
+            cg_work_str(L, dimn(CKK)), K * K, K, K, K, C, H * W, P, OH, S, Pd, ky_d, OW, H, OW,
             Pd == 0 && S == 1
                 /* no padding, stride 1: every row is a plain copy of OW inputs */
-                ? arena_printf(L->p->arena, "            const float *xr = xp + iy * %d + kx;\n"
-                                            "            for (int ox = 0; ox < %d; ox++) row[ox] = xr[ox];\n", W, OW)
+                ? arena_printf(L->p->arena, "            const float *xr = xp + iy * %d + %s;\n"
+                                            "            for (int ox = 0; ox < %d; ox++) row[ox] = xr[ox];\n", W, kx_d, OW)
                 : arena_printf(L->p->arena, "            for (int ox = 0; ox < %d; ox++) {\n"
-                                            "                int ix = ox * %d - %d + kx;\n"
+                                            "                int ix = ox * %d - %d + %s;\n"
                                             "                row[ox] = ix >= 0 && ix < %d ? xp[iy * %d + ix] : 0.0f;\n"
-                                            "            }\n", OW, S, Pd, W, W));
+                                            "            }\n", OW, S, Pd, kx_d, W, W));
     cg_end_kernel(L);
     return col;
 }
@@ -796,15 +837,25 @@ static void conv_vector_grad_w(Lower *L, int id, const ConvGeom *G)
 static void conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
 {
     const Node *n = &L->g->nodes[id];
-    int O = G->O, K = G->K, OH = G->OH, OW = G->OW;
-    long P = (long)OH * OW, CKK = (long)G->C * K * K;
+    int O = G->O, K = G->K, OH = G->OH, OW = G->OW, Og = O / G->groups;
+    long P = (long)OH * OW, CKK = (long)G->C / G->groups * K * K;   /* a group's */
     int col = im2col(L, id, n->in[0], G);
     L->col[id] = col;
     int t = cg_new_buf(L, BUF_WORK, dimn(O * P), "conv out transposed", id);
-    cg_gemm(L, id, false, false, dimc(O), dimn(P), dimc(CKK), buf_of(L, n->in[1]), dimc(CKK), col, dimn(P), 0.0f, t, dimn(P));
+    Step *s = cg_gemm(L, id, false, false, dimc(Og), dimn(P), dimc(CKK), buf_of(L, n->in[1]), dimc(CKK), col, dimn(P), 0.0f, t, dimn(P));
+    group_batch(s, G, dimc(Og * CKK), dimn(CKK * P), dimn(Og * P));
     int y = cg_out_buf(L, id);
     bool bias = n->nin == 3;
     int b[3] = { y, t, bias ? buf_of(L, n->in[2]) : -1 };
+    if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
+        cg_kernel(L, id, "conv2d_unpack", cg_rows_work(dimn(O), P), bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" });
+        cg_body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld]; one element per iteration, (n, o) planes */\n", O, P, O, P);
+        cg_rows_body(L, dimn(O), P, arena_printf(L->p->arena, "        long n = row / %d, o = row %% %d;\n", O, O),
+                     arena_printf(L->p->arena, "{ float v = t[(o * N + n) * %ldL + at] + %s; y[row * %ldL + at] = %s; }", P,
+                                  bias ? "bias[o]" : "0.0f", P, L->dec->node[id].relu_out ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v"));
+        cg_end_kernel(L);
+        return;
+    }
     cg_kernel(L, id, "conv2d_unpack", dimn(O), bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" })->grain = P;
     cg_body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld]; one (n, o) plane per iteration */\n", O, P, O, P);
     cg_body(L, "    FOR_EACH(i, %s) {\n        long n = i / %d, o = i %% %d;\n"
@@ -820,16 +871,17 @@ static void conv_gemm_grad_w(Lower *L, int id, const ConvGeom *G)
 {
     const Node *n = &L->g->nodes[id];
     int fwd = n->grad_of;
-    int O = G->O;
-    long CKK = (long)G->C * G->K * G->K, P = (long)G->OH * G->OW;
+    int Og = G->O / G->groups;
+    long CKK = (long)G->C / G->groups * G->K * G->K, P = (long)G->OH * G->OW;   /* a group's */
     int t = transposed_grad(L, id, n->in[0]);
     /* The forward's columns are kept when small; big ones (ResNet) are made
        again here, so they need not live from the forward to the backward. */
     int col = L->col[fwd];
-    if (col < 0 || CKK * P * (long)sizeof(float) > CG_KEEP_COLUMNS)
+    if (col < 0 || CKK * G->groups * P * (long)sizeof(float) > CG_KEEP_COLUMNS)
         col = im2col(L, id, L->g->nodes[fwd].in[0], G);
     int dw = cg_out_buf(L, id);
-    cg_gemm(L, id, false, true, dimc(O), dimc(CKK), dimn(P), t, dimn(P), col, dimn(P), 0.0f, dw, dimc(CKK));
+    Step *s = cg_gemm(L, id, false, true, dimc(Og), dimc(CKK), dimn(P), t, dimn(P), col, dimn(P), 0.0f, dw, dimc(CKK));
+    group_batch(s, G, dimn(Og * P), dimn(CKK * P), dimc(Og * CKK));
 }
 
 /* dy, w -> dx: the columns' gradient by one GEMM, gathered back into the planes of dx
@@ -869,9 +921,37 @@ static void conv_gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy h
     }
     int t = transposed_grad(L, id, n->in[0]);
     int dcol = cg_new_buf(L, BUF_WORK, dimn(CKK * P), "im2col gradient", id);
-    cg_gemm(L, id, true, false, dimc(CKK), dimn(P), dimc(O), buf_of(L, n->in[1]), dimc(CKK), t, dimn(P), 0.0f, dcol, dimn(P));
+    long CKKg = CKK / G->groups;
+    int Og = O / G->groups;
+    Step *s = cg_gemm(L, id, true, false, dimc(CKKg), dimn(P), dimc(Og), buf_of(L, n->in[1]), dimc(CKKg), t, dimn(P), 0.0f, dcol, dimn(P));
+    group_batch(s, G, dimc(Og * CKKg), dimn(Og * P), dimn(CKKg * P));
+    const char *ky_d = cg_dilated(L, "ky", G->D), *kx_d = cg_dilated(L, "kx", G->D);
     int dx = cg_out_buf(L, id);
     int b[2] = { dx, dcol };
+    if (!L->dec->cpu_only) {
+        /* GPUs: a thread per element of dx, the sum of its taps' columns, taps in the
+           order the CPU's loops add them (the same sum) */
+        cg_kernel(L, id, "col2im", cg_rows_work(dimn(C), (long)H * W), 2, b, (const char *const[]){ "=dx", "dcol" });
+        cg_body(L, "    /* dcol is [%d*%d*%d, N*%d*%d]; dx is [N, %d, %d, %d]; one element of dx per iteration, (n, c) planes */\n",
+                C, K, K, OH, OW, C, H, W);
+        cg_rows_body(L, dimn(C), (long)H * W, arena_printf(L->p->arena, "        long n = row / %d, c = row %% %d;\n", C, C),
+                     arena_printf(L->p->arena,
+                                  "{ int iy = at / %d, ix = at %% %d;\n"
+                                  "          float s = 0.0f;\n"
+                                  "          for (int ky = 0; ky < %d; ky++) {\n"
+                                  "              int ty = iy + %d - %s;\n"
+                                  "              if (ty < 0 || ty %% %d || ty / %d >= %d) continue;\n"
+                                  "              for (int kx = 0; kx < %d; kx++) {\n"
+                                  "                  int tx = ix + %d - %s;\n"
+                                  "                  if (tx < 0 || tx %% %d || tx / %d >= %d) continue;\n"
+                                  "                  s += dcol[((c * %d + ky) * %d + kx) * (N * %ldL) + n * %ldL + (ty / %d) * %d + tx / %d];\n"
+                                  "              }\n"
+                                  "          }\n"
+                                  "          dx[row * %dL + at] = s; }",
+                                  W, W, K, Pd, ky_d, S, S, OH, K, Pd, kx_d, S, S, OW, K, K, P, P, S, OW, S, H * W));
+        cg_end_kernel(L);
+        return;
+    }
     cg_kernel(L, id, "col2im", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" })->grain = (long)H * W * K * K;
     cg_body(L, "    /* dcol is [%d*%d*%d, N*%d*%d]; dx is [N, %d, %d, %d]; each iteration owns one (n, c) plane of dx */\n",
             C, K, K, OH, OW, C, H, W);
@@ -888,18 +968,18 @@ static void conv_gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy h
             Pd == 0 && S == 1
                 /* no padding, stride 1: every row adds into a contiguous stretch of dx */
                 ? arena_printf(L->p->arena, "                for (int oy = 0; oy < %d; oy++) {\n"
-                                            "                    float *xr = dxp + (oy + ky) * %d + kx;\n"
+                                            "                    float *xr = dxp + (oy + %s) * %d + %s;\n"
                                             "                    const float *cr = cp + oy * %d;\n"
                                             "                    for (int ox = 0; ox < %d; ox++) xr[ox] += cr[ox];\n"
-                                            "                }\n", OH, W, OW, OW)
+                                            "                }\n", OH, ky_d, W, kx_d, OW, OW)
                 : arena_printf(L->p->arena, "                for (int oy = 0; oy < %d; oy++) {\n"
-                                            "                    int iy = oy * %d - %d + ky;\n"
+                                            "                    int iy = oy * %d - %d + %s;\n"
                                             "                    if (iy < 0 || iy >= %d) continue;\n"
                                             "                    for (int ox = 0; ox < %d; ox++) {\n"
-                                            "                        int ix = ox * %d - %d + kx;\n"
+                                            "                        int ix = ox * %d - %d + %s;\n"
                                             "                        if (ix >= 0 && ix < %d) dxp[iy * %d + ix] += cp[oy * %d + ox];\n"
                                             "                    }\n"
-                                            "                }\n", OH, S, Pd, H, OW, S, Pd, W, W, OW));
+                                            "                }\n", OH, S, Pd, ky_d, H, OW, S, Pd, kx_d, W, W, OW));
     cg_end_kernel(L);
 }
 
@@ -932,6 +1012,25 @@ static int dense_weights(Lower *L, int id, int w_node, const ConvGeom *G)
     long HW = (long)H * W, P = (long)G->OH * G->OW, CHW = C * HW;
     int wd = cg_new_buf(L, BUF_WORK, dimc(CHW * O * P), "conv weights over the whole map", id);
     int b[2] = { wd, buf_of(L, w_node) };
+    if (!L->dec->cpu_only) {
+        /* GPUs: a thread per element of wd, each its tap or 0. A row per thread (the CPU's
+           form, below) gives a 512-channel layer 512 to 2048 threads, each writing
+           rows of 2048 to 8192 floats: the cost model (codegen/cost.c) put four such
+           kernels at 45% of ResNet-18's step on an H200. */
+        cg_kernel(L, id, "conv2d_dense_weights", dimc(CHW * O * P), 2, b, (const char *const[]){ "=wd", "w" });
+        cg_body(L, "    /* w [%d, %d, %d, %d] -> wd [%d*%ld, %d*%ld]; stride %d, padding %d; one element per iteration */\n", O, C, K, K, O, P, C,
+                HW, S, Pd);
+        cg_body(L, "    FOR_EACH(e, %ldL) {\n"
+                   "        long r = e / %ldL, j = e %% %ldL;   /* row (o, oy, ox), column (c, iy, ix) */\n"
+                   "        long o = r / %ld, oy = (r %% %ld) / %d, ox = r %% %d;\n"
+                   "        long c = j / %ld, iy = (j %% %ld) / %d, ix = j %% %d;\n"
+                   "        long ky = iy - oy * %d + %d, kx = ix - ox * %d + %d;\n"
+                   "        wd[e] = ky >= 0 && ky < %d && kx >= 0 && kx < %d ? w[(o * %d + c) * %d + ky * %d + kx] : 0.0f;\n"
+                   "    }\n",
+                CHW * O * P, CHW, CHW, P, P, OW, OW, HW, HW, W, W, S, Pd, S, Pd, K, K, C, K * K, K);
+        cg_end_kernel(L);
+        return wd;
+    }
     cg_kernel(L, id, "conv2d_dense_weights", dimc(O * P), 2, b, (const char *const[]){ "=wd", "w" })->grain = CHW;
     cg_body(L, "    /* w [%d, %d, %d, %d] -> wd [%d*%ld, %d*%ld]; stride %d, padding %d; one row (o, output position) per iteration */\n",
             O, C, K, K, O, P, C, HW, S, Pd);
@@ -1071,18 +1170,23 @@ static bool chunked_takes(const CgOptions *opt, const ConvGeom *G)
 /* Why a grouped or dilated layer runs the direct loops. */
 static const char *grouped_direct_why(const CgOptions *opt, const ConvGeom *G)
 {
-    if (!(opt && opt->cpu_only)) return "on GPUs the one form that takes them";
+    if (opt && opt->conv >= 0 && opt->conv != CONV_DIRECT) return "only the direct, GEMM and chunked forms take them";
+    if (!(opt && opt->cpu_only))
+        return G->groups > 1 && G->C == G->groups ? "depthwise: a thread per output over its taps, where a GEMM per group would be 1 row by K*K"
+                                                  : "few weights and wide rows";
     if (!chunked_takes(opt, G)) return "the chunked form does not fit it";
-    if (opt->conv >= 0 && opt->conv != CONV_DIRECT) return "only direct and chunked take them";
     if (G->groups > 1 && G->C == G->groups) return "depthwise: its own kernels, the taps' weights in registers";
     return "few weights and wide rows";
 }
 
-/* The form of a grouped or dilated convolution (direct and chunked take them):
-   on CPUs, a depthwise layer's own direct kernels (depthwise_fits()), other
-   grouped layers chunked (a GEMM per group); `s`, cg_conv_strategy()'s choice
-   for one group's channels, decides a dilated layer without groups (direct or
-   a GEMM form, which becomes chunked). Measured, one thread, a step of 256,
+/* The form of a grouped or dilated convolution (direct, GEMM and chunked take
+   them): on CPUs, a depthwise layer's own direct kernels (depthwise_fits()),
+   other grouped layers chunked (a GEMM per group); `s`, cg_conv_strategy()'s
+   choice for one group's channels, decides a dilated layer without groups
+   (direct or a GEMM form, which becomes chunked). On GPUs, a depthwise layer's
+   direct loops (a thread per output over its K*K taps: a GEMM per group would
+   have one row), other grouped layers im2col over the batch and a GEMM per
+   group, one strided batched cuBLAS call (not measured: no GPU yet). Measured, one thread, a step of 256,
    forward / input / weight gradient in ms: depthwise 3x3 on 32 channels at
    28x28, 6.5 / 3.2 / 8.6 against chunked 13.5 / 15.7 / 11.8; 96 at 14x14,
    3.2 / 3.2 / 5.2 against 9.8 / 13.9 / 9.9; 384 at 7x7, 6.3 / 6.3 / 9.1
@@ -1091,8 +1195,13 @@ static const char *grouped_direct_why(const CgOptions *opt, const ConvGeom *G)
    channels a group at 14x14 and 7x7: 9x to 18x). */
 static ConvStrategy grouped_strategy(const CgOptions *opt, const ConvGeom *G, ConvStrategy s)
 {
+    if (opt && opt->conv >= 0) {   /* forced: direct, GEMM or chunked (where it fits; else GEMM, as without groups) */
+        if (s == CONV_CHUNKED || s == CONV_WINOGRAD) return chunked_takes(opt, G) ? CONV_CHUNKED : CONV_GEMM;
+        return s == CONV_GEMM ? CONV_GEMM : CONV_DIRECT;
+    }
+    if (!(opt && opt->cpu_only))   /* GPUs: a depthwise layer's direct loops, other grouped layers a GEMM per group */
+        return G->groups > 1 && G->C == G->groups ? CONV_DIRECT : G->groups > 1 ? CONV_GEMM : s == CONV_DIRECT ? CONV_DIRECT : CONV_GEMM;
     if (!chunked_takes(opt, G)) return CONV_DIRECT;
-    if (opt->conv >= 0) return s == CONV_CHUNKED || s == CONV_WINOGRAD ? CONV_CHUNKED : CONV_DIRECT;
     if (G->groups == 1) return s == CONV_DIRECT ? CONV_DIRECT : CONV_CHUNKED;
     return depthwise_fits(true, G) ? CONV_DIRECT : CONV_CHUNKED;
 }
@@ -1115,7 +1224,13 @@ static const char *conv_why(Arena *a, const CgOptions *opt, const ConvGeom *G, C
         what = arena_printf(a, "vector: all %d outputs in a vector per output row (no padding, short rows)", G->O);
         break;
     case CONV_GEMM:
-        what = arena_printf(a, "gemm: im2col + one GEMM over the batch (columns [%ld, N*%ld])%s", CKK, P,
+        what = arena_printf(a, "gemm: im2col + one GEMM over the batch (columns [%ld, N*%ld])%s%s", CKK * G->groups, P,
+                            G->groups > 1 || G->D > 1
+                                ? arena_printf(a, " (%s%s)", grouped_words(a, G),
+                                               G->groups > 1 ? arena_printf(a, ": a GEMM per group, %d of [%d x %ld] by [%ld x N*%ld], strided batched",
+                                                                            G->groups, G->O / G->groups, CKK, CKK, P)
+                                                             : ": im2col's taps spaced")
+                                : "",
                             opt && opt->cpu_only ? "" : "; on GPUs, cuBLAS");
         break;
     case CONV_CHUNKED:

@@ -38,7 +38,7 @@ const char *cg_fused_act(Lower *L, int id, const char *v)
     int act = L->dec->node[id].act;
     if (act < 0) return v;
     if (act == OP_RELU) return arena_printf(L->p->arena, "%s > 0.0f ? %s : 0.0f   /* fused relu */", v, v);
-    const char *e = activations[act].fwd, *at;
+    const char *e = with_attrs(L, activations[act].fwd, &L->g->nodes[L->dec->node[id].act_node]), *at;
     const char *paren = arena_printf(L->p->arena, "(%s)", v);
     while ((at = strstr(e, "x[i]"))) e = arena_printf(L->p->arena, "%.*s%s%s", (int)(at - e), e, paren, at + 4);
     return e;
@@ -68,19 +68,83 @@ void cg_lower_activation_grad(Lower *L, int id)
     cg_end_kernel(L);
 }
 
-/* y = lhs + rhs, y = lhs * rhs (same shapes); an add may normalise one input
-   itself (a fused BatchNorm apply, dec->bn_into_add), one (n, c) plane per iteration */
+/* The store of a kernel's value v at index i of y: v itself, or v through the
+   fused activation (in place, or into a = the activation's own buffer, y
+   keeping v for the activation's gradient). */
+const char *cg_act_store(Lower *L, int id, const char *y, const char *a, const char *i)
+{
+    const CgNode *d = &L->dec->node[id];
+    if (d->act < 0) return arena_printf(L->p->arena, "%s[%s] = v;", y, i);
+    const char *f = cg_fused_act(L, id, "v");
+    if (d->act_out < 0) return arena_printf(L->p->arena, "%s[%s] = %s;", y, i, f);
+    return arena_printf(L->p->arena, "%s[%s] = v; %s[%s] = %s;   /* fused %s, stored beside its input */", y, i, a, i, f,
+                        ir_op_name((Op)d->act));
+}
+
+/* Node in's operand of an add's, mul's or sub's kernel as an expression: a
+   buffer (named name) or, fused into the add (dec->ew_into_add), a product or
+   difference of two (named name_l and name_r), each read at its index: idx(shape)
+   gives it. Appends the buffers to b and names. */
+typedef const char *(*IndexOf)(Lower *L, const Shape *s, const Shape *out);
+static const char *operand(Lower *L, int id, int in, const char *name, IndexOf idx, int *b, const char **names, int *nb)
+{
+    const Graph *g = L->g;
+    const Node *n = &g->nodes[id];
+    if (in != L->dec->node[id].ew_into_add) {
+        b[*nb] = buf_of(L, in);
+        names[(*nb)++] = name;
+        return arena_printf(L->p->arena, "%s[%s]", name, idx(L, &g->nodes[in].shape, &n->shape));
+    }
+    const Node *e = &g->nodes[in];
+    const char *side[2];
+    for (int k = 0; k < 2; k++) {
+        const char *nm = arena_printf(L->p->arena, "%s_%c", name, k ? 'r' : 'l');
+        b[*nb] = buf_of(L, e->in[k]);
+        names[(*nb)++] = nm;
+        side[k] = arena_printf(L->p->arena, "%s[%s]", nm, idx(L, &g->nodes[e->in[k]].shape, &n->shape));
+    }
+    return arena_printf(L->p->arena, "(%s %c %s)", side[0], e->op == OP_MUL ? '*' : '-', side[1]);
+}
+
+/* Indices: the flat loop's (i, or from its coordinates where s broadcasts), and a plane loop's
+   (cg_plane_indexable: plane = n * C + c, k the position). */
+static const char *flat_index(Lower *L, const Shape *s, const Shape *out)
+{
+    return ir_shape_eq(s, out) ? "i" : cg_index_of(L, s);
+}
+
+static const char *plane_index(Lower *L, const Shape *s, const Shape *out)
+{
+    int C = out->d[1], HW = out->d[2] * out->d[3];
+    if (ir_shape_eq(s, out)) return arena_printf(L->p->arena, "plane * %d + k", HW);
+    const char *nn = s->d[0] == 1 ? "0" : arena_printf(L->p->arena, "plane / %d", C);
+    const char *cc = s->d[1] == 1 ? "0" : arena_printf(L->p->arena, "c");
+    long shw = (long)s->d[2] * s->d[3];
+    return arena_printf(L->p->arena, "((%s) * %d + %s) * %ld%s", nn, s->d[1], cc, shw, shw == 1 ? "" : " + k");
+}
+
+/* y = lhs + rhs, y = lhs * rhs, y = lhs - rhs (PyTorch's broadcasting); an add may
+   normalise one input itself (a fused BatchNorm apply, dec->bn_into_add), one (n, c)
+   plane per iteration, and compute the product or difference that is the other
+   (dec->ew_into_add) as it reads; an activation may follow (dec->act, act_out) */
 void cg_lower_binary(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
-    int bn = L->dec->node[id].bn_into_add;
-    if (bn >= 0) {
+    const CgNode *dn = &L->dec->node[id];
+    int bn = dn->bn_into_add;
+    char op = n->op == OP_ADD ? '+' : n->op == OP_SUB ? '-' : '*';
+    int b[CG_MAXARGS], nb = 0;
+    const char *names[CG_MAXARGS];
+    int y = cg_out_buf(L, id);
+    b[nb] = y, names[nb++] = "=y";
+    if (dn->act_out >= 0) b[nb] = cg_out_buf(L, dn->act_out), names[nb++] = "=ya";
+    if (bn >= 0 && dn->act_out < 0 && dn->ew_into_add < 0 && L->dec->cpu_only) {
         const Node *bnn = &L->g->nodes[bn];
         int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
         int other = n->in[0] == bn ? n->in[1] : n->in[0];
-        int b[6] = { cg_out_buf(L, id), buf_of(L, bnn->in[0]), buf_of(L, bnn->in[1]), buf_of(L, bnn->in[2]), buf_of(L, bnn->in[3]),
-                     buf_of(L, other) };
-        cg_kernel(L, id, "bn_apply_add", dimn(C), 6, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta", "skip" })->grain = HW;
+        int b6[6] = { y, buf_of(L, bnn->in[0]), buf_of(L, bnn->in[1]), buf_of(L, bnn->in[2]), buf_of(L, bnn->in[3]),
+                      buf_of(L, other) };
+        cg_kernel(L, id, "bn_apply_add", dimn(C), 6, b6, (const char *const[]){ "=y", "x", "stats", "gamma", "beta", "skip" })->grain = HW;
         cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + skip; planes [N*%d, %d] */\n", C, HW);
         cg_body(L, "    FOR_EACH(plane, %s) {\n", cg_work_str(L, dimn(C)));
         cg_bn_scale_shift(L, C);
@@ -92,26 +156,73 @@ void cg_lower_binary(Lower *L, int id)
         cg_end_kernel(L);
         return;
     }
+    if (bn >= 0) {   /* the same with a product or difference for the other input, or the activation stored beside; or on GPUs */
+        const Node *bnn = &L->g->nodes[bn];
+        int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
+        for (int k = 0; k < 4; k++) b[nb] = buf_of(L, bnn->in[k]), names[nb++] = (const char *[]){ "x", "stats", "gamma", "beta" }[k];
+        const char *other = operand(L, id, n->in[0] == bn ? n->in[1] : n->in[0], "skip", plane_index, b, names, &nb);
+        const char *what = dn->ew_into_add >= 0 ? arena_printf(L->p->arena, "bn_apply_add_%s", ir_op_name(L->g->nodes[dn->ew_into_add].op))
+                                                : "bn_apply_add";
+        const char *stmt = arena_printf(L->p->arena, "{ float v = (x[plane * %d + k] * scale + shift) + %s; %s }", HW, other,
+                                        cg_act_store(L, id, "y", "ya", arena_printf(L->p->arena, "plane * %d + k", HW)));
+        if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
+            cg_kernel(L, id, what, cg_rows_work(dimn(C), HW), nb, b, names);
+            cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + %s; one element per iteration, planes [N*%d, %d] */\n",
+                    other, C, HW);
+            cg_rows_body(L, dimn(C), HW,
+                         arena_printf(L->p->arena, "        long plane = row;\n        int k = at;\n%s", cg_bn_scale_shift_text(L, C, "plane")), stmt);
+            cg_end_kernel(L);
+            return;
+        }
+        cg_kernel(L, id, what, dimn(C), nb, b, names)->grain = HW;
+        cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + %s; planes [N*%d, %d] */\n", other, C, HW);
+        cg_body(L, "    FOR_EACH(plane, %s) {\n", cg_work_str(L, dimn(C)));
+        cg_bn_scale_shift(L, C);
+        cg_body(L, "        for (int k = 0; k < %d; k++) %s\n    }\n", HW, stmt);
+        cg_end_kernel(L);
+        return;
+    }
     Dim work = dim_of(&n->shape);
     const char *W = cg_work_str(L, work);
-    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=y", "lhs", "rhs" });
-    char op = n->op == OP_ADD ? '+' : n->op == OP_SUB ? '-' : '*';
     const Shape *ls = &L->g->nodes[n->in[0]].shape, *rs = &L->g->nodes[n->in[1]].shape;
-    if (L->dec->node[id].act >= 0)   /* only add: the fusion pass fuses no activation into mul or sub */
-        cg_body(L, "    FOR_EACH(i, %s) {\n        float v = lhs[i] + rhs[i];\n        y[i] = %s\n    }\n", W,
-                L->dec->node[id].act == OP_RELU ? "v > 0.0f ? v : 0.0f;   /* fused relu */"
-                                                : arena_printf(L->p->arena, "%s;   /* fused %s */", cg_fused_act(L, id, "v"),
-                                                               ir_op_name((Op)L->dec->node[id].act)));
-    else if (ir_shape_eq(ls, &n->shape) && ir_shape_eq(rs, &n->shape))
-        cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, op);
-    else {   /* broadcast: each input's index from the output's coordinates */
+    bool same = ir_shape_eq(ls, &n->shape) && ir_shape_eq(rs, &n->shape);
+    if (dn->act_out < 0 && dn->ew_into_add < 0 && !same && dn->act < 0) {   /* broadcast: each input's index from the output's coordinates */
+        int b3[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+        cg_kernel(L, id, ir_op_name(n->op), work, 3, b3, (const char *const[]){ "=y", "lhs", "rhs" });
         cg_body(L, "    /* y %s = lhs %s %c rhs %s, broadcast */\n", ir_shape_str(L->p->arena, &n->shape), ir_shape_str(L->p->arena, ls), op,
                 ir_shape_str(L->p->arena, rs));
         cg_body(L, "    FOR_EACH(i, %s) {\n", W);
         cg_coords(L, &n->shape, "i");
         cg_body(L, "        y[i] = lhs[%s] %c rhs[%s];\n    }\n", cg_index_of(L, ls), op, cg_index_of(L, rs));
+        cg_end_kernel(L);
+        return;
     }
+    if (dn->act_out < 0 && dn->ew_into_add < 0 && same && (dn->act < 0 || n->op == OP_ADD)) {
+        int b3[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+        cg_kernel(L, id, ir_op_name(n->op), work, 3, b3, (const char *const[]){ "=y", "lhs", "rhs" });
+        if (dn->act >= 0)
+            cg_body(L, "    FOR_EACH(i, %s) {\n        float v = lhs[i] + rhs[i];\n        y[i] = %s\n    }\n", W,
+                    dn->act == OP_RELU ? "v > 0.0f ? v : 0.0f;   /* fused relu */"
+                                       : arena_printf(L->p->arena, "%s;   /* fused %s */", cg_fused_act(L, id, "v"), ir_op_name((Op)dn->act)));
+        else
+            cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, op);
+        cg_end_kernel(L);
+        return;
+    }
+    /* broadcast, a product or difference fused in, or an activation after a mul or sub, or stored beside:
+       each operand's index from the output's coordinates where its shape differs */
+    const char *lhs = operand(L, id, n->in[0], "lhs", flat_index, b, names, &nb);
+    const char *rhs = operand(L, id, n->in[1], "rhs", flat_index, b, names, &nb);
+    cg_kernel(L, id, dn->ew_into_add >= 0 ? arena_printf(L->p->arena, "%s_%s", ir_op_name(L->g->nodes[dn->ew_into_add].op), ir_op_name(n->op))
+                                          : ir_op_name(n->op),
+              work, nb, b, names);
+    cg_body(L, "    /* y %s = %s %c %s%s */\n", ir_shape_str(L->p->arena, &n->shape), lhs, op, rhs, same ? "" : ", broadcast");
+    cg_body(L, "    FOR_EACH(i, %s) {\n", W);
+    bool coords = !same;
+    int e = dn->ew_into_add;
+    for (int k = 0; e >= 0 && k < 2; k++) coords |= !ir_shape_eq(&L->g->nodes[L->g->nodes[e].in[k]].shape, &n->shape);
+    if (coords) cg_coords(L, &n->shape, "i");
+    cg_body(L, "        float v = %s %c %s;\n        %s\n    }\n", lhs, op, rhs, cg_act_store(L, id, "y", "ya", "i"));
     cg_end_kernel(L);
 }
 

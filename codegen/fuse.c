@@ -4,9 +4,18 @@
 ** decisions: a fused node gets no kernel of its own.
 **
 **   ReLU and its gradient: folded into the kernel before them, whose buffer
-**   the fused node shares (cg_fuse's comment lists the pairs). ReLU6, sigmoid
-**   and tanh (their gradients read their output) after a linear layer, a
-**   BatchNorm or an add: the same (MobileNetV2's BatchNorm + ReLU6).
+**   the fused node shares (cg_fuse's comment lists the pairs). Every other
+**   activation after a linear layer, a BatchNorm, an add, a mul or a sub:
+**   applied in that kernel's epilogue. Where the gradient reads the output
+**   (ReLU6, sigmoid, tanh: MobileNetV2's BatchNorm + ReLU6) or nothing reads
+**   the input again (an evaluation program), in place; where it reads the
+**   input (hardswish, SiLU, GELU, ELU, ...), the epilogue stores both, the
+**   input for the gradient and the activation in a buffer of its own: two
+**   stores where a kernel of its own read the input back.
+**
+**   A product or difference whose only consumer is an add (an SE block's
+**   gate, then the skip path's sum): computed by the add as it reads, never
+**   stored (their gradients read their inputs, not their output).
 **
 **   The SGD update of a gradient bucket (data parallelism): the updates of
 **   parameters whose gradients lie in one bucket buffer are one kernel per
@@ -33,7 +42,8 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     d->cpu_only = false;
     for (int id = 0; id <= g->n; id++)
         d->node[id] = (CgNode){ .fused = -1, .conv = -1, .stats_of = -1, .stats_by = -1, .pool_of = -1, .pool_by = -1,
-                                .bn_into_add = -1, .wgrad_pool = -1, .wgrad_bias = -1, .act = -1 };
+                                .bn_into_add = -1, .wgrad_pool = -1, .wgrad_bias = -1, .act = -1,
+                                .act_node = -1, .act_out = -1, .ew_into_add = -1 };
 }
 
 /* The bucket holding the gradient an SGD node reads (through slices and
@@ -117,11 +127,57 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
     }
 }
 
+bool cg_plane_indexable(const Shape *s, const Shape *out)
+{
+    if (s->nd != 4 || out->nd != 4) return false;
+    for (int k = 0; k < 2; k++)
+        if (s->d[k] != out->d[k] && s->d[k] != 1) return false;
+    return (s->d[2] == out->d[2] && s->d[3] == out->d[3]) || (s->d[2] == 1 && s->d[3] == 1);
+}
+
+/* Whether node x's kernel ends in an epilogue an activation can be folded
+   into: a linear layer's bias, a BatchNorm's store, a sum of two, a product
+   or a difference (broadcast or not). */
+static bool act_producer(const Graph *g, int x)
+{
+    Op op = g->nodes[x].op;
+    return op == OP_LINEAR || op == OP_BN_APPLY || ((op == OP_ADD || op == OP_MUL || op == OP_SUB) && g->nodes[x].nin == 2);
+}
+
+/* Whether x's users are the activation a and a's gradients reading x (their input 0). */
+static bool only_grads_read(const Graph *g, int x, int a, const int *uses)
+{
+    Op grad = ir_activation_grad(g->nodes[a].op);
+    int seen = 1;
+    for (int id = a + 1; id < g->n; id++) {
+        const Node *n = &g->nodes[id];
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] == x) {
+                if (n->op != grad || k != 0) return false;
+                seen++;
+            }
+    }
+    return seen == uses[x];
+}
+
+/* The product or difference an add can compute as it reads (dec->ew_into_add):
+   a mul or sub whose only user is the add and whose kernel absorbed nothing. Its
+   gradients read its inputs, never its output, which is then never written. */
+static bool ew_into_add_fits(const Graph *g, const CgDecisions *d, int m, const int *uses)
+{
+    Op op = g->nodes[m].op;
+    return (op == OP_MUL || op == OP_SUB) && uses[m] == 1 && d->node[m].act < 0 && d->node[m].fused < 0;
+}
+
 /* Requires: a verified graph. Produces: each node's record's fused, relu_out and relu_mask (d->node[id]).
      conv2d -> relu            the convolution's store applies max(0, .)
      linear -> relu            the bias epilogue after the GEMM applies it
      bn_apply -> relu          the normalisation's store applies it (BatchNorm, ReLU)
      add -> relu               the sum's store applies it (a residual block's end)
+     mul, sub -> relu          the same
+     linear, bn_apply, add, mul, sub -> any other activation
+                               the store applies it, in place or beside (act, act_out)
+     mul, sub -> add           the add computes the product as it reads (ew_into_add)
      maxpool2d_grad -> relu_grad(y = the pool's input)
                                the pool gradient is routed only where y > 0
    A producer is fused only when the ReLU is its one user.
@@ -139,19 +195,31 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
         if (n->op == OP_RELU) {
             int x = n->in[0];
             Op op = g->nodes[x].op;
-            if ((op == OP_CONV2D || op == OP_LINEAR || op == OP_BN_APPLY || op == OP_ADD) && uses[x] == 1) {
+            if ((op == OP_CONV2D || act_producer(g, x)) && uses[x] == 1) {
                 d->node[id].fused = x;
                 d->node[x].relu_out = true;
                 d->node[x].act = OP_RELU;
+                d->node[x].act_node = id;
             }
-        } else if (n->op == OP_RELU6 || n->op == OP_SIGMOID || n->op == OP_TANH) {
-            /* activations whose gradient reads their output: the input need never be
-               written; fused where the kernel before them ends in a simple epilogue */
+        } else if (ir_activation_grad(n->op) != OP_COUNT) {
+            /* every other activation, where the kernel before it ends in a simple
+               epilogue (a linear layer's bias, a BatchNorm's store, a sum, product or
+               difference): applied in that epilogue. Alone in reading the producer's
+               output (an evaluation program, or a gradient that reads y), it is
+               applied in place: the input is never written. Otherwise its gradients
+               read the input: the epilogue stores both, the input and the activation
+               in a buffer of its own, one pass where two kernels made three. */
             int x = n->in[0];
-            Op op = g->nodes[x].op;
-            if ((op == OP_LINEAR || op == OP_BN_APPLY || (op == OP_ADD && g->nodes[x].nin == 2)) && uses[x] == 1) {
+            if (!act_producer(g, x) || d->node[x].act >= 0) continue;
+            if (uses[x] == 1) {
                 d->node[id].fused = x;
                 d->node[x].act = (int)n->op;
+                d->node[x].act_node = id;
+            } else if (only_grads_read(g, x, id, uses)) {
+                d->node[id].fused = x;
+                d->node[x].act = (int)n->op;
+                d->node[x].act_node = id;
+                d->node[x].act_out = id;
             }
         } else if (n->op == OP_RELU_BWD) {
             int y = n->in[0], pool = n->in[1];
@@ -176,6 +244,21 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
             d->node[id].pool_by = b;
         }
     }
+    /* A product or difference whose only consumer is an add (an SE block's gate
+       times the branch, before the sum with the skip path): the add's kernel
+       multiplies as it reads, the product never written (SE-ResNet: every block's
+       end). Taken before a BatchNorm into the same add (below): the add then
+       normalises its other input too, where that input's index is per plane. */
+    for (int id = 0; opt->fuse && id < g->n; id++) {
+        const Node *n = &g->nodes[id];
+        if (n->op != OP_ADD || n->nin != 2) continue;
+        for (int k = 0; k < 2; k++)
+            if (ew_into_add_fits(g, d, n->in[k], uses)) {
+                d->node[id].ew_into_add = n->in[k];
+                d->node[n->in[k]].fused = id;
+                break;
+            }
+    }
     /* A BatchNorm (no ReLU) whose only consumer is an add (a residual block's last
        BatchNorm, before the sum with the skip path): the add's kernel normalises as it
        reads, and the BatchNorm's output is never written. Its backward reads its input
@@ -186,6 +269,10 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
         if (n->op != OP_ADD || n->nin != 2 || n->shape.nd != 4) continue;
         for (int k = 0; k < 2; k++) {
             int b = n->in[k];
+            int e = d->node[id].ew_into_add;
+            if (e >= 0 && !(cg_plane_indexable(&g->nodes[g->nodes[e].in[0]].shape, &n->shape) &&
+                            cg_plane_indexable(&g->nodes[g->nodes[e].in[1]].shape, &n->shape)))
+                break;   /* the kernel walks planes: the product's inputs must be indexed per plane */
             if (g->nodes[b].op == OP_BN_APPLY && uses[b] == 1 && d->node[b].act < 0 && d->node[b].pool_of < 0 && d->node[b].fused < 0) {
                 d->node[id].bn_into_add = b;
                 d->node[b].fused = id;

@@ -18,13 +18,18 @@ void cg_lower_linear(Lower *L, int id)
     bool bias = n->nin == 3;
     cg_gemm(L, id, false, true, dimn(1), dimc(O), dimc(F), buf_of(L, n->in[0]), dimc(F), buf_of(L, n->in[1]), dimc(F), 0.0f, y, dimc(O));
     if (!bias && act < 0) return;
-    int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
+    int act_out = L->dec->node[id].act_out;
+    int b[3] = { y, -1, -1 }, nb = 1;
+    const char *names[3] = { "=y" };
+    if (act_out >= 0) b[nb] = cg_out_buf(L, act_out), names[nb++] = "=ya";
+    if (bias) b[nb] = buf_of(L, n->in[2]), names[nb++] = "bias";
     cg_kernel(L, id, act < 0 ? "linear_epilogue" : arena_printf(L->p->arena, "linear_epilogue_%s", ir_op_name((Op)act)), dimn(1),
-              bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" })->grain = O;
+              nb, b, names)->grain = O;
     cg_body(L, "    /* y is [N, %d]; one row per iteration */\n", O);
-    cg_body(L, "    FOR_EACH(r, N) {\n        float *yr = y + r * %d;\n        for (int o = 0; o < %d; o++) {\n"
-               "            float v = yr[o]%s;\n            yr[o] = %s;\n        }\n    }\n",
-            O, O, bias ? " + bias[o]" : "", cg_fused_act(L, id, "v"));
+    cg_body(L, "    FOR_EACH(r, N) {\n        float *yr = y + r * %d;%s\n        for (int o = 0; o < %d; o++) {\n"
+               "            float v = yr[o]%s;\n            %s\n        }\n    }\n",
+            O, act_out >= 0 ? arena_printf(L->p->arena, " float *ar = ya + r * %d;", O) : "", O, bias ? " + bias[o]" : "",
+            cg_act_store(L, id, "yr", "ar", "o"));
     cg_end_kernel(L);
 }
 

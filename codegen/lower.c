@@ -127,6 +127,17 @@ Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, 
     return s;
 }
 
+Dim cg_rows_work(Dim rows, long len)
+{
+    return (Dim){ rows.c * len, rows.batch };
+}
+
+void cg_rows_body(Lower *L, Dim rows, long len, const char *setup, const char *stmt)
+{
+    cg_body(L, "    FOR_EACH(e_, %s) {\n        long row = e_ / %ldL;\n        int at = (int)(e_ %% %ldL);\n%s        %s\n    }\n",
+            cg_work_str(L, cg_rows_work(rows, len)), len, len, setup, stmt);
+}
+
 int cg_out_buf(Lower *L, int node)
 {
     const Node *n = &L->g->nodes[node];

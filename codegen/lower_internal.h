@@ -88,6 +88,14 @@ void  cg_body(Lower *L, const char *fmt, ...) __attribute__((format(printf, 2, 3
 void  cg_end_kernel(Lower *L);
 /* The work count as C text: "150L * N" or "150L". */
 const char *cg_work_str(Lower *L, Dim d);
+/* GPUs: a loop over `rows` rows of len elements each (planes, a tap's stretch of
+   columns) as one iteration per element, the GPU's shape (a thread per element:
+   rows alone, a thread each, are too few threads, and neighbouring threads
+   would touch addresses a row apart). Declares `long row` and `int at` (its
+   index in the row) from the iteration, then `setup` (statements of row) and
+   `stmt` (of at) each iteration. The kernel's work is cg_rows_work(). */
+Dim cg_rows_work(Dim rows, long len);
+void cg_rows_body(Lower *L, Dim rows, long len, const char *setup, const char *stmt);
 /* Sums over each channel c of an [N, C, HW] tensor, in independent lanes
    (see lower.c): the reductions' inner loop, written once. */
 void  cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, int nacc, const char *const *accs,
@@ -100,6 +108,8 @@ Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, 
 /* elementwise.c */
 void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
 const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's fused activation (dec->act) */
+/* The store of the kernel's value v at y[i]: through id's fused activation, in place or into a[i] (dec->act_out) */
+const char *cg_act_store(Lower *L, int id, const char *y, const char *a, const char *i);
 void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */
 void cg_lower_binary(Lower *L, int id);            /* add, mul, sub (mul and sub broadcast) */
 void cg_lower_neg(Lower *L, int id);
@@ -162,6 +172,8 @@ void cg_lower_upsample_grad(Lower *L, int id);
 void cg_lower_bn_stats(Lower *L, int id);
 /* norm.c: in a loop over (n, c) planes, c and channel c's BatchNorm as y = x * scale + shift */
 void cg_bn_scale_shift(Lower *L, int C);
+/* The same statements as text, of the plane index named `plane` (c, scale, shift declared) */
+const char *cg_bn_scale_shift_text(Lower *L, int C, const char *plane);
 /* conv_chunked.c: bn_stats from a chunked convolution's partial sums */
 void cg_lower_bn_stats_chunks(Lower *L, int id);
 /* pool.c: the max pool of one plane src [H, W] -> dst [OH, OW], inside a kernel's loop. */

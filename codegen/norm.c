@@ -61,6 +61,12 @@ void cg_lower_bn_eval_stats(Lower *L, int id)
 /* In a loop over (n, c) planes: c, and the normalisation of channel c as one
    multiply-add, y = x * scale + shift (bn_apply and the add that applies a
    BatchNorm itself, elementwise.c: the same arithmetic, written once). */
+const char *cg_bn_scale_shift_text(Lower *L, int C, const char *plane)
+{
+    return arena_printf(L->p->arena, "        long c = %s %% %d;\n"
+                                     "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n", plane, C, C);
+}
+
 void cg_bn_scale_shift(Lower *L, int C)
 {
     cg_body(L, "        long c = plane %% %d;\n"
@@ -76,12 +82,30 @@ void cg_lower_bn_apply(Lower *L, int id)
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int y = cg_out_buf(L, id);
     int pool = L->dec->node[id].pool_of;
+    int act_out = L->dec->node[id].act_out;
     int b[6] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]), -1 };
     if (pool >= 0) b[5] = cg_out_buf(L, pool);
-    cg_kernel(L, id, "bn_apply", dimn(C), pool >= 0 ? 6 : 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta", "=py" })->grain = HW;
+    if (act_out >= 0) b[5] = cg_out_buf(L, act_out);   /* a pool is fused only after ReLU, in place */
+    if (!L->dec->cpu_only && pool < 0) {   /* GPUs: an element per thread (cg_rows_body), the same arithmetic */
+        cg_kernel(L, id, "bn_apply", cg_rows_work(dimn(C), HW), act_out >= 0 ? 6 : 5, b,
+                  (const char *const[]){ "=y", "x", "stats", "gamma", "beta", "=ya" });
+        cg_body(L, "    /* x, y are [N*%d planes, %d]; y = (x - mean) * invstd * gamma + beta; one element per iteration */\n", C, HW);
+        cg_rows_body(L, dimn(C), HW, cg_bn_scale_shift_text(L, C, "row"),
+                     arena_printf(L->p->arena, "{ long i = row * %d + at; float v = x[i] * scale + shift; %s }", HW,
+                                  L->dec->node[id].relu_out ? "y[i] = v > 0.0f ? v : 0.0f;   /* fused relu */" : cg_act_store(L, id, "y", "ya", "i")));
+        cg_end_kernel(L);
+        return;
+    }
+    cg_kernel(L, id, "bn_apply", dimn(C), pool >= 0 || act_out >= 0 ? 6 : 5, b,
+              (const char *const[]){ "=y", "x", "stats", "gamma", "beta", act_out >= 0 ? "=ya" : "=py" })->grain = HW;
     cg_body(L, "    /* x, y are [N*%d planes, %d]; y = (x - mean) * invstd * gamma + beta */\n", C, HW);
     cg_body(L, "    FOR_EACH(plane, %s) {\n", cg_work_str(L, dimn(C)));
     cg_bn_scale_shift(L, C);
+    if (act_out >= 0)
+        cg_body(L, "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d, *ap = ya + plane * %d;\n"
+                   "        for (int k = 0; k < %d; k++) { float v = xp[k] * scale + shift; %s }\n",
+                HW, HW, HW, HW, cg_act_store(L, id, "yp", "ap", "k"));
+    else
     cg_body(L, "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
                "        for (int k = 0; k < %d; k++) %s\n",
             HW, HW, HW,
@@ -170,6 +194,20 @@ void cg_lower_bn_grad_x(Lower *L, int id)
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int y = cg_out_buf(L, id);
     int b[6] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]), buf_of(L, n->in[4]) };
+    if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body), the same arithmetic */
+        cg_kernel(L, id, "bn_grad_x", cg_rows_work(dimn(C), HW), 6, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy", "dparams" });
+        cg_body(L, "    /* dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M), M = N*H*W; one element per iteration, planes [N*%d, %d] */\n",
+                C, HW);
+        cg_body(L, "    const float inv_m = 1.0f / (float)(%s * %dL);\n", n->attr.sync ? "a.global_batch" : "N", HW);
+        cg_rows_body(L, dimn(C), HW,
+                     arena_printf(L->p->arena, "        long c = row %% %d, i = row * %d + at;\n"
+                                               "        float invstd = stats[%d + c], mean = stats[c], k1 = gamma[c] * invstd;\n"
+                                               "        float mdb = dparams[%d + c] * inv_m, mdg = dparams[c] * inv_m;\n",
+                                  C, HW, C, C),
+                     "dx[i] = k1 * (dy[i] - mdb - (x[i] - mean) * invstd * mdg);");
+        cg_end_kernel(L);
+        return;
+    }
     cg_kernel(L, id, "bn_grad_x", dimn(C), 6, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy", "dparams" })->grain = HW;
     cg_body(L, "    /* dx = gamma * invstd * (dy - dbeta / M - xhat * dgamma / M), M = N*H*W; planes [N*%d, %d] */\n", C, HW);
     cg_body(L, "    const float inv_m = 1.0f / (float)(%s * %dL);\n"

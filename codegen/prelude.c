@@ -437,6 +437,7 @@ void cg_print_steps(const Program *p, FILE *out)
             fprintf(out, "] = b%d%s . b%d%s  (K = ", s->a, s->ta ? "^T" : "", s->b, s->tb ? "^T" : "");
             print_dim(out, s->k);
             fprintf(out, ")%s", s->beta != 0 ? " + C" : "");
+            if (s->batch > 1) fprintf(out, ", %d of them (strided batched: one per group)", s->batch);
         }
         fputc('\n', out);
     }

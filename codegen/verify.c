@@ -76,7 +76,11 @@ static int check_bufs(const Program *p, char *err, size_t size)
 }
 
 /* One GEMM operand: buffer id, stored rows x cols with leading dimension ld. */
-static int check_operand(const Program *p, int step, const char *name, int b, Dim rows, Dim cols, Dim ld,
+/* a + b as a Dim: mixed, the batch-sized bound c_a*N + c_b <= (c_a + c_b)*N for every N >= 1 */
+static Dim dim_add(Dim a, Dim b) { return (Dim){ a.c + b.c, a.batch || b.batch }; }
+
+/* Operand name of GEMM step `step` (a batch of `batch`, `stride` floats apart): rows x cols, rows ld apart, within buffer b */
+static int check_operand(const Program *p, int step, const char *name, int b, Dim rows, Dim cols, Dim ld, int batch, Dim stride,
                          char *err, size_t size)
 {
     char s1[32], s2[32], s3[32];
@@ -85,10 +89,15 @@ static int check_operand(const Program *p, int step, const char *name, int b, Di
     if (!dim_ge(ld, cols))
         return fail(err, size, "step %d: GEMM operand %s has leading dimension %s < %s stored columns", step, name,
                     dim_str(s1, sizeof s1, ld), dim_str(s2, sizeof s2, cols));
-    Dim need;
+    Dim need, before;
     if (!dim_mul(rows, ld, &need))
         return fail(err, size, "step %d: GEMM operand %s spans %s rows of %s floats (N*N)", step, name,
                     dim_str(s1, sizeof s1, rows), dim_str(s2, sizeof s2, ld));
+    if (batch > 1) {   /* the last of the batch begins (batch - 1) strides in */
+        if (stride.c < 0 || !dim_mul((Dim){ batch - 1, false }, stride, &before))
+            return fail(err, size, "step %d: GEMM operand %s has stride %s", step, name, dim_str(s1, sizeof s1, stride));
+        need = dim_add(need, before);
+    }
     if (!dim_ge(p->bufs[b].size, need))
         return fail(err, size, "step %d: GEMM operand %s needs %s floats, buffer %d has %s", step, name,
                     dim_str(s1, sizeof s1, need), b, dim_str(s3, sizeof s3, p->bufs[b].size));
@@ -131,10 +140,14 @@ static int check_steps(const Program *p, char *err, size_t size)
             if (s->m.c <= 0 || s->n.c <= 0 || s->k.c <= 0)
                 return fail(err, size, "step %d: GEMM with an empty dimension (m %ld, n %ld, k %ld)", k, s->m.c, s->n.c, s->k.c);
             /* row-major: op(A) is m x k, op(B) is k x n, C is m x n */
-            if (check_operand(p, k, "A", s->a, s->ta ? s->k : s->m, s->ta ? s->m : s->k, s->lda, err, size) ||
-                check_operand(p, k, "B", s->b, s->tb ? s->n : s->k, s->tb ? s->k : s->n, s->ldb, err, size) ||
-                check_operand(p, k, "C", s->c, s->m, s->n, s->ldc, err, size))
+            if (check_operand(p, k, "A", s->a, s->ta ? s->k : s->m, s->ta ? s->m : s->k, s->lda, s->batch, s->sa, err, size) ||
+                check_operand(p, k, "B", s->b, s->tb ? s->n : s->k, s->tb ? s->k : s->n, s->ldb, s->batch, s->sb, err, size) ||
+                check_operand(p, k, "C", s->c, s->m, s->n, s->ldc, s->batch, s->sc, err, size))
                 return -1;
+            Dim cspan;
+            if (s->batch > 1 && (!dim_mul(s->m, s->ldc, &cspan) || !dim_ge(s->sc, cspan)))
+                return fail(err, size, "step %d: a batch of GEMMs whose products overlap (C's stride below its %ld rows of %ld)", k,
+                            s->m.c, s->ldc.c);
             if (s->c == s->a || s->c == s->b) return fail(err, size, "step %d: GEMM writes the buffer it reads", k);
             break;
         }

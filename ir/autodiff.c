@@ -121,6 +121,16 @@ static const struct { Op bwd; bool reads_y; } activations[OP_COUNT] = {
 #undef ACT
 };
 
+Op ir_activation_grad(Op op)
+{
+    return (unsigned)op < OP_COUNT && activations[op].bwd ? activations[op].bwd : OP_COUNT;   /* OP_INPUT (0): no activation */
+}
+
+bool ir_activation_reads_y(Op op)
+{
+    return ir_activation_grad(op) != OP_COUNT && activations[op].reads_y;
+}
+
 static void grad_activation(Ad *ad, int y, const Node *n, int dy)
 {
     int in[2] = { activations[n->op].reads_y ? y : n->in[0], dy };

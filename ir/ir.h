@@ -156,6 +156,10 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
 int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps);
 /* An element-wise activation of ir/activations.def (relu, silu, ...), with its attributes (NULL: none). */
 int ir_activation(Graph *g, Loc loc, Op op, int x, const IrAttrs *attr);
+/* An activation's gradient op (relu -> relu_grad), or OP_COUNT when op is no activation;
+   whether that gradient reads the forward's output y (else its input x). */
+Op ir_activation_grad(Op op);
+bool ir_activation_reads_y(Op op);
 int ir_maxpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
 int ir_avgpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
 int ir_global_avgpool(Graph *g, Loc loc, int x);

@@ -22,6 +22,8 @@ typedef struct GemmArgs {
     float alpha, beta;
     const float *a, *b;
     float *c;
+    int batch;                /* > 1: that many GEMMs, the i-th on a + i * sa, b + i * sb, c + i * sc */
+    long sa, sb, sc;
 } GemmArgs;
 
 typedef struct DeviceOps {

@@ -217,7 +217,11 @@ static void cpu_launch(Device *d, KernelFn fn, const KArgs *a, const Step *s, lo
 static void cpu_gemm(Device *d, const GemmArgs *g)
 {
     double flops = 2.0 * g->m * g->n * g->k;
-    rt_pool_run(d->impl, gemm_job, (void *)g, flops > 2e5 && (g->m >= 16 || g->n >= 16));
+    for (int i = 0; i < (g->batch > 1 ? g->batch : 1); i++) {   /* a batch: one GEMM after another, each split between the threads */
+        GemmArgs one = *g;
+        one.a += i * g->sa, one.b += i * g->sb, one.c += i * g->sc;
+        rt_pool_run(d->impl, gemm_job, &one, flops > 2e5 && (g->m >= 16 || g->n >= 16));
+    }
 }
 
 static void cpu_synchronize(Device *d) { (void)d; }   /* every call returns when its work is done */

@@ -116,7 +116,7 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
     X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)
 
 #define CUBLAS_FUNCS(X) \
-    X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSgemm) X(cublasSetMathMode) X(cublasSetWorkspace)
+    X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSgemm) X(cublasSgemmStridedBatched) X(cublasSetMathMode) X(cublasSetWorkspace)
 
 #ifdef HAVE_NCCL
 #define NCCL_FUNCS(X) \
@@ -507,11 +507,15 @@ static void cuda_gemm(Device *d, const GemmArgs *g)
     CudaDev *c = cur(d);
     if (g->m <= 0 || g->n <= 0) return;
     /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
-    cublasStatus_t st = blas.cublasSgemm(c->blas, g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, g->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         g->n, g->m, g->k, &g->alpha, g->b, g->ldb, g->a, g->lda, &g->beta, g->c, g->ldc);
+    cublasOperation_t tb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    bool batched = g->batch > 1;
+    cublasStatus_t st = batched ? blas.cublasSgemmStridedBatched(c->blas, tb, ta, g->n, g->m, g->k, &g->alpha, g->b, g->ldb, g->sb, g->a,
+                                                                 g->lda, g->sa, &g->beta, g->c, g->ldc, g->sc, g->batch)
+                                : blas.cublasSgemm(c->blas, tb, ta, g->n, g->m, g->k, &g->alpha, g->b, g->ldb, g->a, g->lda, &g->beta, g->c,
+                                                   g->ldc);
     if (st != CUBLAS_STATUS_SUCCESS) {
         char msg[64];
-        fail(d, "cublasSgemm", cublas_msg(st, msg, sizeof msg));
+        fail(d, batched ? "cublasSgemmStridedBatched" : "cublasSgemm", cublas_msg(st, msg, sizeof msg));
     }
 }
 

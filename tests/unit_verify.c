@@ -96,6 +96,10 @@ static void test_cg_verify(void)
             { Step *s = &q.steps[gm]; s->k = (Dim){ 1, true }; s->m = (Dim){ 1, false }; s->ta = false; s->lda = (Dim){ 1000000, false }; });
     DAMAGED("GEMM buffer too small", "needs", q.steps[gm].m.c *= 2);
     DAMAGED("GEMM buffer out of range", "not one of the", q.steps[gm].c = -1);
+    DAMAGED("GEMM batch past A's buffer", "operand A needs",
+            { Step *s = &q.steps[gm]; s->batch = 2; s->sa = q.bufs[s->a].size; s->sb = (Dim){ 0, false }; s->sc = q.bufs[s->c].size; });
+    DAMAGED("GEMM batch whose products overlap", "overlap",
+            { Step *s = &q.steps[gm]; s->batch = 2; s->sa = s->sb = s->sc = (Dim){ 0, false }; });
     DAMAGED("loss buffer missing", "loss", q.loss = -1);
     DAMAGED("input buffer not the input's", "does not hold", q.input = q.logits);
     arena_free(&c.arena);

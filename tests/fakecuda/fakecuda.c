@@ -883,6 +883,24 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     return CUBLAS_STATUS_SUCCESS;
 }
 
+/* batch GEMMs, the i-th on a + i * sa, b + i * sb, c + i * sc (strides in floats); each checked
+   and queued as cublasSgemm's (the strides checked to keep the products apart: C's may not overlap) */
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                         const float *alpha, const float *a, int lda, long long sa, const float *b, int ldb,
+                                         long long sb, const float *beta, float *c, int ldc, long long sc, int batch)
+{
+    if (batch < 0 || sa < 0 || sb < 0 || (batch > 1 && sc < (long long)(n - 1) * ldc + m)) {
+        say("cublasSgemmStridedBatched: invalid arguments: batch %d, strides %lld %lld %lld (C is %d x %d, ldc %d)", batch, sa, sb, sc,
+            m, n, ldc);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t st = cublasSgemm(h, ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 /* -------------------------------------------------------------------- NCCL */
 
 /* The ranks of one communicator, in this process or in others on this

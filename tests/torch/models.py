@@ -219,6 +219,26 @@ class OpMulSub(nn.Module):
         return self.fc(torch.flatten((x * g - g) * m, 1))
 
 
+class OpFusedAct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.bn1 = nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+        self.c2, self.bn2 = nn.Conv2d(3, 4, 1, bias=False), nn.BatchNorm2d(4)
+        self.c3 = nn.Conv2d(4, 4, 1)
+        self.fc1, self.fc = nn.Linear(4 * 6 * 6, 12), nn.Linear(12, 10)
+
+    def forward(self, x):
+        a = F.hardswish(self.bn1(self.c1(x)))
+        b = self.bn2(self.c2(x))
+        g = torch.sigmoid(self.c3(a.mean((2, 3), keepdim=True)))
+        s = F.silu(a * g + b)
+        t = F.gelu(s * g + s)
+        u = F.elu(t - g, 0.5)
+        v = F.leaky_relu(u * u, 0.1)
+        w = F.relu(v - t)
+        return self.fc(F.gelu(self.fc1(w.flatten(1)), approximate="tanh"))
+
+
 class OpConcat(nn.Module):
     def __init__(self):
         super().__init__()
@@ -437,6 +457,7 @@ BUILDERS = {
     "tests/nets/op_batchnorm1d.net": (op_batchnorm1d, (3, 6, 6)),
     "tests/nets/op_mul_sub.net": (OpMulSub, (3, 6, 6)),
     "tests/nets/op_concat.net": (OpConcat, (3, 6, 6)),
+    "tests/nets/op_fused_act.net": (OpFusedAct, (3, 6, 6)),
     "tests/nets/op_resample.net": (OpResample, (3, 7, 5)),
     "tests/nets/op_conv_groups.net": (op_conv_groups, (4, 9, 8)),
     "tests/nets/op_conv_groups_wide.net": (op_conv_groups_wide, (8, 6, 6)),
