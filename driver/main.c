@@ -44,6 +44,7 @@ typedef struct Cli {
     const char *devices;
     float bucket_mb;          /* gradient bucket size, MB (10^6 bytes) */
     const char *arch;         /* --emit ptx: the GPU architecture, "sm_90" */
+    const CgGpuModel *gpu_model;   /* --emit kernels on GPUs: the cost model's GPU (--gpu-model, default h200) */
     const char *dump_kernels; /* a directory for one file per kernel, or NULL */
     int total_replicas;       /* over every rank */
     bool devices_given;       /* --devices was given (else --gpus, or the default) */
@@ -113,6 +114,8 @@ static void usage(FILE *out)
         "                           cuda     the same kernels as CUDA C for NVRTC\n"
         "                           dp       the data-parallel plan: replicas, buckets, collectives\n"
         "                           ptx      the CUDA kernels compiled by NVRTC to PTX (--arch sm_80, sm_90, ...)\n"
+        "  --gpu-model G          --emit kernels on GPUs (--gpus N): each step's predicted cost on G, and the\n"
+        "                         step's and an epoch's, fp32 and bf16: h200 (default) or h100\n"
         "  --dump-kernels DIR     write each kernel of the training step to DIR/NAME.c and DIR/NAME.cu,\n"
         "                         headed by the IR nodes it computes, and exit\n"
         "  --set NAME=VALUE       override a net parameter (repeatable)\n"
@@ -285,7 +288,7 @@ enum Opt {
     O_DEVICES, O_GPUS, O_EPOCHS, O_BATCH_SIZE, O_LR, O_LR_SCHEDULE, O_LR_GAMMA, O_LR_PER, O_WARMUP, O_MOMENTUM, O_WEIGHT_DECAY,
     O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV, O_AUGMENT, O_NORMALIZE, O_RESIZE, O_DUMP_BATCH,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
-    O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
+    O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_GPU_MODEL, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
     O_COUNT
 };
 static const struct { const char *name; bool flag; } options[O_COUNT] = {
@@ -298,7 +301,7 @@ static const struct { const char *name; bool flag; } options[O_COUNT] = {
     [O_LIMIT_TRAIN] = { "--limit-train" }, [O_LIMIT_TEST] = { "--limit-test" }, [O_THREADS] = { "--threads" },
     [O_SAVE] = { "--save" }, [O_LOAD] = { "--load" }, [O_RESUME] = { "--resume" }, [O_LOG] = { "--log" },
     [O_EMIT] = { "--emit" }, [O_SET] = { "--set" }, [O_BATCH] = { "--batch" }, [O_STEPS] = { "--steps" },
-    [O_DUMP] = { "--dump" }, [O_BUCKET_MB] = { "--bucket-mb" }, [O_ARCH] = { "--arch" },
+    [O_DUMP] = { "--dump" }, [O_BUCKET_MB] = { "--bucket-mb" }, [O_ARCH] = { "--arch" }, [O_GPU_MODEL] = { "--gpu-model" },
     [O_DUMP_KERNELS] = { "--dump-kernels" }, [O_SYNC_BN] = { "--sync-bn", true }, [O_TF32] = { "--tf32", true },
     [O_CHECK_NAN] = { "--check-nan", true }, [O_EVALUATE] = { "--evaluate", true },
 };
@@ -488,6 +491,10 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     case O_BATCH: t->batch_file = val; break;
     case O_STEPS: rc = parse_long(name, val, 1, 1000000, &v); t->steps = (int)v; break;
     case O_DUMP: t->dump = val; break;
+    case O_GPU_MODEL:
+        if (!(c->gpu_model = cg_gpu_model(val)))
+            return bad("--gpu-model expects one of %s, got '%s'", cg_gpu_model_names, val);
+        break;
     case O_ARCH:
         if (strncmp(val, "sm_", 3) || !val[3] || strspn(val + 3, "0123456789") != strlen(val + 3))
             return bad("--arch expects a GPU architecture such as sm_80 or sm_90, got '%s'%s", val, "");
@@ -610,6 +617,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     c->devices = "cpu";
     c->bucket_mb = 25;
     c->arch = "sm_90";
+    c->gpu_model = cg_gpu_model("h200");
     Parse ps = { 0 };
     for (int i = 1; i < argc; i++) {
         char *arg = argv[i];
@@ -1062,6 +1070,9 @@ static int emit_stage(const Cli *c, World *world, Arena *arena, Diag *diag)
     case EMIT_KERNELS: case EMIT_CUDA:
         printf("/* steps of the training program of %s:\n", g.net_name);
         cg_print_steps(&p, stdout);
+        if (!codegen_options(c).cpu_only)   /* on GPUs: what each step would cost there */
+            cg_print_cost(&p, c->gpu_model, (c->cfg.batch_size + c->total_replicas - 1) / c->total_replicas, c->total_replicas, 60000,
+                          stdout);
         printf("*/\n%s", cg_source(&p, c->emit == EMIT_CUDA ? TARGET_CUDA : TARGET_C));
         break;
     case EMIT_DP:

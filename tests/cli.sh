@@ -110,6 +110,23 @@ MGC_CONV=fast expect env-conv-bad 2 "MGC_CONV='fast' is not one of direct|vector
 MGC_FUSE=no expect env-fuse-bad 2 "MGC_FUSE='no' is not one of 0|1" -- $L --emit ir
 MGC_PROFILE=yes expect env-profile-bad 2 "MGC_PROFILE='yes' is not one of 0|1" -- $L --emit ir
 MGC_PROFILE=0 MGC_CONV= expect env-defaults 0 "kernel k0_" -- $L --emit kernels
+# --emit kernels on GPUs: the cost model (no GPU needed). LeNet's fc1 at batch 1000 is a GEMM
+# [1000 x 256] . [256 x 120]: it reads 4 (1000*256 + 256*120) bytes, writes 4*1000*120, does
+# 2*1000*120*256 FLOPs; the predicted step (in a CUDA graph) is the sum of the steps' times and
+# a graph launch (1 us) each. The model named must be one mgc knows.
+expect gpu-model-bad 2 "--gpu-model expects one of h200, h100, got 'a100'" -- $L --emit kernels --gpus 1 --gpu-model a100
+if "$MGC" $L --emit kernels --gpus 1 --batch-size 1000 --gpu-model h100 > "$tmp/cost" 2>&1 &&
+   grep -q "cost model: NVIDIA H100 SXM" "$tmp/cost" && grep -q "predicted epoch of 60000 examples (60 steps of 1000)" "$tmp/cost" &&
+   awk -v r="$(awk 'BEGIN { printf "%.2f %.2f %.1f", 4 * (1000 * 256 + 256 * 120) / 1e6, 4 * 1000 * 120 / 1e6, 2 * 1000 * 120 * 256 / 1e6 }')" '
+       $1 == "step" && $3 == "gemm" && $4 == "1000x120x256" { g = ($8 " " $9 " " $10 == r) }
+       $1 == "step" && $2 ~ /^[0-9]+$/ && $NF ~ /^(memory|compute|launch)$/ { sum += $(NF - 2) + 1.0; n++ }
+       /predicted step/ { for (i = 1; i <= NF; i++) if ($i == "fp32") ms = $(i + 1) }
+       END { d = sum / 1000 - ms; exit !(g && n > 40 && d < 0.02 && d > -0.02) }' "$tmp/cost"; then
+    pass=$((pass + 1))
+else
+    echo "FAIL cli gpu-cost: the cost model's GEMM line or its step sum is off:"; grep -E "gemm 1000x120x256|predicted step" "$tmp/cost" | sed 's/^/    /'
+    fail=$((fail + 1))
+fi
 expect typo-cache 2 "unknown option '--cache-inf'; did you mean '--cache-info'?" -- --cache-inf
 MGC_CACHE_MB=lots expect cache-limit-bad 2 "MGC_CACHE_MB='lots' is not a size in MB" -- --cache-info
 # MGC_CC that is not a compiler: a clear message, no crash

@@ -12,8 +12,10 @@
 #   4. one epoch of LeNet and of ResNet-18 on cuda:0 and on cuda:0,cuda:0,
 #      and PyTorch on the same GPU, nets and batch;
 # and prints one table: examples/s, seconds per epoch, test accuracy, ratio to
-# PyTorch. Everything goes to $OUT (default /tmp/mgc-gpu): check.log, table.txt,
-# profile.txt (mgc's per-step profile of ResNet-18 on the GPU).
+# PyTorch; and the cost model's predicted time per kernel kind against the
+# measured (cost_vs_measured.txt). Everything goes to $OUT (default /tmp/mgc-gpu):
+# check.log, table.txt, profile.txt (mgc's per-step profile of ResNet-18 on the
+# GPU), cost.txt (the model's table for the same program).
 #   bash tests/gpu/check.sh
 #   bash tests/gpu/check.sh --phase check,ref   # some phases only: build (always),
 #        check (check mode, ~1-2 min), ref (every op, ~2-3 min), lenet and resnet
@@ -213,6 +215,12 @@ for net in lenet resnet18; do
     tail -2 "$R/run.txt"
 done
 phase resnet && MGC_PROFILE=1 timeout 40 ./mgc nets/resnet18.net --devices "$(dev cuda:0)" --epochs 1 --limit-train 2560 --limit-test 0 > /dev/null 2> "$R/profile.txt"
+# the cost model (codegen/cost.c) against that profile, per kernel kind: the first GPU calibrates it
+if phase resnet && [ $DRY = 0 ]; then
+    step "the cost model's predictions against the profile (ResNet-18, batch 256, cuda:0)"
+    ./mgc nets/resnet18.net --devices "$(dev cuda:0)" --emit kernels > "$R/cost.txt" 2>&1 &&
+        $PY tests/gpu/cost_vs_measured.py "$R/profile.txt" "$R/cost.txt" | tee "$R/cost_vs_measured.txt"
+fi
 
 if phase lenet || phase resnet; then
 step "table"
