@@ -165,7 +165,7 @@ static const char *few_blocks_why(Arena *a, const Program *p, const Step *s, lon
     if (s->blocks) return arena_printf(a, "a block per reduction, %ld of them", work);
     if (s->grain > 1) return arena_printf(a, "%ld threads, each over %ld elements", work, s->grain);
     (void)p;
-    return arena_printf(a, "%ld elements in all", work);
+    return arena_printf(a, "%ld element%s in all", work, work == 1 ? "" : "s");
 }
 
 void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replicas, long train_examples, FILE *out)

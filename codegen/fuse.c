@@ -233,13 +233,15 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
     /* A max pool of a BatchNorm + ReLU output (ResNet-18's stem): computed plane by
        plane by the BatchNorm's kernel while the plane it just wrote is in L1, where
        a kernel of its own reads the whole map back from memory (ResNet-18: 4.2 ms a
-       step). The ReLU output is still written: the pool's gradient reads it. */
+       step). The ReLU output is still written: the pool's gradient reads it. CPUs
+       only: on GPUs both kernels take a thread per element, which a plane loop
+       would not allow. */
     for (int id = 0; opt->fuse && id < g->n; id++) {
         const Node *n = &g->nodes[id];
         if (n->op != OP_MAXPOOL) continue;
         int x = n->in[0], b = d->node[x].fused >= 0 && g->nodes[x].op == OP_RELU ? d->node[x].fused : x;
         const Shape *xs = &g->nodes[x].shape;
-        if (g->nodes[b].op == OP_BN_APPLY && d->node[b].relu_out && d->node[b].pool_of < 0 && (long)xs->d[2] * xs->d[3] <= 4096) {
+        if (opt->cpu_only && g->nodes[b].op == OP_BN_APPLY && d->node[b].relu_out && d->node[b].pool_of < 0 && (long)xs->d[2] * xs->d[3] <= 4096) {
             d->node[b].pool_of = id;
             d->node[id].pool_by = b;
         }

@@ -10,6 +10,7 @@
 */
 #include "lower_internal.h"
 #include <stdlib.h>
+#include <string.h>
 
 /* The loops over a window's in-bounds taps, at output (oy, ox): they define iy
    and ix, and skip the padding. window_close() ends them. */
@@ -392,6 +393,73 @@ static void pool_grad_scatter(Lower *L, int id, const PoolGeom *G)
 
 /* maxpool2d, avgpool2d: x -> y; maxpool2d_grad: x, dy -> dx; avgpool2d_grad: dy -> dx.
    The common max-pool gradients get kernels of their own: 2x2 stride 2, and windows that tile the plane. */
+/* GPUs: pooling a thread per element (cg_rows_body over the planes). The forward, one
+   output each: its window's taps in reading order, as the CPU's loops (the same max,
+   the same sum). The gradients, one input each, gathering from the windows that hold
+   it in the order the CPU's scatter adds them (oy, then ox): a max pool's window
+   routes its gradient to its first maximum, found again per window as the forward
+   found it (a NaN wins, as PyTorch); with relu_mask, only where that maximum is
+   positive (the fused relu_grad). The same numbers as the CPU's, a thread per plane
+   there being 16,384 threads at ResNet-18's batch of 256. */
+static void pool_gpu(Lower *L, int id, const PoolGeom *G)
+{
+    POOL_GEOM(G);
+    bool fwd = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL, relu = L->dec->node[id].relu_mask;
+    Arena *a = L->p->arena;
+    int b[3] = { y, buf_of(L, n->in[0]), n->nin > 1 ? buf_of(L, n->in[1]) : -1 };
+    /* the window at (oy, ox): its first maximum's offset `bat` and value `best`, or the sum `acc` */
+    const char *tap = mx ? arena_printf(a, "if (bat < 0 || v > best || (v != v && best == best)) { best = v; bat = yy * %d + xx; }", Wd)
+                         : "acc += v;";
+    const char *taps = arena_printf(a,
+        "for (int ky = 0; ky < %d; ky++) {\n"
+        "              int yy = oy * %d - %d + ky;\n"
+        "              if (yy < 0 || yy >= %d) continue;\n"
+        "              for (int kx = 0; kx < %d; kx++) {\n"
+        "                  int xx = ox * %d - %d + kx;\n"
+        "                  if (xx < 0 || xx >= %d) continue;\n"
+        "                  float v = xp[yy * %d + xx];\n"
+        "                  %s\n"
+        "              }\n"
+        "          }", K, S, P, H, K, S, P, Wd, Wd, tap);
+    if (fwd) {
+        cg_kernel(L, id, ir_op_name(n->op), cg_rows_work(planes, (long)OH * OW), 2, b, (const char *const[]){ "=y", "x" });
+        cg_body(L, "    /* x is [N*%d planes, %d, %d], y is [N*%d, %d, %d]; window %d, stride %d, padding %d; one output per iteration */\n",
+                C, H, Wd, C, OH, OW, K, S, P);
+        cg_rows_body(L, planes, (long)OH * OW, arena_printf(a, "        const float *xp = x + row * %dL;\n", H * Wd),
+                     arena_printf(a, "{ int oy = at / %d, ox = at %% %d;\n"
+                                     "          %s\n"
+                                     "          %s\n"
+                                     "          y[row * %dL + at] = %s; }",
+                                  OW, OW, mx ? "float best = -MGC_INF; int bat = -1;" : "float acc = 0.0f;", taps, OH * OW, mx ? "bat < 0 ? -MGC_INF : best" : arena_printf(a, "acc * %s", scale)));
+        cg_end_kernel(L);
+        return;
+    }
+    if (mx) cg_kernel(L, id, "maxpool2d_grad", cg_rows_work(planes, (long)H * Wd), 3, b, (const char *const[]){ "=dx", "x", "dy" });
+    else cg_kernel(L, id, "avgpool2d_grad", cg_rows_work(planes, (long)H * Wd), 2, b, (const char *const[]){ "=dx", "dy" });
+    cg_body(L, "    /* dx%s are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; window %d, stride %d, padding %d; one input per iteration */\n",
+            mx ? ", x" : "", C, H, Wd, C, OH, OW, K, S, P);
+    const char *g = arena_printf(a, "dyp[oy * %d + ox]", OW);
+    const char *route = mx ? arena_printf(a, "float best = -MGC_INF; int bat = -1;\n"
+                                             "                  %s\n"
+                                             "                  if (bat == iy * %d + ix) s += %s",
+                                          taps, Wd, relu ? arena_printf(a, "mgc_keep(%s, best > 0.0f);   /* fused relu_grad */", g) : arena_printf(a, "%s;", g))
+                           : arena_printf(a, "s += %s * %s;", g, scale);
+    cg_rows_body(L, planes, (long)H * Wd,
+                 arena_printf(a, "        const float *dyp = dy + row * %dL;%s\n", OH * OW,
+                              mx ? arena_printf(a, " const float *xp = x + row * %dL;", H * Wd) : ""),
+                 arena_printf(a, "{ int iy = at / %d, ix = at %% %d;\n"
+                                 "          float s = 0.0f;\n"
+                                 "          int ty = iy + %d - %d + 1, tx = ix + %d - %d + 1;\n"
+                                 "          int oy0 = ty <= 0 ? 0 : (ty + %d - 1) / %d, oy1 = (iy + %d) / %d, ox0 = tx <= 0 ? 0 : (tx + %d - 1) / %d, ox1 = (ix + %d) / %d;\n"
+                                 "          for (int oy = oy0; oy <= oy1 && oy < %d; oy++)\n"
+                                 "              for (int ox = ox0; ox <= ox1 && ox < %d; ox++) {\n"
+                                 "                  %s\n"
+                                 "              }\n"
+                                 "          dx[row * %dL + at] = s; }",
+                              Wd, Wd, P, K, P, K, S, S, P, S, S, S, P, S, OH, OW, route, H * Wd));
+    cg_end_kernel(L);
+}
+
 void cg_lower_window_pool(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
@@ -407,6 +475,10 @@ void cg_lower_window_pool(Lower *L, int id)
     G.W = cg_work_str(L, G.planes);
     G.scale = arena_printf(L->p->arena, "%#.9gf", 1.0 / (G.K * G.K));
     int K = G.K, S = G.S, P = G.P, H = G.H, Wd = G.Wd, OH = G.OH, OW = G.OW;
+    if (!L->dec->cpu_only) {
+        pool_gpu(L, id, &G);
+        return;
+    }
     if (fwd && G.mx && (long)H * OW <= 4096 && K <= 16) pool_forward_separable(L, id, &G);
     else if (fwd) pool_forward(L, id, &G);
     else if (G.mx && K == 2 && S == 2 && P == 0 && H == OH * 2 && Wd == OW * 2) maxpool_grad_2x2(L, id, &G);
