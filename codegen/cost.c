@@ -159,12 +159,11 @@ static void step_cost(const Program *p, int k, long n, const CgGpuModel *m, Step
 }
 
 /* Why a kernel fills fewer than 2 blocks per SM: its parallel loop's shape. */
-static const char *few_blocks_why(Arena *a, const Program *p, const Step *s, long n)
+static const char *few_blocks_why(Arena *a, const Step *s, long n)
 {
     long work = cg_dim(s->work, n);
     if (s->blocks) return arena_printf(a, "a block per reduction, %ld of them", work);
     if (s->grain > 1) return arena_printf(a, "%ld threads, each over %ld elements", work, s->grain);
-    (void)p;
     return arena_printf(a, "%ld element%s in all", work, work == 1 ? "" : "s");
 }
 
@@ -259,7 +258,7 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
                 lo = fmin(lo, (double)c[j].grid / m->sms), hi = fmax(hi, (double)c[j].grid / m->sms);
             }
             fprintf(out, "    %-28s %3d step%s, %.2g%s blocks per SM; step %d: %s\n", kind, count, count == 1 ? " " : "s", lo,
-                    hi > lo ? arena_printf(a, " to %.2g", hi) : "", k, few_blocks_why(a, p, s, batch));
+                    hi > lo ? arena_printf(a, " to %.2g", hi) : "", k, few_blocks_why(a, s, batch));
         }
     }
 }

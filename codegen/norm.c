@@ -69,8 +69,7 @@ const char *cg_bn_scale_shift_text(Lower *L, int C, const char *plane)
 
 void cg_bn_scale_shift(Lower *L, int C)
 {
-    cg_body(L, "        long c = plane %% %d;\n"
-               "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n", C, C);
+    cg_body(L, "%s", cg_bn_scale_shift_text(L, C, "plane"));
 }
 
 /* y = (x - mean) * invstd * gamma + beta, one (n, c) plane per iteration; with a
