@@ -1200,7 +1200,7 @@ static ConvStrategy grouped_strategy(const CgOptions *opt, const ConvGeom *G, Co
         return s == CONV_GEMM ? CONV_GEMM : CONV_DIRECT;
     }
     if (!(opt && opt->cpu_only))   /* GPUs: a depthwise layer's direct loops, other grouped layers a GEMM per group */
-        return G->groups > 1 && G->C == G->groups ? CONV_DIRECT : G->groups > 1 ? CONV_GEMM : s == CONV_DIRECT ? CONV_DIRECT : CONV_GEMM;
+        return G->groups > 1 && G->C == G->groups ? CONV_DIRECT : CONV_GEMM;   /* s is never direct here: GPUs take GEMMs */
     if (!chunked_takes(opt, G)) return CONV_DIRECT;
     if (G->groups == 1) return s == CONV_DIRECT ? CONV_DIRECT : CONV_CHUNKED;
     return depthwise_fits(true, G) ? CONV_DIRECT : CONV_CHUNKED;
