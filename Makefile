@@ -81,8 +81,10 @@ OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.
 
 all: $(BIN)
 
+# mgc_sbgemm (runtime/bgemm.c, the bf16 GEMM) is exported: the kernel libraries
+# mgc compiles and opens call it, as they call OpenBLAS's cblas_sgemm.
 $(BIN): $(OBJ)
-	$(CC) $(LDFLAGS) -o $@ $(OBJ) $(LDLIBS)
+	$(CC) $(LDFLAGS) -Wl,--export-dynamic-symbol=mgc_sbgemm -o $@ $(OBJ) $(LDLIBS)
 	@echo "mgc: built $@ with CPU devices$(if $(HAVE_MPI), and MPI ($(MPICC)), without MPI ($(if $(filter 0,$(MPI)),MPI=0,no mpicc found)))"
 	@echo "     $(if $(HAVE_CUDA),CUDA devices ($(CUDA_HOME): NVRTC, driver, cuBLAS opened at run time)$(if $(HAVE_NCCL), with NCCL ($(NCCL_HOME)),; without NCCL (no $(NCCL_HOME)/include/nccl.h): one GPU only),$(if $(HAVE_NVRTC),NVRTC ($(CUDA_HOME)) for --emit ptx; no CUDA devices (no cuda.h or cublas_v2.h),no CUDA ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/include/nvrtc.h))))"
 
@@ -122,7 +124,11 @@ $(BUILD)/unit_runtime: tests/unit_runtime.c $(UNIT_RT_SRC) $(wildcard runtime/*.
 	$(CC) -D_GNU_SOURCE -Iir -Iruntime $(CFLAGS) $(UNIT_WARN) -Wno-unused-function -o $@ tests/unit_runtime.c $(UNIT_RT_SRC) -lz -lm -lpthread -ldl
 $(BUILD)/unit_comm: tests/unit_comm.c $(UNIT_OBJ)
 	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(UNIT_OBJ) $(LDLIBS)
-UNITS = $(BUILD)/unit_frontend $(BUILD)/unit_verify $(BUILD)/unit_runtime $(BUILD)/unit_comm
+# the bf16 GEMM on its own (both of its paths where the CPU has AVX512_BF16)
+$(BUILD)/unit_bgemm: tests/unit_bgemm.c runtime/bgemm.c runtime/bgemm.h
+	@mkdir -p $(BUILD)
+	$(CC) -D_GNU_SOURCE -Iruntime $(CFLAGS) $(UNIT_WARN) -o $@ tests/unit_bgemm.c runtime/bgemm.c -lopenblas -lm
+UNITS = $(BUILD)/unit_frontend $(BUILD)/unit_verify $(BUILD)/unit_runtime $(BUILD)/unit_comm $(BUILD)/unit_bgemm
 unit: $(UNITS)
 
 # make test: every suite (tests/run.sh); make test SUITE=cli (or SUITE=cli,dp) runs those alone

@@ -161,6 +161,9 @@ def add_options(ap, epochs):
     ap.add_argument("--max-minutes", type=float, default=None,
                     help="stop after the first epoch that ends past this many minutes (test passes included); "
                          "the schedule stays the one for --epochs")
+    ap.add_argument("--autocast", choices=("off", "bf16"), default="off",
+                    help="bf16: the training step's forward under torch.autocast(dtype=bfloat16) "
+                         "(mgc's --precision bf16 is measured against it)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU check, tests/gpu/check.sh)")
     ap.add_argument("--recalibrate-bn", type=int, default=0, metavar="B",
                     help="also print the final test accuracy with BatchNorm's running statistics recomputed "
@@ -286,11 +289,12 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
             if a.normalize:
                 xb = (xb - mean) / std
             opt.zero_grad(set_to_none=True)
-            if a.shards > 1:
-                logits, loss = forward_shards(model, xb, yb, a.shards, loss_fn)
-            else:
-                logits = model(xb)
-                loss = loss_fn(logits, yb)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+                if a.shards > 1:
+                    logits, loss = forward_shards(model, xb, yb, a.shards, loss_fn)
+                else:
+                    logits = model(xb)
+                    loss = loss_fn(logits, yb)
             loss.backward()
             opt.step()
             lr = opt.param_groups[0]["lr"]   # this step's

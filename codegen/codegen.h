@@ -94,6 +94,8 @@ typedef struct Step {
     Dim m, n, k, lda, ldb, ldc;
     int a, b, c;              /* buffer ids */
     float alpha, beta;
+    bool bf16;                /* the node multiplies in bf16 (Node.mm): A and B rounded to bf16 as they are read,
+                                 the products summed in fp32 (CPU: mgc_sbgemm; cuBLAS: its fast bf16 compute) */
     int batch;                /* > 1: that many GEMMs, the i-th on A + i * sa, B + i * sb, C + i * sc (a grouped
                                  convolution's groups: cuBLAS's strided batched GEMM); 0 or 1: one */
     Dim sa, sb, sc;

@@ -1293,8 +1293,17 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
                                                 cg_winograd_grad_w_fits(&G) ? "Winograd's would do more than half of im2col's multiply-adds"
                                                                             : "Winograd's partial sums per group would take too much memory");
         }
+        bool to_gemm = g->nodes[id].mm == DT_BF16 && (s == CONV_DIRECT || s == CONV_VECTOR);
+        if (to_gemm)   /* bf16: the forms that multiply through a GEMM, which rounds the operands as it packs them */
+            s = chunked_takes(opt, &G) ? CONV_CHUNKED : CONV_GEMM;
         d->node[id].conv = (signed char)s;
-        if (op == OP_CONV2D) d->node[id].conv_why = conv_why(g->arena, opt, &G, s);
+        if (op == OP_CONV2D) {
+            d->node[id].conv_why = conv_why(g->arena, opt, &G, s);
+            if (g->nodes[id].mm == DT_BF16)
+                d->node[id].conv_why = arena_printf(g->arena, "%s; bf16 operands, rounded as its GEMMs pack them%s%s", d->node[id].conv_why,
+                                                    to_gemm ? " (the direct and vector loops multiply in fp32: not in bf16)" : "",
+                                                    s == CONV_WINOGRAD ? " (Winograd's: the transformed input and filter are rounded)" : "");
+        }
     }
     /* A 2x2 max pool of a ReLU'd direct convolution's output (LeNet's conv1): computed by
        the convolution's kernel from the two rows just summed (conv_rows_vec). */

@@ -97,13 +97,13 @@ static void group_gemm(Lower *L, int groups, const char *ta, const char *tb, con
                        const char *beta, const char *c, const char *c_step, const char *ldc, const char *indent)
 {
     if (groups == 1) {
-        cg_body(L, "%scblas_sgemm(MGC_ROW_MAJOR, %s, %s, %s, %s, %s, 1.0f, %s, %s, %s, %s, %s, %s, %s);\n",
-                indent, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+        cg_body(L, "%s%s(MGC_ROW_MAJOR, %s, %s, %s, %s, %s, 1.0f, %s, %s, %s, %s, %s, %s, %s);\n",
+                indent, cg_sgemm_fn(L), ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
         return;
     }
     cg_body(L, "%sfor (int g = 0; g < %d; g++)   /* a GEMM per group */\n"
-               "%s    cblas_sgemm(MGC_ROW_MAJOR, %s, %s, %s, %s, %s, 1.0f, %s + g * (%s), %s, %s + g * (%s), %s, %s, %s + g * (%s), %s);\n",
-            indent, groups, indent, ta, tb, m, n, k, a, a_step, lda, b, b_step, ldb, beta, c, c_step, ldc);
+               "%s    %s(MGC_ROW_MAJOR, %s, %s, %s, %s, %s, 1.0f, %s + g * (%s), %s, %s + g * (%s), %s, %s, %s + g * (%s), %s);\n",
+            indent, groups, indent, cg_sgemm_fn(L), ta, tb, m, n, k, a, a_step, lda, b, b_step, ldb, beta, c, c_step, ldc);
 }
 
 /* The chunk's gradient dy (examples n0 .. n0+nb-1) as t[O, ld]: row o holds
@@ -271,7 +271,7 @@ void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
     st->heavy = st->c_only = true;
     int gs = G->groups, Og = O / gs, D = G->D;
     long CgKK = CKK / gs;
-    bool small = Og <= 32;
+    bool small = Og <= 32 && L->g->nodes[id].mm != DT_BF16;   /* bf16: through the GEMM that rounds */
     cg_body(L, "    /* dy [N, %d, %d, %d], w [%d, %d*%d*%d], dx [N, %d, %d, %d]; stride %d, padding %d%s.\n"
                "       %d examples per iteration: t = their dy, dcol = w^T . t (%s on this thread%s),\n"
                "       added back into their planes of dx (col2im) */\n",
@@ -394,9 +394,9 @@ static void conv_chunked_grad_w_rows(Lower *L, int id, const ConvGeom *G)
             CKK, CKK, O, CKK, CG_CHUNK_FLOATS, CG_CHUNK_FLOATS, P, P, O * P, pad_floats(G), st->fn, P, O * P, P);
     chunk_pack_grad(L, G);
     chunk_im2col(L, G, "r0", "r1");
-    cg_body(L, "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, (int)(r1 - r0), ld, 1.0f, t, ld, col, ld,\n"
+    cg_body(L, "        %s(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, (int)(r1 - r0), ld, 1.0f, t, ld, col, ld,\n"
                "                    n0 ? 1.0f : 0.0f, dw + r0, %ld);\n"
-               "    }\n    free(col);\n", O, CKK);
+               "    }\n    free(col);\n", cg_sgemm_fn(L), O, CKK);
     cg_end_kernel(L);
 }
 

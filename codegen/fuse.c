@@ -118,6 +118,7 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
             }
         }
         if (wg < 0 || others || uses[r] != 1 + (bg >= 0) + (xg >= 0)) continue;
+        if (g->nodes[wg].mm == DT_BF16) continue;   /* its loops multiply in fp32; a bf16 layer's weight gradient is a GEMM form */
         const Node *wn = &g->nodes[wg];
         if (wn->attr.stride != 1 || wn->attr.padding != 0 || ir_groups(&wn->attr) > 1 || ir_dilation(&wn->attr) > 1 || wn->shape.d[2] > 8 || wn->shape.d[1] * wn->shape.d[2] > 32) continue;
         d->node[wg].wgrad_pool = pool;

@@ -118,6 +118,7 @@ Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, 
               float beta, int c, Dim ldc)
 {
     Step *s = cg_new_step(L, STEP_GEMM, node);
+    s->bf16 = L->g->nodes[node].mm == DT_BF16;
     s->ta = ta; s->tb = tb;
     s->m = m; s->n = n; s->k = k;
     s->a = a; s->b = b; s->c = c;
@@ -508,6 +509,7 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
                or in one of its own that kernel made (a fused bias gradient) */
             if (p->node_buf[id] < 0) p->node_buf[id] = p->node_buf[dec->node[id].fused];
         } else if (n->op < OP_COUNT) {
+            L.node_now = id;
             lowerings[n->op](&L, id);
         }
         cg_dp_after(&L, id);

@@ -29,6 +29,7 @@ typedef struct Lower {
     int *dyc;         /* gradient node -> its [N*P, O] channels-last copy, made once */
     int *part;        /* bn_stats node -> the partial sums its convolution's kernel writes, or -1 */
     int open_kernel;        /* the kernel step whose text is being written, or -1 */
+    int node_now;           /* the node being lowered (its Node.mm picks the CBLAS GEMM a kernel calls) */
     int *sgd_last;          /* a group of fused SGD updates: its first member -> its last, else -1 */
     /* data parallelism (codegen/dp.c) */
     int *in_bucket;   /* node -> the bucket buffer its output lives in, or -1 */
@@ -37,6 +38,14 @@ typedef struct Lower {
     int *ready;       /* IR bucket -> the node after whose steps its collective starts */
     bool *waited;     /* IR bucket -> its wait step has been emitted */
 } Lower;
+
+/* The GEMM a C kernel of the node being lowered calls: CBLAS's, or, where the
+   node multiplies in bf16 (Node.mm), mgc's (runtime/bgemm.c: the operands
+   rounded to bf16 as they are packed, the products summed in fp32). */
+static inline const char *cg_sgemm_fn(const Lower *L)
+{
+    return L->g->nodes[L->node_now].mm == DT_BF16 ? "mgc_sbgemm" : "cblas_sgemm";
+}
 
 /* The geometry of one convolution, the same for conv2d, conv2d_grad_x and
    conv2d_grad_w: x [N, C, H, W], w [O, C, K, K], y [N, O, OH, OW]. */

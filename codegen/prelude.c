@@ -174,7 +174,11 @@ static const char prelude_c[] =
     "}\n"
     "enum { MGC_ROW_MAJOR = 101, MGC_NO_TRANS = 111, MGC_TRANS = 112 };\n"
     "void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,\n"
-    "                 const float *b, int ldb, float beta, float *c, int ldc);\n";
+    "                 const float *b, int ldb, float beta, float *c, int ldc);\n"
+    "/* --precision bf16: the same GEMM with A and B rounded to bf16 as it packs them, the products summed in\n"
+    "   fp32 (mgc's runtime/bgemm.c) */\n"
+    "void mgc_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,\n"
+    "                const float *b, int ldb, float beta, float *c, int ldc);\n";
 
 static const char prelude_cuda[] =
     "/* mgc generated kernels, target CUDA (NVRTC) */\n"
@@ -438,6 +442,7 @@ void cg_print_steps(const Program *p, FILE *out)
             print_dim(out, s->k);
             fprintf(out, ")%s", s->beta != 0 ? " + C" : "");
             if (s->batch > 1) fprintf(out, ", %d of them (strided batched: one per group)", s->batch);
+            if (s->bf16) fprintf(out, ", bf16 operands, fp32 sums");
         }
         fputc('\n', out);
     }

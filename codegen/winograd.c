@@ -202,12 +202,12 @@ static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
     if (transposed)
         cg_body(L, "        static const int pi[16] = { 15, 13, 14, 12, 7, 5, 6, 4, 11, 9, 10, 8, 3, 1, 2, 0 };\n"
                    "        for (int xi = 0; xi < 16; xi++)\n"
-                   "            cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %d, ld, %d, 1.0f, u + pi[xi] * %ldL, %d,\n"
-                   "                        V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", C, O, OC, C);
+                   "            %s(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %d, ld, %d, 1.0f, u + pi[xi] * %ldL, %d,\n"
+                   "                        V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", cg_sgemm_fn(L), C, O, OC, C);
     else
         cg_body(L, "        for (int xi = 0; xi < 16; xi++)\n"
-                   "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %d, 1.0f, u + xi * %ldL, %d,\n"
-                   "                        V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", O, C, OC, C);
+                   "            %s(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %d, 1.0f, u + xi * %ldL, %d,\n"
+                   "                        V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", cg_sgemm_fn(L), O, C, OC, C);
     /* output transform: per plane, A^T down the rows for all its tiles at once (vectors),
        then across: each tile's four outputs, stored into the plane */
     bool odd = H % 2 || W % 2;
@@ -297,10 +297,10 @@ static void winograd_grad_w(Lower *L, int id, const ConvGeom *G)
                "            }\n",
             2 * TH, odd ? 2 * TW : W, T, TW, TW, 2 * T, 4 * T, 6 * T, T, 2 * T, T, T);
     cg_body(L, "            for (int xi = 0; xi < 16; xi++)\n"
-               "                cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, %d, ld, 1.0f, M + xi * ms, ld, V + xi * vs, ld,\n"
+               "                %s(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, %d, %d, ld, 1.0f, M + xi * ms, ld, V + xi * vs, ld,\n"
                "                            n0 == e0 ? 0.0f : 1.0f, pg + xi * %ldL, %d);\n"
                "        }\n    }\n    free(V);\n",
-            O, C, OC, C);
+            cg_sgemm_fn(L), O, C, OC, C);
     cg_end_kernel(L);
     int b2[2] = { cg_out_buf(L, id), part };
     Step *s2 = cg_kernel(L, id, "conv2d_grad_w_winograd_sum", dimc((OC + 63) / 64), 2, b2, (const char *const[]){ "=dw", "part" });

@@ -63,6 +63,9 @@ static void usage(FILE *out)
         "                         twice holds two replicas); under mpirun, on every rank\n"
         "  --gpus N               train on the first N GPUs: --devices cuda:0,...,cuda:N-1\n"
         "  --tf32                 GPUs: GEMMs may round their inputs to TF32 (faster; default full fp32)\n"
+        "  --precision P          fp32 (default) or bf16: convolutions and linear layers, forward and backward,\n"
+        "                         multiply bf16 operands and sum in fp32 (PyTorch autocast's policy); everything\n"
+        "                         else, parameters and optimizer state fp32 (docs/usage.md)\n"
         "  --sync-bn              BatchNorm statistics over the global batch (all replicas), as SyncBatchNorm\n"
         "  --check-nan            anomaly mode: check every step's output; stop at the first value that is not\n"
         "                         finite and name the step, kernel and layer that wrote it (slow)\n"
@@ -289,7 +292,7 @@ enum Opt {
     O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV, O_AUGMENT, O_NORMALIZE, O_RESIZE, O_DUMP_BATCH,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
     O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_GPU_MODEL, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
-    O_COUNT
+    O_PRECISION, O_COUNT
 };
 static const struct { const char *name; bool flag; } options[O_COUNT] = {
     [O_DEVICES] = { "--devices" }, [O_GPUS] = { "--gpus" }, [O_EPOCHS] = { "--epochs" },
@@ -304,6 +307,7 @@ static const struct { const char *name; bool flag; } options[O_COUNT] = {
     [O_DUMP] = { "--dump" }, [O_BUCKET_MB] = { "--bucket-mb" }, [O_ARCH] = { "--arch" }, [O_GPU_MODEL] = { "--gpu-model" },
     [O_DUMP_KERNELS] = { "--dump-kernels" }, [O_SYNC_BN] = { "--sync-bn", true }, [O_TF32] = { "--tf32", true },
     [O_CHECK_NAN] = { "--check-nan", true }, [O_EVALUATE] = { "--evaluate", true },
+    [O_PRECISION] = { "--precision" },
 };
 /* the options handled before the table's (they end the parse, or take no value) */
 static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", "--list-layers",
@@ -515,6 +519,11 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     }
     case O_SYNC_BN: t->sync_bn = true; break;
     case O_TF32: t->tf32 = true; break;
+    case O_PRECISION:
+        if (!strcmp(val, "bf16")) t->bf16 = true;
+        else if (!strcmp(val, "fp32")) t->bf16 = false;
+        else return bad("--precision expects fp32 or bf16, got '%s'%s", val, "");
+        break;
     case O_CHECK_NAN: t->check_nan = true; break;
     case O_EVALUATE: t->evaluate = true; break;
     case O_COUNT: break;
@@ -694,6 +703,7 @@ static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward
         .first_bucket_bytes = bucket < 1000000 ? bucket : 1000000,
         .opt = { .kind = c->cfg.optimizer, .lr = c->cfg.lr, .weight_decay = c->cfg.weight_decay, .momentum = c->cfg.momentum,
                  .nesterov = c->cfg.nesterov, .beta1 = c->cfg.beta1, .beta2 = c->cfg.beta2, .eps = c->cfg.eps },
+        .bf16 = c->cfg.bf16,
         .codegen = codegen_options(c),
         /* buffers share memory by liveness, for the largest shard of a global batch */
         .plan_batch = (c->cfg.batch_size + c->total_replicas - 1) / c->total_replicas,
@@ -866,6 +876,7 @@ static void agree_inputs(const Cli *c, const char *devices, Agreement *a)
     rt_agree_add(a, "--sync-bn", "%s", t->sync_bn ? "on" : "off");
     rt_agree_add(a, "--bucket-mb", "%.9g", (double)c->bucket_mb);
     rt_agree_add(a, "--tf32", "%s", t->tf32 ? "on" : "off");
+    rt_agree_add(a, "--precision", "%s", t->bf16 ? "bf16" : "fp32");
     rt_agree_add(a, "--check-nan", "%s", t->check_nan ? "on" : "off");
     rt_agree_add(a, "--evaluate", "%s", t->evaluate ? "on" : "off");
     rt_agree_add(a, "--load or --resume", "%s", t->resume ? "--resume" : t->load ? "--load" : "neither");
@@ -1051,8 +1062,9 @@ static int emit_stage(const Cli *c, World *world, Arena *arena, Diag *diag)
     case EMIT_IR: case EMIT_EVAL_IR: {
         int tensors;
         long n = ir_param_count(&g, &tensors);
-        printf("# net %s (%s form): %s parameters in %d tensors\n", g.net_name, tr ? "training" : "evaluation",
-               rt_commas(n, num), tensors);
+        printf("# net %s (%s form): %s parameters in %d tensors%s\n", g.net_name, tr ? "training" : "evaluation",
+               rt_commas(n, num), tensors,
+               g.precision == DT_BF16 ? "; precision bf16: GEMMs multiply bf16 operands, sum and store f32" : "");
         ir_print(&g, stdout, 0, g.n);
         break;
     }

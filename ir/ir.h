@@ -1,5 +1,7 @@
 /*
-** The IR: a typed tensor graph (float32). Nodes are kept in topological
+** The IR: a typed tensor graph. Every tensor is float32 (DType); under
+** --precision bf16 (ir_autocast) a GEMM-class node multiplies its operands
+** as bfloat16, summing the products in float32 (Node.mm). Nodes are kept in topological
 ** order in one array (an input always has a smaller id than its user); a
 ** node's id is its index. Every node carries its output shape, checked when
 ** the node is made, and the .net location it came from.
@@ -64,6 +66,10 @@ typedef enum InitKind {
     INIT_ONES,
 } InitKind;
 
+/* A tensor's element type, or the type a GEMM-class node multiplies its operands in. */
+typedef enum DType { DT_F32, DT_BF16 } DType;
+const char *ir_dtype_name(DType t);              /* "f32", "bf16" */
+
 typedef struct Node {
     Op op;
     int nin;
@@ -75,6 +81,10 @@ typedef struct Node {
     int fan_in;               /* PARAM with INIT_UNIFORM_FAN_IN */
     Loc loc;                  /* where in the .net file it came from */
     int grad_of;              /* backward nodes: id of the forward node whose gradient (part) this is, else -1 */
+    DType dtype;              /* its output's element type (DT_F32: every tensor is stored as float32) */
+    DType mm;                 /* GEMM-class ops (conv2d, linear and their gradients): the type their two operands
+                                 are rounded to as they are multiplied (DT_BF16: round to nearest even, products
+                                 summed in float32; set by ir_autocast); DT_F32 otherwise */
 } Node;
 
 /* A bucket of the data-parallel pass: parameter gradients laid out side by
@@ -95,6 +105,7 @@ typedef struct Graph {
     int logits, loss, correct;/* set by ir_softmax_xent */
     int n_forward;            /* nodes [0, n_forward) are the forward graph (set by autodiff) */
     bool sync_bn;             /* training BatchNorm normalises over the global batch (set before the front end) */
+    DType precision;          /* DT_BF16: ir_autocast has run (--precision bf16) */
     /* set by ir_gradients: */
     int *grad;                /* grad[id] = node holding d loss / d node id, or -1 */
     /* set by ir_buckets (data-parallel runs only): */
@@ -214,6 +225,16 @@ int  ir_buckets(Graph *g, long bucket_bytes, long first_bytes);
    g->update_order when set. Requires: ir_gradients (and ir_buckets, if any).
    Returns 0 or -1. */
 int  ir_update(Graph *g, const IrOptimizer *opt);
+/* --precision bf16, after the graph is complete (forward, gradients,
+   update): PyTorch autocast's policy for bfloat16 on the ops mgc has.
+   Convolutions, linear layers and their gradients multiply bf16 operands and
+   sum in float32 (Node.mm = DT_BF16), but a depthwise convolution (memory
+   bound: a GEMM of one row per group) stays float32; everything else
+   (BatchNorm and its statistics, activations, pooling, softmax and the loss,
+   reductions, the update, parameters and optimizer state) is float32.
+   Tensors stay float32 in memory: the rounding happens as a GEMM packs its
+   operands. Sets g->precision. Returns the nodes marked. */
+int  ir_autocast(Graph *g);
 /* An allreduce node on its own (not in a bucket): the sum of x over every replica. */
 int  ir_allreduce(Graph *g, Loc loc, int x);
 /* Prints nodes [from, to) one a line, with shapes and source locations. */

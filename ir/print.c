@@ -68,7 +68,11 @@ void ir_print(const Graph *g, FILE *out, int from, int to)
         p += snprintf(line + p, sizeof line - (size_t)p, "%s", at);
         if (n->grad_of >= 0 && n->op != OP_SGD)
             snprintf(line + p, sizeof line - (size_t)p, "  (grad of %%%d)", n->grad_of);
-        fprintf(out, "%-64s %-16s", line, ir_shape_str(&tmp, &n->shape));
+        /* its element type; a GEMM's in bf16: the type it multiplies in, then what it stores */
+        char ty[32];
+        if (n->mm != DT_F32) snprintf(ty, sizeof ty, "%s*%s->%s", ir_dtype_name(n->mm), ir_dtype_name(n->mm), ir_dtype_name(n->dtype));
+        else snprintf(ty, sizeof ty, "%s", ir_dtype_name(n->dtype));
+        fprintf(out, "%-64s %-16s %-14s", line, ir_shape_str(&tmp, &n->shape), ty);
         if (n->loc.file) fprintf(out, " %s:%d:%d", n->loc.file->name, n->loc.line, n->loc.col);
         fputc('\n', out);
     }

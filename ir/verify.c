@@ -72,6 +72,9 @@ int ir_verify(const Graph *g, Diag *d)
             if (n->shape.d[k] <= 0 && !(k == 0 && n->shape.d[k] == IR_BATCH))
                 problem(&c, "has dimension %d = %d", k, n->shape.d[k]);
         if (c.bad == before) shape_rule(&c);   /* only over well-formed inputs */
+        if (n->dtype != DT_F32) problem(&c, "stores %s: every tensor is f32", ir_dtype_name(n->dtype));
+        if (n->mm != DT_F32 && (ir_op_kind(n->op) != KIND_GEMM || n->mm != DT_BF16))
+            problem(&c, "multiplies in %s, but only a GEMM-class op multiplies in bf16", ir_dtype_name(n->mm));
     }
     arena_free(&tmp);
     return c.bad;

@@ -29,11 +29,18 @@ MgcStatus mgc_graph(const MgcOptions *o, Arena *a, Diag *d, Graph *g, const char
         return MGC_BAD_NET;
     }
     MgcStatus s = checked("front end", 0, g, d, failed);
-    if (s || !o->backward) return s;
-    if ((s = checked("gradients", ir_gradients(g, o->input_grad), g, d, failed))) return s;   /* the backward graph */
-    if (o->replicas > 1 && (s = checked("buckets", ir_buckets(g, o->bucket_bytes, o->first_bucket_bytes), g, d, failed)))
-        return s;                                                                               /* sums across replicas */
-    return checked("update", ir_update(g, &o->opt), g, d, failed);                              /* SGD */
+    if (s) return s;
+    if (o->backward) {
+        if ((s = checked("gradients", ir_gradients(g, o->input_grad), g, d, failed))) return s;   /* the backward graph */
+        if (o->replicas > 1 && (s = checked("buckets", ir_buckets(g, o->bucket_bytes, o->first_bucket_bytes), g, d, failed)))
+            return s;                                                                               /* sums across replicas */
+        if ((s = checked("update", ir_update(g, &o->opt), g, d, failed))) return s;                /* SGD */
+    }
+    if (o->bf16) {
+        ir_autocast(g);                                                                             /* GEMMs in bf16 */
+        return checked("autocast", 0, g, d, failed);
+    }
+    return MGC_OK;
 }
 
 MgcStatus mgc_program(const MgcOptions *o, Graph *g, Arena *a, Diag *d, Program *p, const char **failed)

@@ -7,6 +7,7 @@
 **   gradients      the backward graph (ir/autodiff.c)          [training]
 **   buckets        allreduce nodes, bucket by bucket (ir/dp.c) [several replicas]
 **   update         SGD (ir/autodiff.c)                         [training]
+**   autocast       GEMM-class nodes multiply in bf16 (ir/precision.c) [--precision bf16]
 **   fusion, convolution forms (codegen/fuse.c, conv.c)
 **   lowering       kernels, GEMMs, collectives (codegen/lower.c)
 **   memory plan    buffers share slots by liveness (codegen/plan.c)
@@ -34,6 +35,7 @@ typedef struct MgcOptions {
     long bucket_bytes;        /* a bucket's size in bytes */
     long first_bucket_bytes;  /* the first bucket's (the last layers', ready first) */
     IrOptimizer opt;
+    bool bf16;                /* --precision bf16: ir_autocast on the complete graph */
     CgOptions codegen;        /* fusion, convolution forms, CPU only */
     long plan_batch;          /* the examples each replica's memory plan holds */
 } MgcOptions;

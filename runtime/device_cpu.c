@@ -12,6 +12,7 @@
 #include "runtime.h"
 #include "comm.h"
 #include "pool.h"
+#include "bgemm.h"
 #include <cblas.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -57,8 +58,12 @@ static void gemm_job(void *ctx, int thread, int nthreads)
         c += n0;
     }
     if (m <= 0 || n <= 0) return;
-    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
-                m, n, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    if (g->bf16)   /* --precision bf16 */
+        mgc_sbgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+                   m, n, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
+    else
+        cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+                    m, n, g->k, g->alpha, a, g->lda, b, g->ldb, g->beta, c, g->ldc);
 }
 
 /* calloc, aligned by hand (the block's start kept just before the aligned

@@ -116,7 +116,8 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
     X(cuGraphLaunch) X(cuGraphDestroy) X(cuGraphExecDestroy)
 
 #define CUBLAS_FUNCS(X) \
-    X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSgemm) X(cublasSgemmStridedBatched) X(cublasSetMathMode) X(cublasSetWorkspace)
+    X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasSgemm) X(cublasSgemmStridedBatched) X(cublasSetMathMode) X(cublasSetWorkspace) \
+    X(cublasGemmEx) X(cublasGemmStridedBatchedEx)
 
 #ifdef HAVE_NCCL
 #define NCCL_FUNCS(X) \
@@ -509,6 +510,19 @@ static void cuda_gemm(Device *d, const GemmArgs *g)
     /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
     cublasOperation_t tb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     bool batched = g->batch > 1;
+    if (g->bf16) {   /* --precision bf16: fp32 matrices, the tensor cores' bf16 multiplies, fp32 sums */
+        cublasStatus_t st =
+            batched ? blas.cublasGemmStridedBatchedEx(c->blas, tb, ta, g->n, g->m, g->k, &g->alpha, g->b, CUDA_R_32F, g->ldb, g->sb, g->a,
+                                                      CUDA_R_32F, g->lda, g->sa, &g->beta, g->c, CUDA_R_32F, g->ldc, g->sc, g->batch,
+                                                      CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT)
+                    : blas.cublasGemmEx(c->blas, tb, ta, g->n, g->m, g->k, &g->alpha, g->b, CUDA_R_32F, g->ldb, g->a, CUDA_R_32F, g->lda,
+                                        &g->beta, g->c, CUDA_R_32F, g->ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            char msg[64];
+            fail(d, batched ? "cublasGemmStridedBatchedEx" : "cublasGemmEx", cublas_msg(st, msg, sizeof msg));
+        }
+        return;
+    }
     cublasStatus_t st = batched ? blas.cublasSgemmStridedBatched(c->blas, tb, ta, g->n, g->m, g->k, &g->alpha, g->b, g->ldb, g->sb, g->a,
                                                                  g->lda, g->sa, &g->beta, g->c, g->ldc, g->sc, g->batch)
                                 : blas.cublasSgemm(c->blas, tb, ta, g->n, g->m, g->k, &g->alpha, g->b, g->ldb, g->a, g->lda, &g->beta, g->c,

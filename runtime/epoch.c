@@ -257,6 +257,7 @@ static void report_epoch(Group *g, int epoch, const EpochResult *e, const CommRe
     else fprintf(f, "%.6f", e->test_acc);
     fprintf(f, ", \"lr\": %.9g, \"examples_per_s\": %.1f, \"seconds\": %.3f, \"train_seconds\": %.3f, \"replicas\": %d",
             (double)e->lr, eps, e->secs, e->t_train, g->total);
+    fprintf(f, ", \"precision\": \"%s\"", g->cfg->bf16 ? "bf16" : "fp32");
     size_t peak = rt_peak_resident();
     if (peak) fprintf(f, ", \"peak_resident_mb\": %.1f", (double)peak / (1 << 20));
     if (cr->dev) {

@@ -16,6 +16,7 @@
 ** (device.h): no particular kind.
 */
 #include "train_internal.h"
+#include "bgemm.h"
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -415,6 +416,10 @@ static void say_run(const Group *g, const Dataset *train, const Dataset *test, c
     if (cfg->evaluate) printf("; %s test examples (%s), batch %d\n", rt_commas(test->n, num3), data, cfg->batch_size);
     else printf("; %s training and %s test examples (%s), batch %d%s\n", rt_commas(train->n, num2),
                 rt_commas(test->n, num3), data, cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
+    if (cfg->bf16)   /* says once how bf16 runs here */
+        printf("mgc: precision bf16: convolutions and linear layers multiply bf16 operands, sum in fp32 (%s)\n",
+               !cpu ? "cuBLAS, the tensor cores" : mgc_bf16_native() ? "AVX512_BF16 on this CPU"
+               : "this CPU has no AVX512_BF16: bf16 rounding in fp32 arithmetic, as slow as fp32 or slower");
     if (cpu && g->threads < g->n)
         printf("mgc: %d devices on %d thread%s: they share the cores (the numbers are the same, the speed is not)\n",
                g->n, g->threads, g->threads == 1 ? "" : "s");

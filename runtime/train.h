@@ -45,6 +45,7 @@ typedef struct TrainConfig {
     DeviceSpec devices[TRAIN_MAX_DEVICES];   /* which, [0, replicas) */
     bool cpu_own_memory;      /* CPU devices keep memory apart from the host's, as a GPU does (testing) */
     bool tf32;                /* CUDA: GEMMs may use TF32 tensor cores */
+    bool bf16;                /* --precision bf16: the programs' GEMM-class nodes multiply in bf16 (ir_autocast) */
     bool no_graphs;           /* CUDA: launch every step (no CUDA graph) */
     bool profile;             /* MGC_PROFILE=1: time every step of the training program */
     bool sync_bn;             /* BatchNorm statistics over the global batch */

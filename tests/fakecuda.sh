@@ -84,6 +84,22 @@ for where in cuda cuda:0; do
     fi
 done
 
+# --precision bf16 on cuda:0 (cuBLAS's CUBLAS_COMPUTE_32F_FAST_16BF, which the fake rounds
+# to nearest even as the tensor cores do) against autocast and the emulated policy;
+# k replicas on k GPUs in bf16 against one device
+MGC="$MGC --devices cuda:0" REF_OUT=$tmp/refbf timeout 300 $PY tests/torch/ref.py --precision bf16 --only 'op_*' \
+    --skip '*_nesterov3' --skip '*_adamw4' --only lenet_sgd5 --only small_resnet > "$tmp/refbf.log" 2>&1
+rc=$?
+FAKECUDA_GPUS=3 REF_DP_DEVICES=cuda REF_OUT=$tmp/refbfdp timeout 300 $PY tests/torch/ref.py --precision bf16 \
+    --only dp_small_resnet_sync2 --only dp_lenet_sgd5_cpu3 >> "$tmp/refbf.log" 2>&1
+rc=$((rc | $?))
+n=$(awk '/^[0-9]+ passed, [0-9]+ failed/ { s += $1 } END { print s + 0 }' "$tmp/refbf.log")
+if [ $rc -eq 0 ] && [ "${n:-0}" -gt 0 ]; then
+    pass=$((pass + n)); ok "--precision bf16 on the fake GPUs against autocast and the emulated policy: $n checks"
+else
+    bad "--precision bf16 on the fake GPUs: exit $rc"; grep "^FAIL" "$tmp/refbf.log" | head -5 | sed 's/^/    /'
+fi
+
 # LeNet trained on two GPUs through NCCL, CUDA graphs and all, ends where cpu:2 ends
 A="--epochs 1 --limit-train 1312 --limit-test 256 --batch-size 64 --lr 0.01 --seed 7"
 if timeout 300 "$MGC" $L $A --gpus 2 --save "$tmp/g2.st" > "$tmp/g2" 2>&1 &&

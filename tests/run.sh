@@ -43,6 +43,7 @@ suite frontend sh -c "make -s build/unit_frontend && ./build/unit_frontend"
 suite verify sh -c "make -s build/unit_verify && ./build/unit_verify"
 suite runtime sh -c "make -s build/unit_runtime && ./build/unit_runtime"
 suite comm sh -c "make -s build/unit_comm && ./build/unit_comm"
+suite bgemm sh -c "make -s build/unit_bgemm && ./build/unit_bgemm"
 suite bad bash tests/bad.sh
 suite golden bash tests/golden.sh
 suite cli bash tests/cli.sh
@@ -57,7 +58,7 @@ elif [ -f /usr/local/cuda/include/nvrtc.h ]; then
 else
     echo "nvrtc      skipped: no CUDA toolkit at /usr/local/cuda"
 fi
-if ! wants_any torch data unfused direct dense chunked winograd vector; then :
+if ! wants_any torch data unfused direct dense chunked winograd vector bf16; then :
 elif /usr/bin/python3 -c "import torch" 2>/dev/null; then
     suite torch /usr/bin/python3 tests/torch/ref.py --out "$log/ref"
     suite data /usr/bin/python3 tests/torch/data_check.py   # --resize, --augment, --normalize against torchvision's recipe
@@ -71,6 +72,11 @@ elif /usr/bin/python3 -c "import torch" 2>/dev/null; then
     suite dense env MGC_CONV=dense /usr/bin/python3 tests/torch/ref.py --out "$log/ref-dense" --only 'op_conv*' $noopt --only small_resnet --only fd_small_resnet
     suite chunked env MGC_CONV=chunked /usr/bin/python3 tests/torch/ref.py --out "$log/ref-chunked" --only 'op_conv*' $noopt --only small_resnet --only fd_small_resnet --only lenet_sgd5
     suite winograd env MGC_CONV=winograd /usr/bin/python3 tests/torch/ref.py --out "$log/ref-winograd" --only 'op_conv*' $noopt --only fd_small_resnet
+    # --precision bf16 against PyTorch's autocast and against mgc's policy emulated in
+    # float64 (ref.py's docstring): every op net, LeNet, a ResNet with Winograd's form,
+    # k replicas in bf16 against one device
+    suite bf16 /usr/bin/python3 tests/torch/ref.py --precision bf16 --out "$log/ref-bf16" --only 'op_*' $noopt --only lenet_sgd5 \
+        --only small_resnet --only dp_small_resnet_sync2 --only dp_lenet_sgd5_cpu3
     suite vector env MGC_CONV=vector /usr/bin/python3 tests/torch/ref.py --out "$log/ref-vector" --only 'op_conv*' $noopt --only small_resnet --only fd_small_resnet --only lenet_sgd5
 else
     echo "torch      skipped: /usr/bin/python3 has no torch (apt-get install python3-torch)"

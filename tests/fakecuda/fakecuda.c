@@ -145,7 +145,7 @@ typedef struct Work {
     unsigned char value;
     int host;                  /* W_COPY issued, not captured: 1 into pinned memory, 2 out of it (checked by hash) */
     uint64_t hash;
-    struct { int ta, tb, m, n, k, lda, ldb, ldc; float alpha, beta; const float *a, *b; float *c; } g;
+    struct { int ta, tb, m, n, k, lda, ldb, ldc; float alpha, beta; const float *a, *b; float *c; int bf16; } g;
     struct { ncclComm_t comm; const float *send; float *recv; size_t count; } ar;
 } Work;
 
@@ -214,6 +214,38 @@ static uint64_t hash_bytes(const void *p, size_t n)
     return h;
 }
 
+
+/* a float rounded to bfloat16 as the tensor cores' conversion does: to nearest, ties to even
+   (a NaN kept a NaN); the result a float whose low 16 bits are zero */
+static float bf16_rne(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) u |= 0x00400000u;
+    else u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* CUBLAS_COMPUTE_32F_FAST_16BF on fp32 matrices: A and B rounded to bf16, the products (exact in
+   fp32) summed in fp32. Column-major; the columns each operand spans copied rounded, then sgemm. */
+static void gemm_bf16(const struct Work *w)
+{
+    int ac = w->g.ta ? w->g.m : w->g.k, bc = w->g.tb ? w->g.k : w->g.n;
+    size_t na = (size_t)ac * w->g.lda, nb = (size_t)bc * w->g.ldb;
+    float *a = malloc(sizeof(float) * (na + nb + 1)), *b = a + na;
+    if (!a) {
+        fprintf(stderr, "fakecuda: out of memory in a bf16 GEMM\n");
+        abort();
+    }
+    for (size_t i = 0; i < na; i++) a[i] = bf16_rne(w->g.a[i]);
+    for (size_t i = 0; i < nb; i++) b[i] = bf16_rne(w->g.b[i]);
+    cblas_sgemm(CblasColMajor, w->g.ta ? CblasTrans : CblasNoTrans, w->g.tb ? CblasTrans : CblasNoTrans, w->g.m, w->g.n,
+                w->g.k, w->g.alpha, a, w->g.lda, b, w->g.ldb, w->g.beta, w->g.c, w->g.ldc);
+    free(a);
+}
+
 static void run(const Work *w)
 {
     switch (w->kind) {
@@ -229,8 +261,10 @@ static void run(const Work *w)
         break;
     case W_SET: memset(w->dst, w->value, w->bytes); break;
     case W_GEMM:
-        cblas_sgemm(CblasColMajor, w->g.ta ? CblasTrans : CblasNoTrans, w->g.tb ? CblasTrans : CblasNoTrans, w->g.m, w->g.n,
-                    w->g.k, w->g.alpha, w->g.a, w->g.lda, w->g.b, w->g.ldb, w->g.beta, w->g.c, w->g.ldc);
+        if (w->g.bf16) gemm_bf16(w);
+        else
+            cblas_sgemm(CblasColMajor, w->g.ta ? CblasTrans : CblasNoTrans, w->g.tb ? CblasTrans : CblasNoTrans, w->g.m, w->g.n,
+                        w->g.k, w->g.alpha, w->g.a, w->g.lda, w->g.b, w->g.ldb, w->g.beta, w->g.c, w->g.ldc);
         break;
     case W_ALLREDUCE: allreduce(w->ar.comm, w->ar.send, w->ar.recv, w->ar.count); break;
     }
@@ -859,9 +893,9 @@ cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes)
     return !bytes || check_dev(ws, bytes, "cublasSetWorkspace") ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
 
-/* column-major, as cuBLAS: op(A) is m x k, op(B) k x n, C m x n */
-cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
-                           const float *a, int lda, const float *b, int ldb, const float *beta, float *c, int ldc)
+/* column-major, as cuBLAS: op(A) is m x k, op(B) k x n, C m x n; bf16: CUBLAS_COMPUTE_32F_FAST_16BF's rounding */
+static cublasStatus_t gemm_queue(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                                 const float *a, int lda, const float *b, int ldb, const float *beta, float *c, int ldc, int bf16)
 {
     int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
     int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
@@ -878,9 +912,37 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
     Work w = { .kind = W_GEMM };
     w.g.ta = ta == CUBLAS_OP_T, w.g.tb = tb == CUBLAS_OP_T;
     w.g.m = m, w.g.n = n, w.g.k = k, w.g.lda = lda, w.g.ldb = ldb, w.g.ldc = ldc;
-    w.g.alpha = *alpha, w.g.beta = *beta, w.g.a = a, w.g.b = b, w.g.c = c;
+    w.g.alpha = *alpha, w.g.beta = *beta, w.g.a = a, w.g.b = b, w.g.c = c, w.g.bf16 = bf16;
     submit(h->s, &w);
     return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
+                           const float *a, int lda, const float *b, int ldb, const float *beta, float *c, int ldc)
+{
+    return gemm_queue(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0);
+}
+
+/* fp32 matrices only, computed in fp32 or in bf16 (CUBLAS_COMPUTE_32F_FAST_16BF): what mgc calls */
+static int ex_types(const char *fn, cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute)
+{
+    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F ||
+        (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF)) {
+        say("%s: the fake takes fp32 matrices with CUBLAS_COMPUTE_32F or _32F_FAST_16BF only (types %d %d %d, compute %d)", fn,
+            (int)at, (int)bt, (int)ct, (int)compute);
+        return -1;
+    }
+    return compute == CUBLAS_COMPUTE_32F_FAST_16BF;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,
+                            const void *a, cudaDataType at, int lda, const void *b, cudaDataType bt, int ldb, const void *beta, void *c,
+                            cudaDataType ct, int ldc, cublasComputeType_t compute, cublasGemmAlgo_t algo)
+{
+    (void)algo;
+    int bf16 = ex_types("cublasGemmEx", at, bt, ct, compute);
+    if (bf16 < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_queue(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bf16);
 }
 
 /* batch GEMMs, the i-th on a + i * sa, b + i * sb, c + i * sc (strides in floats); each checked
@@ -896,6 +958,27 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
     }
     for (int i = 0; i < batch; i++) {
         cublasStatus_t st = cublasSgemm(h, ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                          const void *alpha, const void *a, cudaDataType at, int lda, long long sa, const void *b,
+                                          cudaDataType bt, int ldb, long long sb, const void *beta, void *c, cudaDataType ct, int ldc,
+                                          long long sc, int batch, cublasComputeType_t compute, cublasGemmAlgo_t algo)
+{
+    (void)algo;
+    int bf16 = ex_types("cublasGemmStridedBatchedEx", at, bt, ct, compute);
+    if (bf16 < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (batch < 0 || sa < 0 || sb < 0 || (batch > 1 && sc < (long long)(n - 1) * ldc + m)) {
+        say("cublasGemmStridedBatchedEx: invalid arguments: batch %d, strides %lld %lld %lld (C is %d x %d, ldc %d)", batch, sa, sb,
+            sc, m, n, ldc);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t st = gemm_queue(h, ta, tb, m, n, k, alpha, (const float *)a + i * sa, lda, (const float *)b + i * sb, ldb, beta,
+                                       (float *)c + i * sc, ldc, bf16);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     return CUBLAS_STATUS_SUCCESS;
