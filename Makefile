@@ -81,10 +81,11 @@ OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.
 
 all: $(BIN)
 
-# mgc_sbgemm (runtime/bgemm.c, the bf16 GEMM) is exported: the kernel libraries
-# mgc compiles and opens call it, as they call OpenBLAS's cblas_sgemm.
+# mgc_sbgemm and its packed form (runtime/bgemm.c, the bf16 GEMM) are exported: the
+# kernel libraries mgc compiles and opens call them, as they call OpenBLAS's cblas_sgemm.
+BGEMM_EXPORTS = $(foreach f,mgc_sbgemm mgc_sbgemm_pack_a mgc_sbgemm_packed mgc_sbgemm_free,-Wl,--export-dynamic-symbol=$(f))
 $(BIN): $(OBJ)
-	$(CC) $(LDFLAGS) -Wl,--export-dynamic-symbol=mgc_sbgemm -o $@ $(OBJ) $(LDLIBS)
+	$(CC) $(LDFLAGS) $(BGEMM_EXPORTS) -o $@ $(OBJ) $(LDLIBS)
 	@echo "mgc: built $@ with CPU devices$(if $(HAVE_MPI), and MPI ($(MPICC)), without MPI ($(if $(filter 0,$(MPI)),MPI=0,no mpicc found)))"
 	@echo "     $(if $(HAVE_CUDA),CUDA devices ($(CUDA_HOME): NVRTC, driver, cuBLAS opened at run time)$(if $(HAVE_NCCL), with NCCL ($(NCCL_HOME)),; without NCCL (no $(NCCL_HOME)/include/nccl.h): one GPU only),$(if $(HAVE_NVRTC),NVRTC ($(CUDA_HOME)) for --emit ptx; no CUDA devices (no cuda.h or cublas_v2.h),no CUDA ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/include/nvrtc.h))))"
 

@@ -178,7 +178,13 @@ static const char prelude_c[] =
     "/* --precision bf16: the same GEMM with A and B rounded to bf16 as it packs them, the products summed in\n"
     "   fp32 (mgc's runtime/bgemm.c) */\n"
     "void mgc_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,\n"
-    "                const float *b, int ldb, float beta, float *c, int ldc);\n";
+    "                const float *b, int ldb, float beta, float *c, int ldc);\n"
+    "/* and with op(A) rounded and packed once, for many products (row-major) */\n"
+    "typedef struct MgcPackedA MgcPackedA;\n"
+    "MgcPackedA *mgc_sbgemm_pack_a(int ta, int m, int k, const float *a, int lda);\n"
+    "void mgc_sbgemm_packed(const MgcPackedA *p, int tb, int n, float alpha, const float *b, int ldb, float beta, float *c,\n"
+    "                       int ldc);\n"
+    "void mgc_sbgemm_free(MgcPackedA *p);\n";
 
 static const char prelude_cuda[] =
     "/* mgc generated kernels, target CUDA (NVRTC) */\n"

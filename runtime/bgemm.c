@@ -106,6 +106,15 @@
 #define BGEMM_X86 0
 #endif
 
+/* op(A) packed once (mgc_sbgemm_pack_a) */
+struct MgcPackedA {
+    long m, k;
+    int native;               /* the path it was packed for */
+    int32_t *words;           /* native: gemm_native's blocks of packed bf16 pairs */
+    float *rounded;           /* emulated: A rounded to bf16, stored as given (op(A) row-major m x k, or its transpose) */
+    int transposed;
+};
+
 /* ---- scratch, detection ---- */
 
 static void *scratch(size_t bytes)
@@ -442,40 +451,74 @@ static long block(long total, long max, long unit)
     return (size + unit - 1) / unit * unit;
 }
 
-static BF16_TARGET void gemm_native(long m, long n, long k, float alpha, const float *a, long sai, long sak,
-                                    const float *b, long sbk, long sbj, float beta, float *c, long ldc)
+/* The rows of the tile for m rows of C: the one that computes fewer padding
+   rows (12 on a tie; the columns padded alike for both): 12 x 32, or 8 x 48. */
+static long tile_rows(long m)
 {
-    /* the tile that computes fewer padding rows and columns (12 x 32 on a tie) */
-    long n16 = (n + 15) / 16 * 16, w12 = (m + 11) / 12 * 12 * n16, w8 = (m + 7) / 8 * 8 * n16;
-    long mr = 12, nr = 32;
+    return (m + 7) / 8 * 8 < (m + 11) / 12 * 12 ? 8 : 12;
+}
+
+/* words of one (k block, row block) of packed A: its panels of mr rows, kp pairs each */
+static long a_block_words(long mcur, long kcur, long mr)
+{
+    return (mcur + mr - 1) / mr * mr * ((kcur + 1) / 2);
+}
+
+/* pre (may be NULL): op(A) packed by mgc_sbgemm_pack_a, its blocks in the order these loops visit them */
+static BF16_TARGET void gemm_native(long m, long n, long k, float alpha, const float *a, long sai, long sak,
+                                    const float *b, long sbk, long sbj, float beta, float *c, long ldc,
+                                    const MgcPackedA *pre)
+{
+    long mr = tile_rows(m), nr = mr == 12 ? 32 : 48;
     Kernel *kernels[4] = {NULL, kernel_12x1, kernel_12x2, NULL};   /* by the panel's registers of B */
-    if (w8 < w12) {
-        mr = 8, nr = 48;
+    if (mr == 8)
         kernels[1] = kernel_8x1, kernels[2] = kernel_8x2, kernels[3] = kernel_8x3;
-    }
     long kc = block(k, KC, 2), mc = block(m, MC, mr), nc = block(n, NC, nr), kp = kc / 2;
-    size_t abytes = ((size_t)(mc * kp) * sizeof(int32_t) + 63) & ~(size_t)63;
+    size_t abytes = pre ? 0 : ((size_t)(mc * kp) * sizeof(int32_t) + 63) & ~(size_t)63;
     int32_t *pa = scratch(abytes + (size_t)(nc * kp) * sizeof(int32_t));
     int32_t *pb = pa + abytes / sizeof(int32_t);
     for (long jc = 0; jc < n; jc += nc) {
         long ncur = n - jc < nc ? n - jc : nc;
+        const int32_t *pre_at = pre ? pre->words : NULL;
         for (long pc = 0; pc < k; pc += kc) {
             long kcur = k - pc < kc ? k - pc : kc, kpc = (kcur + 1) / 2;
             pack_b(b + pc * sbk + jc * sbj, sbk, sbj, kcur, ncur, pb, nr);
             float bc = pc == 0 ? beta : 1.0f;   /* later k blocks add to what the first wrote */
             for (long ic = 0; ic < m; ic += mc) {
                 long mcur = m - ic < mc ? m - ic : mc;
-                pack_a(a + ic * sai + pc * sak, sai, sak, mcur, kcur, pa, mr);
+                const int32_t *ablk = pa;
+                if (pre)
+                    ablk = pre_at, pre_at += a_block_words(mcur, kcur, mr);
+                else
+                    pack_a(a + ic * sai + pc * sak, sai, sak, mcur, kcur, pa, mr);
                 for (long jr = 0; jr < ncur; jr += nr) {
                     Kernel *kernel = kernels[ncur - jr >= nr ? nr / 16 : (ncur - jr + 15) / 16];
                     for (long ir = 0; ir < mcur; ir += mr)
-                        kernel(kpc, pa + ir * kpc, pb + jr * kpc, c + (ic + ir) * ldc + jc + jr, ldc,
+                        kernel(kpc, ablk + ir * kpc, pb + jr * kpc, c + (ic + ir) * ldc + jc + jr, ldc,
                                mcur - ir < mr ? mcur - ir : mr, ncur - jr < nr ? ncur - jr : nr, alpha, bc);
                 }
             }
         }
     }
     free(pa);
+}
+
+/* op(A) packed whole, block by block in gemm_native's order (k blocks, then row blocks) */
+static BF16_TARGET void pack_a_whole(MgcPackedA *p, const float *a, long sai, long sak)
+{
+    long m = p->m, k = p->k, mr = tile_rows(m), kc = block(k, KC, 2), mc = block(m, MC, mr), words = 0;
+    for (long pc = 0; pc < k; pc += kc)
+        for (long ic = 0; ic < m; ic += mc)
+            words += a_block_words(m - ic < mc ? m - ic : mc, k - pc < kc ? k - pc : kc, mr);
+    int32_t *w = p->words = scratch(sizeof(int32_t) * (size_t)words);
+    for (long pc = 0; pc < k; pc += kc) {
+        long kcur = k - pc < kc ? k - pc : kc;
+        for (long ic = 0; ic < m; ic += mc) {
+            long mcur = m - ic < mc ? m - ic : mc;
+            pack_a(a + ic * sai + pc * sak, sai, sak, mcur, kcur, w, mr);
+            w += a_block_words(mcur, kcur, mr);
+        }
+    }
 }
 #endif
 
@@ -508,9 +551,68 @@ void mgc_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, con
     }
 #if BGEMM_X86
     if (mgc_bf16_native()) {
-        gemm_native(rows, cols, k, alpha, a, sai, sak, b, sbk, sbj, beta, c, ldc);
+        gemm_native(rows, cols, k, alpha, a, sai, sak, b, sbk, sbj, beta, c, ldc, NULL);
         return;
     }
 #endif
     gemm_emulated(rows, cols, k, alpha, a, sai, sak, b, sbk, sbj, beta, c, ldc);
+}
+
+/* ---- op(A) packed once, for many products (the Winograd form's filters) ---- */
+
+MgcPackedA *mgc_sbgemm_pack_a(int ta, int m, int k, const float *a, int lda)
+{
+    MgcPackedA *p = scratch(sizeof *p);
+    memset(p, 0, sizeof *p);
+    p->m = m > 0 ? m : 0, p->k = k > 0 ? k : 0;
+    p->native = mgc_bf16_native();
+    if (!p->m || !p->k)
+        return p;
+    int at = ta == CblasTrans || ta == CblasConjTrans;
+    long sai = at ? 1 : lda, sak = at ? lda : 1;
+#if BGEMM_X86
+    if (p->native) {
+        pack_a_whole(p, a, sai, sak);
+        return p;
+    }
+#endif
+    /* kept as it lies (transposed or not), so that sgemm sums in the order mgc_sbgemm's call would */
+    p->rounded = scratch(sizeof(float) * (size_t)(p->m * p->k));
+    p->transposed = at;
+    for (long i = 0; i < p->m; i++)
+        for (long j = 0; j < p->k; j++)
+            p->rounded[at ? j * p->m + i : i * p->k + j] = mgc_bf16_round(a[i * sai + j * sak]);
+    return p;
+}
+
+void mgc_sbgemm_packed(const MgcPackedA *p, int tb, int n, float alpha, const float *b, int ldb, float beta, float *c,
+                       int ldc)
+{
+    long m = p->m, k = p->k;
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0 || alpha == 0.0f) {
+        for (long i = 0; i < m; i++)
+            for (long j = 0; j < n; j++)
+                c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return;
+    }
+    int bt = tb == CblasTrans || tb == CblasConjTrans;
+    long sbk = bt ? 1 : ldb, sbj = bt ? ldb : 1;
+#if BGEMM_X86
+    if (p->native) {
+        gemm_native(m, n, k, alpha, NULL, 0, 0, b, sbk, sbj, beta, c, ldc, p);
+        return;
+    }
+#endif
+    gemm_emulated(m, n, k, alpha, p->rounded, p->transposed ? 1 : k, p->transposed ? m : 1, b, sbk, sbj, beta, c, ldc);
+}
+
+void mgc_sbgemm_free(MgcPackedA *p)
+{
+    if (!p)
+        return;
+    free(p->words);
+    free(p->rounded);
+    free(p);
 }

@@ -17,6 +17,18 @@
 void mgc_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                 const float *b, int ldb, float beta, float *c, int ldc);
 
+/* op(A) (row-major, m x k, lda apart; ta 112 transposed) rounded to bf16 and
+   packed once, for many products with it: the Winograd form's transformed
+   filters, the same for every chunk of examples a thread takes. Then
+   mgc_sbgemm_packed(p, tb, n, ...) is mgc_sbgemm(101, ta, tb, m, n, k, ...)
+   with that A, bit for bit; mgc_sbgemm_free releases it. Scratch as for
+   mgc_sbgemm: without memory, a message and abort. */
+typedef struct MgcPackedA MgcPackedA;
+MgcPackedA *mgc_sbgemm_pack_a(int ta, int m, int k, const float *a, int lda);
+void mgc_sbgemm_packed(const MgcPackedA *p, int tb, int n, float alpha, const float *b, int ldb, float beta, float *c,
+                       int ldc);
+void mgc_sbgemm_free(MgcPackedA *p);
+
 /* 1 when mgc_sbgemm runs on AVX512_BF16 instructions, 0 when it emulates them
    (the CPU or the OS lacks them, MGC_BF16=emulate, or the test hook below). */
 int mgc_bf16_native(void);
