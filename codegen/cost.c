@@ -24,9 +24,12 @@
 **
 **   Peaks. GEMMs in fp32 reach 80% of the fp32 peak (cuBLAS's SGEMM, no
 **   TF32), in bf16 70% of the tensor cores' dense peak; generated kernels
-**   compute in fp32 on the CUDA cores. bf16 (autocast's policy, issue 27):
-**   activations, gradients and scratch stored as bf16 (half the bytes),
-**   parameters, optimizer state and the inputs fp32, GEMM operands bf16.
+**   compute in fp32 on the CUDA cores. Two bf16 figures: the column "bf16"
+**   is autocast's storage, activations, gradients and scratch stored as bf16
+**   (half the bytes), parameters, optimizer state and the inputs fp32, GEMM
+**   operands bf16; "mgc bf16" is what --precision bf16 does today, the GEMMs
+**   on the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF) and every tensor
+**   stored fp32 (the kernels' bytes as in fp32).
 **
 **   Launches. A step's kernels back to back in a CUDA graph cost each its
 **   time plus graph_launch_s; launched one by one, the same or the host's
@@ -67,7 +70,8 @@ typedef struct StepCost {
     double read, written;      /* bytes, fp32 */
     double read16, written16;  /* bytes, bf16 storage */
     double flops;
-    double s32, s16;           /* seconds on the GPU, without the launch */
+    double s32, s16;           /* seconds on the GPU, without the launch: fp32; autocast's bf16 storage */
+    double smgc;               /* mgc's --precision bf16: GEMMs in bf16, tensors fp32 */
     double fill;               /* the share of the GPU the step can use, 0..1 */
     const char *bound;         /* "memory", "compute", "launch" (fp32, in a graph) */
 } StepCost;
@@ -134,6 +138,7 @@ static void step_cost(const Program *p, int k, long n, const CgGpuModel *m, Step
         double fl = c->flops / (m->fp32_flops * c->fill);
         c->s32 = fmax(mem32, fl);
         c->s16 = fmax(mem16, fl);
+        c->smgc = c->s32;
         c->bound = fl > mem32 ? "compute" : "memory";
     } else if (s->kind == STEP_GEMM) {
         double M = (double)cg_dim(s->m, n), N = (double)cg_dim(s->n, n), K = (double)cg_dim(s->k, n);
@@ -152,6 +157,7 @@ static void step_cost(const Program *p, int k, long n, const CgGpuModel *m, Step
         double fl32 = c->flops / (m->fp32_flops * GEMM_EFF_FP32 * c->fill), fl16 = c->flops / (m->bf16_flops * GEMM_EFF_BF16 * c->fill);
         c->s32 = fmax(mem32, fl32);
         c->s16 = fmax(mem16, fl16);
+        c->smgc = fmax(mem32, fl16);
         c->bound = fl32 > mem32 ? "compute" : "memory";
     } else if (s->kind == STEP_ALLREDUCE) {
         (void)0;   /* costed by the caller, which knows the replicas */
@@ -172,7 +178,7 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
     Arena *a = p->arena;
     int ns = p->nsteps;
     StepCost *c = arena_alloc(a, sizeof(StepCost) * (size_t)(ns ? ns : 1));
-    double graph32 = 0, graph16 = 0, launched32 = 0, launched16 = 0, comm = 0;
+    double graph32 = 0, graph16 = 0, launched32 = 0, launched16 = 0, comm = 0, graphmgc = 0;
     int kernels = 0, gemms = 0, few = 0;
     fprintf(out, "  cost model: %s (--gpu-model %s): %.2g TB/s, %.3g TFLOP/s fp32, %.3g TFLOP/s bf16 dense, %d SMs; a launch %.1f us alone, "
                  "%.1f us in a CUDA graph; batch %ld per GPU%s\n",
@@ -186,7 +192,7 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
         if (s->kind == STEP_ALLREDUCE && replicas > 1) {
             const Collective *cl = &p->colls[s->coll];
             double t = 2.0 * (replicas - 1) / replicas * 4.0 * (double)cl->floats / m->link_bytes_per_s;
-            c[k].s32 = c[k].s16 = t;
+            c[k].s32 = c[k].s16 = c[k].smgc = t;
             comm += t;
             fprintf(out, "  step %-3d allreduce c%-24d %14s %7s %9.2f %9s %10s %9.1f %9.1f  link\n", k, s->coll, "", "",
                     4.0 * (double)cl->floats / 1e6, "", "", t * 1e6, t * 1e6);
@@ -203,6 +209,7 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
                 c[k].written / 1e6, c[k].flops / 1e6, c[k].s32 * 1e6, c[k].s16 * 1e6, launch_bound ? "launch" : c[k].bound);
         graph32 += c[k].s32 + m->graph_launch_s;
         graph16 += c[k].s16 + m->graph_launch_s;
+        graphmgc += c[k].smgc + m->graph_launch_s;
         launched32 += fmax(c[k].s32 + m->graph_launch_s, m->launch_s);   /* the GPU's gap between kernels, or the host's rate */
         launched16 += fmax(c[k].s16 + m->graph_launch_s, m->launch_s);
         if (s->kind == STEP_KERNEL) {
@@ -212,7 +219,7 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
             gemms++;
         }
     }
-    graph32 += comm, graph16 += comm, launched32 += comm, launched16 += comm;
+    graph32 += comm, graph16 += comm, launched32 += comm, launched16 += comm, graphmgc += comm;
     long global = batch * (replicas > 0 ? replicas : 1);
     long steps = (train_examples + global - 1) / global;
     fprintf(out, "  predicted step (%d kernels, %d GEMMs%s): fp32 %.2f ms in a CUDA graph (%.2f ms launched one by one), bf16 %.2f ms (%.2f)\n",
@@ -220,6 +227,9 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
             launched32 * 1e3, graph16 * 1e3, launched16 * 1e3);
     fprintf(out, "  predicted epoch of %ld examples (%ld steps of %ld): fp32 %.2f s, bf16 %.2f s (in CUDA graphs; training steps only)\n",
             train_examples, steps, global, graph32 * (double)steps, graph16 * (double)steps);
+    fprintf(out, "  mgc's --precision bf16 as it is (GEMMs on the tensor cores, every tensor stored fp32): step %.2f ms, epoch %.2f s; "
+                 "bf16 above is autocast's storage (activations and gradients in bf16)\n",
+            graphmgc * 1e3, graphmgc * (double)steps);
     /* the ten costliest steps, fp32 */
     int top[10], nt = 0;
     for (; nt < 10; nt++) {

@@ -127,6 +127,28 @@ else
     echo "FAIL cli gpu-cost: the cost model's GEMM line or its step sum is off:"; grep -E "gemm 1000x120x256|predicted step" "$tmp/cost" | sed 's/^/    /'
     fail=$((fail + 1))
 fi
+# --precision: what it takes; what --emit ir shows of it (the GEMM-class nodes in bf16, forward
+# and backward; MobileNetV2's depthwise layers and every other node f32); --emit kernels
+# (the GEMMs, and the chunked kernels calling the bf16 GEMM)
+expect precision-bad 2 "--precision expects fp32 or bf16, got 'fp16'" -- $L --precision fp16
+expect precision-ir 0 "precision bf16: GEMMs multiply bf16 operands, sum and store f32" -- $L --precision bf16 --emit ir
+"$MGC" $L --precision bf16 --emit grad > "$tmp/bf.ir" 2>&1
+"$MGC" nets/mobilenetv2.net --precision bf16 --emit grad > "$tmp/bfm.ir" 2>&1
+"$MGC" $L --precision bf16 --emit kernels > "$tmp/bf.k" 2>&1
+if [ "$(grep -c 'bf16\*bf16->f32' "$tmp/bf.ir")" = 14 ] &&   # 2 conv + 3 linear forward; 9 gradients (conv1 has no input gradient)
+   ! grep -E '^%[0-9]+ += (conv2d|linear)' "$tmp/bf.ir" | grep -qv 'bf16\*bf16' &&
+   ! grep -v '^#' "$tmp/bf.ir" | grep -E -v '= (conv2d|linear)' | grep -q 'bf16' &&
+   grep -E 'conv2d(_grad_[xw])? %[0-9]+ %[0-9]+ .*groups=' "$tmp/bfm.ir" | grep -q ' f32 ' &&   # depthwise, all of them
+   ! grep -E 'conv2d(_grad_[xw])? %[0-9]+ %[0-9]+ .*groups=' "$tmp/bfm.ir" | grep -q bf16 &&
+   grep -E '= conv2d %[0-9]+ %[0-9]+ stride=1 pad=0 ' "$tmp/bfm.ir" | grep -q 'bf16\*bf16' &&   # its 1x1 layers
+   [ "$(grep -c 'gemm .*bf16 operands, fp32 sums' "$tmp/bf.k")" = 9 ] && grep -q 'mgc_sbgemm(MGC_ROW_MAJOR' "$tmp/bf.k" &&
+   ! "$MGC" $L --emit kernels | grep -q 'bf16 operands'; then
+    pass=$((pass + 1))
+else
+    echo "FAIL cli precision-nodes: --precision bf16 marks other nodes than the GEMM-class ones (or fp32 shows bf16)"
+    grep -E 'conv2d|linear' "$tmp/bf.ir" | head -12 | sed 's/^/    /'
+    fail=$((fail + 1))
+fi
 expect typo-cache 2 "unknown option '--cache-inf'; did you mean '--cache-info'?" -- --cache-inf
 MGC_CACHE_MB=lots expect cache-limit-bad 2 "MGC_CACHE_MB='lots' is not a size in MB" -- --cache-info
 # MGC_CC that is not a compiler: a clear message, no crash

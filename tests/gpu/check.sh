@@ -184,8 +184,11 @@ read -ra pats <<< "${REF_SKIP:-} $([ "${REF_ZOO:-0}" = 1 ] || echo 'zoo_*')"
 for p in "${pats[@]}"; do skips+=(--skip "$p"); done
 pids=()
 for k in $(seq 0 $((J - 1))); do
+    # then the op nets in --precision bf16 (cuBLAS's bf16 tensor cores) against autocast and the emulated policy
     ( MGC="./mgc --devices $(dev cuda:0)" REF_OUT="$R/ref-work/$k" REF_MGC_TIMEOUT=100 timeout "${REF_TIMEOUT:-150}" $PY tests/torch/ref.py --skip 'dp_*' "${skips[@]}" --shard $k/$J \
-          > "$R/ref.$k.txt" 2>&1; echo $? > "$R/ref.$k.rc" ) &
+          > "$R/ref.$k.txt" 2>&1 &&
+      MGC="./mgc --devices $(dev cuda:0)" REF_OUT="$R/ref-work/bf16-$k" REF_MGC_TIMEOUT=100 timeout "${REF_TIMEOUT:-150}" $PY tests/torch/ref.py --precision bf16 \
+          --only 'op_*' --skip '*_nesterov3' --skip '*_adamw4' --shard $k/$J >> "$R/ref.$k.txt" 2>&1; echo $? > "$R/ref.$k.rc" ) &
     pids+=($!)
 done
 wait "${pids[@]}"
@@ -207,12 +210,19 @@ for net in lenet resnet18; do
             { failed "mgc $net on $devs"; tail -5 "$R/run.txt"; }
         tail -2 "$R/run.txt"
     done
+    # shellcheck disable=SC2086
+    timeout 120 ./mgc nets/$net.net --devices "$(dev cuda:0)" --precision bf16 --epochs 1 $EPOCH --log "$R/$net-cuda:0-bf16.jsonl" > "$R/run.txt" 2>&1 ||
+        { failed "mgc $net on cuda:0 in bf16"; tail -5 "$R/run.txt"; }
+    tail -2 "$R/run.txt"
     script=bench/torch_lenet.py
     [ $net = resnet18 ] && script=bench/torch_resnet.py
-    # shellcheck disable=SC2086
-    timeout 120 $PY $script --device $TORCH_DEV --epochs 1 $EPOCH --data "$DATA" --log "$R/$net-torch.jsonl" > "$R/run.txt" 2>&1 ||
-        { failed "PyTorch $net"; tail -5 "$R/run.txt"; }
-    tail -2 "$R/run.txt"
+    for ac in off bf16; do
+        # shellcheck disable=SC2086
+        timeout 120 $PY $script --device $TORCH_DEV --epochs 1 $EPOCH --autocast $ac --data "$DATA" \
+            --log "$R/$net-torch$([ $ac = bf16 ] && echo -bf16).jsonl" > "$R/run.txt" 2>&1 ||
+            { failed "PyTorch $net (autocast $ac)"; tail -5 "$R/run.txt"; }
+        tail -2 "$R/run.txt"
+    done
 done
 phase resnet && MGC_PROFILE=1 timeout 40 ./mgc nets/resnet18.net --devices "$(dev cuda:0)" --epochs 1 --limit-train 2560 --limit-test 0 > /dev/null 2> "$R/profile.txt"
 # the cost model (codegen/cost.c) against that profile, per kernel kind: the first GPU calibrates it
@@ -237,12 +247,14 @@ for net in ("lenet", "resnet18"):
     if net.replace("18", "") not in sys.argv[2].split(","): continue
     t = rec(f"{net}-torch.jsonl")
     for run, f in (("mgc cuda:0", f"{net}-cuda:0.jsonl"), ("mgc cuda:0,cuda:0", f"{net}-cuda:0,cuda:0.jsonl"),
-                   (f"PyTorch {sys.argv[3]}", f"{net}-torch.jsonl")):
+                   (f"PyTorch {sys.argv[3]}", f"{net}-torch.jsonl"), ("mgc cuda:0 bf16", f"{net}-cuda:0-bf16.jsonl"),
+                   (f"PyTorch {sys.argv[3]} bf16", f"{net}-torch-bf16.jsonl")):
         r = rec(f)
         if not r:
             print(f"{net:10} {run:22} {'(failed)':>11}"); continue
         s = r.get("train_seconds", r.get("seconds"))
-        ratio = r["examples_per_s"] / t["examples_per_s"] if t else float("nan")
+        ref = rec(f"{net}-torch-bf16.jsonl") if run.endswith("bf16") else t   # bf16 rows against PyTorch's autocast
+        ratio = r["examples_per_s"] / ref["examples_per_s"] if ref else float("nan")
         print(f"{net:10} {run:22} {r['examples_per_s']:11,.0f} {s:8.2f} {r['test_acc']:9.3f} {ratio:10.2f}")
 EOF
 fi
