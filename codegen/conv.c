@@ -1071,6 +1071,16 @@ static void conv_dense_forward(Lower *L, int id, const ConvGeom *G)
     bool bias = n->nin == 3, relu = L->dec->node[id].relu_out;
     if (!bias && !relu) return;
     int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
+    if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
+        cg_kernel(L, id, "conv2d_dense_epilogue", cg_rows_work(dimn(G->O), P), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" });
+        cg_body(L, "    /* y is [N, %d, %ld]; an element per iteration */\n", G->O, P);
+        cg_rows_body(L, dimn(G->O), P, arena_printf(L->p->arena, "        float *yp = y + row * %ldL + at;\n", P),
+                     arena_printf(L->p->arena, "float v = *yp + %s; *yp = %s;",
+                                  bias ? arena_printf(L->p->arena, "bias[row %% %d]", G->O) : "0.0f",
+                                  relu ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v"));
+        cg_end_kernel(L);
+        return;
+    }
     cg_kernel(L, id, "conv2d_dense_epilogue", dimn(G->O), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" })->grain = P;
     cg_body(L, "    /* y is [N, %d, %ld]; one (n, o) plane per iteration */\n", G->O, P);
     cg_body(L, "    FOR_EACH(i, %s) {\n        float *yp = y + i * %ld;\n        const float b = %s;\n"
@@ -1101,6 +1111,28 @@ static void conv_dense_grad_w(Lower *L, int id, const ConvGeom *G)
     cg_gemm(L, id, true, false, dimc(OP), dimc(CHW), dimn(1), buf_of(L, n->in[0]), dimc(OP), buf_of(L, n->in[1]), dimc(CHW),
             0.0f, dwd, dimc(CHW));
     int b[2] = { cg_out_buf(L, id), dwd };
+    if (!L->dec->cpu_only) {   /* GPUs: a thread per tap (o, c, ky, kx), its sum in the same order */
+        cg_kernel(L, id, "conv2d_dense_grad_w", dimc((long)O * C * K * K), 2, b, (const char *const[]){ "=dw", "dwd" })->grain = P;
+        cg_body(L, "    /* dwd [%d*%ld, %d*%ld] -> dw [%d, %d, %d, %d]: each tap's sum over the output positions it reaches\n"
+                   "       (in their order); a tap per iteration */\n", O, P, C, HW, O, C, K, K);
+        cg_body(L, "    FOR_EACH(e_, %ldL) {\n"
+                   "        long i = e_ / %d, o = i / %d, c = i %% %d;\n"
+                   "        int ky = (int)(e_ %% %d) / %d, kx = (int)(e_ %% %d) %% %d;\n"
+                   "        float acc = 0.0f;\n"
+                   "        for (int oy = 0; oy < %d; oy++) {\n"
+                   "            int iy = oy * %d - %d + ky;\n"
+                   "            if (iy < 0 || iy >= %d) continue;\n"
+                   "            for (int ox = 0; ox < %d; ox++) {\n"
+                   "                int ix = ox * %d - %d + kx;\n"
+                   "                if (ix >= 0 && ix < %d) acc += dwd[(o * %ldL + oy * %d + ox) * %ldL + c * %ldL + iy * %d + ix];\n"
+                   "            }\n"
+                   "        }\n"
+                   "        dw[e_] = acc;\n"
+                   "    }\n",
+                (long)O * C * K * K, K * K, C, C, K * K, K, K * K, K, OH, S, Pd, H, OW, S, Pd, W, P, OW, CHW, HW, W);
+        cg_end_kernel(L);
+        return;
+    }
     cg_kernel(L, id, "conv2d_dense_grad_w", dimc((long)O * C), 2, b, (const char *const[]){ "=dw", "dwd" })->grain = (long)K * K * P;
     cg_body(L, "    /* dwd [%d*%ld, %d*%ld] -> dw [%d, %d, %d, %d]: each tap's sum over the output positions it reaches\n"
                "       (in their order); one (o, c) pair per iteration, its rows of dwd read once */\n", O, P, C, HW, O, C, K, K);

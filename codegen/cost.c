@@ -164,13 +164,19 @@ static void step_cost(const Program *p, int k, long n, const CgGpuModel *m, Step
     }
 }
 
-/* Why a kernel fills fewer than 2 blocks per SM: its parallel loop's shape. */
-static const char *few_blocks_why(Arena *a, const Step *s, long n)
+/* Why a kernel fills fewer than 2 blocks per SM: its parallel loop's shape, and what
+   bounds it. */
+static const char *few_blocks_why(Arena *a, const Step *s, long n, const CgGpuModel *m)
 {
-    long work = cg_dim(s->work, n);
-    if (s->blocks) return arena_printf(a, "a block per reduction, %ld of them", work);
-    if (s->grain > 1) return arena_printf(a, "%ld threads, each over %ld elements", work, s->grain);
-    return arena_printf(a, "%ld element%s in all", work, work == 1 ? "" : "s");
+    long work = cg_dim(s->work, n), two = 2L * m->sms * CG_BLOCK;
+    if (s->blocks)
+        return arena_printf(a, "a block per reduction, %ld of them: each sums its channel (or row) over the batch; more "
+                               "blocks would need partial sums and a second pass", work);
+    if (s->grain > 1)
+        return arena_printf(a, "%ld threads, each over %ld elements (%ld elements: a thread each would fill %.2g blocks per SM)",
+                            work, s->grain, work * s->grain, (double)(work * s->grain) / CG_BLOCK / m->sms);
+    return arena_printf(a, "%ld element%s in all, a thread each: the tensor is that small (%ld would fill 2 blocks per SM); "
+                           "it costs its launch", work, work == 1 ? "" : "s", two);
 }
 
 void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replicas, long train_examples, FILE *out)
@@ -268,7 +274,7 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
                 lo = fmin(lo, (double)c[j].grid / m->sms), hi = fmax(hi, (double)c[j].grid / m->sms);
             }
             fprintf(out, "    %-28s %3d step%s, %.2g%s blocks per SM; step %d: %s\n", kind, count, count == 1 ? " " : "s", lo,
-                    hi > lo ? arena_printf(a, " to %.2g", hi) : "", k, few_blocks_why(a, s, batch));
+                    hi > lo ? arena_printf(a, " to %.2g", hi) : "", k, few_blocks_why(a, s, batch, m));
         }
     }
 }
