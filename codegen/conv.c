@@ -1325,16 +1325,14 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
                                                 cg_winograd_grad_w_fits(&G) ? "Winograd's would do more than half of im2col's multiply-adds"
                                                                             : "Winograd's partial sums per group would take too much memory");
         }
-        bool to_gemm = g->nodes[id].mm == DT_BF16 && (s == CONV_DIRECT || s == CONV_VECTOR);
-        if (to_gemm)   /* bf16: the forms that multiply through a GEMM, which rounds the operands as it packs them */
-            s = chunked_takes(opt, &G) ? CONV_CHUNKED : CONV_GEMM;
         d->node[id].conv = (signed char)s;
         if (op == OP_CONV2D) {
             d->node[id].conv_why = conv_why(g->arena, opt, &G, s);
             if (g->nodes[id].mm == DT_BF16)
-                d->node[id].conv_why = arena_printf(g->arena, "%s; bf16 operands, rounded as its GEMMs pack them%s%s", d->node[id].conv_why,
-                                                    to_gemm ? " (the direct and vector loops multiply in fp32: not in bf16)" : "",
-                                                    s == CONV_WINOGRAD ? " (Winograd's: the transformed input and filter are rounded)" : "");
+                d->node[id].conv_why = arena_printf(g->arena, "%s; bf16 operands, %s", d->node[id].conv_why,
+                                                    s == CONV_DIRECT || s == CONV_VECTOR ? "rounded into copies its fp32 loops read"
+                                                    : s == CONV_WINOGRAD ? "rounded as its GEMMs pack them (Winograd's: the transformed input and filter)"
+                                                                         : "rounded as its GEMMs pack them");
         }
     }
     /* A 2x2 max pool of a ReLU'd direct convolution's output (LeNet's conv1): computed by
@@ -1501,8 +1499,47 @@ static void conv_pooled_grad_w(Lower *L, int id, const ConvGeom *G)
     cg_end_kernel(L);
 }
 
+/* --precision bf16 in the direct and vector forms, whose loops multiply in fp32: the
+   node's two operands (conv2d: x, w; conv2d_grad_x: dy, w; conv2d_grad_w: dy, x) copied
+   rounded to bf16, node_buf pointing at the copies while the node is lowered (saved[2]
+   the buffers to put back). The products of bf16 values are exact in fp32, so the loops
+   then compute what a bf16 GEMM does, and LeNet keeps its fastest forms (one pass over
+   each operand: 784 and 864 floats an example). */
+static void round_operands(Lower *L, int id, int saved[2])
+{
+    const Node *n = &L->g->nodes[id];
+    for (int k = 0; k < 2; k++) {
+        int in = n->in[k], src = buf_of(L, in);
+        saved[k] = src;
+        Dim d = dim_of(&L->g->nodes[in].shape);
+        int r = cg_new_buf(L, BUF_WORK, d, "an operand rounded to bf16", id);
+        int b[2] = { r, src };
+        cg_kernel(L, id, "round_bf16", d, 2, b, (const char *const[]){ "=r", "v" });
+        cg_body(L, "    /* %%%d, rounded to bf16 for %%%d's fp32 loops */\n"
+                   "    FOR_EACH(i, %s) r[i] = mgc_bf16r(v[i]);\n", in, id, cg_work_str(L, d));
+        cg_end_kernel(L);
+        L->p->node_buf[in] = r;
+    }
+}
+
+static void lower_conv(Lower *L, int id);
+
 /* conv2d, conv2d_grad_x, conv2d_grad_w, each the way cg_conv_strategy() picks for the layer. */
 void cg_lower_conv(Lower *L, int id)
+{
+    ConvStrategy how = (ConvStrategy)L->dec->node[id].conv;
+    if (L->g->nodes[id].mm != DT_BF16 || (how != CONV_DIRECT && how != CONV_VECTOR)) {
+        lower_conv(L, id);
+        return;
+    }
+    const Node *n = &L->g->nodes[id];
+    int saved[2];
+    round_operands(L, id, saved);
+    lower_conv(L, id);
+    L->p->node_buf[n->in[0]] = saved[0], L->p->node_buf[n->in[1]] = saved[1];
+}
+
+static void lower_conv(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     ConvGeom G = cg_conv_geom(L->g, id);

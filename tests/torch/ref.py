@@ -517,19 +517,23 @@ def check_bf16(c, rep, got, ref, refac, refem):
     # transformed operands instead of the layer's (codegen/winograd.c): another
     # rounding of the same size; and in a net whose float32 is already
     # ill-conditioned (f32_tol: PyTorch's float32 1e-2 from float64) one flip
-    # moves everything after it. There two bf16 roundings' errors of size e are
+    # moves everything after it, as in the zoo's nets at batches of 2 to 8
+    # (BatchNorm over few values: BN-LeNet's first step moves 2e-3 with one
+    # operand of conv2 rounded the other way, where float32 alone moves 7e-7;
+    # GoogLeNet's at batch 2 up to 1.4x the larger distance: 3x there). There two bf16 roundings' errors of size e are
     # at most about 2e apart: mgc within twice the larger of the emulation's and
     # autocast's distances from float64, or of one bf16 unit. (After an update a flip's
     # difference goes through the optimizer, AdamW's dividing by the gradient's
     # size: the later quantities are held to (b).)
-    loose = winograd_in(c) or c.get("f32_tol")
+    loose = winograd_in(c) or c.get("f32_tol") or name.startswith("zoo_")
     for k in keys:
         if k != "logits" and not k.startswith("grad."):
             continue
         floor = zero_floor(k, ref[k], c, gk, g_rms, param_keys)
         eem, zero = dump_err(refem[k], ref[k], floor)
         eac = dump_err(refac[k], ref[k], floor)[0] if refac is not None and k in refac else 0.0
-        tol = 2 * max(max(eem, eac) / (10 if zero else 1), BF16_UNIT) if loose else 10 * tolerance(c["tol"], k)
+        f = 3 if name.startswith("zoo_") else 2
+        tol = f * max(max(eem, eac) / (10 if zero else 1), BF16_UNIT) if loose else 10 * tolerance(c["tol"], k)
         rep.compare(name, "emulated: " + k, got.get(k), refem[k], tol, floor)
     # (b) against autocast: no further from float64 than 4x the larger of
     # autocast's and the emulated policy's own distances from it, or one bf16
