@@ -23,8 +23,16 @@ void cg_lower_linear(Lower *L, int id)
     const char *names[3] = { "=y" };
     if (act_out >= 0) b[nb] = cg_out_buf(L, act_out), names[nb++] = "=ya";
     if (bias) b[nb] = buf_of(L, n->in[2]), names[nb++] = "bias";
-    cg_kernel(L, id, act < 0 ? "linear_epilogue" : arena_printf(L->p->arena, "linear_epilogue_%s", ir_op_name((Op)act)), dimn(1),
-              nb, b, names)->grain = O;
+    const char *kind = act < 0 ? "linear_epilogue" : arena_printf(L->p->arena, "linear_epilogue_%s", ir_op_name((Op)act));
+    if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
+        cg_kernel(L, id, kind, cg_rows_work(dimn(1), O), nb, b, names);
+        cg_body(L, "    /* y is [N, %d]; an element per iteration */\n", O);
+        cg_rows_body(L, dimn(1), O, arena_printf(L->p->arena, "        float v = y[row * %dL + at]%s;\n", O, bias ? " + bias[at]" : ""),
+                     cg_act_store(L, id, "y", "ya", arena_printf(L->p->arena, "row * %dL + at", O)));
+        cg_end_kernel(L);
+        return;
+    }
+    cg_kernel(L, id, kind, dimn(1), nb, b, names)->grain = O;
     cg_body(L, "    /* y is [N, %d]; one row per iteration */\n", O);
     cg_body(L, "    FOR_EACH(r, N) {\n        float *yr = y + r * %d;%s\n        for (int o = 0; o < %d; o++) {\n"
                "            float v = yr[o]%s;\n            %s\n        }\n    }\n",

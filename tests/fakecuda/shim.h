@@ -41,6 +41,8 @@ static dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); return f; }
 static inline int __float_as_int(float f) { int i; memcpy(&i, &f, sizeof i); return i; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, sizeof f); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, sizeof u); return u; }
 
 enum { FK_RUN, FK_BARRIER, FK_DONE };
 enum { FK_STACK = 128 << 10, FK_MAX_THREADS = 1024 };
