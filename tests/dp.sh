@@ -71,6 +71,17 @@ train "$tmp/la1.st" "$MGC" $L $LA $AUG --devices cpu:1 &&
     train "$tmp/la2.st" "$MGC" $L $LA $AUG --devices cpu:2 &&
     compare "$tmp/la2.st" "$tmp/la1.st" 1e-4 0 "LeNet 201 steps --augment crop:4,flip --normalize: cpu:2 = cpu:1"
 grep -q "communication per step" "$tmp/log" && ok "cpu:3 prints the communication report" || bad "no communication report on cpu:3"
+# --precision bf16: k devices are one device as closely (9e-8 apart), and the run is
+# not fp32's (1e-3 apart: the GEMMs' operands were rounded on the replicas too)
+train "$tmp/lb1.st" "$MGC" $L $LA --precision bf16 --devices cpu:1 &&
+    train "$tmp/lb3.st" "$MGC" $L $LA --precision bf16 --devices cpu:3 && {
+    compare "$tmp/lb3.st" "$tmp/lb1.st" 1e-4 0 "LeNet 201 steps --precision bf16: cpu:3 = cpu:1"
+    if [ -f "$tmp/l1.st" ] && out=$($PY tests/st.py compare "$tmp/lb1.st" "$tmp/l1.st" 1e-4 0); then
+        bad "LeNet 201 steps --precision bf16 is fp32's run: $out"
+    else
+        ok "LeNet 201 steps --precision bf16 is not fp32's (more than 1e-4 apart)"
+    fi
+}
 
 # CPU devices that keep their memory apart from the host's (MGC_CPU_OWN_MEMORY=1)
 # take the paths a GPU takes: parameters uploaded after initialising, staged
