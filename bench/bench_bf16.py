@@ -33,22 +33,17 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from bench_cpu import median_rate, run  # noqa: E402
+from bench_cpu import add_common, bench_env, median_rate, run  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--data", default=os.environ.get("MGC_DATA", os.path.join(ROOT, "..", "shared", "data", "fashion-mnist")))
-    ap.add_argument("--quick", action="store_true", help="smoke run: small subsets, two epochs")
+    add_common(ap, "smoke run: small subsets, two epochs")
     ap.add_argument("--cases", default="resnet18-s,resnet18")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=2)
     a = ap.parse_args()
-    mgc = os.environ.get("MGC", os.path.join(ROOT, "mgc"))
-    python = os.environ.get("PYTHON", "/usr/bin/python3")
-    env = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"), MGC_DATA=a.data)
-    env.pop("MGC_PROFILE", None)
+    mgc, python, env = bench_env(a)
     T = a.threads
     tmp = tempfile.mkdtemp(prefix="mgc-bench-bf16-")
     torch_version = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True,

@@ -124,11 +124,27 @@ def profile_by_kind(text):
     return kinds, runs
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_common(ap, quick_help):
+    """The options every CPU benchmark takes: threads, data, --quick."""
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--data", default=os.environ.get("MGC_DATA", os.path.join(ROOT, "..", "shared", "data", "fashion-mnist")))
-    ap.add_argument("--quick", action="store_true", help="smoke run: small subsets, one epoch")
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+
+
+def bench_env(a):
+    """(mgc, python, env): the binary ($MGC), PyTorch's interpreter ($PYTHON) and
+    the environment every run takes (OPENBLAS_CORETYPE default SkylakeX, the data,
+    no MGC_PROFILE)."""
+    mgc = os.environ.get("MGC", os.path.join(ROOT, "mgc"))
+    python = os.environ.get("PYTHON", "/usr/bin/python3")
+    env = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"), MGC_DATA=a.data)
+    env.pop("MGC_PROFILE", None)
+    return mgc, python, env
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common(ap, "smoke run: small subsets, one epoch")
     ap.add_argument("--cases", default="lenet,lenet-1t,resnet18,resnet18-s")
     ap.add_argument("--lenet-epochs", type=int, default=2)
     ap.add_argument("--resnet-epochs", type=int, default=3)
@@ -137,10 +153,7 @@ def main():
                     help="runs of each side, alternating (mgc, torch, mgc, ...): each side's best is kept, so that "
                          "a burst of load from elsewhere on a shared machine slows neither side's figure")
     a = ap.parse_args()
-    mgc = os.environ.get("MGC", os.path.join(ROOT, "mgc"))
-    python = os.environ.get("PYTHON", "/usr/bin/python3")
-    env = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"), MGC_DATA=a.data)
-    env.pop("MGC_PROFILE", None)
+    mgc, python, env = bench_env(a)
     T = a.threads
     tmp = tempfile.mkdtemp(prefix="mgc-bench-")
 
