@@ -210,26 +210,18 @@ static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
                "        const long vs = %dL * ld + %d, ms = %dL * ld + %d;\n",
             NB - 1, NB, NB, NB, NB, T, cin, WG_SKEW, cout, WG_SKEW);
     input_transform(L, G, transposed ? "dy" : "x", cin);
-    if (packed && transposed)
-        cg_body(L, "        static const int pi[16] = { 15, 13, 14, 12, 7, 5, 6, 4, 11, 9, 10, 8, 3, 1, 2, 0 };\n"
-                   "        for (int xi = 0; xi < 16; xi++)\n"
-                   "            if (prepack) mgc_sbgemm_packed(pu[pi[xi]], MGC_NO_TRANS, ld, 1.0f, V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n"
-                   "            else mgc_sbgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %d, ld, %d, 1.0f, u + pi[xi] * %ldL, %d,\n"
-                   "                            V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", C, O, OC, C);
-    else if (packed)
-        cg_body(L, "        for (int xi = 0; xi < 16; xi++)\n"
-                   "            if (prepack) mgc_sbgemm_packed(pu[xi], MGC_NO_TRANS, ld, 1.0f, V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n"
-                   "            else mgc_sbgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %d, 1.0f, u + xi * %ldL, %d,\n"
-                   "                            V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", O, C, OC, C);
-    else if (transposed)
-        cg_body(L, "        static const int pi[16] = { 15, 13, 14, 12, 7, 5, 6, 4, 11, 9, 10, 8, 3, 1, 2, 0 };\n"
-                   "        for (int xi = 0; xi < 16; xi++)\n"
-                   "            %s(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %d, ld, %d, 1.0f, u + pi[xi] * %ldL, %d,\n"
-                   "                        V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", cg_sgemm_fn(L), C, O, OC, C);
+    /* the 16 products M[xi] = u[xi] . V[xi] (the input gradient: u[pi(xi)]^T) */
+    const char *pi = transposed ? "        static const int pi[16] = { 15, 13, 14, 12, 7, 5, 6, 4, 11, 9, 10, 8, 3, 1, 2, 0 };\n" : "";
+    const char *u_xi = transposed ? "pi[xi]" : "xi";
+    const char *product = arena_printf(L->p->arena, "%s(MGC_ROW_MAJOR, %s, MGC_NO_TRANS, %d, ld, %d, 1.0f, u + %s * %ldL, %d,\n", cg_sgemm_fn(L),
+                                       transposed ? "MGC_TRANS" : "MGC_NO_TRANS", cout, cin, u_xi, OC, C);
+    if (packed)
+        cg_body(L, "%s        for (int xi = 0; xi < 16; xi++)\n"
+                   "            if (prepack) mgc_sbgemm_packed(pu[%s], MGC_NO_TRANS, ld, 1.0f, V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n"
+                   "            else %s                            V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", pi, u_xi, product);
     else
-        cg_body(L, "        for (int xi = 0; xi < 16; xi++)\n"
-                   "            %s(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, ld, %d, 1.0f, u + xi * %ldL, %d,\n"
-                   "                        V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", cg_sgemm_fn(L), O, C, OC, C);
+        cg_body(L, "%s        for (int xi = 0; xi < 16; xi++)\n"
+                   "            %s                        V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", pi, product);
     /* output transform: per plane, A^T down the rows for all its tiles at once (vectors),
        then across: each tile's four outputs, stored into the plane */
     bool odd = H % 2 || W % 2;
