@@ -524,6 +524,14 @@ static BF16_TARGET void pack_a_whole(MgcPackedA *p, const float *a, long sai, lo
 
 /* ---- the entry point ---- */
 
+/* C = beta * C with nothing to add (no k, or alpha 0), as sgemm does; beta == 0 writes zeros */
+static void scale_c(long rows, long cols, float beta, float *c, long ldc)
+{
+    for (long i = 0; i < rows; i++)
+        for (long j = 0; j < cols; j++)
+            c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+}
+
 void mgc_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                 const float *b, int ldb, float beta, float *c, int ldc)
 {
@@ -543,10 +551,8 @@ void mgc_sbgemm(int order, int ta, int tb, int m, int n, int k, float alpha, con
         sai = at ? 1 : lda, sak = at ? lda : 1;
         sbk = bt ? 1 : ldb, sbj = bt ? ldb : 1;
     }
-    if (k <= 0 || alpha == 0.0f) {   /* C = beta * C, as sgemm does; beta == 0 writes zeros */
-        for (long i = 0; i < rows; i++)
-            for (long j = 0; j < cols; j++)
-                c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    if (k <= 0 || alpha == 0.0f) {
+        scale_c(rows, cols, beta, c, ldc);
         return;
     }
 #if BGEMM_X86
@@ -592,9 +598,7 @@ void mgc_sbgemm_packed(const MgcPackedA *p, int tb, int n, float alpha, const fl
     if (m <= 0 || n <= 0)
         return;
     if (k <= 0 || alpha == 0.0f) {
-        for (long i = 0; i < m; i++)
-            for (long j = 0; j < n; j++)
-                c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        scale_c(m, n, beta, c, ldc);
         return;
     }
     int bt = tb == CblasTrans || tb == CblasConjTrans;

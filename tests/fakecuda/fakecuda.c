@@ -947,20 +947,26 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
 
 /* batch GEMMs, the i-th on a + i * sa, b + i * sb, c + i * sc (strides in floats); each checked
    and queued as cublasSgemm's (the strides checked to keep the products apart: C's may not overlap) */
+static cublasStatus_t batched(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                              const float *alpha, const float *a, int lda, long long sa, const float *b, int ldb, long long sb,
+                              const float *beta, float *c, int ldc, long long sc, int batch, int bf16)
+{
+    if (batch < 0 || sa < 0 || sb < 0 || (batch > 1 && sc < (long long)(n - 1) * ldc + m)) {
+        say("%s: invalid arguments: batch %d, strides %lld %lld %lld (C is %d x %d, ldc %d)", fn, batch, sa, sb, sc, m, n, ldc);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    for (int i = 0; i < batch; i++) {
+        cublasStatus_t st = gemm_queue(h, ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc, bf16);
+        if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                                          const float *alpha, const float *a, int lda, long long sa, const float *b, int ldb,
                                          long long sb, const float *beta, float *c, int ldc, long long sc, int batch)
 {
-    if (batch < 0 || sa < 0 || sb < 0 || (batch > 1 && sc < (long long)(n - 1) * ldc + m)) {
-        say("cublasSgemmStridedBatched: invalid arguments: batch %d, strides %lld %lld %lld (C is %d x %d, ldc %d)", batch, sa, sb, sc,
-            m, n, ldc);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    for (int i = 0; i < batch; i++) {
-        cublasStatus_t st = cublasSgemm(h, ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
-        if (st != CUBLAS_STATUS_SUCCESS) return st;
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    return batched("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch, 0);
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -971,17 +977,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     (void)algo;
     int bf16 = ex_types("cublasGemmStridedBatchedEx", at, bt, ct, compute);
     if (bf16 < 0) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (batch < 0 || sa < 0 || sb < 0 || (batch > 1 && sc < (long long)(n - 1) * ldc + m)) {
-        say("cublasGemmStridedBatchedEx: invalid arguments: batch %d, strides %lld %lld %lld (C is %d x %d, ldc %d)", batch, sa, sb,
-            sc, m, n, ldc);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    for (int i = 0; i < batch; i++) {
-        cublasStatus_t st = gemm_queue(h, ta, tb, m, n, k, alpha, (const float *)a + i * sa, lda, (const float *)b + i * sb, ldb, beta,
-                                       (float *)c + i * sc, ldc, bf16);
-        if (st != CUBLAS_STATUS_SUCCESS) return st;
-    }
-    return CUBLAS_STATUS_SUCCESS;
+    return batched("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch, bf16);
 }
 
 /* -------------------------------------------------------------------- NCCL */

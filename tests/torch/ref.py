@@ -457,10 +457,7 @@ def run_compare_case(c, rep, log):
         return
     if c.get("mgc_args"):
         check_replicas(c, rep, got)
-    gk = [k for k in ref if k.startswith("grad.") and k != "grad.x"]
-    allg = torch.cat([ref[k].flatten() for k in gk]) if gk else torch.zeros(1)
-    g_rms = float(allg.norm()) / math.sqrt(max(1, allg.numel()))
-    param_keys = {k[len("grad."):] for k in gk}
+    gk, g_rms, param_keys = grad_scale(ref)
     for k, v in ref.items():
         if c.get("keys") is not None and k not in c["keys"]:
             continue
@@ -472,6 +469,14 @@ def run_compare_case(c, rep, log):
         rep.compare(name, k, got.get(k), v, tol, floor)
     if c.get("extra"):
         c["extra"](c, rep, model, x, y, got)
+
+
+def grad_scale(ref):
+    """The parameter gradients' keys, their RMS over all of them, and the
+    parameters' names: zero_floor's scales."""
+    gk = [k for k in ref if k.startswith("grad.") and k != "grad.x"]
+    allg = torch.cat([ref[k].flatten() for k in gk]) if gk else torch.zeros(1)
+    return gk, float(allg.norm()) / math.sqrt(max(1, allg.numel())), {k[len("grad."):] for k in gk}
 
 
 def zero_floor(k, v, c, gk, g_rms, param_keys):
@@ -494,10 +499,7 @@ def check_bf16(c, rep, got, ref, refac, refem):
     (None where it cannot run the net), ref float64."""
     name = c["name"]
     keys = [k for k in ref if c.get("keys") is None or k in c["keys"]]
-    gk = [k for k in ref if k.startswith("grad.") and k != "grad.x"]
-    allg = torch.cat([ref[k].flatten() for k in gk]) if gk else torch.zeros(1)
-    g_rms = float(allg.norm()) / math.sqrt(max(1, allg.numel()))
-    param_keys = {k[len("grad."):] for k in gk}
+    gk, g_rms, param_keys = grad_scale(ref)
     if not bf16_gemms(c):
         for k in keys:   # nothing multiplies in bf16: float32 as without --precision
             rep.compare(name, k, got.get(k), ref[k], tolerance(c["tol"], k), zero_floor(k, ref[k], c, gk, g_rms, param_keys))
