@@ -64,6 +64,7 @@ typedef enum StepKind {
 
 #define CG_MAXARGS 8
 #define CG_BLOCK 256          /* CUDA threads per block (FOR_EACH_BLOCK kernels and grid-stride ones) */
+#define CG_FILL_BLOCKS 264    /* blocks that fill a GPU: two per SM of an H100 or H200 (132 SMs) */
 typedef struct Step {
     StepKind kind;
     int node;                 /* IR node this step implements (part of) */

@@ -86,9 +86,9 @@ void cg_lower_bias_grad(Lower *L, int id)
     int db = cg_out_buf(L, id);
     /* GPUs, a few channels over many positions (LeNet's conv1: 6 channels of 256 x 576,
        predicted a quarter of its step as 6 blocks): S slices of the batch per channel,
-       a block each (about 264 blocks, 2 per SM of an H200), then each channel's S partial
-       sums added in order by a second kernel. */
-    int S = (2 * 132 + O - 1) / O;
+       a block each (CG_FILL_BLOCKS in all, about), then each channel's S partial sums
+       added in order by a second kernel. */
+    int S = (CG_FILL_BLOCKS + O - 1) / O;
     if (!L->dec->cpu_only && inner >= 16 && S > 1) {
         if (S > 64) S = 64;
         int part = cg_new_buf(L, BUF_WORK, dimc((long)O * S), "bias gradient, partial sums per slice of the batch", id);

@@ -25,11 +25,9 @@ int ir_autocast(Graph *g)
         Node *n = &g->nodes[id];
         if (ir_op_kind(n->op) != KIND_GEMM) continue;
         if (n->op == OP_CONV2D || n->op == OP_CONV2D_BWD_X || n->op == OP_CONV2D_BWD_W) {
-            int groups = ir_groups(&n->attr);
-            /* the layer's input channels: the weight's dimension 1 times the groups */
-            const Node *w = &g->nodes[n->op == OP_CONV2D_BWD_W ? id : n->in[1]];
-            int per_group = n->op == OP_CONV2D_BWD_W ? n->shape.d[1] : w->shape.d[1];
-            if (groups > 1 && per_group == 1) continue;   /* depthwise */
+            /* a weight's dimension 1: the input channels per group (conv2d_grad_w makes the weight) */
+            int per_group = n->op == OP_CONV2D_BWD_W ? n->shape.d[1] : g->nodes[n->in[1]].shape.d[1];
+            if (ir_groups(&n->attr) > 1 && per_group == 1) continue;   /* depthwise */
         }
         n->mm = DT_BF16;
         marked++;
