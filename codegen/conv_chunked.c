@@ -229,35 +229,14 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
    pairwise update), so the result does not depend on the threads. */
 void cg_lower_bn_stats_chunks(Lower *L, int id)
 {
-    const Node *n = &L->g->nodes[id];
     int conv = L->dec->node[id].stats_by;
     ConvGeom G = cg_conv_geom(L->g, conv);
     int C = G.O, NB = L->dec->node[conv].conv == CONV_WINOGRAD ? cg_winograd_examples(&G) : cg_chunk_examples(&G);
     long P = (long)G.OH * G.OW;
-    int b[2] = { cg_out_buf(L, id), L->part[id] };
-    Step *st = cg_kernel(L, id, "bn_stats_chunks", dimc(C), 2, b, (const char *const[]){ "=stats", "part" });
-    st->c_only = true;
-    cg_body(L, "    /* part: per chunk of %d examples (%ld values a channel each) and channel, the mean and the sum of\n"
-               "       squared deviations, written by the convolution's kernel; stats [3, %d]: mean,\n"
-               "       1/sqrt(biased var + eps), biased var */\n", NB, NB * P, C);
-    cg_body(L, "    const double *pd = (const double *)part;\n"
-               "    const long chunks = (N + %d) / %d;\n"
-               "    FOR_EACH(c, %dL) {\n"
-               "        double cnt = 0, mean = 0, m2 = 0;\n"
-               "        for (long k = 0; k < chunks; k++) {\n"
-               "            const double nk = (double)(N - k * %d < %d ? N - k * %d : %d) * %ld;\n"
-               "            const double mk = pd[(k * %d + c) * 2], tot = cnt + nk, delta = mk - mean;\n"
-               "            mean += delta * nk / tot;\n"
-               "            m2 += pd[(k * %d + c) * 2 + 1] + delta * delta * cnt * nk / tot;\n"
-               "            cnt = tot;\n"
-               "        }\n"
-               "        const double var = m2 / cnt;\n"
-               "        stats[c] = (float)mean;\n"
-               "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
-               "        stats[%d + c] = (float)var;\n"
-               "    }\n",
-            NB - 1, NB, C, NB, NB, NB, NB, P, C, C, C, n->attr.eps, 2 * C);
-    cg_end_kernel(L);
+    Arena *a = L->p->arena;
+    cg_bn_stats_combine(L, id, "bn_stats_chunks", C, L->part[id], arena_printf(a, "(N + %d) / %d", NB - 1, NB),
+                        arena_printf(a, "(double)(N - k * %d < %d ? N - k * %d : %d) * %ld", NB, NB, NB, NB, P),
+                        arena_printf(a, "a chunk of %d examples, %ld values a channel, summed by the convolution's kernel", NB, NB * P))->c_only = true;
 }
 
 /* dy, w -> dx: per chunk, t = dy's planes, dcol[CKK, nb*P] = w^T . t (CBLAS), col2im into dx */

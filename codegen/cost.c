@@ -166,12 +166,14 @@ static void step_cost(const Program *p, int k, long n, const CgGpuModel *m, Step
 
 /* Why a kernel fills fewer than 2 blocks per SM: its parallel loop's shape, and what
    bounds it. */
-static const char *few_blocks_why(Arena *a, const Step *s, long n, const CgGpuModel *m)
+static const char *few_blocks_why(Arena *a, const Step *s, const StepCost *c, long n, const CgGpuModel *m)
 {
     long work = cg_dim(s->work, n), two = 2L * m->sms * CG_BLOCK;
     if (s->blocks)
-        return arena_printf(a, "a block per reduction, %ld of them: each sums its channel (or row) over the batch; more "
-                               "blocks would need partial sums and a second pass", work);
+        return arena_printf(a, "a block per reduction, %ld of them, each over %.3g KB: %s", work, c->read / (double)work / 1024,
+                            c->read / (double)work < 65536 ? "that little costs its launch"
+                                                           : "not split into slices of the batch (BatchNorm's and the bias gradients' "
+                                                             "sums are, below 264 channels)");
     if (s->grain > 1)
         return arena_printf(a, "%ld threads, each over %ld elements (%ld elements: a thread each would fill %.2g blocks per SM)",
                             work, s->grain, work * s->grain, (double)(work * s->grain) / CG_BLOCK / m->sms);
@@ -274,7 +276,7 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
                 lo = fmin(lo, (double)c[j].grid / m->sms), hi = fmax(hi, (double)c[j].grid / m->sms);
             }
             fprintf(out, "    %-28s %3d step%s, %.2g%s blocks per SM; step %d: %s\n", kind, count, count == 1 ? " " : "s", lo,
-                    hi > lo ? arena_printf(a, " to %.2g", hi) : "", k, few_blocks_why(a, s, batch, m));
+                    hi > lo ? arena_printf(a, " to %.2g", hi) : "", k, few_blocks_why(a, s, &c[k], batch, m));
         }
     }
 }

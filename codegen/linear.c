@@ -88,21 +88,20 @@ void cg_lower_bias_grad(Lower *L, int id)
        predicted a quarter of its step as 6 blocks): S slices of the batch per channel,
        a block each (CG_FILL_BLOCKS in all, about), then each channel's S partial sums
        added in order by a second kernel. */
-    int S = (CG_FILL_BLOCKS + O - 1) / O;
-    if (!L->dec->cpu_only && inner >= 16 && S > 1) {
-        if (S > 64) S = 64;
+    int S = cg_batch_slices(L, O);
+    if (inner >= 16 && S > 1) {
         int part = cg_new_buf(L, BUF_WORK, dimc((long)O * S), "bias gradient, partial sums per slice of the batch", id);
         int b1[2] = { part, buf_of(L, n->in[0]) };
         Step *s = cg_kernel(L, id, "bias_grad_part", dimc((long)O * S), 2, b1, (const char *const[]){ "=part", "dy" });
         s->heavy = s->blocks = true;
         cg_body(L, "    /* dy is [N, %d, %d]; part[c * %d + s] = the sum over slice s of the batch (of %d) and the inner positions */\n"
                    "    FOR_EACH_BLOCK(i, %ldL) {\n"
-                   "        const long c = i / %d, s = i %% %d, n0 = N * s / %d, n1 = N * (s + 1) / %d;\n"
+                   "        const long c = i / %d, s = i %% %d, %s;\n"
                    "        float acc = 0.0f;\n"
                    "        BLOCK_LOOP2(k, n1 - n0, j, %d) acc += dy[((n0 + k) * %d + c) * %dL + j];\n"
                    "        acc = BLOCK_SUM(acc);\n"
                    "        if (BLOCK_LEADER) part[i] = acc;\n"
-                   "    }\n", O, inner, S, S, (long)O * S, S, S, S, S, inner, O, inner);
+                   "    }\n", O, inner, S, S, (long)O * S, S, S, cg_slice_bounds(L, S), inner, O, inner);
         cg_end_kernel(L);
         int b2[2] = { db, part };
         cg_kernel(L, id, "bias_grad_sum", dimc(O), 2, b2, (const char *const[]){ "=db", "part" })->grain = S;

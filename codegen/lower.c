@@ -203,6 +203,18 @@ void cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, 
                    "        %s = BLOCK_SUM(%s);\n", type, accs[a], lanes, accs[a], accs[a], accs[a], accs[a]);
 }
 
+int cg_batch_slices(const Lower *L, int C)
+{
+    if (L->dec->cpu_only || C <= 0) return 1;
+    int S = (CG_FILL_BLOCKS + C - 1) / C;
+    return S > 64 ? 64 : S;
+}
+
+const char *cg_slice_bounds(Lower *L, int S)
+{
+    return arena_printf(L->p->arena, "n0 = N * s / %d, n1 = N * (s + 1) / %d", S, S);
+}
+
 void cg_coords(Lower *L, const Shape *s, const char *index)
 {
     cg_body(L, "        long r_ = %s;\n", index);

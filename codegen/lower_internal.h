@@ -109,6 +109,13 @@ void cg_rows_body(Lower *L, Dim rows, long len, const char *setup, const char *s
    (see lower.c): the reductions' inner loop, written once. */
 void  cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, int nacc, const char *const *accs,
                    const char *reads, const char *body);
+/* GPUs: the slices of the batch a per-channel reduction over C channels is split
+   into, a block each, so that few channels still fill the GPU (about
+   CG_FILL_BLOCKS blocks in all, at most 64 slices); 1 on the C target. */
+int cg_batch_slices(const Lower *L, int C);
+/* In a FOR_EACH_BLOCK over (s, c) with s declared: "n0 = ..., n1 = ...", slice s's
+   examples [n0, n1) of the batch's N, S slices (C declarations, to follow "const long"). */
+const char *cg_slice_bounds(Lower *L, int S);
 /* A GEMM step, row-major: C[m,n] = op(A)[m,k] . op(B)[k,n] + beta * C. */
 Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, Dim lda, int b, Dim ldb,
               float beta, int c, Dim ldc);
@@ -183,6 +190,9 @@ void cg_lower_bn_stats(Lower *L, int id);
 void cg_bn_scale_shift(Lower *L, int C);
 /* The same statements as text, of the plane index named `plane` (c, scale, shift declared) */
 const char *cg_bn_scale_shift_text(Lower *L, int C, const char *plane);
+/* norm.c: stats [3, C] from per-slice means and sums of squared deviations (the kernel) */
+Step *cg_bn_stats_combine(Lower *L, int id, const char *what, int C, int part, const char *slices, const char *count,
+                          const char *how);
 /* conv_chunked.c: bn_stats from a chunked convolution's partial sums */
 void cg_lower_bn_stats_chunks(Lower *L, int id);
 /* pool.c: the max pool of one plane src [H, W] -> dst [OH, OW], inside a kernel's loop. */

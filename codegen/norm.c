@@ -5,13 +5,14 @@
 ** x, y, dx, dy are [N, C, H, W], read as N*C planes of H*W; stats is [3, C]
 ** (mean, 1/sqrt(var + eps), biased var); dparams is [2, C] (d gamma, d beta).
 ** The per-channel sums run over N, H, W in double, as reductions (the
-** prelude's FOR_EACH_BLOCK): on the C target one thread per channel, as
-** before; on CUDA one block of CG_BLOCK threads per channel, its threads
-** reading consecutive positions of the flattened (n, h, w) loop. The limit:
-** C blocks per kernel (64 to 512 in ResNet-18), so a channel's N*H*W floats go
-** through one block, and a layer with few channels leaves most of the GPU
-** idle; splitting each channel over several blocks (partial sums, then a
-** second pass or atomics) is the later optimisation. With --sync-bn the
+** prelude's FOR_EACH_BLOCK): on the C target one thread per channel; on CUDA
+** one block of CG_BLOCK threads per reduction, its threads reading consecutive
+** positions of the flattened (n, h, w) loop and summed by warp shuffles
+** (BLOCK_SUM). A channel alone per block would leave most of the GPU idle
+** with few channels (ResNet-18's 64 fill 64 blocks of 264), so on CUDA each
+** channel is split into cg_batch_slices() slices of the batch, a block each,
+** and a second kernel combines each channel's slices in order (the same sum
+** on any GPU). With --sync-bn the
 ** statistics are over the global batch: bn_sum, bn_sqdev and bn_finish (at the
 ** end), and bn_grad_x and the running update count a.global_batch examples.
 */
@@ -27,6 +28,33 @@ void cg_lower_bn_stats(Lower *L, int id)
     const Node *n = &L->g->nodes[id];
     const Shape *xs = &L->g->nodes[n->in[0]].shape;
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
+    int S = cg_batch_slices(L, C);
+    if (S > 1) {   /* GPUs, few channels: S slices of the batch per channel, a block each, then their combination */
+        int part = cg_new_buf(L, BUF_WORK, dimc(4L * S * C), "BatchNorm statistics per slice of the batch", id);
+        int b1[2] = { part, buf_of(L, n->in[0]) };
+        Step *k1 = cg_kernel(L, id, "bn_stats_part", dimc((long)S * C), 2, b1, (const char *const[]){ "=part", "x" });
+        k1->heavy = k1->blocks = true;
+        cg_body(L, "    /* x is [N, %d, %d]; per slice s of the batch (of %d) and channel c, at part[(s * %d + c) * 2]\n"
+                   "       in double: the slice's mean and its sum of squared deviations from that mean */\n"
+                   "    double *pd = (double *)part;\n"
+                   "    FOR_EACH_BLOCK(i, %ldL) {\n"
+                   "        const long s = i / %d, c = i %% %d, %s;\n"
+                   "        double sum = 0.0;\n"
+                   "        BLOCK_LOOP2(k, n1 - n0, j, %d) sum += x[((n0 + k) * %d + c) * %dL + j];\n"
+                   "        sum = BLOCK_SUM(sum);\n"
+                   "        const double mean = n1 > n0 ? sum / ((double)(n1 - n0) * %d) : 0.0;\n"
+                   "        double sq = 0.0;\n"
+                   "        BLOCK_LOOP2(k, n1 - n0, j, %d) { double d = x[((n0 + k) * %d + c) * %dL + j] - mean; sq += d * d; }\n"
+                   "        sq = BLOCK_SUM(sq);\n"
+                   "        if (BLOCK_LEADER) { pd[2 * i] = mean; pd[2 * i + 1] = sq; }\n"
+                   "    }\n",
+                C, HW, S, C, (long)S * C, C, C, cg_slice_bounds(L, S), HW, C, HW, HW, HW, C, HW);
+        cg_end_kernel(L);
+        cg_bn_stats_combine(L, id, "bn_stats_combine", C, part, arena_printf(L->p->arena, "%d", S),
+                            arena_printf(L->p->arena, "(double)(N * (k + 1) / %d - N * k / %d) * %d", S, S, HW),
+                            arena_printf(L->p->arena, "one of %d of the batch", S))->grain = S;
+        return;
+    }
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     Step *k = cg_kernel(L, id, "bn_stats", dimc(C), 2, b, (const char *const[]){ "=stats", "x" });
     k->heavy = k->blocks = true;
@@ -42,6 +70,40 @@ void cg_lower_bn_stats(Lower *L, int id)
                "            stats[%d + c] = (float)var;\n        }\n    }\n",
             C, n->attr.eps, 2 * C);
     cg_end_kernel(L);
+}
+
+/* stats [3, C] from per-slice statistics part, (k * C + c) * 2 in double: slice k's mean and
+   sum of squared deviations, `count` (C text of k) its values, `slices` (C text) of them;
+   the kernel named `what`, its comment saying what the slices are (`how`);
+   combined in slice order by Chan et al.'s pairwise update, so the result does not depend
+   on the threads. A kernel of C iterations (bn_stats split on GPUs, or summed by a chunked
+   convolution, cg_lower_bn_stats_chunks). */
+Step *cg_bn_stats_combine(Lower *L, int id, const char *what, int C, int part, const char *slices, const char *count, const char *how)
+{
+    int b[2] = { cg_out_buf(L, id), part };
+    Step *st = cg_kernel(L, id, what, dimc(C), 2, b, (const char *const[]){ "=stats", "part" });
+    cg_body(L, "    /* part, per slice and channel: the mean and the sum of squared deviations, in double\n"
+               "       (a slice: %s);\n"
+               "       stats [3, %d]: mean, 1/sqrt(biased var + eps), biased var (empty slices skipped) */\n"
+               "    const double *pd = (const double *)part;\n"
+               "    FOR_EACH(c, %dL) {\n"
+               "        double cnt = 0, mean = 0, m2 = 0;\n"
+               "        for (long k = 0; k < %s; k++) {\n"
+               "            const double nk = %s;\n"
+               "            if (nk == 0) continue;\n"
+               "            const double mk = pd[(k * %d + c) * 2], tot = cnt + nk, delta = mk - mean;\n"
+               "            mean += delta * nk / tot;\n"
+               "            m2 += pd[(k * %d + c) * 2 + 1] + delta * delta * cnt * nk / tot;\n"
+               "            cnt = tot;\n"
+               "        }\n"
+               "        const double var = m2 / cnt;\n"
+               "        stats[c] = (float)mean;\n"
+               "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
+               "        stats[%d + c] = (float)var;\n"
+               "    }\n",
+            how, C, C, slices, count, C, C, C, L->g->nodes[id].attr.eps, 2 * C);
+    cg_end_kernel(L);
+    return st;
 }
 
 /* running_mean [C], running_var [C] -> stats [3, C], as bn_stats (evaluation mode) */
@@ -122,6 +184,26 @@ void cg_lower_bn_apply(Lower *L, int id)
     cg_end_kernel(L);
 }
 
+/* dparams [2, C] from part, (k * C + c) * 2 in double: sum(dy * x) and sum(dy) over slice k
+   of the batch, `slices` (C text) of them, added in order (`how`, for the comment). */
+static Step *bn_grad_params_combine(Lower *L, int id, int C, int part, const char *slices, const char *how)
+{
+    const Node *n = &L->g->nodes[id];
+    int b[3] = { cg_out_buf(L, id), part, buf_of(L, n->in[1]) };
+    Step *k = cg_kernel(L, id, "bn_grad_params", dimc(C), 3, b, (const char *const[]){ "=dparams", "part", "stats" });
+    cg_body(L, "    /* dparams[0] = d gamma = sum(dy * xhat) = invstd * (sum(dy * x) - mean * sum(dy)), dparams[1] = d beta = sum(dy):\n"
+               "       %s */\n"
+               "    const double *pd = (const double *)part;\n"
+               "    FOR_EACH(c, %dL) {\n"
+               "        double dyx = 0, db = 0;\n"
+               "        for (long k = 0; k < %s; k++) { dyx += pd[2 * (k * %d + c)]; db += pd[2 * (k * %d + c) + 1]; }\n"
+               "        dparams[c] = (float)(stats[%d + c] * (dyx - (double)stats[c] * db));\n"
+               "        dparams[%d + c] = (float)db;\n"
+               "    }\n", how, C, slices, C, C, C, C);
+    cg_end_kernel(L);
+    return k;
+}
+
 /* x, stats, dy -> dparams [2, C]: d gamma = sum(dy * xhat), d beta = sum(dy); overwrites */
 void cg_lower_bn_grad_params(Lower *L, int id)
 {
@@ -156,20 +238,31 @@ void cg_lower_bn_grad_params(Lower *L, int id)
                    "        pd[2 * plane + 1] = d;\n"
                    "    }\n", C, HW, cg_work_str(L, dimn(C)), HW, HW, HW, HW);
         cg_end_kernel(L);
-        int b2[3] = { cg_out_buf(L, id), part, buf_of(L, n->in[1]) };
-        Step *k2 = cg_kernel(L, id, "bn_grad_params", dimc(C), 3, b2, (const char *const[]){ "=dparams", "part", "stats" });
+        Step *k2 = bn_grad_params_combine(L, id, C, part, "N", "the planes' sums, added over the batch in order");
         k2->grain = 2;
         k2->c_only = true;
-        cg_body(L, "    /* dparams[0] = d gamma = sum(dy * xhat) = invstd * (sum(dy * x) - mean * sum(dy)), dparams[1] = d beta = sum(dy):\n"
-                   "       the planes' sums, added over the batch in order */\n"
-                   "    const double *pd = (const double *)part;\n"
-                   "    FOR_EACH(c, %dL) {\n"
-                   "        double dyx = 0, db = 0;\n"
-                   "        for (long k = 0; k < N; k++) { dyx += pd[2 * (k * %d + c)]; db += pd[2 * (k * %d + c) + 1]; }\n"
-                   "        dparams[c] = (float)(stats[%d + c] * (dyx - (double)stats[c] * db));\n"
-                   "        dparams[%d + c] = (float)db;\n"
-                   "    }\n", C, C, C, C, C);
+        return;
+    }
+    int S = cg_batch_slices(L, C);
+    if (S > 1) {   /* GPUs, few channels: S slices of the batch per channel, a block each, then their sums */
+        int part = cg_new_buf(L, BUF_WORK, dimc(4L * S * C), "BatchNorm gradient partial sums per slice of the batch", id);
+        int bp[3] = { part, buf_of(L, n->in[0]), buf_of(L, n->in[2]) };
+        Step *k1 = cg_kernel(L, id, "bn_grad_params_part", dimc((long)S * C), 3, bp, (const char *const[]){ "=part", "x", "dy" });
+        k1->heavy = k1->blocks = true;
+        cg_body(L, "    /* x, dy are [N, %d, %d]; per slice s of the batch (of %d) and channel c, at part[(s * %d + c) * 2]\n"
+                   "       in double: sum(dy * x) and sum(dy) */\n"
+                   "    double *pd = (double *)part;\n"
+                   "    FOR_EACH_BLOCK(i, %ldL) {\n"
+                   "        const long s = i / %d, c = i %% %d, %s;\n"
+                   "        double dyx = 0.0, db = 0.0;\n"
+                   "        BLOCK_LOOP2(k, n1 - n0, j, %d) { long at = ((n0 + k) * %d + c) * %dL + j; dyx += (double)dy[at] * x[at]; db += dy[at]; }\n"
+                   "        dyx = BLOCK_SUM(dyx);\n"
+                   "        db = BLOCK_SUM(db);\n"
+                   "        if (BLOCK_LEADER) { pd[2 * i] = dyx; pd[2 * i + 1] = db; }\n"
+                   "    }\n",
+                C, HW, S, C, (long)S * C, C, C, cg_slice_bounds(L, S), HW, C, HW);
         cg_end_kernel(L);
+        bn_grad_params_combine(L, id, C, part, arena_printf(L->p->arena, "%d", S), "the slices' sums, added in order")->grain = S;
         return;
     }
     int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]) };
