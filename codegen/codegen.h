@@ -31,7 +31,10 @@ typedef enum BufKind {
 
 typedef struct Buf {
     BufKind kind;
-    Dim size;                 /* floats */
+    Dim size;                 /* floats (a bf16 buffer: half its elements, rounded up, per example) */
+    bool bf16;                /* elements stored as bf16 bits (mgc_bf16; cuBLAS's CUDA_R_16BF): GPUs under --precision bf16,
+                                 a GEMM's packed operands (im2col columns, the transposed gradient, a weight's copy),
+                                 written rounded by the kernel that makes them and read only by GEMMs */
     const char *name;         /* BUF_PERSISTENT: parameter name; else a description */
     int node;                 /* IR node it holds, or -1 */
     const char *origin;       /* that node as the user sees it: "%12 conv2d [N,64,7,7] (net.net:9)", or NULL */
@@ -97,6 +100,7 @@ typedef struct Step {
     float alpha, beta;
     bool bf16;                /* the node multiplies in bf16 (Node.mm): A and B rounded to bf16 as they are read,
                                  the products summed in fp32 (CPU: mgc_sbgemm; cuBLAS: its fast bf16 compute) */
+    bool ab16;                /* A and B are bf16 buffers (Buf.bf16: cuBLAS reads them as CUDA_R_16BF, half the bytes); C fp32 */
     int batch;                /* > 1: that many GEMMs, the i-th on A + i * sa, B + i * sb, C + i * sc (a grouped
                                  convolution's groups: cuBLAS's strided batched GEMM); 0 or 1: one */
     Dim sa, sb, sc;

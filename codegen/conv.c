@@ -137,20 +137,25 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
 
 /* ------------------------------------------------------- packing, shared by the strategies */
 
-/* [N, O, P] -> [O, N*P], once per gradient buffer. */
+/* [N, O, P] -> [O, N*P], once per gradient buffer (GPUs, --precision bf16: rounded to
+   bf16 as it is stored, cg_packs_bf16; a reader that multiplies in fp32 gets its own). */
 static int transposed_grad(Lower *L, int id, int dy_node)
 {
-    if (L->dyt[dy_node] >= 0) return L->dyt[dy_node];
+    bool bf16 = cg_packs_bf16(L, id);
+    if (L->dyt[dy_node] >= 0 && L->p->bufs[L->dyt[dy_node]].bf16 == bf16) return L->dyt[dy_node];
     const Shape *ds = &L->g->nodes[dy_node].shape;
     int O = ds->d[1], P = ds->d[2] * ds->d[3];
-    int t = cg_new_buf(L, BUF_WORK, dimn((long)O * P), "dy transposed", dy_node);
+    int t = bf16 ? cg_new_bf16_buf(L, BUF_WORK, dimn((long)O * P), "dy transposed, rounded to bf16", dy_node)
+                 : cg_new_buf(L, BUF_WORK, dimn((long)O * P), "dy transposed", dy_node);
     int b[2] = { t, buf_of(L, dy_node) };
     L->dyt[dy_node] = t;
     if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
         cg_kernel(L, id, "pack_grad", cg_rows_work(dimn(O), P), 2, b, (const char *const[]){ "=t", "dy" });
-        cg_body(L, "    /* dy is [N, %d, %d]; t is [%d, N*%d]; one element per iteration, (o, n) rows */\n", O, P, O, P);
+        cg_body(L, "    /* dy is [N, %d, %d]; t is [%d, N*%d]%s; one element per iteration, (o, n) rows */\n", O, P, O, P,
+                bf16 ? " in bf16" : "");
         cg_rows_body(L, dimn(O), P, "        long o = row / N, n = row % N;\n",
-                     arena_printf(L->p->arena, "t[row * %dL + at] = dy[(n * %d + o) * %dL + at];", P, O, P));
+                     arena_printf(L->p->arena, bf16 ? "t[row * %dL + at] = mgc_to_bf16(dy[(n * %d + o) * %dL + at]);"
+                                                    : "t[row * %dL + at] = dy[(n * %d + o) * %dL + at];", P, O, P));
         cg_end_kernel(L);
         return t;
     }
@@ -200,25 +205,29 @@ static void group_batch(Step *s, const ConvGeom *G, Dim sa, Dim sb, Dim sc)
 #define CG_KEEP_COLUMNS 65536
 
 /* x [N, C, H, W] -> col [C*K*K, N*OH*OW]: the input under each tap, for the GEMM (taps
-   D apart when dilated; with groups, group g's rows are [g*C/G*K*K, (g+1)*C/G*K*K)) */
+   D apart when dilated; with groups, group g's rows are [g*C/G*K*K, (g+1)*C/G*K*K));
+   GPUs under --precision bf16 store it rounded to bf16 (cg_packs_bf16) */
 static int im2col(Lower *L, int id, int x_node, const ConvGeom *G)
 {
     int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW;
     const char *ky_d = cg_dilated(L, "ky", G->D), *kx_d = cg_dilated(L, "kx", G->D);
     long P = (long)OH * OW, CKK = (long)C * K * K;
-    int col = cg_new_buf(L, BUF_WORK, dimn(CKK * P), "im2col", id);
+    bool bf16 = cg_packs_bf16(L, id);
+    int col = bf16 ? cg_new_bf16_buf(L, BUF_WORK, dimn(CKK * P), "im2col, rounded to bf16", id)
+                   : cg_new_buf(L, BUF_WORK, dimn(CKK * P), "im2col", id);
     int b[2] = { col, buf_of(L, x_node) };
     if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
         cg_kernel(L, id, "im2col", cg_rows_work(dimn(CKK), P), 2, b, (const char *const[]){ "=col", "x" });
-        cg_body(L, "    /* x is [N, %d, %d, %d]; col is [%d*%d*%d, N*%d*%d], row (c, ky, kx), column (n, oy, ox);\n"
-                   "       one element per iteration, (row, n) stretches of %ld columns */\n", C, H, W, C, K, K, OH, OW, P);
+        cg_body(L, "    /* x is [N, %d, %d, %d]; col is [%d*%d*%d, N*%d*%d]%s, row (c, ky, kx), column (n, oy, ox);\n"
+                   "       one element per iteration, (row, n) stretches of %ld columns */\n", C, H, W, C, K, K, OH, OW,
+                bf16 ? " in bf16" : "", P);
         cg_rows_body(L, dimn(CKK), P,
                      arena_printf(L->p->arena, "        long r = row / N, n = row %% N;\n"
                                                "        int c = (int)(r / %d), ky = (int)(r / %d) %% %d, kx = (int)(r %% %d);\n",
                                   K * K, K, K, K),
                      arena_printf(L->p->arena, "{ int iy = at / %d * %d - %d + %s, ix = at %% %d * %d - %d + %s;\n"
-                                               "          col[row * %ldL + at] = iy >= 0 && iy < %d && ix >= 0 && ix < %d ? x[(n * %d + c) * %dL + iy * %d + ix] : 0.0f; }",
-                                  OW, S, Pd, ky_d, OW, S, Pd, kx_d, P, H, W, C, H * W, W));
+                                               "          col[row * %ldL + at] = %siy >= 0 && iy < %d && ix >= 0 && ix < %d ? x[(n * %d + c) * %dL + iy * %d + ix] : 0.0f%s; }",
+                                  OW, S, Pd, ky_d, OW, S, Pd, kx_d, P, bf16 ? "mgc_to_bf16(" : "", H, W, C, H * W, W, bf16 ? ")" : ""));
         cg_end_kernel(L);
         return col;
     }
@@ -834,6 +843,24 @@ static void conv_vector_grad_w(Lower *L, int id, const ConvGeom *G)
 /* ---------------------------------------------------------- im2col + GEMM */
 
 /* x, w, bias? -> y: im2col, t[O, N*P] = w . col (GEMM), unpack into y with the bias */
+/* A GEMM's weight operand: the weight itself, or on GPUs under --precision bf16 its copy
+   rounded to bf16 (cuBLAS takes both operands in one type), made once: the forward's,
+   kept for the layer's input gradient (the update comes after both). */
+static int gemm_weights(Lower *L, int id, int w_node)
+{
+    if (!cg_packs_bf16(L, id)) return buf_of(L, w_node);
+    if (L->wbf[w_node] >= 0) return L->wbf[w_node];
+    Dim d = dim_of(&L->g->nodes[w_node].shape);
+    int r = cg_new_bf16_buf(L, BUF_WORK, d, "weights rounded to bf16", w_node);
+    int b[2] = { r, buf_of(L, w_node) };
+    cg_kernel(L, id, "weights_bf16", d, 2, b, (const char *const[]){ "=wb", "w" });
+    cg_body(L, "    /* %%%d rounded to bf16, for its layer's GEMMs (the forward's and the input gradient's) */\n"
+               "    FOR_EACH(i, %s) wb[i] = mgc_to_bf16(w[i]);\n", w_node, cg_work_str(L, d));
+    cg_end_kernel(L);
+    L->wbf[w_node] = r;
+    return r;
+}
+
 static void conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
 {
     const Node *n = &L->g->nodes[id];
@@ -842,7 +869,8 @@ static void conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
     int col = im2col(L, id, n->in[0], G);
     L->col[id] = col;
     int t = cg_new_buf(L, BUF_WORK, dimn(O * P), "conv out transposed", id);
-    Step *s = cg_gemm(L, id, false, false, dimc(Og), dimn(P), dimc(CKK), buf_of(L, n->in[1]), dimc(CKK), col, dimn(P), 0.0f, t, dimn(P));
+    Step *s = cg_gemm(L, id, false, false, dimc(Og), dimn(P), dimc(CKK), gemm_weights(L, id, n->in[1]), dimc(CKK), col, dimn(P), 0.0f, t,
+                      dimn(P));
     group_batch(s, G, dimc(Og * CKK), dimn(CKK * P), dimn(Og * P));
     int y = cg_out_buf(L, id);
     bool bias = n->nin == 3;
@@ -877,7 +905,7 @@ static void conv_gemm_grad_w(Lower *L, int id, const ConvGeom *G)
     /* The forward's columns are kept when small; big ones (ResNet) are made
        again here, so they need not live from the forward to the backward. */
     int col = L->col[fwd];
-    if (col < 0 || CKK * G->groups * P * (long)sizeof(float) > CG_KEEP_COLUMNS)
+    if (col < 0 || CKK * G->groups * P * (long)sizeof(float) > CG_KEEP_COLUMNS || L->p->bufs[col].bf16 != cg_packs_bf16(L, id))
         col = im2col(L, id, L->g->nodes[fwd].in[0], G);
     int dw = cg_out_buf(L, id);
     Step *s = cg_gemm(L, id, false, true, dimc(Og), dimc(CKK), dimn(P), t, dimn(P), col, dimn(P), 0.0f, dw, dimc(CKK));
@@ -923,7 +951,8 @@ static void conv_gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy h
     int dcol = cg_new_buf(L, BUF_WORK, dimn(CKK * P), "im2col gradient", id);
     long CKKg = CKK / G->groups;
     int Og = O / G->groups;
-    Step *s = cg_gemm(L, id, true, false, dimc(CKKg), dimn(P), dimc(Og), buf_of(L, n->in[1]), dimc(CKKg), t, dimn(P), 0.0f, dcol, dimn(P));
+    Step *s = cg_gemm(L, id, true, false, dimc(CKKg), dimn(P), dimc(Og), gemm_weights(L, id, n->in[1]), dimc(CKKg), t, dimn(P), 0.0f, dcol,
+                      dimn(P));
     group_batch(s, G, dimc(Og * CKKg), dimn(Og * P), dimn(CKKg * P));
     const char *ky_d = cg_dilated(L, "ky", G->D), *kx_d = cg_dilated(L, "kx", G->D);
     int dx = cg_out_buf(L, id);
@@ -1330,7 +1359,9 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
             d->node[id].conv_why = conv_why(g->arena, opt, &G, s);
             if (g->nodes[id].mm == DT_BF16)
                 d->node[id].conv_why = arena_printf(g->arena, "%s; bf16 operands, %s", d->node[id].conv_why,
-                                                    s == CONV_DIRECT || s == CONV_VECTOR ? "rounded into copies its fp32 loops read"
+                                                    !d->cpu_only && s == CONV_GEMM ? "stored bf16 by im2col and the gradient's transposition "
+                                                                                     "as they pack them, the weights by a copy"
+                                                    : s == CONV_DIRECT || s == CONV_VECTOR ? "rounded into copies its fp32 loops read"
                                                     : s == CONV_WINOGRAD ? "rounded as its GEMMs pack them (Winograd's: the transformed input and filter)"
                                                                          : "rounded as its GEMMs pack them");
         }

@@ -27,9 +27,11 @@
 **   compute in fp32 on the CUDA cores. Two bf16 figures: the column "bf16"
 **   is autocast's storage, activations, gradients and scratch stored as bf16
 **   (half the bytes), parameters, optimizer state and the inputs fp32, GEMM
-**   operands bf16; "mgc bf16" is what --precision bf16 does today, the GEMMs
-**   on the tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF) and every tensor
-**   stored fp32 (the kernels' bytes as in fp32).
+**   operands bf16; "mgc bf16" is the program as compiled: in a --precision
+**   bf16 program the GEMMs on the tensor cores, the buffers it stores as bf16
+**   (Buf.bf16: the convolutions' packed operands) at two bytes a value and
+**   the rest at four; in an fp32 program the same GEMMs on the tensor cores
+**   with every tensor fp32 (what --precision bf16 gains from the GEMMs alone).
 **
 **   Launches. A step's kernels back to back in a CUDA graph cost each its
 **   time plus graph_launch_s; launched one by one, the same or the host's
@@ -69,6 +71,7 @@ typedef struct StepCost {
     long grid, block;          /* kernels: the launch; GEMMs: tiles, 0 */
     double read, written;      /* bytes, fp32 */
     double read16, written16;  /* bytes, bf16 storage */
+    double readm, writtenm;    /* bytes, as the program stores them (Buf.bf16 at two a value) */
     double flops;
     double s32, s16;           /* seconds on the GPU, without the launch: fp32; autocast's bf16 storage */
     double smgc;               /* mgc's --precision bf16: GEMMs in bf16, tensors fp32 */
@@ -93,13 +96,14 @@ static bool conv_loops(const Graph *g, const Step *s)
     return !strncmp(fn, "conv2d", 6) && !strstr(fn, "unpack") && !strstr(fn, "dense") && !strstr(fn, "epilogue");
 }
 
-/* A buffer's bytes at batch n: fp32, and as autocast's bf16 stores it. */
-static void buf_bytes(const Program *p, int b, long n, double *b32, double *b16)
+/* A buffer's bytes at batch n: all fp32, as autocast's bf16 stores it, and as the program does. */
+static void buf_bytes(const Program *p, int b, long n, double *b32, double *b16, double *bm)
 {
-    double floats = (double)cg_dim(p->bufs[b].size, n);
+    double values = (double)cg_dim(p->bufs[b].size, n) * (p->bufs[b].bf16 ? 2 : 1);
     BufKind k = p->bufs[b].kind == BUF_VIEW && p->bufs[b].alias >= 0 ? p->bufs[p->bufs[b].alias].kind : p->bufs[b].kind;
-    *b32 = 4 * floats;
-    *b16 = k == BUF_ACT || k == BUF_WORK ? 2 * floats : 4 * floats;
+    *b32 = 4 * values;
+    *b16 = k == BUF_ACT || k == BUF_WORK ? 2 * values : 4 * values;
+    *bm = p->bufs[b].bf16 ? 2 * values : 4 * values;
 }
 
 static void step_cost(const Program *p, int k, long n, const CgGpuModel *m, StepCost *c)
@@ -122,10 +126,10 @@ static void step_cost(const Program *p, int k, long n, const CgGpuModel *m, Step
             bool seen = b < 0;
             for (int i = 0; i < j && !seen; i++) seen = s->args[i] == b;
             if (seen) continue;
-            double b32, b16;
-            buf_bytes(p, b, n, &b32, &b16);
-            if (s->outs >> j & 1) c->written += b32, c->written16 += b16;
-            else c->read += b32, c->read16 += b16;
+            double b32, b16, bm;
+            buf_bytes(p, b, n, &b32, &b16, &bm);
+            if (s->outs >> j & 1) c->written += b32, c->written16 += b16, c->writtenm += bm;
+            else c->read += b32, c->read16 += b16, c->readm += bm;
         }
         if (conv_loops(p->graph, s)) {
             ConvGeom G = cg_conv_geom(p->graph, s->node);
@@ -135,10 +139,11 @@ static void step_cost(const Program *p, int k, long n, const CgGpuModel *m, Step
         }
         if (c->fill <= 0) c->fill = 1e-9;
         double mem32 = (c->read + c->written) / (m->bytes_per_s * c->fill), mem16 = (c->read16 + c->written16) / (m->bytes_per_s * c->fill);
+        double memm = (c->readm + c->writtenm) / (m->bytes_per_s * c->fill);
         double fl = c->flops / (m->fp32_flops * c->fill);
         c->s32 = fmax(mem32, fl);
         c->s16 = fmax(mem16, fl);
-        c->smgc = c->s32;
+        c->smgc = fmax(memm, fl);
         c->bound = fl > mem32 ? "compute" : "memory";
     } else if (s->kind == STEP_GEMM) {
         double M = (double)cg_dim(s->m, n), N = (double)cg_dim(s->n, n), K = (double)cg_dim(s->k, n);
@@ -152,12 +157,13 @@ static void step_cost(const Program *p, int k, long n, const CgGpuModel *m, Step
         c->read = 4 * (M * K + K * N + (s->beta != 0 ? M * N : 0)) * batch;
         c->written = 4 * M * N * batch;
         c->read16 = c->read / 2, c->written16 = c->written / 2;
+        c->readm = c->read - (s->ab16 ? 2 * (M * K + K * N) * batch : 0), c->writtenm = c->written;   /* ab16: A and B two bytes a value */
         c->flops = 2 * M * N * K * batch;
-        double mem32 = (c->read + c->written) / m->bytes_per_s, mem16 = mem32 / 2;
+        double mem32 = (c->read + c->written) / m->bytes_per_s, mem16 = mem32 / 2, memm = (c->readm + c->writtenm) / m->bytes_per_s;
         double fl32 = c->flops / (m->fp32_flops * GEMM_EFF_FP32 * c->fill), fl16 = c->flops / (m->bf16_flops * GEMM_EFF_BF16 * c->fill);
         c->s32 = fmax(mem32, fl32);
         c->s16 = fmax(mem16, fl16);
-        c->smgc = fmax(mem32, fl16);
+        c->smgc = fmax(memm, fl16);
         c->bound = fl32 > mem32 ? "compute" : "memory";
     } else if (s->kind == STEP_ALLREDUCE) {
         (void)0;   /* costed by the caller, which knows the replicas */
@@ -235,9 +241,14 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
             launched32 * 1e3, graph16 * 1e3, launched16 * 1e3);
     fprintf(out, "  predicted epoch of %ld examples (%ld steps of %ld): fp32 %.2f s, bf16 %.2f s (in CUDA graphs; training steps only)\n",
             train_examples, steps, global, graph32 * (double)steps, graph16 * (double)steps);
-    fprintf(out, "  mgc's --precision bf16 as it is (GEMMs on the tensor cores, every tensor stored fp32): step %.2f ms, epoch %.2f s; "
-                 "bf16 above is autocast's storage (activations and gradients in bf16)\n",
-            graphmgc * 1e3, graphmgc * (double)steps);
+    if (p->graph && p->graph->precision == DT_BF16)
+        fprintf(out, "  this program, mgc's --precision bf16 (GEMMs on the tensor cores, the convolutions' packed operands stored bf16, "
+                     "every other tensor fp32): step %.2f ms, epoch %.2f s; bf16 above is autocast's storage (activations and "
+                     "gradients in bf16)\n", graphmgc * 1e3, graphmgc * (double)steps);
+    else
+        fprintf(out, "  with the GEMMs alone on the tensor cores (every tensor fp32): step %.2f ms, epoch %.2f s; bf16 above is autocast's "
+                     "storage (activations and gradients in bf16); --emit kernels --precision bf16 predicts mgc's bf16 as it runs\n",
+                graphmgc * 1e3, graphmgc * (double)steps);
     /* the ten costliest steps, fp32 */
     int top[10], nt = 0;
     for (; nt < 10; nt++) {

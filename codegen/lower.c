@@ -56,6 +56,13 @@ int cg_new_buf(Lower *L, BufKind kind, Dim size, const char *name, int node)
     return p->nbufs++;
 }
 
+int cg_new_bf16_buf(Lower *L, BufKind kind, Dim elems, const char *name, int node)
+{
+    int b = cg_new_buf(L, kind, (Dim){ (elems.c + 1) / 2, elems.batch }, name, node);
+    L->p->bufs[b].bf16 = true;
+    return b;
+}
+
 Step *cg_new_step(Lower *L, StepKind kind, int node)
 {
     Program *p = L->p;
@@ -88,7 +95,10 @@ Step *cg_kernel(Lower *L, int node, const char *what, Dim work, int nargs, const
     for (int k = 0; k < nargs; k++) {
         bool out = names[k][0] == '=';
         s->outs |= (unsigned)out << k;
-        fprintf(L->src, "    %sfloat *RESTRICT %s = a.t[%d];\n", out ? "" : "const ", names[k] + out, k);
+        if (bufs[k] >= 0 && L->p->bufs[bufs[k]].bf16)   /* written with mgc_to_bf16() */
+            fprintf(L->src, "    %smgc_bf16 *RESTRICT %s = (%smgc_bf16 *)a.t[%d];\n", out ? "" : "const ", names[k] + out, out ? "" : "const ", k);
+        else
+            fprintf(L->src, "    %sfloat *RESTRICT %s = a.t[%d];\n", out ? "" : "const ", names[k] + out, k);
     }
     return s;
 }
@@ -119,6 +129,7 @@ Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, 
 {
     Step *s = cg_new_step(L, STEP_GEMM, node);
     s->bf16 = L->g->nodes[node].mm == DT_BF16;
+    s->ab16 = L->p->bufs[a].bf16 && L->p->bufs[b].bf16;   /* codegen/verify.c: both or neither, and C fp32 */
     s->ta = ta; s->tb = tb;
     s->m = m; s->n = n; s->k = k;
     s->a = a; s->b = b; s->c = c;
@@ -428,11 +439,10 @@ static void (*const lowerings[OP_COUNT])(Lower *L, int id) = {
 static void lower_init(Lower *L, Arena *a)
 {
     const Graph *g = L->g;
-    int *maps[] = { NULL, NULL, NULL, NULL, NULL, NULL, NULL };
-    int **fields[] = { &L->col, &L->dyt, &L->dyc, &L->part, &L->in_bucket, &L->bucket_at, &L->sgd_last };
+    int **fields[] = { &L->col, &L->dyt, &L->dyc, &L->wbf, &L->part, &L->in_bucket, &L->bucket_at, &L->sgd_last };
     for (int k = 0; k < (int)(sizeof fields / sizeof *fields); k++) {
-        maps[k] = *fields[k] = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
-        for (int id = 0; id <= g->n; id++) maps[k][id] = -1;
+        int *map = *fields[k] = arena_alloc(a, sizeof(int) * (size_t)(g->n + 1));
+        for (int id = 0; id <= g->n; id++) map[id] = -1;
     }
     L->bucket_coll = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
     L->ready = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));

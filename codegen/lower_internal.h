@@ -27,6 +27,7 @@ typedef struct Lower {
     int *col;         /* conv node -> its im2col buffer (kept for the weight gradient) */
     int *dyt;         /* gradient node -> its [O, N*P] transposed copy, made once */
     int *dyc;         /* gradient node -> its [N*P, O] channels-last copy, made once */
+    int *wbf;         /* weight node -> its copy rounded to bf16 for the GEMMs (cg_packs_bf16), made once */
     int *part;        /* bn_stats node -> the partial sums its convolution's kernel writes, or -1 */
     int open_kernel;        /* the kernel step whose text is being written, or -1 */
     int node_now;           /* the node being lowered (its Node.mm picks the CBLAS GEMM a kernel calls) */
@@ -86,6 +87,15 @@ static inline int buf_of(const Lower *L, int node) { return L->p->node_buf[node]
 /* ---- buffers and steps (codegen/lower.c) ---- */
 int   cg_new_buf(Lower *L, BufKind kind, Dim size, const char *name, int node);
 Step *cg_new_step(Lower *L, StepKind kind, int node);
+/* A buffer of `elems` bf16 values (Buf.bf16): a GEMM's operand, packed rounded (GPUs, --precision bf16). */
+int   cg_new_bf16_buf(Lower *L, BufKind kind, Dim elems, const char *name, int node);
+/* Whether the node being lowered stores its GEMMs' packed operands as bf16: it multiplies in
+   bf16 (Node.mm) on GPUs, where the GEMM is cuBLAS's on CUDA_R_16BF matrices (half the bytes
+   of the packing kernels and the GEMM). The C target rounds as its GEMMs pack (mgc_sbgemm). */
+static inline bool cg_packs_bf16(const Lower *L, int node)
+{
+    return !L->dec->cpu_only && L->g->nodes[node].mm == DT_BF16;
+}
 /* A new activation buffer for the node's output, recorded as its buffer (a
    piece of its bucket's buffer when the node is a gradient summed in a bucket). */
 int   cg_out_buf(Lower *L, int node);

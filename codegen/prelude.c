@@ -166,6 +166,12 @@ static const char prelude_c[] =
     "    b.u &= 0xffff0000u;\n"
     "    return b.f;\n"
     "}\n"
+    "typedef unsigned short mgc_bf16;   /* bf16 bits (GPU programs' packed GEMM operands, Buf.bf16) */\n"
+    "static inline mgc_bf16 mgc_to_bf16(float v)\n"
+    "{\n"
+    "    union { float f; unsigned u; } b = { mgc_bf16r(v) };\n"
+    "    return (mgc_bf16)(b.u >> 16);\n"
+    "}\n"
     "/* CBLAS, from the process (mgc links OpenBLAS, single-threaded: each thread calls it\n"
     "   on its own share): for kernels that run GEMMs on a few examples at a time */\n"
     "#include <stdio.h>\n"
@@ -221,6 +227,21 @@ static const char prelude_cuda[] =
     "    unsigned u = __float_as_uint(v);\n"
     "    u = (u & 0x7fffffffu) > 0x7f800000u ? u | 0x00400000u : u + 0x7fffu + ((u >> 16) & 1u);\n"
     "    return __uint_as_float(u & 0xffff0000u);\n"
+    "}\n"
+    "/* bf16 bits, laid out as __nv_bfloat16 and cuBLAS's CUDA_R_16BF (not cuda_bf16.h's type:\n"
+    "   NVRTC has no built-in copy of that header, and a machine with only the driver and\n"
+    "   NVRTC's library may have no toolkit headers to point it at); a GEMM's packed operand\n"
+    "   under --precision bf16 (Buf.bf16), written by the kernel that packs it, read by cuBLAS */\n"
+    "typedef unsigned short mgc_bf16;\n"
+    "DEVICE_FN mgc_bf16 mgc_to_bf16(float v)   /* to nearest, ties to even: one cvt from sm_80 on */\n"
+    "{\n"
+    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n"
+    "    unsigned short r;\n"
+    "    asm(\"cvt.rn.bf16.f32 %0, %1;\" : \"=h\"(r) : \"f\"(v));\n"
+    "    return r;\n"
+    "#else\n"
+    "    return (mgc_bf16)(__float_as_uint(mgc_bf16r(v)) >> 16);\n"
+    "#endif\n"
     "}\n"
     "/* The block's sum, to every thread: a butterfly in each warp (every lane ends\n"
     "   with the same bits), the warps' sums through shared memory, a butterfly over\n"
@@ -462,7 +483,8 @@ void cg_print_steps(const Program *p, FILE *out)
             print_dim(out, s->k);
             fprintf(out, ")%s", s->beta != 0 ? " + C" : "");
             if (s->batch > 1) fprintf(out, ", %d of them (strided batched: one per group)", s->batch);
-            if (s->bf16) fprintf(out, ", bf16 operands, fp32 sums");
+            if (s->ab16) fprintf(out, ", bf16 operands (stored bf16), fp32 sums");
+            else if (s->bf16) fprintf(out, ", bf16 operands, fp32 sums");
         }
         fputc('\n', out);
     }

@@ -61,6 +61,9 @@ static int check_bufs(const Program *p, char *err, size_t size)
         if (b->kind < BUF_PERSISTENT || b->kind > BUF_VIEW)
             return fail(err, size, "buffer %d has no valid kind (%d)", k, (int)b->kind);
         if (b->size.c < 0) return fail(err, size, "buffer %d has size %s", k, dim_str(s1, sizeof s1, b->size));
+        if (b->bf16 && (b->kind == BUF_PERSISTENT || b->kind == BUF_VIEW || b->kind == BUF_INPUT || b->pinned))
+            return fail(err, size, "buffer %d (%s) is bf16 but %s: only scratch and activations are", k, b->name ? b->name : "?",
+                        b->pinned ? "pinned (the host reads it as floats)" : b->kind == BUF_VIEW ? "a view" : "persistent or an input");
         if (b->kind != BUF_VIEW) continue;
         if (!buf_ok(p, b->alias))
             return fail(err, size, "view buffer %d aliases buffer %d, not one of the %d buffers", k, b->alias, p->nbufs);
@@ -98,9 +101,11 @@ static int check_operand(const Program *p, int step, const char *name, int b, Di
             return fail(err, size, "step %d: GEMM operand %s has stride %s", step, name, dim_str(s1, sizeof s1, stride));
         need = dim_add(need, before);
     }
-    if (!dim_ge(p->bufs[b].size, need))
-        return fail(err, size, "step %d: GEMM operand %s needs %s floats, buffer %d has %s", step, name,
-                    dim_str(s1, sizeof s1, need), b, dim_str(s3, sizeof s3, p->bufs[b].size));
+    Dim have = p->bufs[b].size;   /* values: a bf16 buffer holds two a float */
+    if (p->bufs[b].bf16) have.c *= 2;
+    if (!dim_ge(have, need))
+        return fail(err, size, "step %d: GEMM operand %s needs %s values, buffer %d holds %s", step, name,
+                    dim_str(s1, sizeof s1, need), b, dim_str(s3, sizeof s3, have));
     return 0;
 }
 
@@ -119,10 +124,13 @@ static int check_steps(const Program *p, char *err, size_t size)
             if (!s->fn || !s->fn[0]) return fail(err, size, "step %d: kernel without a name", k);
             if (s->nargs < 0 || s->nargs > CG_MAXARGS)
                 return fail(err, size, "step %d (%s): %d arguments, at most %d", k, s->fn, s->nargs, CG_MAXARGS);
-            for (int j = 0; j < s->nargs; j++)
+            for (int j = 0; j < s->nargs; j++) {
                 if (!buf_ok(p, s->args[j]))
                     return fail(err, size, "step %d (%s): argument %d is buffer %d, not one of the %d buffers", k, s->fn, j,
                                 s->args[j], p->nbufs);
+                if (p->bufs[s->args[j]].bf16 && !(s->outs >> j & 1))
+                    return fail(err, size, "step %d (%s): reads bf16 buffer %d; only GEMMs read those", k, s->fn, s->args[j]);
+            }
             if (s->nf < 0 || s->nf > (int)(sizeof s->f / sizeof s->f[0]))
                 return fail(err, size, "step %d (%s): %d scalars", k, s->fn, s->nf);
             if (s->work.c < 0 || s->grain < 0) return fail(err, size, "step %d (%s): negative work", k, s->fn);
@@ -149,6 +157,9 @@ static int check_steps(const Program *p, char *err, size_t size)
                 return fail(err, size, "step %d: a batch of GEMMs whose products overlap (C's stride below its %ld rows of %ld)", k,
                             s->m.c, s->ldc.c);
             if (s->c == s->a || s->c == s->b) return fail(err, size, "step %d: GEMM writes the buffer it reads", k);
+            if (p->bufs[s->a].bf16 != s->ab16 || p->bufs[s->b].bf16 != s->ab16 || p->bufs[s->c].bf16)
+                return fail(err, size, "step %d: GEMM on buffers %d, %d -> %d: A and B both bf16 (ab16) or neither, C fp32", k, s->a,
+                            s->b, s->c);
             break;
         }
         case STEP_ALLREDUCE: case STEP_WAIT: {

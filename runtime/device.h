@@ -25,6 +25,7 @@ typedef struct GemmArgs {
     int batch;                /* > 1: that many GEMMs, the i-th on a + i * sa, b + i * sb, c + i * sc */
     long sa, sb, sc;
     bool bf16;                /* op(A) and op(B) rounded to bf16 as they are read, the products summed in fp32 (Step.bf16) */
+    bool ab16;                /* a and b hold bf16 bits (Step.ab16: GPUs only), the products summed in fp32 */
 } GemmArgs;
 
 typedef struct DeviceOps {

@@ -510,13 +510,16 @@ static void cuda_gemm(Device *d, const GemmArgs *g)
     /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
     cublasOperation_t tb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     bool batched = g->batch > 1;
-    if (g->bf16) {   /* --precision bf16: fp32 matrices, the tensor cores' bf16 multiplies, fp32 sums */
+    if (g->bf16 || g->ab16) {
+        /* --precision bf16: the tensor cores' bf16 multiplies, fp32 sums; A and B stored as bf16
+           (CUDA_R_16BF, packed by mgc's kernels: ab16), or fp32 matrices rounded as cuBLAS reads them */
+        cudaDataType in = g->ab16 ? CUDA_R_16BF : CUDA_R_32F;
+        cublasComputeType_t how = g->ab16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_16BF;
         cublasStatus_t st =
-            batched ? blas.cublasGemmStridedBatchedEx(c->blas, tb, ta, g->n, g->m, g->k, &g->alpha, g->b, CUDA_R_32F, g->ldb, g->sb, g->a,
-                                                      CUDA_R_32F, g->lda, g->sa, &g->beta, g->c, CUDA_R_32F, g->ldc, g->sc, g->batch,
-                                                      CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT)
-                    : blas.cublasGemmEx(c->blas, tb, ta, g->n, g->m, g->k, &g->alpha, g->b, CUDA_R_32F, g->ldb, g->a, CUDA_R_32F, g->lda,
-                                        &g->beta, g->c, CUDA_R_32F, g->ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+            batched ? blas.cublasGemmStridedBatchedEx(c->blas, tb, ta, g->n, g->m, g->k, &g->alpha, g->b, in, g->ldb, g->sb, g->a, in, g->lda,
+                                                      g->sa, &g->beta, g->c, CUDA_R_32F, g->ldc, g->sc, g->batch, how, CUBLAS_GEMM_DEFAULT)
+                    : blas.cublasGemmEx(c->blas, tb, ta, g->n, g->m, g->k, &g->alpha, g->b, in, g->ldb, g->a, in, g->lda, &g->beta, g->c,
+                                        CUDA_R_32F, g->ldc, how, CUBLAS_GEMM_DEFAULT);
         if (st != CUBLAS_STATUS_SUCCESS) {
             char msg[64];
             fail(d, batched ? "cublasGemmStridedBatchedEx" : "cublasGemmEx", cublas_msg(st, msg, sizeof msg));

@@ -267,7 +267,7 @@ static void run_steps(Exec *x, long n, long global_n, long first)
             GemmArgs g = { s->ta, s->tb, (int)cg_dim(s->m, n), (int)cg_dim(s->n, n), (int)cg_dim(s->k, n),
                            (int)cg_dim(s->lda, n), (int)cg_dim(s->ldb, n), (int)cg_dim(s->ldc, n), s->alpha, s->beta,
                            x->ptr[s->a], x->ptr[s->b], x->ptr[s->c], s->batch, cg_dim(s->sa, n), cg_dim(s->sb, n), cg_dim(s->sc, n),
-                           s->bf16 };
+                           s->bf16, s->ab16 };
             dev->ops->gemm(dev, &g);
             break;
         }

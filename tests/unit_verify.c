@@ -34,6 +34,16 @@ static void compile_dp(Compiled *c, const char *path, bool backward, long bucket
 
 static void compile(Compiled *c, const char *path, bool backward) { compile_dp(c, path, backward, 0); }
 
+/* The GPU training program under --precision bf16 (the convolutions' GEMM operands stored bf16). */
+static void compile_gpu_bf16(Compiled *c, const char *path)
+{
+    arena_init(&c->arena);
+    diag_init(&c->diag, stderr);
+    MgcOptions o = { .net = path, .training = true, .backward = true, .replicas = 1, .bf16 = true,
+                     .opt = { .kind = IR_SGD, .lr = 0.1f }, .codegen = { .fuse = true, .conv = -1, .cpu_only = false }, .plan_batch = 64 };
+    c->rc = mgc_compile(&o, &c->arena, &c->diag, &c->g, &c->p, NULL);
+}
+
 /* A copy of the program whose bufs and steps can be damaged. */
 static Program copy(const Program *p)
 {
@@ -102,6 +112,31 @@ static void test_cg_verify(void)
             { Step *s = &q.steps[gm]; s->batch = 2; s->sa = s->sb = s->sc = (Dim){ 0, false }; });
     DAMAGED("loss buffer missing", "loss", q.loss = -1);
     DAMAGED("input buffer not the input's", "does not hold", q.input = q.logits);
+    arena_free(&c.arena);
+
+    /* GPUs under --precision bf16: bf16 buffers only scratch, written by kernels, read by GEMMs in pairs */
+    compile_gpu_bf16(&c, "nets/lenet.net");
+    {
+        char e[256];
+        CHECK(c.rc == 0 && cg_verify(&c.p, e, sizeof e) == 0, "lenet on GPUs in bf16 verifies: %s", c.rc ? "no program" : e);
+        int g16 = -1, w16 = -1;
+        for (int j = 0; j < c.p.nsteps && g16 < 0; j++) if (c.p.steps[j].kind == STEP_GEMM && c.p.steps[j].ab16) g16 = j;
+        for (int j = 0; g16 >= 0 && j < c.p.nsteps && w16 < 0; j++)
+            if (c.p.steps[j].kind == STEP_KERNEL && c.p.steps[j].args[0] == c.p.steps[g16].b && (c.p.steps[j].outs & 1)) w16 = j;
+        CHECK(g16 >= 0 && w16 >= 0 && c.p.bufs[c.p.steps[g16].a].bf16 && c.p.bufs[c.p.steps[g16].b].bf16 && !c.p.bufs[c.p.steps[g16].c].bf16,
+              "a GEMM on two bf16 buffers (the first written by kernel step %d), into fp32", w16);
+        if (g16 >= 0 && w16 >= 0) {
+            DAMAGED("a kernel reading a bf16 buffer", "only GEMMs read those", q.steps[w16].outs &= ~1u);
+            DAMAGED("a GEMM on bf16 buffers that reads them as fp32", "both bf16 (ab16) or neither", q.steps[g16].ab16 = false);
+            DAMAGED("a GEMM into a bf16 buffer", "both bf16 (ab16) or neither", q.bufs[q.steps[g16].c].bf16 = true);
+            DAMAGED("a pinned bf16 buffer", "pinned", q.bufs[q.steps[g16].b].pinned = true);
+            DAMAGED("a bf16 operand half its values short", "operand B needs",
+                    { Buf *b = &q.bufs[q.steps[g16].b]; b->size.c = (b->size.c + 1) / 2; });
+        }
+        DAMAGED("a persistent bf16 buffer", "persistent", {
+            for (int b = 0; b < q.nbufs; b++) if (q.bufs[b].kind == BUF_PERSISTENT) { q.bufs[b].bf16 = true; break; }
+        });
+    }
     arena_free(&c.arena);
 
     /* with buckets (several replicas): the collectives' steps */

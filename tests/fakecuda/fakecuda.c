@@ -145,7 +145,7 @@ typedef struct Work {
     unsigned char value;
     int host;                  /* W_COPY issued, not captured: 1 into pinned memory, 2 out of it (checked by hash) */
     uint64_t hash;
-    struct { int ta, tb, m, n, k, lda, ldb, ldc; float alpha, beta; const float *a, *b; float *c; int bf16; } g;
+    struct { int ta, tb, m, n, k, lda, ldb, ldc; float alpha, beta; const void *a, *b; float *c; int bf16; } g;   /* bf16: BF16_* */
     struct { ncclComm_t comm; const float *send; float *recv; size_t count; } ar;
 } Work;
 
@@ -228,8 +228,23 @@ static float bf16_rne(float x)
     return x;
 }
 
-/* CUBLAS_COMPUTE_32F_FAST_16BF on fp32 matrices: A and B rounded to bf16, the products (exact in
-   fp32) summed in fp32. Column-major; the columns each operand spans copied rounded, then sgemm. */
+/* A GEMM's types (Work.g.bf16): fp32 matrices in fp32; fp32 matrices under
+   CUBLAS_COMPUTE_32F_FAST_16BF (A and B rounded to bf16 as they are read); CUDA_R_16BF
+   matrices A and B (bf16 bits, two bytes a value) with fp32 sums. C is fp32 in each. */
+enum { BF16_NONE, BF16_FAST, BF16_STORED };
+
+/* the value of bf16 bits (exact) */
+static float bf16_value(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* BF16_FAST and BF16_STORED: A and B as bf16 values (rounded to nearest even, or read as
+   stored), the products (exact in fp32) summed in fp32. Column-major; the columns each
+   operand spans copied as floats, then sgemm. */
 static void gemm_bf16(const struct Work *w)
 {
     int ac = w->g.ta ? w->g.m : w->g.k, bc = w->g.tb ? w->g.k : w->g.n;
@@ -239,8 +254,9 @@ static void gemm_bf16(const struct Work *w)
         fprintf(stderr, "fakecuda: out of memory in a bf16 GEMM\n");
         abort();
     }
-    for (size_t i = 0; i < na; i++) a[i] = bf16_rne(w->g.a[i]);
-    for (size_t i = 0; i < nb; i++) b[i] = bf16_rne(w->g.b[i]);
+    bool stored = w->g.bf16 == BF16_STORED;
+    for (size_t i = 0; i < na; i++) a[i] = stored ? bf16_value(((const uint16_t *)w->g.a)[i]) : bf16_rne(((const float *)w->g.a)[i]);
+    for (size_t i = 0; i < nb; i++) b[i] = stored ? bf16_value(((const uint16_t *)w->g.b)[i]) : bf16_rne(((const float *)w->g.b)[i]);
     cblas_sgemm(CblasColMajor, w->g.ta ? CblasTrans : CblasNoTrans, w->g.tb ? CblasTrans : CblasNoTrans, w->g.m, w->g.n,
                 w->g.k, w->g.alpha, a, w->g.lda, b, w->g.ldb, w->g.beta, w->g.c, w->g.ldc);
     free(a);
@@ -261,10 +277,10 @@ static void run(const Work *w)
         break;
     case W_SET: memset(w->dst, w->value, w->bytes); break;
     case W_GEMM:
-        if (w->g.bf16) gemm_bf16(w);
+        if (w->g.bf16 != BF16_NONE) gemm_bf16(w);
         else
             cblas_sgemm(CblasColMajor, w->g.ta ? CblasTrans : CblasNoTrans, w->g.tb ? CblasTrans : CblasNoTrans, w->g.m, w->g.n,
-                        w->g.k, w->g.alpha, w->g.a, w->g.lda, w->g.b, w->g.ldb, w->g.beta, w->g.c, w->g.ldc);
+                        w->g.k, w->g.alpha, (const float *)w->g.a, w->g.lda, (const float *)w->g.b, w->g.ldb, w->g.beta, w->g.c, w->g.ldc);
         break;
     case W_ALLREDUCE: allreduce(w->ar.comm, w->ar.send, w->ar.recv, w->ar.count); break;
     }
@@ -893,9 +909,9 @@ cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *ws, size_t bytes)
     return !bytes || check_dev(ws, bytes, "cublasSetWorkspace") ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
 
-/* column-major, as cuBLAS: op(A) is m x k, op(B) k x n, C m x n; bf16: CUBLAS_COMPUTE_32F_FAST_16BF's rounding */
+/* column-major, as cuBLAS: op(A) is m x k, op(B) k x n, C m x n; bf16: the types (BF16_*) */
 static cublasStatus_t gemm_queue(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
-                                 const float *a, int lda, const float *b, int ldb, const float *beta, float *c, int ldc, int bf16)
+                                 const void *a, int lda, const void *b, int ldb, const float *beta, float *c, int ldc, int bf16)
 {
     int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
     int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
@@ -905,7 +921,8 @@ static cublasStatus_t gemm_queue(cublasHandle_t h, cublasOperation_t ta, cublasO
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
-    size_t sa = ((size_t)(ac - 1) * lda + ar) * sizeof(float), sb = ((size_t)(bc - 1) * ldb + br) * sizeof(float);
+    size_t es = bf16 == BF16_STORED ? 2 : sizeof(float);   /* A's and B's bytes a value */
+    size_t sa = ((size_t)(ac - 1) * lda + ar) * es, sb = ((size_t)(bc - 1) * ldb + br) * es;
     size_t sc = ((size_t)(n - 1) * ldc + m) * sizeof(float);
     if ((k && (!check_dev(a, sa, "cublasSgemm's A") || !check_dev(b, sb, "cublasSgemm's B"))) || !check_dev(c, sc, "cublasSgemm's C"))
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -920,19 +937,19 @@ static cublasStatus_t gemm_queue(cublasHandle_t h, cublasOperation_t ta, cublasO
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *alpha,
                            const float *a, int lda, const float *b, int ldb, const float *beta, float *c, int ldc)
 {
-    return gemm_queue(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 0);
+    return gemm_queue(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, BF16_NONE);
 }
 
-/* fp32 matrices only, computed in fp32 or in bf16 (CUBLAS_COMPUTE_32F_FAST_16BF): what mgc calls */
+/* What mgc calls: fp32 matrices computed in fp32 or in bf16 (CUBLAS_COMPUTE_32F_FAST_16BF),
+   or bf16 A and B (CUDA_R_16BF) with an fp32 C and CUBLAS_COMPUTE_32F. BF16_*, or -1. */
 static int ex_types(const char *fn, cudaDataType at, cudaDataType bt, cudaDataType ct, cublasComputeType_t compute)
 {
-    if (at != CUDA_R_32F || bt != CUDA_R_32F || ct != CUDA_R_32F ||
-        (compute != CUBLAS_COMPUTE_32F && compute != CUBLAS_COMPUTE_32F_FAST_16BF)) {
-        say("%s: the fake takes fp32 matrices with CUBLAS_COMPUTE_32F or _32F_FAST_16BF only (types %d %d %d, compute %d)", fn,
-            (int)at, (int)bt, (int)ct, (int)compute);
-        return -1;
-    }
-    return compute == CUBLAS_COMPUTE_32F_FAST_16BF;
+    if (at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F) return BF16_NONE;
+    if (at == CUDA_R_32F && bt == CUDA_R_32F && ct == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F_FAST_16BF) return BF16_FAST;
+    if (at == CUDA_R_16BF && bt == CUDA_R_16BF && ct == CUDA_R_32F && compute == CUBLAS_COMPUTE_32F) return BF16_STORED;
+    say("%s: the fake takes fp32 matrices with CUBLAS_COMPUTE_32F or _32F_FAST_16BF, or bf16 A and B with an fp32 C and "
+        "CUBLAS_COMPUTE_32F, only (types %d %d %d, compute %d)", fn, (int)at, (int)bt, (int)ct, (int)compute);
+    return -1;
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,
@@ -945,10 +962,11 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     return gemm_queue(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bf16);
 }
 
-/* batch GEMMs, the i-th on a + i * sa, b + i * sb, c + i * sc (strides in floats); each checked
-   and queued as cublasSgemm's (the strides checked to keep the products apart: C's may not overlap) */
+/* batch GEMMs, the i-th on a + i * sa, b + i * sb, c + i * sc (strides in values of each one's type);
+   each checked and queued as cublasSgemm's (the strides checked to keep the products apart: C's may
+   not overlap) */
 static cublasStatus_t batched(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                              const float *alpha, const float *a, int lda, long long sa, const float *b, int ldb, long long sb,
+                              const float *alpha, const void *a, int lda, long long sa, const void *b, int ldb, long long sb,
                               const float *beta, float *c, int ldc, long long sc, int batch, int bf16)
 {
     if (batch < 0 || sa < 0 || sb < 0 || (batch > 1 && sc < (long long)(n - 1) * ldc + m)) {
@@ -956,7 +974,9 @@ static cublasStatus_t batched(const char *fn, cublasHandle_t h, cublasOperation_
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     for (int i = 0; i < batch; i++) {
-        cublasStatus_t st = gemm_queue(h, ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc, bf16);
+        long long es = bf16 == BF16_STORED ? 2 : (long long)sizeof(float);
+        cublasStatus_t st = gemm_queue(h, ta, tb, m, n, k, alpha, (const char *)a + i * sa * es, lda, (const char *)b + i * sb * es, ldb,
+                                       beta, c + i * sc, ldc, bf16);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -966,7 +986,7 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          const float *alpha, const float *a, int lda, long long sa, const float *b, int ldb,
                                          long long sb, const float *beta, float *c, int ldc, long long sc, int batch)
 {
-    return batched("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch, 0);
+    return batched("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch, BF16_NONE);
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
