@@ -200,6 +200,8 @@ void cg_lower_bn_stats(Lower *L, int id);
 void cg_bn_scale_shift(Lower *L, int C);
 /* The same statements as text, of the plane index named `plane` (c, scale, shift declared) */
 const char *cg_bn_scale_shift_text(Lower *L, int C, const char *plane);
+/* norm.c: the bn_running_update its statistics' kernel does too, or -1 */
+int cg_fused_running(const Lower *L, int stats);
 /* norm.c: stats [3, C] from per-slice means and sums of squared deviations (the kernel) */
 Step *cg_bn_stats_combine(Lower *L, int id, const char *what, int C, int part, const char *slices, const char *count,
                           const char *how);

@@ -18,6 +18,51 @@
 */
 #include "lower_internal.h"
 
+/* The bn_running_update of stats node `stats` when the kernel that makes the statistics
+   does it too (one launch fewer per BatchNorm a step; nothing else in a training
+   program reads the running statistics): every one but --sync-bn's (bn_finish's). -1: none. */
+int cg_fused_running(const Lower *L, int stats)
+{
+    for (int u = stats + 1; u < L->g->n; u++) {
+        const Node *r = &L->g->nodes[u];
+        if (r->op == OP_BN_RUNNING && r->in[0] == stats && !r->attr.sync && L->g->nodes[stats].op != OP_BN_FINISH) return u;
+    }
+    return -1;
+}
+
+/* The running update of bn_running_update node `run` for channel c, from stats [3, C] just
+   written (running = (1 - momentum) * running + momentum * batch, the variance unbiased, as
+   PyTorch); statements at `indent`. */
+static const char *running_text(Lower *L, int run, int C, const char *indent)
+{
+    const Node *n = &L->g->nodes[run];
+    const Node *st = &L->g->nodes[n->in[0]];
+    int x = st->in[0];   /* bn_stats x, or bn_finish (allreduce (bn_sum x)) */
+    if (st->op == OP_BN_FINISH) x = L->g->nodes[L->g->nodes[x].in[0]].in[0];
+    const Shape *xs = &L->g->nodes[x].shape;
+    return arena_printf(L->p->arena,
+                        "%s{   /* running statistics: (1 - momentum) * running + momentum * batch, the variance unbiased */\n"
+                        "%s    const float momentum = %#.9gf, count = (float)(%s * %dL);\n"
+                        "%s    running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * stats[c];\n"
+                        "%s    float unbiased = count > 1.0f ? stats[%d + c] * count / (count - 1.0f) : stats[%d + c];\n"
+                        "%s    running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;\n"
+                        "%s}\n",
+                        indent, indent, n->attr.momentum, n->attr.sync ? "a.global_batch" : "N", xs->d[2] * xs->d[3], indent, indent,
+                        2 * C, 2 * C, indent, indent);
+}
+
+/* A statistics kernel's arguments: stats and its inputs, then, when it does the running
+   update (run >= 0), running_mean and running_var; marks the update done. The count. */
+static int stats_args(Lower *L, int run, int *b, const char **names, int nargs)
+{
+    if (run < 0) return nargs;
+    const Node *r = &L->g->nodes[run];
+    b[nargs] = buf_of(L, r->in[1]), names[nargs++] = "=running_mean";
+    b[nargs] = buf_of(L, r->in[2]), names[nargs++] = "=running_var";
+    L->p->node_buf[run] = buf_of(L, r->in[1]);   /* cg_lower_bn_running: done */
+    return nargs;
+}
+
 /* x [N, C, H, W] -> stats [3, C]: mean, 1/sqrt(biased var + eps), biased var */
 void cg_lower_bn_stats(Lower *L, int id)
 {
@@ -55,8 +100,10 @@ void cg_lower_bn_stats(Lower *L, int id)
                             arena_printf(L->p->arena, "one of %d of the batch", S))->grain = S;
         return;
     }
-    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
-    Step *k = cg_kernel(L, id, "bn_stats", dimc(C), 2, b, (const char *const[]){ "=stats", "x" });
+    int run = cg_fused_running(L, id);
+    int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    const char *names[4] = { "=stats", "x" };
+    Step *k = cg_kernel(L, id, "bn_stats", dimc(C), stats_args(L, run, b, names, 2), b, names);
     k->heavy = k->blocks = true;
     cg_body(L, "    /* x is [N, %d, %d]: per channel mean, 1/sqrt(biased var + eps), biased var; two passes in double */\n", C, HW);
     cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n        const double m = (double)N * %d;\n", C, HW);
@@ -67,8 +114,8 @@ void cg_lower_bn_stats(Lower *L, int id)
                "        if (BLOCK_LEADER) {\n"
                "            stats[c] = (float)mean;\n"
                "            stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
-               "            stats[%d + c] = (float)var;\n        }\n    }\n",
-            C, n->attr.eps, 2 * C);
+               "            stats[%d + c] = (float)var;\n%s        }\n    }\n",
+            C, n->attr.eps, 2 * C, run >= 0 ? running_text(L, run, C, "            ") : "");
     cg_end_kernel(L);
 }
 
@@ -80,8 +127,10 @@ void cg_lower_bn_stats(Lower *L, int id)
    convolution, cg_lower_bn_stats_chunks). */
 Step *cg_bn_stats_combine(Lower *L, int id, const char *what, int C, int part, const char *slices, const char *count, const char *how)
 {
-    int b[2] = { cg_out_buf(L, id), part };
-    Step *st = cg_kernel(L, id, what, dimc(C), 2, b, (const char *const[]){ "=stats", "part" });
+    int run = cg_fused_running(L, id);
+    int b[4] = { cg_out_buf(L, id), part };
+    const char *names[4] = { "=stats", "part" };
+    Step *st = cg_kernel(L, id, what, dimc(C), stats_args(L, run, b, names, 2), b, names);
     cg_body(L, "    /* part, per slice and channel: the mean and the sum of squared deviations, in double\n"
                "       (a slice: %s);\n"
                "       stats [3, %d]: mean, 1/sqrt(biased var + eps), biased var (empty slices skipped) */\n"
@@ -100,8 +149,9 @@ Step *cg_bn_stats_combine(Lower *L, int id, const char *what, int C, int part, c
                "        stats[c] = (float)mean;\n"
                "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
                "        stats[%d + c] = (float)var;\n"
+               "%s"
                "    }\n",
-            how, C, C, slices, count, C, C, C, L->g->nodes[id].attr.eps, 2 * C);
+            how, C, C, slices, count, C, C, C, L->g->nodes[id].attr.eps, 2 * C, run >= 0 ? running_text(L, run, C, "        ") : "");
     cg_end_kernel(L);
     return st;
 }
@@ -316,21 +366,12 @@ void cg_lower_bn_grad_x(Lower *L, int id)
 /* stats, running_mean, running_var: the running statistics updated in place */
 void cg_lower_bn_running(Lower *L, int id)
 {
+    if (L->p->node_buf[id] >= 0) return;   /* done by its statistics' kernel (cg_fused_running) */
     const Node *n = &L->g->nodes[id];
-    const Node *st = &L->g->nodes[n->in[0]];
-    int C = st->shape.d[1];
-    int x = st->in[0];   /* bn_stats x, or bn_finish (allreduce (bn_sum x)) */
-    if (st->op == OP_BN_FINISH) x = L->g->nodes[L->g->nodes[x].in[0]].in[0];
-    const Shape *xs = &L->g->nodes[x].shape;
-    int HW = xs->d[2] * xs->d[3];
+    int C = L->g->nodes[n->in[0]].shape.d[1];
     int b[3] = { buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[0]) };
     cg_kernel(L, id, "bn_running_update", dimc(C), 3, b, (const char *const[]){ "=running_mean", "=running_var", "stats" });
-    cg_body(L, "    /* running = (1 - momentum) * running + momentum * batch; the variance unbiased, as PyTorch */\n");
-    cg_body(L, "    const float m = %#.9gf, count = (float)(%s * %dL);\n", n->attr.momentum, n->attr.sync ? "a.global_batch" : "N", HW);
-    cg_body(L, "    FOR_EACH(c, %dL) {\n"
-               "        running_mean[c] = (1.0f - m) * running_mean[c] + m * stats[c];\n"
-               "        float unbiased = count > 1.0f ? stats[%d + c] * count / (count - 1.0f) : stats[%d + c];\n"
-               "        running_var[c] = (1.0f - m) * running_var[c] + m * unbiased;\n    }\n", C, 2 * C, 2 * C);
+    cg_body(L, "    FOR_EACH(c, %dL) {\n%s    }\n", C, running_text(L, id, C, "        "));
     cg_end_kernel(L);
     L->p->node_buf[id] = buf_of(L, n->in[1]);
 }
