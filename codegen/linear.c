@@ -90,27 +90,24 @@ void cg_lower_bias_grad(Lower *L, int id)
        added in order by a second kernel. */
     int S = cg_batch_slices(L, O);
     if (inner >= 16 && S > 1) {
-        int part = cg_new_buf(L, BUF_WORK, dimc((long)O * S), "bias gradient, partial sums per slice of the batch", id);
-        int b1[2] = { part, buf_of(L, n->in[0]) };
-        Step *s = cg_kernel(L, id, "bias_grad_part", dimc((long)O * S), 2, b1, (const char *const[]){ "=part", "dy" });
-        s->heavy = s->blocks = true;
-        cg_body(L, "    /* dy is [N, %d, %d]; part[c * %d + s] = the sum over slice s of the batch (of %d) and the inner positions */\n"
-                   "    FOR_EACH_BLOCK(i, %ldL) {\n"
-                   "        const long c = i / %d, s = i %% %d, %s;\n"
-                   "        float acc = 0.0f;\n"
+        int in[1] = { buf_of(L, n->in[0]) };
+        int part = cg_slices_kernel(L, id, "bias_grad_part", O, S, 1, 1, in, (const char *const[]){ "dy" },
+                                    arena_printf(L->p->arena, "    /* dy is [N, %d, %d]; part[s * %d + c] = the sum over slice s of the batch (of %d) "
+                                                              "and the inner positions */\n", O, inner, O, S));
+        cg_body(L, "        float acc = 0.0f;\n"
                    "        BLOCK_LOOP2(k, n1 - n0, j, %d) acc += dy[((n0 + k) * %d + c) * %dL + j];\n"
                    "        acc = BLOCK_SUM(acc);\n"
                    "        if (BLOCK_LEADER) part[i] = acc;\n"
-                   "    }\n", O, inner, S, S, (long)O * S, S, S, cg_slice_bounds(L, S), inner, O, inner);
+                   "    }\n", inner, O, inner);
         cg_end_kernel(L);
         int b2[2] = { db, part };
         cg_kernel(L, id, "bias_grad_sum", dimc(O), 2, b2, (const char *const[]){ "=db", "part" })->grain = S;
         cg_body(L, "    /* db[c] = the %d partial sums of channel c, in order */\n"
                    "    FOR_EACH(c, %dL) {\n"
                    "        float acc = 0.0f;\n"
-                   "        for (int s = 0; s < %d; s++) acc += part[c * %d + s];\n"
+                   "        for (int s = 0; s < %d; s++) acc += part[s * %d + c];\n"
                    "        db[c] = acc;\n"
-                   "    }\n", S, O, S, S);
+                   "    }\n", S, O, S, O);
         cg_end_kernel(L);
         return;
     }

@@ -221,9 +221,19 @@ int cg_batch_slices(const Lower *L, int C)
     return S > 64 ? 64 : S;
 }
 
-const char *cg_slice_bounds(Lower *L, int S)
+int cg_slices_kernel(Lower *L, int id, const char *what, int C, int S, long per, int nin, const int *in, const char *const *names,
+                     const char *head)
 {
-    return arena_printf(L->p->arena, "n0 = N * s / %d, n1 = N * (s + 1) / %d", S, S);
+    int part = cg_new_buf(L, BUF_WORK, dimc(per * S * C), "partial sums per slice of the batch", id);
+    int b[CG_MAXARGS] = { part };
+    const char *nm[CG_MAXARGS] = { "=part" };
+    for (int k = 0; k < nin; k++) b[1 + k] = in[k], nm[1 + k] = names[k];
+    Step *s = cg_kernel(L, id, what, dimc((long)S * C), 1 + nin, b, nm);
+    s->heavy = s->blocks = true;
+    cg_body(L, "%s    FOR_EACH_BLOCK(i, %ldL) {\n"
+               "        const long s = i / %d, c = i %% %d, n0 = N * s / %d, n1 = N * (s + 1) / %d;   /* slice s: examples [n0, n1) */\n",
+            head, (long)S * C, C, C, S, S);
+    return part;
 }
 
 void cg_coords(Lower *L, const Shape *s, const char *index)

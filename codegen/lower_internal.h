@@ -123,9 +123,13 @@ void  cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW,
    into, a block each, so that few channels still fill the GPU (about
    CG_FILL_BLOCKS blocks in all, at most 64 slices); 1 on the C target. */
 int cg_batch_slices(const Lower *L, int C);
-/* In a FOR_EACH_BLOCK over (s, c) with s declared: "n0 = ..., n1 = ...", slice s's
-   examples [n0, n1) of the batch's N, S slices (C declarations, to follow "const long"). */
-const char *cg_slice_bounds(Lower *L, int S);
+/* The first kernel of such a split: `what`, a block per (slice s, channel c), i = s * C + c,
+   `const long s, c, n0, n1` declared (the slice's examples [n0, n1)), after `head` (the
+   kernel's comment and declarations); its inputs in[nin] named names[], its output part
+   (returned) `per` floats a block. The caller writes the block's body, then "    }\n" and
+   cg_end_kernel(); the combining kernel reads slice s of channel c at (s * C + c) * per. */
+int cg_slices_kernel(Lower *L, int id, const char *what, int C, int S, long per, int nin, const int *in, const char *const *names,
+                     const char *head);
 /* A GEMM step, row-major: C[m,n] = op(A)[m,k] . op(B)[k,n] + beta * C. */
 Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, Dim lda, int b, Dim ldb,
               float beta, int c, Dim ldc);

@@ -75,16 +75,12 @@ void cg_lower_bn_stats(Lower *L, int id)
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int S = cg_batch_slices(L, C);
     if (S > 1) {   /* GPUs, few channels: S slices of the batch per channel, a block each, then their combination */
-        int part = cg_new_buf(L, BUF_WORK, dimc(4L * S * C), "BatchNorm statistics per slice of the batch", id);
-        int b1[2] = { part, buf_of(L, n->in[0]) };
-        Step *k1 = cg_kernel(L, id, "bn_stats_part", dimc((long)S * C), 2, b1, (const char *const[]){ "=part", "x" });
-        k1->heavy = k1->blocks = true;
-        cg_body(L, "    /* x is [N, %d, %d]; per slice s of the batch (of %d) and channel c, at part[(s * %d + c) * 2]\n"
-                   "       in double: the slice's mean and its sum of squared deviations from that mean */\n"
-                   "    double *pd = (double *)part;\n"
-                   "    FOR_EACH_BLOCK(i, %ldL) {\n"
-                   "        const long s = i / %d, c = i %% %d, %s;\n"
-                   "        double sum = 0.0;\n"
+        int in[1] = { buf_of(L, n->in[0]) };
+        int part = cg_slices_kernel(L, id, "bn_stats_part", C, S, 4, 1, in, (const char *const[]){ "x" },
+                                    arena_printf(L->p->arena, "    /* x is [N, %d, %d]; per slice s of the batch (of %d) and channel c, at part[(s * %d + c) * 2]\n"
+                                                              "       in double: the slice's mean and its sum of squared deviations from that mean */\n"
+                                                              "    double *pd = (double *)part;\n", C, HW, S, C));
+        cg_body(L, "        double sum = 0.0;\n"
                    "        BLOCK_LOOP2(k, n1 - n0, j, %d) sum += x[((n0 + k) * %d + c) * %dL + j];\n"
                    "        sum = BLOCK_SUM(sum);\n"
                    "        const double mean = n1 > n0 ? sum / ((double)(n1 - n0) * %d) : 0.0;\n"
@@ -93,7 +89,7 @@ void cg_lower_bn_stats(Lower *L, int id)
                    "        sq = BLOCK_SUM(sq);\n"
                    "        if (BLOCK_LEADER) { pd[2 * i] = mean; pd[2 * i + 1] = sq; }\n"
                    "    }\n",
-                C, HW, S, C, (long)S * C, C, C, cg_slice_bounds(L, S), HW, C, HW, HW, HW, C, HW);
+                HW, C, HW, HW, HW, C, HW);
         cg_end_kernel(L);
         cg_bn_stats_combine(L, id, "bn_stats_combine", C, part, arena_printf(L->p->arena, "%d", S),
                             arena_printf(L->p->arena, "(double)(N * (k + 1) / %d - N * k / %d) * %d", S, S, HW),
@@ -295,22 +291,19 @@ void cg_lower_bn_grad_params(Lower *L, int id)
     }
     int S = cg_batch_slices(L, C);
     if (S > 1) {   /* GPUs, few channels: S slices of the batch per channel, a block each, then their sums */
-        int part = cg_new_buf(L, BUF_WORK, dimc(4L * S * C), "BatchNorm gradient partial sums per slice of the batch", id);
-        int bp[3] = { part, buf_of(L, n->in[0]), buf_of(L, n->in[2]) };
-        Step *k1 = cg_kernel(L, id, "bn_grad_params_part", dimc((long)S * C), 3, bp, (const char *const[]){ "=part", "x", "dy" });
-        k1->heavy = k1->blocks = true;
-        cg_body(L, "    /* x, dy are [N, %d, %d]; per slice s of the batch (of %d) and channel c, at part[(s * %d + c) * 2]\n"
-                   "       in double: sum(dy * x) and sum(dy) */\n"
-                   "    double *pd = (double *)part;\n"
-                   "    FOR_EACH_BLOCK(i, %ldL) {\n"
-                   "        const long s = i / %d, c = i %% %d, %s;\n"
-                   "        double dyx = 0.0, db = 0.0;\n"
+        int in[2] = { buf_of(L, n->in[0]), buf_of(L, n->in[2]) };
+        int part = cg_slices_kernel(L, id, "bn_grad_params_part", C, S, 4, 2, in, (const char *const[]){ "x", "dy" },
+                                    arena_printf(L->p->arena, "    /* x, dy are [N, %d, %d]; per slice s of the batch (of %d) and channel c, at "
+                                                              "part[(s * %d + c) * 2]\n"
+                                                              "       in double: sum(dy * x) and sum(dy) */\n"
+                                                              "    double *pd = (double *)part;\n", C, HW, S, C));
+        cg_body(L, "        double dyx = 0.0, db = 0.0;\n"
                    "        BLOCK_LOOP2(k, n1 - n0, j, %d) { long at = ((n0 + k) * %d + c) * %dL + j; dyx += (double)dy[at] * x[at]; db += dy[at]; }\n"
                    "        dyx = BLOCK_SUM(dyx);\n"
                    "        db = BLOCK_SUM(db);\n"
                    "        if (BLOCK_LEADER) { pd[2 * i] = dyx; pd[2 * i + 1] = db; }\n"
                    "    }\n",
-                C, HW, S, C, (long)S * C, C, C, cg_slice_bounds(L, S), HW, C, HW);
+                HW, C, HW);
         cg_end_kernel(L);
         bn_grad_params_combine(L, id, C, part, arena_printf(L->p->arena, "%d", S), "the slices' sums, added in order")->grain = S;
         return;
