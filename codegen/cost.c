@@ -198,8 +198,8 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
                  "%.1f us in a CUDA graph; batch %ld per GPU%s\n",
             m->words, m->name, m->bytes_per_s / 1e12, m->fp32_flops / 1e12, m->bf16_flops / 1e12, m->sms, m->launch_s * 1e6,
             m->graph_launch_s * 1e6, batch, replicas > 1 ? arena_printf(a, ", %d GPUs (NVLink %.0f GB/s each way)", replicas, m->link_bytes_per_s / 1e9) : "");
-    fprintf(out, "  step %-34s %14s %7s %9s %9s %10s %9s %9s  %s\n", "", "grid x block", "blk/SM", "read MB", "write MB", "MFLOP", "fp32 us",
-            "bf16 us", "bound");
+    fprintf(out, "  step %-34s %14s %7s %9s %9s %10s %9s %9s %9s  %s\n", "", "grid x block", "blk/SM", "read MB", "write MB", "MFLOP", "fp32 us",
+            "bf16 us", "mgc us", "bound");
     for (int k = 0; k < ns; k++) {
         const Step *s = &p->steps[k];
         step_cost(p, k, batch, m, &c[k]);
@@ -208,8 +208,8 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
             double t = 2.0 * (replicas - 1) / replicas * 4.0 * (double)cl->floats / m->link_bytes_per_s;
             c[k].s32 = c[k].s16 = c[k].smgc = t;
             comm += t;
-            fprintf(out, "  step %-3d allreduce c%-24d %14s %7s %9.2f %9s %10s %9.1f %9.1f  link\n", k, s->coll, "", "",
-                    4.0 * (double)cl->floats / 1e6, "", "", t * 1e6, t * 1e6);
+            fprintf(out, "  step %-3d allreduce c%-24d %14s %7s %9.2f %9s %10s %9.1f %9.1f %9.1f  link\n", k, s->coll, "", "",
+                    4.0 * (double)cl->floats / 1e6, "", "", t * 1e6, t * 1e6, t * 1e6);
             continue;
         }
         if (s->kind != STEP_KERNEL && s->kind != STEP_GEMM) continue;
@@ -219,8 +219,8 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
         const char *geom = s->kind == STEP_KERNEL ? arena_printf(a, "%ld x %ld", c[k].grid, c[k].block) : arena_printf(a, "%ld tiles", c[k].grid);
         double per_sm = (double)c[k].grid / m->sms;
         bool launch_bound = c[k].s32 < m->graph_launch_s;
-        fprintf(out, "  step %-3d %-30.30s %14s %7.1f %9.2f %9.2f %10.1f %9.1f %9.1f  %s\n", k, what, geom, per_sm, c[k].read / 1e6,
-                c[k].written / 1e6, c[k].flops / 1e6, c[k].s32 * 1e6, c[k].s16 * 1e6, launch_bound ? "launch" : c[k].bound);
+        fprintf(out, "  step %-3d %-30.30s %14s %7.1f %9.2f %9.2f %10.1f %9.1f %9.1f %9.1f  %s\n", k, what, geom, per_sm, c[k].read / 1e6,
+                c[k].written / 1e6, c[k].flops / 1e6, c[k].s32 * 1e6, c[k].s16 * 1e6, c[k].smgc * 1e6, launch_bound ? "launch" : c[k].bound);
         graph32 += c[k].s32 + m->graph_launch_s;
         graph16 += c[k].s16 + m->graph_launch_s;
         graphmgc += c[k].smgc + m->graph_launch_s;

@@ -6,7 +6,7 @@
 PROFILE: mgc's per-step profile of a run on one GPU (MGC_PROFILE=1, its
 stderr: "  step  node  share  ms/run  what"); COST: `mgc NET --emit kernels
 --devices cuda:0` of the same net and batch (the cost model's table, "  step
-K  NAME ... fp32 us  bf16 us  bound"). Steps are joined by their index (the
+K  NAME ... fp32 us  bf16 us  mgc us  bound"). Steps are joined by their index (the
 same program: same net, batch, devices and MGC_* settings) and summed by kind
 (a kernel's name past "k12_"; GEMMs as "gemm"). Measured times are
 synchronised after every step (MGC_PROFILE), so each carries a launch and a
@@ -33,7 +33,7 @@ def cost(path):
     for line in open(path):
         if "cost model:" in line:
             header = line.strip()
-        m = re.match(r"\s+step (\d+)\s+(\S+)(?: (\S+))?.*\s([\d.]+)\s+([\d.]+)\s+(memory|compute|launch|link)\s*$", line)
+        m = re.match(r"\s+step (\d+)\s+(\S+)(?: (\S+))?.*\s([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(memory|compute|launch|link)\s*$", line)
         if m and header:
             name = "gemm" if m.group(2) == "gemm" else m.group(2)
             steps[int(m.group(1))] = (name, float(m.group(4)))
