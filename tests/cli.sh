@@ -119,7 +119,7 @@ if "$MGC" $L --emit kernels --gpus 1 --batch-size 1000 --gpu-model h100 > "$tmp/
    grep -q "cost model: NVIDIA H100 SXM" "$tmp/cost" && grep -q "predicted epoch of 60000 examples (60 steps of 1000)" "$tmp/cost" &&
    awk -v r="$(awk 'BEGIN { printf "%.2f %.2f %.1f", 4 * (1000 * 256 + 256 * 120) / 1e6, 4 * 1000 * 120 / 1e6, 2 * 1000 * 120 * 256 / 1e6 }')" '
        $1 == "step" && $3 == "gemm" && $4 == "1000x120x256" { g = ($8 " " $9 " " $10 == r) }
-       $1 == "step" && $2 ~ /^[0-9]+$/ && $NF ~ /^(memory|compute|launch)$/ { sum += $(NF - 2) + 1.0; n++ }
+       $1 == "step" && $2 ~ /^[0-9]+$/ && $NF ~ /^(memory|compute|launch)$/ { sum += $(NF - 3) + 1.0; n++ }   # fp32 us
        /predicted step/ { for (i = 1; i <= NF; i++) if ($i == "fp32") ms = $(i + 1) }
        END { d = sum / 1000 - ms; exit !(g && n > 40 && d < 0.02 && d > -0.02) }' "$tmp/cost"; then
     pass=$((pass + 1))
