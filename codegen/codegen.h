@@ -65,7 +65,7 @@ typedef enum StepKind {
     STEP_WAIT,                /* waits for collective s->coll to finish */
 } StepKind;
 
-#define CG_MAXARGS 8
+#define CG_MAXARGS 16
 #define CG_BLOCK 256          /* CUDA threads per block (FOR_EACH_BLOCK kernels and grid-stride ones) */
 #define CG_FILL_BLOCKS 264    /* blocks that fill a GPU: two per SM of an H100 or H200 (132 SMs) */
 typedef struct Step {
@@ -190,6 +190,7 @@ typedef struct CgOptions {
 typedef struct CgDecisions {
     CgNode *node;             /* [graph's nodes] */
     bool cpu_only;            /* CgOptions.cpu_only, for the lowering: kernels may take C-only forms */
+    bool fuse;                /* CgOptions.fuse, for the lowering's own merges (cg_fused_running) */
 } CgDecisions;
 
 /* The decisions of node id. */

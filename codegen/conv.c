@@ -845,20 +845,42 @@ static void conv_vector_grad_w(Lower *L, int id, const ConvGeom *G)
 /* x, w, bias? -> y: im2col, t[O, N*P] = w . col (GEMM), unpack into y with the bias */
 /* A GEMM's weight operand: the weight itself, or on GPUs under --precision bf16 its copy
    rounded to bf16 (cuBLAS takes both operands in one type), made once: the forward's,
-   kept for the layer's input gradient (the update comes after both). */
+   kept for the layer's input gradient (the update comes after both). The copies of the
+   weights of the next convolutions in that form are made by the same kernel, up to
+   CG_MAXARGS / 2 a launch (a launch costs more than copying a small weight; the weights
+   are the same all through the step's forward and backward). */
 static int gemm_weights(Lower *L, int id, int w_node)
 {
     if (!cg_packs_bf16(L, id)) return buf_of(L, w_node);
     if (L->wbf[w_node] >= 0) return L->wbf[w_node];
-    Dim d = dim_of(&L->g->nodes[w_node].shape);
-    int r = cg_new_bf16_buf(L, BUF_WORK, d, "weights rounded to bf16", w_node);
-    int b[2] = { r, buf_of(L, w_node) };
-    cg_kernel(L, id, "weights_bf16", d, 2, b, (const char *const[]){ "=wb", "w" });
-    cg_body(L, "    /* %%%d rounded to bf16, for its layer's GEMMs (the forward's and the input gradient's) */\n"
-               "    FOR_EACH(i, %s) wb[i] = mgc_to_bf16(w[i]);\n", w_node, cg_work_str(L, d));
+    const Graph *g = L->g;
+    int ws[CG_MAXARGS / 2] = { w_node }, nw = 1;
+    for (int c = id + 1; c < g->n && nw < CG_MAXARGS / 2; c++) {
+        int w = g->nodes[c].in[1];
+        bool seen = false;
+        for (int k = 0; k < nw; k++) seen |= ws[k] == w;
+        if (g->nodes[c].op == OP_CONV2D && L->dec->node[c].conv == CONV_GEMM && cg_packs_bf16(L, c) && L->wbf[w] < 0 && !seen &&
+            (L->p->node_buf[w] >= 0 || g->nodes[w].op == OP_PARAM))
+            ws[nw++] = w;
+    }
+    for (int k = 1; k < nw; k++) cg_lower_persistent(L, ws[k]);   /* a parameter not lowered yet: its buffer now */
+    int b[CG_MAXARGS];
+    const char *names[CG_MAXARGS];
+    long total = 0;
+    for (int k = 0; k < nw; k++) {
+        Dim d = dim_of(&g->nodes[ws[k]].shape);
+        total += d.c;
+        L->wbf[ws[k]] = b[2 * k] = cg_new_bf16_buf(L, BUF_WORK, d, "weights rounded to bf16", ws[k]);
+        b[2 * k + 1] = buf_of(L, ws[k]);
+        names[2 * k] = arena_printf(L->p->arena, "=wb%d", k);
+        names[2 * k + 1] = arena_printf(L->p->arena, "w%d", k);
+    }
+    cg_kernel(L, id, "weights_bf16", dimc(total), 2 * nw, b, names);
+    cg_body(L, "    /* weights rounded to bf16, for their layers' GEMMs (the forward's and the input gradient's), one after another */\n");
+    for (int k = 0; k < nw; k++)
+        cg_body(L, "    FOR_EACH(i, %s) wb%d[i] = mgc_to_bf16(w%d[i]);   /* %%%d */\n", cg_work_str(L, dim_of(&g->nodes[ws[k]].shape)), k, k, ws[k]);
     cg_end_kernel(L);
-    L->wbf[w_node] = r;
-    return r;
+    return L->wbf[w_node];
 }
 
 static void conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
@@ -1322,6 +1344,7 @@ static const char *conv_why(Arena *a, const CgOptions *opt, const ConvGeom *G, C
 void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
 {
     d->cpu_only = opt && opt->cpu_only;
+    d->fuse = opt && opt->fuse;
     for (int id = 0; id < g->n; id++) {
         Op op = g->nodes[id].op;
         if (op != OP_CONV2D && op != OP_CONV2D_BWD_X && op != OP_CONV2D_BWD_W) continue;

@@ -20,13 +20,18 @@
 **   The SGD update of a gradient bucket (data parallelism): the updates of
 **   parameters whose gradients lie in one bucket buffer are one kernel per
 **   group, over the group's parameters one after another. A kernel takes at
-**   most CG_MAXARGS (8) buffers, and each parameter (and its momentum) is a
+**   most CG_MAXARGS (16) buffers, and each parameter (and its momentum) is a
 **   persistent buffer of its own (the runtime's Store keeps them by name,
 **   shared with the evaluation program and checkpoints), so one kernel
 **   cannot take a whole bucket's parameters: it takes the bucket buffer once
 **   (the gradients, at their offsets), the SGD scalars, and the parameters
-**   and momenta of up to 3 parameters (6 without momentum). So an update of
-**   P parameters is P/3 kernels, not P (ResNet-18 on cpu:2: 62 -> 21). The group is lowered
+**   and momenta of up to 7 parameters (14 without momentum). So an update of
+**   P parameters is about P/7 kernels, not P (ResNet-18 on cpu:2 with
+**   momentum: 62 -> 13; without, 7). On GPUs, where a launch costs more than
+**   a small update, the updates of a single device (each parameter's gradient
+**   a buffer of its own) are grouped too, up to 5 parameters a kernel with
+**   momentum (param, gradient, momentum), 7 without (ResNet-18 on one GPU:
+**   62 -> 16 launches with momentum, 11 without). The group is lowered
 **   at its last update, every member's buffers made by then (a momentum
 **   buffer's node comes just before its update), with the first member as
 **   its node; only momentum buffers lie between the members. Each element
@@ -40,6 +45,7 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
 {
     d->node = arena_alloc(a, sizeof(CgNode) * (size_t)(g->n + 1));
     d->cpu_only = false;
+    d->fuse = false;
     for (int id = 0; id <= g->n; id++)
         d->node[id] = (CgNode){ .fused = -1, .conv = -1, .stats_of = -1, .stats_by = -1, .pool_of = -1, .pool_by = -1,
                                 .bn_into_add = -1, .wgrad_pool = -1, .wgrad_bias = -1, .act = -1,
@@ -55,21 +61,24 @@ static int grad_bucket(const Graph *g, int sgd)
     return g->nodes[x].op == OP_ALLREDUCE ? g->nodes[x].attr.bucket : -1;
 }
 
-/* SGD updates of one bucket, in groups (the header says why of up to 3 or 7):
-   d->node[member].fused = the group's first update, for every member but the first. */
-static void fuse_sgd(const Graph *g, CgDecisions *d)
+/* SGD updates of one bucket, in groups (the header says why of up to 7 or 14), and on GPUs
+   (gpu) consecutive updates whose gradients are buffers of their own, in groups of up to 5
+   or 7: d->node[member].fused = the group's first update, for every member but the first. */
+static void fuse_sgd(const Graph *g, CgDecisions *d, bool gpu)
 {
     int first = -1, count = 0, bucket = -1;
     for (int id = 0; id < g->n; id++) {
         const Node *n = &g->nodes[id];
         if (n->op == OP_STATE) continue;   /* a momentum buffer, made just before its update */
         int b = n->op == OP_SGD ? grad_bucket(g, id) : -1;
+        if (n->op == OP_SGD && b < 0 && gpu) b = g->nbuckets;   /* "no bucket": each member brings its gradient */
         if (b < 0) {
             first = -1;
             continue;
         }
         const Node *f = first >= 0 ? &g->nodes[first] : NULL;
-        int most = (CG_MAXARGS - 2) / (n->nin - 1);   /* the gradients' bucket and the scalars take two */
+        int most = b < g->nbuckets ? (CG_MAXARGS - 2) / (n->nin - 1)   /* the gradients' bucket and the scalars take two */
+                                   : (CG_MAXARGS - 1) / n->nin;        /* the scalars one, each member its gradient too */
         if (f && b == bucket && n->nin == f->nin && count < most && n->attr.lr == f->attr.lr &&
             n->attr.momentum == f->attr.momentum && n->attr.weight_decay == f->attr.weight_decay &&
             n->attr.nesterov == f->attr.nesterov) {
@@ -285,5 +294,5 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
     }
     if (opt->fuse && opt->cpu_only) fuse_pooled_wgrad(g, d, uses);
     free(uses);
-    if (opt->fuse) fuse_sgd(g, d);
+    if (opt->fuse) fuse_sgd(g, d, !opt->cpu_only);
 }

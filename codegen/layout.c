@@ -19,8 +19,8 @@ void cg_lower_concat(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     int b[CG_MAXARGS] = { cg_out_buf(L, id) };
-    const char *names[CG_MAXARGS] = { "=y", "in0", "in1", "in2", "in3", "in4", "in5", "in6" };
-    for (int k = 0; k < n->nin; k++) b[k + 1] = buf_of(L, n->in[k]);
+    const char *names[CG_MAXARGS] = { "=y" };
+    for (int k = 0; k < n->nin; k++) b[k + 1] = buf_of(L, n->in[k]), names[k + 1] = arena_printf(L->p->arena, "in%d", k);
     int C = n->shape.d[1];
     long P = plane_of(&n->shape);
     Step *st = cg_kernel(L, id, "concat", dimn(C), n->nin + 1, b, names);

@@ -305,8 +305,17 @@ static void lower_sgd(Lower *L, int id)
     L->p->node_buf[id] = buf_of(L, n->in[0]);
 }
 
-/* The SGD updates of a group in one bucket (the fusion pass's; codegen/fuse.c says why groups):
-   one kernel, one FOR_EACH a member one after another (their elements are independent, so no
+/* Whether SGD node id's gradient lies in a gradient bucket (through slices and reshapes). */
+static bool sgd_in_bucket(const Graph *g, int id)
+{
+    int x = g->nodes[id].in[1];
+    while (g->nodes[x].op == OP_SLICE || g->nodes[x].op == OP_RESHAPE) x = g->nodes[x].in[0];
+    return g->nodes[x].op == OP_ALLREDUCE && g->nodes[x].attr.bucket >= 0;
+}
+
+/* The SGD updates of a group (the fusion pass's; codegen/fuse.c says why groups), their
+   gradients in one bucket, or (GPUs, one device) each in a buffer of its own: one kernel,
+   one FOR_EACH a member one after another (their elements are independent, so no
    barrier between: on the C target each thread updates its contiguous share of each member, a
    loop the compiler vectorises; on CUDA each is a grid-stride loop), each element with
    lower_sgd's arithmetic. Its work (the launch's size): all the members' elements.
@@ -324,15 +333,16 @@ static void lower_sgd_group(Lower *L, int first)
     const char *names[CG_MAXARGS];
     long offset[CG_MAXARGS], total = 0;   /* offset: the member's gradient in the bucket */
     int bucket = -1;
+    bool in_bucket = sgd_in_bucket(g, first);
     for (int m = 0; m < nm; m++) {
         const Node *n = &g->nodes[members[m]];
         int gb = buf_of(L, n->in[1]);
         long off = 0;
-        while (p->bufs[gb].kind == BUF_VIEW) {
+        while (in_bucket && p->bufs[gb].kind == BUF_VIEW) {
             off += p->bufs[gb].offset;
             gb = p->bufs[gb].alias;
         }
-        bucket = gb;   /* the same for every member: one IR bucket is one buffer */
+        bucket = gb;   /* in a bucket, the same for every member: one IR bucket is one buffer */
         offset[m] = off;
         b[na] = buf_of(L, n->in[0]);
         names[na++] = arena_printf(p->arena, "=param%d", m);
@@ -340,24 +350,34 @@ static void lower_sgd_group(Lower *L, int first)
             b[na] = buf_of(L, n->in[2]);
             names[na++] = arena_printf(p->arena, "=velocity%d", m);
         }
+        if (!in_bucket) {
+            b[na] = gb;
+            names[na++] = arena_printf(p->arena, "grad%d", m);
+        }
     }
-    b[na] = bucket;
-    names[na++] = "grads";
+    if (in_bucket) {
+        b[na] = bucket;
+        names[na++] = "grads";
+    }
     b[na] = opt_scalars(L, n0);
     names[na++] = "sgd";
     for (int m = 0; m < nm; m++) total += dim_of(&g->nodes[members[m]].shape).c;
-    Step *s = cg_kernel(L, first, "sgd_bucket", dimc(total), na, b, names);
+    Step *s = cg_kernel(L, first, in_bucket ? "sgd_bucket" : "sgd_group", dimc(total), na, b, names);
     s->sgd = true;
-    cg_body(L, "    /* PyTorch's SGD (as sgd) for %d parameters, their gradients in %s at their offsets:\n", nm, p->bufs[bucket].name);
+    if (in_bucket)
+        cg_body(L, "    /* PyTorch's SGD (as sgd) for %d parameters, their gradients in %s at their offsets:\n", nm, p->bufs[bucket].name);
+    else
+        cg_body(L, "    /* PyTorch's SGD (as sgd) for %d parameters, one launch:\n", nm);
     for (int m = 0; m < nm; m++) {
         const Node *pn = &g->nodes[g->nodes[members[m]].in[0]];
-        cg_body(L, "       %%%d %s: param%d, grads + %ld\n", members[m], pn->name ? pn->name : "", m, offset[m]);
+        if (in_bucket) cg_body(L, "       %%%d %s: param%d, grads + %ld\n", members[m], pn->name ? pn->name : "", m, offset[m]);
+        else cg_body(L, "       %%%d %s: param%d, grad%d\n", members[m], pn->name ? pn->name : "", m, m);
     }
     cg_body(L, "       sgd = lr, momentum, weight decay */\n");
     cg_body(L, "    const float lr = sgd[0], momentum = sgd[1], wd = sgd[2];\n    (void)momentum;\n");
     for (int m = 0; m < nm; m++) {   /* one loop a member: each thread's share of each, contiguous (C) */
-        cg_body(L, "    FOR_EACH(i, %ldL) {\n        float gi = grads[%ldL + i] + wd * param%d[i];\n",
-                dim_of(&g->nodes[members[m]].shape).c, offset[m], m);
+        cg_body(L, "    FOR_EACH(i, %ldL) {\n        float gi = %s + wd * param%d[i];\n", dim_of(&g->nodes[members[m]].shape).c,
+                in_bucket ? arena_printf(p->arena, "grads[%ldL + i]", offset[m]) : arena_printf(p->arena, "grad%d[i]", m), m);
         if (mom) sgd_momentum(L, n0, arena_printf(p->arena, "velocity%d", m));
         cg_body(L, "        param%d[i] -= lr * gi;\n    }\n", m);
     }
@@ -418,6 +438,7 @@ void cg_lower_persistent(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     Program *p = L->p;
+    if (p->node_buf[id] >= 0) return;   /* made early, by a kernel that reads it before its node's turn (gemm_weights) */
     int b = p->node_buf[id] = cg_new_buf(L, BUF_PERSISTENT, dim_of(&n->shape), n->name, id);
     p->bufs[b].shape = n->shape;
     p->bufs[b].init = n->init;

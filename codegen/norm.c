@@ -20,10 +20,11 @@
 
 /* The bn_running_update of stats node `stats` when the kernel that makes the statistics
    does it too (one launch fewer per BatchNorm a step; nothing else in a training
-   program reads the running statistics): every one but --sync-bn's (bn_finish's). -1: none. */
+   program reads the running statistics): every one but --sync-bn's (bn_finish's), with
+   fusion on (MGC_FUSE). -1: none. */
 int cg_fused_running(const Lower *L, int stats)
 {
-    for (int u = stats + 1; u < L->g->n; u++) {
+    for (int u = stats + 1; L->dec->fuse && u < L->g->n; u++) {
         const Node *r = &L->g->nodes[u];
         if (r->op == OP_BN_RUNNING && r->in[0] == stats && !r->attr.sync && L->g->nodes[stats].op != OP_BN_FINISH) return u;
     }

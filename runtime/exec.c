@@ -47,20 +47,37 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
     x->host = calloc((size_t)p->nbufs, sizeof(float *));
     x->host_alt = calloc((size_t)p->nbufs, sizeof(float *));
     x->host_owned = calloc(2 * (size_t)p->nbufs + 1, sizeof(void *));
+    /* the persistent buffers in the order of their IR nodes, whatever order lowering made them in
+       (a kernel may make a parameter's buffer before its node's turn): the store's order, and so
+       the initial values its one random stream gives each tensor (rt_store_init), are the net's */
+    int *order = malloc(sizeof(int) * ((size_t)p->nbufs + 1)), np = 0;
+    if (!order) {
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
     for (int b = 0; b < p->nbufs; b++) {
+        if (p->bufs[b].kind != BUF_PERSISTENT) continue;
+        int j = np++;
+        for (; j > 0 && p->bufs[order[j - 1]].node > p->bufs[b].node; j--) order[j] = order[j - 1];
+        order[j] = b;
+    }
+    for (int i = 0; i < np; i++) {
+        int b = order[i];
         const Buf *buf = &p->bufs[b];
-        if (buf->kind != BUF_PERSISTENT) continue;
         int k = rt_store_add(store, buf);
         if (k < 0) {
             snprintf(err, err_size, "internal: '%s' has two shapes", buf->name);
+            free(order);
             return -1;
         }
         x->ptr[b] = rt_store_bind(store, k, dev);
         if (!x->ptr[b]) {
             snprintf(err, err_size, "out of memory on %s for the parameter '%s' (%ld floats)", dev->name, buf->name, store->e[k].numel);
+            free(order);
             return -1;
         }
     }
+    free(order);
     if (p->plan_batch < max_batch) {
         snprintf(err, err_size, "internal: the program's memory plan holds %ld examples, not %ld", p->plan_batch, max_batch);
         return -1;

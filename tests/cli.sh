@@ -151,14 +151,15 @@ else
 fi
 # --precision bf16 on GPUs (--emit kernels --gpus 1, no GPU needed): the convolutions' GEMMs
 # read bf16 matrices that im2col, the gradient's transposition and a copy of each weight store
-# rounded (conv1: forward and weight gradient, its columns kept; conv2: all three), the linear
+# rounded (conv1: forward and weight gradient, its columns kept; conv2: all three; the two
+# weights' copies in one kernel), the linear
 # layers' fp32 matrices rounded by cuBLAS; only GEMMs read the bf16 buffers (codegen/verify.c);
 # an fp32 GPU program has none
 "$MGC" $L --gpus 1 --precision bf16 --emit kernels > "$tmp/bfg.k" 2>&1
 if [ "$(grep -c 'gemm .*bf16 operands (stored bf16), fp32 sums' "$tmp/bfg.k")" = 5 ] &&
    [ "$(grep -c 'gemm .*bf16 operands, fp32 sums' "$tmp/bfg.k")" = 9 ] &&
-   [ "$(grep -c 'kernel k[0-9]*_weights_bf16(' "$tmp/bfg.k")" = 2 ] &&
-   [ "$(grep -c '^    mgc_bf16 \*RESTRICT [a-z]* = (mgc_bf16 \*)a.t\[0\];' "$tmp/bfg.k")" = 6 ] &&
+   [ "$(grep -c 'kernel k[0-9]*_weights_bf16(' "$tmp/bfg.k")" = 1 ] &&   # both weights' copies, one launch
+   [ "$(grep -c '^    mgc_bf16 \*RESTRICT [a-z0-9]* = (mgc_bf16 \*)a.t\[[0-9]*\];' "$tmp/bfg.k")" = 6 ] &&
    [ "$(grep -c '= mgc_to_bf16(' "$tmp/bfg.k")" = 6 ] && ! grep -q 'const mgc_bf16' "$tmp/bfg.k" &&
    grep -q 'this program, mgc.s --precision bf16' "$tmp/bfg.k" &&
    ! "$MGC" $L --gpus 1 --emit kernels | grep -q 'mgc_bf16 \*RESTRICT'; then
