@@ -211,6 +211,9 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a);
    Produces: d->fused, d->relu_out, d->relu_mask, d->pool_of, d->pool_by, d->bn_into_add,
    d->wgrad_pool, d->wgrad_bias. */
 void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d);
+/* The gradient bucket holding the gradient SGD node `sgd` reads (through slices and
+   reshapes: BatchNorm's gamma and beta share a tensor), or -1 (codegen/fuse.c). */
+int cg_grad_bucket(const Graph *g, int sgd);
 /* The convolution pass (codegen/conv.c): how each convolution runs, forward
    and gradients alike (opt->conv forces one); with opt->fuse, the BatchNorm
    statistics that a chunked convolution's kernel sums as it writes its output,

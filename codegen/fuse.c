@@ -52,9 +52,7 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
                                 .act_node = -1, .act_out = -1, .ew_into_add = -1 };
 }
 
-/* The bucket holding the gradient an SGD node reads (through slices and
-   reshapes: BatchNorm's gamma and beta share a tensor), or -1. */
-static int grad_bucket(const Graph *g, int sgd)
+int cg_grad_bucket(const Graph *g, int sgd)
 {
     int x = g->nodes[sgd].in[1];
     while (g->nodes[x].op == OP_SLICE || g->nodes[x].op == OP_RESHAPE) x = g->nodes[x].in[0];
@@ -70,7 +68,7 @@ static void fuse_sgd(const Graph *g, CgDecisions *d, bool gpu)
     for (int id = 0; id < g->n; id++) {
         const Node *n = &g->nodes[id];
         if (n->op == OP_STATE) continue;   /* a momentum buffer, made just before its update */
-        int b = n->op == OP_SGD ? grad_bucket(g, id) : -1;
+        int b = n->op == OP_SGD ? cg_grad_bucket(g, id) : -1;
         if (n->op == OP_SGD && b < 0 && gpu) b = g->nbuckets;   /* "no bucket": each member brings its gradient */
         if (b < 0) {
             first = -1;

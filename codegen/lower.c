@@ -305,14 +305,6 @@ static void lower_sgd(Lower *L, int id)
     L->p->node_buf[id] = buf_of(L, n->in[0]);
 }
 
-/* Whether SGD node id's gradient lies in a gradient bucket (through slices and reshapes). */
-static bool sgd_in_bucket(const Graph *g, int id)
-{
-    int x = g->nodes[id].in[1];
-    while (g->nodes[x].op == OP_SLICE || g->nodes[x].op == OP_RESHAPE) x = g->nodes[x].in[0];
-    return g->nodes[x].op == OP_ALLREDUCE && g->nodes[x].attr.bucket >= 0;
-}
-
 /* The SGD updates of a group (the fusion pass's; codegen/fuse.c says why groups), their
    gradients in one bucket, or (GPUs, one device) each in a buffer of its own: one kernel,
    one FOR_EACH a member one after another (their elements are independent, so no
@@ -333,7 +325,7 @@ static void lower_sgd_group(Lower *L, int first)
     const char *names[CG_MAXARGS];
     long offset[CG_MAXARGS], total = 0;   /* offset: the member's gradient in the bucket */
     int bucket = -1;
-    bool in_bucket = sgd_in_bucket(g, first);
+    bool in_bucket = cg_grad_bucket(g, first) >= 0;
     for (int m = 0; m < nm; m++) {
         const Node *n = &g->nodes[members[m]];
         int gb = buf_of(L, n->in[1]);
