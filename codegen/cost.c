@@ -178,8 +178,8 @@ static const char *few_blocks_why(Arena *a, const Step *s, const StepCost *c, lo
     if (s->blocks)
         return arena_printf(a, "a block per reduction, %ld of them, each over %.3g KB: %s", work, c->read / (double)work / 1024,
                             c->read / (double)work < 65536 ? "that little costs its launch"
-                                                           : "not split into slices of the batch (BatchNorm's and the bias gradients' "
-                                                             "sums are, below 264 channels)");
+                                                           : arena_printf(a, "not split into slices of the batch (BatchNorm's and the bias "
+                                                                             "gradients' sums are, below %d channels)", CG_FILL_BLOCKS));
     if (s->grain > 1)
         return arena_printf(a, "%ld threads, each over %ld elements (%ld elements: a thread each would fill %.2g blocks per SM)",
                             work, s->grain, work * s->grain, (double)(work * s->grain) / CG_BLOCK / m->sms);
