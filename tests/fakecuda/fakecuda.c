@@ -233,6 +233,9 @@ static float bf16_rne(float x)
    matrices A and B (bf16 bits, two bytes a value) with fp32 sums. C is fp32 in each. */
 enum { BF16_NONE, BF16_FAST, BF16_STORED };
 
+/* the bytes of a value of A or B under those types */
+static size_t ab_bytes(int bf16) { return bf16 == BF16_STORED ? 2 : sizeof(float); }
+
 /* the value of bf16 bits (exact) */
 static float bf16_value(uint16_t h)
 {
@@ -921,8 +924,7 @@ static cublasStatus_t gemm_queue(cublasHandle_t h, cublasOperation_t ta, cublasO
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
-    size_t es = bf16 == BF16_STORED ? 2 : sizeof(float);   /* A's and B's bytes a value */
-    size_t sa = ((size_t)(ac - 1) * lda + ar) * es, sb = ((size_t)(bc - 1) * ldb + br) * es;
+    size_t sa = ((size_t)(ac - 1) * lda + ar) * ab_bytes(bf16), sb = ((size_t)(bc - 1) * ldb + br) * ab_bytes(bf16);
     size_t sc = ((size_t)(n - 1) * ldc + m) * sizeof(float);
     if ((k && (!check_dev(a, sa, "cublasSgemm's A") || !check_dev(b, sb, "cublasSgemm's B"))) || !check_dev(c, sc, "cublasSgemm's C"))
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -974,7 +976,7 @@ static cublasStatus_t batched(const char *fn, cublasHandle_t h, cublasOperation_
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     for (int i = 0; i < batch; i++) {
-        long long es = bf16 == BF16_STORED ? 2 : (long long)sizeof(float);
+        long long es = (long long)ab_bytes(bf16);
         cublasStatus_t st = gemm_queue(h, ta, tb, m, n, k, alpha, (const char *)a + i * sa * es, lda, (const char *)b + i * sb * es, ldb,
                                        beta, c + i * sc, ldc, bf16);
         if (st != CUBLAS_STATUS_SUCCESS) return st;
