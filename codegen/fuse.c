@@ -272,8 +272,8 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
     /* A BatchNorm (no ReLU) whose only consumer is an add (a residual block's last
        BatchNorm, before the sum with the skip path): the add's kernel normalises as it
        reads, and the BatchNorm's output is never written. Its backward reads its input
-       and statistics, not its output. One such input per add (a kernel takes at most
-       8 buffers). */
+       and statistics, not its output. One such input per add (its kernel normalises
+       one of its two inputs). */
     for (int id = 0; opt->fuse && id < g->n; id++) {
         const Node *n = &g->nodes[id];
         if (n->op != OP_ADD || n->nin != 2 || n->shape.nd != 4) continue;
