@@ -75,11 +75,26 @@ void cg_lower_bias_grad(Lower *L, int id)
            sums to zero over the batch and positions because xhat does (with --sync-bn, over
            the global batch: the replicas' partial sums add up to zero). The sum over dy
            would give only rounding noise, at the cost of a pass over dy (ResNet-18: 2 ms a
-           step). The forward keeps the bias: the running mean, and so evaluation, sees it. */
-        int z[1] = { cg_out_buf(L, id) };
-        cg_kernel(L, id, "bias_grad_zero", dimc(O), 1, z, (const char *const[]){ "=db" });
-        cg_body(L, "    /* the bias feeds only a BatchNorm with batch statistics: its gradient is exactly zero */\n"
-                   "    FOR_EACH(c, %dL) db[c] = 0.0f;\n", O);
+           step). The forward keeps the bias: the running mean, and so evaluation, sees it.
+           One kernel zeroes the next such gradients too, up to CG_MAXARGS (a launch each
+           would cost more than the zeros: ResNet-18 has 17); each is written before any of
+           its readers (its bucket's allreduce starts after its node). */
+        if (L->p->node_buf[id] >= 0) return;   /* zeroed by an earlier one's kernel */
+        int zs[CG_MAXARGS] = { id }, nz = 1;
+        for (int u = id + 1; u < g->n && nz < CG_MAXARGS; u++)
+            if (g->nodes[u].op == OP_BIAS_BWD && g->nodes[g->nodes[u].in[0]].op == OP_BN_BWD_X) zs[nz++] = u;
+        int z[CG_MAXARGS];
+        const char *names[CG_MAXARGS];
+        long total = 0;
+        for (int k = 0; k < nz; k++) {
+            z[k] = cg_out_buf(L, zs[k]);
+            names[k] = arena_printf(L->p->arena, "=db%d", k);
+            total += g->nodes[zs[k]].shape.d[0];
+        }
+        cg_kernel(L, id, "bias_grad_zero", dimc(total), nz, z, names);
+        cg_body(L, "    /* biases that feed only a BatchNorm with batch statistics: their gradients are exactly zero */\n");
+        for (int k = 0; k < nz; k++)
+            cg_body(L, "    FOR_EACH(c, %dL) db%d[c] = 0.0f;   /* %%%d */\n", g->nodes[zs[k]].shape.d[0], k, zs[k]);
         cg_end_kernel(L);
         return;
     }
