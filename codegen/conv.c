@@ -842,7 +842,16 @@ static void conv_vector_grad_w(Lower *L, int id, const ConvGeom *G)
 
 /* ---------------------------------------------------------- im2col + GEMM */
 
-/* x, w, bias? -> y: im2col, t[O, N*P] = w . col (GEMM), unpack into y with the bias */
+/* cg_take_ahead's: a later convolution's weight that gemm_weights would round (a parameter,
+   or a weight made already), not made yet */
+static int takes_weights(Lower *L, int c)
+{
+    const Node *n = &L->g->nodes[c];
+    if (n->op != OP_CONV2D || L->dec->node[c].conv != CONV_GEMM || !cg_packs_bf16(L, c)) return -1;
+    int w = n->in[1];
+    return L->wbf[w] < 0 && (L->p->node_buf[w] >= 0 || L->g->nodes[w].op == OP_PARAM) ? w : -1;
+}
+
 /* A GEMM's weight operand: the weight itself, or on GPUs under --precision bf16 its copy
    rounded to bf16 (cuBLAS takes both operands in one type), made once: the forward's,
    kept for the layer's input gradient (the update comes after both). The copies of the
@@ -854,35 +863,26 @@ static int gemm_weights(Lower *L, int id, int w_node)
     if (!cg_packs_bf16(L, id)) return buf_of(L, w_node);
     if (L->wbf[w_node] >= 0) return L->wbf[w_node];
     const Graph *g = L->g;
-    int ws[CG_MAXARGS / 2] = { w_node }, nw = 1;
-    for (int c = id + 1; c < g->n && nw < CG_MAXARGS / 2; c++) {
-        int w = g->nodes[c].in[1];
-        bool seen = false;
-        for (int k = 0; k < nw; k++) seen |= ws[k] == w;
-        if (g->nodes[c].op == OP_CONV2D && L->dec->node[c].conv == CONV_GEMM && cg_packs_bf16(L, c) && L->wbf[w] < 0 && !seen &&
-            (L->p->node_buf[w] >= 0 || g->nodes[w].op == OP_PARAM))
-            ws[nw++] = w;
-    }
+    int ws[CG_MAXARGS / 2];
+    int nw = cg_take_ahead(L, id, w_node, CG_MAXARGS / 2, takes_weights, ws);
     for (int k = 1; k < nw; k++) cg_lower_persistent(L, ws[k]);   /* a parameter not lowered yet: its buffer now */
-    int b[CG_MAXARGS];
-    const char *names[CG_MAXARGS];
-    long total = 0;
+    CgArgs a = { 0 };
+    long count[CG_MAXARGS / 2];
     for (int k = 0; k < nw; k++) {
         Dim d = dim_of(&g->nodes[ws[k]].shape);
-        total += d.c;
-        L->wbf[ws[k]] = b[2 * k] = cg_new_bf16_buf(L, BUF_WORK, d, "weights rounded to bf16", ws[k]);
-        b[2 * k + 1] = buf_of(L, ws[k]);
-        names[2 * k] = arena_printf(L->p->arena, "=wb%d", k);
-        names[2 * k + 1] = arena_printf(L->p->arena, "w%d", k);
+        count[k] = d.c;
+        L->wbf[ws[k]] = cg_new_bf16_buf(L, BUF_WORK, d, "weights rounded to bf16", ws[k]);
+        cg_arg(L, &a, L->wbf[ws[k]], "=wb%d", k);
+        cg_arg(L, &a, buf_of(L, ws[k]), "w%d", k);
     }
-    cg_kernel(L, id, "weights_bf16", dimc(total), 2 * nw, b, names);
+    cg_group_kernel(L, id, "weights_bf16", &a, count, nw);
     cg_body(L, "    /* weights rounded to bf16, for their layers' GEMMs (the forward's and the input gradient's), one after another */\n");
-    for (int k = 0; k < nw; k++)
-        cg_body(L, "    FOR_EACH(i, %s) wb%d[i] = mgc_to_bf16(w%d[i]);   /* %%%d */\n", cg_work_str(L, dim_of(&g->nodes[ws[k]].shape)), k, k, ws[k]);
+    for (int k = 0; k < nw; k++) cg_group_piece(L, count[k], ws[k], "wb%d[i] = mgc_to_bf16(w%d[i]);", k, k);
     cg_end_kernel(L);
     return L->wbf[w_node];
 }
 
+/* x, w, bias? -> y: im2col, t[O, N*P] = w . col (GEMM), unpack into y with the bias */
 static void conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
 {
     const Node *n = &L->g->nodes[id];

@@ -84,23 +84,21 @@ const char *cg_act_store(Lower *L, int id, const char *y, const char *a, const c
 /* Node in's operand of an add's, mul's or sub's kernel as an expression: a
    buffer (named name) or, fused into the add (dec->ew_into_add), a product or
    difference of two (named name_l and name_r), each read at its index: idx(shape)
-   gives it. Appends the buffers to b and names. */
+   gives it. Appends the buffers to a. */
 typedef const char *(*IndexOf)(Lower *L, const Shape *s, const Shape *out);
-static const char *operand(Lower *L, int id, int in, const char *name, IndexOf idx, int *b, const char **names, int *nb)
+static const char *operand(Lower *L, int id, int in, const char *name, IndexOf idx, CgArgs *a)
 {
     const Graph *g = L->g;
     const Node *n = &g->nodes[id];
     if (in != L->dec->node[id].ew_into_add) {
-        b[*nb] = buf_of(L, in);
-        names[(*nb)++] = name;
+        cg_arg(L, a, buf_of(L, in), "%s", name);
         return arena_printf(L->p->arena, "%s[%s]", name, idx(L, &g->nodes[in].shape, &n->shape));
     }
     const Node *e = &g->nodes[in];
     const char *side[2];
     for (int k = 0; k < 2; k++) {
         const char *nm = arena_printf(L->p->arena, "%s_%c", name, k ? 'r' : 'l');
-        b[*nb] = buf_of(L, e->in[k]);
-        names[(*nb)++] = nm;
+        cg_arg(L, a, buf_of(L, e->in[k]), "%s", nm);
         side[k] = arena_printf(L->p->arena, "%s[%s]", nm, idx(L, &g->nodes[e->in[k]].shape, &n->shape));
     }
     return arena_printf(L->p->arena, "(%s %c %s)", side[0], e->op == OP_MUL ? '*' : '-', side[1]);
@@ -133,11 +131,10 @@ void cg_lower_binary(Lower *L, int id)
     const CgNode *dn = &L->dec->node[id];
     int bn = dn->bn_into_add;
     char op = n->op == OP_ADD ? '+' : n->op == OP_SUB ? '-' : '*';
-    int b[CG_MAXARGS], nb = 0;
-    const char *names[CG_MAXARGS];
+    CgArgs a = { 0 };
     int y = cg_out_buf(L, id);
-    b[nb] = y, names[nb++] = "=y";
-    if (dn->act_out >= 0) b[nb] = cg_out_buf(L, dn->act_out), names[nb++] = "=ya";
+    cg_arg(L, &a, y, "=y");
+    if (dn->act_out >= 0) cg_arg(L, &a, cg_out_buf(L, dn->act_out), "=ya");
     if (bn >= 0 && dn->act_out < 0 && dn->ew_into_add < 0 && L->dec->cpu_only) {
         const Node *bnn = &L->g->nodes[bn];
         int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
@@ -159,14 +156,14 @@ void cg_lower_binary(Lower *L, int id)
     if (bn >= 0) {   /* the same with a product or difference for the other input, or the activation stored beside; or on GPUs */
         const Node *bnn = &L->g->nodes[bn];
         int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
-        for (int k = 0; k < 4; k++) b[nb] = buf_of(L, bnn->in[k]), names[nb++] = (const char *[]){ "x", "stats", "gamma", "beta" }[k];
-        const char *other = operand(L, id, n->in[0] == bn ? n->in[1] : n->in[0], "skip", plane_index, b, names, &nb);
+        for (int k = 0; k < 4; k++) cg_arg(L, &a, buf_of(L, bnn->in[k]), "%s", (const char *[]){ "x", "stats", "gamma", "beta" }[k]);
+        const char *other = operand(L, id, n->in[0] == bn ? n->in[1] : n->in[0], "skip", plane_index, &a);
         const char *what = dn->ew_into_add >= 0 ? arena_printf(L->p->arena, "bn_apply_add_%s", ir_op_name(L->g->nodes[dn->ew_into_add].op))
                                                 : "bn_apply_add";
         const char *stmt = arena_printf(L->p->arena, "{ float v = (x[plane * %d + k] * scale + shift) + %s; %s }", HW, other,
                                         cg_act_store(L, id, "y", "ya", arena_printf(L->p->arena, "plane * %d + k", HW)));
         if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
-            cg_kernel(L, id, what, cg_rows_work(dimn(C), HW), nb, b, names);
+            cg_kernel_args(L, id, what, cg_rows_work(dimn(C), HW), &a);
             cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + %s; one element per iteration, planes [N*%d, %d] */\n",
                     other, C, HW);
             cg_rows_body(L, dimn(C), HW,
@@ -174,7 +171,7 @@ void cg_lower_binary(Lower *L, int id)
             cg_end_kernel(L);
             return;
         }
-        cg_kernel(L, id, what, dimn(C), nb, b, names)->grain = HW;
+        cg_kernel_args(L, id, what, dimn(C), &a)->grain = HW;
         cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + %s; planes [N*%d, %d] */\n", other, C, HW);
         cg_body(L, "    FOR_EACH(plane, %s) {\n", cg_work_str(L, dimn(C)));
         cg_bn_scale_shift(L, C);
@@ -211,11 +208,11 @@ void cg_lower_binary(Lower *L, int id)
     }
     /* broadcast, a product or difference fused in, or an activation after a mul or sub, or stored beside:
        each operand's index from the output's coordinates where its shape differs */
-    const char *lhs = operand(L, id, n->in[0], "lhs", flat_index, b, names, &nb);
-    const char *rhs = operand(L, id, n->in[1], "rhs", flat_index, b, names, &nb);
-    cg_kernel(L, id, dn->ew_into_add >= 0 ? arena_printf(L->p->arena, "%s_%s", ir_op_name(L->g->nodes[dn->ew_into_add].op), ir_op_name(n->op))
-                                          : ir_op_name(n->op),
-              work, nb, b, names);
+    const char *lhs = operand(L, id, n->in[0], "lhs", flat_index, &a);
+    const char *rhs = operand(L, id, n->in[1], "rhs", flat_index, &a);
+    cg_kernel_args(L, id, dn->ew_into_add >= 0 ? arena_printf(L->p->arena, "%s_%s", ir_op_name(L->g->nodes[dn->ew_into_add].op), ir_op_name(n->op))
+                                               : ir_op_name(n->op),
+                   work, &a);
     cg_body(L, "    /* y %s = %s %c %s%s */\n", ir_shape_str(L->p->arena, &n->shape), lhs, op, rhs, same ? "" : ", broadcast");
     cg_body(L, "    FOR_EACH(i, %s) {\n", W);
     bool coords = !same;

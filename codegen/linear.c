@@ -60,6 +60,13 @@ void cg_lower_linear_grad_w(Lower *L, int id)
     cg_gemm(L, id, true, false, dimc(O), dimc(F), dimn(1), buf_of(L, n->in[0]), dimc(O), buf_of(L, n->in[1]), dimc(F), 0.0f, dw, dimc(F));
 }
 
+/* cg_take_ahead's: a bias gradient whose only consumer is a BatchNorm with batch statistics */
+static int takes_zero_bias_grad(Lower *L, int u)
+{
+    const Node *n = &L->g->nodes[u];
+    return n->op == OP_BIAS_BWD && L->g->nodes[n->in[0]].op == OP_BN_BWD_X ? u : -1;
+}
+
 /* dy [N, O, ...] -> db [O]: the sum over the batch and every inner position; overwrites */
 void cg_lower_bias_grad(Lower *L, int id)
 {
@@ -80,21 +87,17 @@ void cg_lower_bias_grad(Lower *L, int id)
            would cost more than the zeros: ResNet-18 has 17); each is written before any of
            its readers (its bucket's allreduce starts after its node). */
         if (L->p->node_buf[id] >= 0) return;   /* zeroed by an earlier one's kernel */
-        int zs[CG_MAXARGS] = { id }, nz = 1;
-        for (int u = id + 1; u < g->n && nz < CG_MAXARGS; u++)
-            if (g->nodes[u].op == OP_BIAS_BWD && g->nodes[g->nodes[u].in[0]].op == OP_BN_BWD_X) zs[nz++] = u;
-        int z[CG_MAXARGS];
-        const char *names[CG_MAXARGS];
-        long total = 0;
+        int zs[CG_MAXARGS];
+        int nz = cg_take_ahead(L, id, id, CG_MAXARGS, takes_zero_bias_grad, zs);
+        CgArgs a = { 0 };
+        long count[CG_MAXARGS];
         for (int k = 0; k < nz; k++) {
-            z[k] = cg_out_buf(L, zs[k]);
-            names[k] = arena_printf(L->p->arena, "=db%d", k);
-            total += g->nodes[zs[k]].shape.d[0];
+            cg_arg(L, &a, cg_out_buf(L, zs[k]), "=db%d", k);
+            count[k] = g->nodes[zs[k]].shape.d[0];
         }
-        cg_kernel(L, id, "bias_grad_zero", dimc(total), nz, z, names);
+        cg_group_kernel(L, id, "bias_grad_zero", &a, count, nz);
         cg_body(L, "    /* biases that feed only a BatchNorm with batch statistics: their gradients are exactly zero */\n");
-        for (int k = 0; k < nz; k++)
-            cg_body(L, "    FOR_EACH(c, %dL) db%d[c] = 0.0f;   /* %%%d */\n", g->nodes[zs[k]].shape.d[0], k, zs[k]);
+        for (int k = 0; k < nz; k++) cg_group_piece(L, count[k], zs[k], "db%d[i] = 0.0f;", k);
         cg_end_kernel(L);
         return;
     }

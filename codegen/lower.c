@@ -80,6 +80,11 @@ Step *cg_new_step(Lower *L, StepKind kind, int node)
 
 Step *cg_kernel(Lower *L, int node, const char *what, Dim work, int nargs, const int *bufs, const char *const *names)
 {
+    if (nargs > CG_MAXARGS) {   /* a lowering's bug: Step.args holds CG_MAXARGS */
+        fprintf(stderr, "mgc: internal error: kernel %s of node %%%d takes %d buffers, more than the %d a kernel takes\n", what, node,
+                nargs, CG_MAXARGS);
+        abort();
+    }
     Step *s = cg_new_step(L, STEP_KERNEL, node);
     s->fn = arena_printf(L->p->arena, "k%d_%s", L->p->nsteps - 1, what);
     fflush(L->src);
@@ -101,6 +106,57 @@ Step *cg_kernel(Lower *L, int node, const char *what, Dim work, int nargs, const
             fprintf(L->src, "    %sfloat *RESTRICT %s = a.t[%d];\n", out ? "" : "const ", names[k] + out, k);
     }
     return s;
+}
+
+int cg_arg(Lower *L, CgArgs *a, int buf, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const char *name = arena_vprintf(L->p->arena, fmt, ap);
+    va_end(ap);
+    if (a->n == CG_MAXARGS) {
+        fprintf(stderr, "mgc: internal error: a kernel's argument %s is its %dth, more than the %d a kernel takes\n", name, a->n + 1,
+                CG_MAXARGS);
+        abort();
+    }
+    a->buf[a->n] = buf;
+    a->name[a->n] = name;
+    return a->n++;
+}
+
+Step *cg_kernel_args(Lower *L, int node, const char *what, Dim work, const CgArgs *a)
+{
+    return cg_kernel(L, node, what, work, a->n, a->buf, a->name);
+}
+
+int cg_take_ahead(Lower *L, int from, int first, int max, int (*take)(Lower *L, int node), int *out)
+{
+    int n = 0;
+    out[n++] = first;
+    for (int u = from + 1; u < L->g->n && n < max; u++) {
+        int t = take(L, u);
+        bool seen = t < 0;
+        for (int k = 0; k < n && !seen; k++) seen = out[k] == t;
+        if (!seen) out[n++] = t;
+    }
+    return n;
+}
+
+Step *cg_group_kernel(Lower *L, int node, const char *what, const CgArgs *a, const long *count, int n)
+{
+    long total = 0;
+    for (int k = 0; k < n; k++) total += count[k];
+    return cg_kernel_args(L, node, what, dimc(total), a);
+}
+
+void cg_group_piece(Lower *L, long count, int node, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(L->src, "    FOR_EACH(i, %ldL) ", count);
+    vfprintf(L->src, fmt, ap);
+    fprintf(L->src, "   /* %%%d */\n", node);
+    va_end(ap);
 }
 
 void cg_body(Lower *L, const char *fmt, ...)
@@ -225,10 +281,10 @@ int cg_slices_kernel(Lower *L, int id, const char *what, int C, int S, long per,
                      const char *head)
 {
     int part = cg_new_buf(L, BUF_WORK, dimc(per * S * C), "partial sums per slice of the batch", id);
-    int b[CG_MAXARGS] = { part };
-    const char *nm[CG_MAXARGS] = { "=part" };
-    for (int k = 0; k < nin; k++) b[1 + k] = in[k], nm[1 + k] = names[k];
-    Step *s = cg_kernel(L, id, what, dimc((long)S * C), 1 + nin, b, nm);
+    CgArgs a = { 0 };
+    cg_arg(L, &a, part, "=part");
+    for (int k = 0; k < nin; k++) cg_arg(L, &a, in[k], "%s", names[k]);
+    Step *s = cg_kernel_args(L, id, what, dimc((long)S * C), &a);
     s->heavy = s->blocks = true;
     cg_body(L, "%s    FOR_EACH_BLOCK(i, %ldL) {\n"
                "        const long s = i / %d, c = i %% %d, n0 = N * s / %d, n1 = N * (s + 1) / %d;   /* slice s: examples [n0, n1) */\n",
@@ -306,11 +362,9 @@ static void lower_sgd(Lower *L, int id)
 }
 
 /* The SGD updates of a group (the fusion pass's; codegen/fuse.c says why groups), their
-   gradients in one bucket, or (GPUs, one device) each in a buffer of its own: one kernel,
-   one FOR_EACH a member one after another (their elements are independent, so no
-   barrier between: on the C target each thread updates its contiguous share of each member, a
-   loop the compiler vectorises; on CUDA each is a grid-stride loop), each element with
-   lower_sgd's arithmetic. Its work (the launch's size): all the members' elements.
+   gradients in one bucket, or (GPUs, one device) each in a buffer of its own: one grouped
+   kernel (cg_group_kernel), a loop a member (on the C target a loop the compiler
+   vectorises), each element with lower_sgd's arithmetic.
    first: the group's first update; lowered at its last, with first as its node. */
 static void lower_sgd_group(Lower *L, int first)
 {
@@ -321,9 +375,8 @@ static void lower_sgd_group(Lower *L, int first)
         if (id == first || (g->nodes[id].op == OP_SGD && L->dec->node[id].fused == first)) members[nm++] = id;
     const Node *n0 = &g->nodes[first];
     bool mom = n0->nin == 3;
-    int b[CG_MAXARGS], na = 0;
-    const char *names[CG_MAXARGS];
-    long offset[CG_MAXARGS], total = 0;   /* offset: the member's gradient in the bucket */
+    CgArgs a = { 0 };
+    long offset[CG_MAXARGS], count[CG_MAXARGS];   /* offset: the member's gradient in the bucket */
     int bucket = -1;
     bool in_bucket = cg_grad_bucket(g, first) >= 0;
     for (int m = 0; m < nm; m++) {
@@ -336,25 +389,14 @@ static void lower_sgd_group(Lower *L, int first)
         }
         bucket = gb;   /* in a bucket, the same for every member: one IR bucket is one buffer */
         offset[m] = off;
-        b[na] = buf_of(L, n->in[0]);
-        names[na++] = arena_printf(p->arena, "=param%d", m);
-        if (mom) {
-            b[na] = buf_of(L, n->in[2]);
-            names[na++] = arena_printf(p->arena, "=velocity%d", m);
-        }
-        if (!in_bucket) {
-            b[na] = gb;
-            names[na++] = arena_printf(p->arena, "grad%d", m);
-        }
+        count[m] = dim_of(&n->shape).c;
+        cg_arg(L, &a, buf_of(L, n->in[0]), "=param%d", m);
+        if (mom) cg_arg(L, &a, buf_of(L, n->in[2]), "=velocity%d", m);
+        if (!in_bucket) cg_arg(L, &a, gb, "grad%d", m);
     }
-    if (in_bucket) {
-        b[na] = bucket;
-        names[na++] = "grads";
-    }
-    b[na] = opt_scalars(L, n0);
-    names[na++] = "sgd";
-    for (int m = 0; m < nm; m++) total += dim_of(&g->nodes[members[m]].shape).c;
-    Step *s = cg_kernel(L, first, in_bucket ? "sgd_bucket" : "sgd_group", dimc(total), na, b, names);
+    if (in_bucket) cg_arg(L, &a, bucket, "grads");
+    cg_arg(L, &a, opt_scalars(L, n0), "sgd");
+    Step *s = cg_group_kernel(L, first, in_bucket ? "sgd_bucket" : "sgd_group", &a, count, nm);
     s->sgd = true;
     if (in_bucket)
         cg_body(L, "    /* PyTorch's SGD (as sgd) for %d parameters, their gradients in %s at their offsets:\n", nm, p->bufs[bucket].name);
@@ -368,7 +410,7 @@ static void lower_sgd_group(Lower *L, int first)
     cg_body(L, "       sgd = lr, momentum, weight decay */\n");
     cg_body(L, "    const float lr = sgd[0], momentum = sgd[1], wd = sgd[2];\n    (void)momentum;\n");
     for (int m = 0; m < nm; m++) {   /* one loop a member: each thread's share of each, contiguous (C) */
-        cg_body(L, "    FOR_EACH(i, %ldL) {\n        float gi = %s + wd * param%d[i];\n", dim_of(&g->nodes[members[m]].shape).c,
+        cg_body(L, "    FOR_EACH(i, %ldL) {\n        float gi = %s + wd * param%d[i];\n", count[m],
                 in_bucket ? arena_printf(p->arena, "grads[%ldL + i]", offset[m]) : arena_printf(p->arena, "grad%d[i]", m), m);
         if (mom) sgd_momentum(L, n0, arena_printf(p->arena, "velocity%d", m));
         cg_body(L, "        param%d[i] -= lr * gi;\n    }\n", m);

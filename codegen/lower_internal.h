@@ -103,6 +103,30 @@ int   cg_out_buf(Lower *L, int node);
    arguments named as given ("y", "x", ...; a leading '=' marks an output).
    The body follows through cg_body(); cg_end_kernel() closes it. */
 Step *cg_kernel(Lower *L, int node, const char *what, Dim work, int nargs, const int *bufs, const char *const *names);
+/* A kernel's buffer arguments, in the kernel's order, each with its name in the
+   kernel's text (a leading '=': one it writes), for the kernels whose arguments
+   depend on what they take: cg_arg adds one (its name formatted) and returns its
+   index; cg_kernel_args starts the kernel. More than CG_MAXARGS is a bug of the
+   lowering that asks: mgc stops with an internal error naming the kernel. */
+typedef struct CgArgs {
+    int n;
+    int buf[CG_MAXARGS];
+    const char *name[CG_MAXARGS];
+} CgArgs;
+int   cg_arg(Lower *L, CgArgs *a, int buf, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+Step *cg_kernel_args(Lower *L, int node, const char *what, Dim work, const CgArgs *a);
+/* Grouped kernels: one launch for several independent pieces (a weight's bf16 copy,
+   a zero gradient, a parameter's update) where a launch each would cost more than a
+   piece. cg_take_ahead collects the members: out[0] = first, then for each node
+   after `from` the one take() names (the node itself or one of its inputs; -1:
+   none), each once, up to max; returns how many. cg_group_kernel starts the kernel,
+   its work all the pieces' elements (count[k] each); its body is a loop a piece,
+   one after another with no barrier between (their elements are independent: on
+   the C target each thread takes its contiguous share of each piece, on CUDA each
+   is a grid-stride loop); cg_group_piece writes a loop of one statement of i. */
+int   cg_take_ahead(Lower *L, int from, int first, int max, int (*take)(Lower *L, int node), int *out);
+Step *cg_group_kernel(Lower *L, int node, const char *what, const CgArgs *a, const long *count, int n);
+void  cg_group_piece(Lower *L, long count, int node, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void  cg_body(Lower *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void  cg_end_kernel(Lower *L);
 /* The work count as C text: "150L * N" or "150L". */
