@@ -27,6 +27,9 @@ typedef enum BufKind {
     BUF_ACT,          /* activation or gradient: written each step */
     BUF_WORK,         /* scratch of one op (im2col columns, transposed gradients) */
     BUF_VIEW,         /* aliases another buffer at an offset */
+    BUF_KEEP,         /* scratch that keeps its value from one step to the next (the sliced reductions'
+                         arrival counters): zero when allocated, a memory of its own, outside the region
+                         of slots another program may share */
 } BufKind;
 
 typedef struct Buf {

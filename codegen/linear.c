@@ -104,28 +104,23 @@ void cg_lower_bias_grad(Lower *L, int id)
     int db = cg_out_buf(L, id);
     /* GPUs, a few channels over many positions (LeNet's conv1: 6 channels of 256 x 576,
        predicted a quarter of its step as 6 blocks): S slices of the batch per channel,
-       a block each (CG_FILL_BLOCKS in all, about), then each channel's S partial sums
-       added in order by a second kernel. */
+       a block each (CG_FILL_BLOCKS in all, about), each channel's S partial sums added
+       in order by its last block (cg_slices_combine). */
     int S = cg_batch_slices(L, O);
     if (inner >= 16 && S > 1) {
-        int in[1] = { buf_of(L, n->in[0]) };
-        int part = cg_slices_kernel(L, id, "bias_grad_part", O, S, 1, 1, in, (const char *const[]){ "dy" },
-                                    arena_printf(L->p->arena, "    /* dy is [N, %d, %d]; part[s * %d + c] = the sum over slice s of the batch (of %d) "
-                                                              "and the inner positions */\n", O, inner, O, S));
+        CgArgs in = { 0 };
+        cg_arg(L, &in, buf_of(L, n->in[0]), "dy");
+        cg_arg(L, &in, db, "=db");
+        cg_slices_kernel(L, id, "bias_grad_slices", O, S, 1, &in,
+                         arena_printf(L->p->arena, "    /* dy is [N, %d, %d]; part[s * %d + c] = the sum over slice s of the batch (of %d) "
+                                                   "and the inner positions; db[c] = the slices' sums */\n", O, inner, O, S));
         cg_body(L, "        float acc = 0.0f;\n"
                    "        BLOCK_LOOP2(k, n1 - n0, j, %d) acc += dy[((n0 + k) * %d + c) * %dL + j];\n"
                    "        acc = BLOCK_SUM(acc);\n"
-                   "        if (BLOCK_LEADER) part[i] = acc;\n"
-                   "    }\n", inner, O, inner);
-        cg_end_kernel(L);
-        int b2[2] = { db, part };
-        cg_kernel(L, id, "bias_grad_sum", dimc(O), 2, b2, (const char *const[]){ "=db", "part" })->grain = S;
-        cg_body(L, "    /* db[c] = the %d partial sums of channel c, in order */\n"
-                   "    FOR_EACH(c, %dL) {\n"
-                   "        float acc = 0.0f;\n"
-                   "        for (int s = 0; s < %d; s++) acc += part[s * %d + c];\n"
-                   "        db[c] = acc;\n"
-                   "    }\n", S, O, S, O);
+                   "        if (BLOCK_LEADER) part[i] = acc;\n", inner, O, inner);
+        cg_slices_combine(L, S, arena_printf(L->p->arena, "            float sum = 0.0f;\n"
+                                                          "            for (long k = 0; k < %d; k++) sum += part[k * %d + c];\n"
+                                                          "            db[c] = sum;\n", S, O));
         cg_end_kernel(L);
         return;
     }

@@ -277,19 +277,30 @@ int cg_batch_slices(const Lower *L, int C)
     return S > 64 ? 64 : S;
 }
 
-int cg_slices_kernel(Lower *L, int id, const char *what, int C, int S, long per, int nin, const int *in, const char *const *names,
-                     const char *head)
+int cg_slices_kernel(Lower *L, int id, const char *what, int C, int S, long per, const CgArgs *in, const char *head)
 {
     int part = cg_new_buf(L, BUF_WORK, dimc(per * S * C), "partial sums per slice of the batch", id);
+    /* the arrivals: zero when allocated, and set back to zero by each channel's last block,
+       so kept from step to step in a memory no other buffer or program shares */
+    int arrivals = cg_new_buf(L, BUF_KEEP, dimc(C), "blocks finished per channel", id);
     CgArgs a = { 0 };
     cg_arg(L, &a, part, "=part");
-    for (int k = 0; k < nin; k++) cg_arg(L, &a, in[k], "%s", names[k]);
+    cg_arg(L, &a, arrivals, "=arrivals");
+    for (int k = 0; k < in->n; k++) cg_arg(L, &a, in->buf[k], "%s", in->name[k]);
     Step *s = cg_kernel_args(L, id, what, dimc((long)S * C), &a);
     s->heavy = s->blocks = true;
     cg_body(L, "%s    FOR_EACH_BLOCK(i, %ldL) {\n"
                "        const long s = i / %d, c = i %% %d, n0 = N * s / %d, n1 = N * (s + 1) / %d;   /* slice s: examples [n0, n1) */\n",
             head, (long)S * C, C, C, S, S);
     return part;
+}
+
+void cg_slices_combine(Lower *L, int S, const char *combine)
+{
+    cg_body(L, "        if (BLOCK_LAST((unsigned *)arrivals + c, %d) && BLOCK_LEADER) {   /* channel c's last slice: the %d combined, in order */\n"
+               "%s"
+               "        }\n"
+               "    }\n", S, S, combine);
 }
 
 void cg_coords(Lower *L, const Shape *s, const char *index)

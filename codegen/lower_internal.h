@@ -147,13 +147,18 @@ void  cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW,
    into, a block each, so that few channels still fill the GPU (about
    CG_FILL_BLOCKS blocks in all, at most 64 slices); 1 on the C target. */
 int cg_batch_slices(const Lower *L, int C);
-/* The first kernel of such a split: `what`, a block per (slice s, channel c), i = s * C + c,
+/* The kernel of such a split: `what`, a block per (slice s, channel c), i = s * C + c,
    `const long s, c, n0, n1` declared (the slice's examples [n0, n1)), after `head` (the
-   kernel's comment and declarations); its inputs in[nin] named names[], its output part
-   (returned) `per` floats a block. The caller writes the block's body, then "    }\n" and
-   cg_end_kernel(); the combining kernel reads slice s of channel c at (s * C + c) * per. */
-int cg_slices_kernel(Lower *L, int id, const char *what, int C, int S, long per, int nin, const int *in, const char *const *names,
-                     const char *head);
+   kernel's comment and declarations); its arguments =part (returned: `per` floats a
+   block, slice s of channel c at (s * C + c) * per), =arrivals (a counter a channel),
+   then `in`'s (inputs, and the outputs the combination writes). The caller writes the
+   block's body, then cg_slices_combine() its combination and cg_end_kernel(). */
+int cg_slices_kernel(Lower *L, int id, const char *what, int C, int S, long per, const CgArgs *in, const char *head);
+/* The channel's last block to finish (BLOCK_LAST on its arrivals counter) combines its
+   S slices: `combine`, statements of c (at 16 spaces) run by that block's leader, read
+   the parts in slice order, so the result does not depend on which block is last.
+   One launch where a second kernel would cost its launch for a few hundred sums. */
+void cg_slices_combine(Lower *L, int S, const char *combine);
 /* A GEMM step, row-major: C[m,n] = op(A)[m,k] . op(B)[k,n] + beta * C. */
 Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, Dim lda, int b, Dim ldb,
               float beta, int c, Dim ldc);

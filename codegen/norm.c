@@ -52,16 +52,40 @@ static const char *running_text(Lower *L, int run, int C, const char *indent)
                         2 * C, 2 * C, indent, indent);
 }
 
-/* A statistics kernel's arguments: stats and its inputs, then, when it does the running
-   update (run >= 0), running_mean and running_var; marks the update done. The count. */
-static int stats_args(Lower *L, int run, int *b, const char **names, int nargs)
+/* A statistics kernel's arguments after stats and its inputs: when it does the running
+   update (run >= 0), running_mean and running_var; marks the update done. */
+static void running_args(Lower *L, int run, CgArgs *a)
 {
-    if (run < 0) return nargs;
+    if (run < 0) return;
     const Node *r = &L->g->nodes[run];
-    b[nargs] = buf_of(L, r->in[1]), names[nargs++] = "=running_mean";
-    b[nargs] = buf_of(L, r->in[2]), names[nargs++] = "=running_var";
+    cg_arg(L, a, buf_of(L, r->in[1]), "=running_mean");
+    cg_arg(L, a, buf_of(L, r->in[2]), "=running_var");
     L->p->node_buf[run] = buf_of(L, r->in[1]);   /* cg_lower_bn_running: done */
-    return nargs;
+}
+
+/* Channel c's statistics from per-slice ones, (k * C + c) * 2 in double of pd: slice k's
+   mean and sum of squared deviations, `count` (C text of k) its values, `slices` (C text)
+   of them; combined in slice order by Chan et al.'s pairwise update, so the result does
+   not depend on the threads; then the running update (run >= 0). Statements at `in`. */
+static const char *stats_combine_text(Lower *L, int id, int C, const char *slices, const char *count, int run, const char *in)
+{
+    return arena_printf(L->p->arena,
+                        "%sdouble cnt = 0, mean = 0, m2 = 0;\n"
+                        "%sfor (long k = 0; k < %s; k++) {\n"
+                        "%s    const double nk = %s;\n"
+                        "%s    if (nk == 0) continue;\n"
+                        "%s    const double mk = pd[(k * %d + c) * 2], tot = cnt + nk, delta = mk - mean;\n"
+                        "%s    mean += delta * nk / tot;\n"
+                        "%s    m2 += pd[(k * %d + c) * 2 + 1] + delta * delta * cnt * nk / tot;\n"
+                        "%s    cnt = tot;\n"
+                        "%s}\n"
+                        "%sconst double var = m2 / cnt;\n"
+                        "%sstats[c] = (float)mean;\n"
+                        "%sstats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
+                        "%sstats[%d + c] = (float)var;\n"
+                        "%s",
+                        in, in, slices, in, count, in, in, C, in, in, C, in, in, in, in, in, C, L->g->nodes[id].attr.eps, in, 2 * C,
+                        run >= 0 ? running_text(L, run, C, in) : "");
 }
 
 /* x [N, C, H, W] -> stats [3, C]: mean, 1/sqrt(biased var + eps), biased var */
@@ -75,12 +99,17 @@ void cg_lower_bn_stats(Lower *L, int id)
     const Shape *xs = &L->g->nodes[n->in[0]].shape;
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int S = cg_batch_slices(L, C);
-    if (S > 1) {   /* GPUs, few channels: S slices of the batch per channel, a block each, then their combination */
-        int in[1] = { buf_of(L, n->in[0]) };
-        int part = cg_slices_kernel(L, id, "bn_stats_part", C, S, 4, 1, in, (const char *const[]){ "x" },
-                                    arena_printf(L->p->arena, "    /* x is [N, %d, %d]; per slice s of the batch (of %d) and channel c, at part[(s * %d + c) * 2]\n"
-                                                              "       in double: the slice's mean and its sum of squared deviations from that mean */\n"
-                                                              "    double *pd = (double *)part;\n", C, HW, S, C));
+    int run = cg_fused_running(L, id);
+    if (S > 1) {   /* GPUs, few channels: S slices of the batch per channel, a block each; a channel's last combines them */
+        CgArgs in = { 0 };
+        cg_arg(L, &in, buf_of(L, n->in[0]), "x");
+        cg_arg(L, &in, cg_out_buf(L, id), "=stats");
+        running_args(L, run, &in);
+        cg_slices_kernel(L, id, "bn_stats_slices", C, S, 4, &in,
+                         arena_printf(L->p->arena, "    /* x is [N, %d, %d]; per slice s of the batch (of %d) and channel c, at part[(s * %d + c) * 2]\n"
+                                                   "       in double: the slice's mean and its sum of squared deviations from that mean;\n"
+                                                   "       then stats [3, %d]: mean, 1/sqrt(biased var + eps), biased var */\n"
+                                                   "    double *pd = (double *)part;\n", C, HW, S, C, C));
         cg_body(L, "        double sum = 0.0;\n"
                    "        BLOCK_LOOP2(k, n1 - n0, j, %d) sum += x[((n0 + k) * %d + c) * %dL + j];\n"
                    "        sum = BLOCK_SUM(sum);\n"
@@ -88,19 +117,19 @@ void cg_lower_bn_stats(Lower *L, int id)
                    "        double sq = 0.0;\n"
                    "        BLOCK_LOOP2(k, n1 - n0, j, %d) { double d = x[((n0 + k) * %d + c) * %dL + j] - mean; sq += d * d; }\n"
                    "        sq = BLOCK_SUM(sq);\n"
-                   "        if (BLOCK_LEADER) { pd[2 * i] = mean; pd[2 * i + 1] = sq; }\n"
-                   "    }\n",
+                   "        if (BLOCK_LEADER) { pd[2 * i] = mean; pd[2 * i + 1] = sq; }\n",
                 HW, C, HW, HW, HW, C, HW);
+        cg_slices_combine(L, S, stats_combine_text(L, id, C, arena_printf(L->p->arena, "%d", S),
+                                                   arena_printf(L->p->arena, "(double)(N * (k + 1) / %d - N * k / %d) * %d", S, S, HW),
+                                                   run, "            "));
         cg_end_kernel(L);
-        cg_bn_stats_combine(L, id, "bn_stats_combine", C, part, arena_printf(L->p->arena, "%d", S),
-                            arena_printf(L->p->arena, "(double)(N * (k + 1) / %d - N * k / %d) * %d", S, S, HW),
-                            arena_printf(L->p->arena, "one of %d of the batch", S))->grain = S;
         return;
     }
-    int run = cg_fused_running(L, id);
-    int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
-    const char *names[4] = { "=stats", "x" };
-    Step *k = cg_kernel(L, id, "bn_stats", dimc(C), stats_args(L, run, b, names, 2), b, names);
+    CgArgs a = { 0 };
+    cg_arg(L, &a, cg_out_buf(L, id), "=stats");
+    cg_arg(L, &a, buf_of(L, n->in[0]), "x");
+    running_args(L, run, &a);
+    Step *k = cg_kernel_args(L, id, "bn_stats", dimc(C), &a);
     k->heavy = k->blocks = true;
     cg_body(L, "    /* x is [N, %d, %d]: per channel mean, 1/sqrt(biased var + eps), biased var; two passes in double */\n", C, HW);
     cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n        const double m = (double)N * %d;\n", C, HW);
@@ -116,39 +145,25 @@ void cg_lower_bn_stats(Lower *L, int id)
     cg_end_kernel(L);
 }
 
-/* stats [3, C] from per-slice statistics part, (k * C + c) * 2 in double: slice k's mean and
-   sum of squared deviations, `count` (C text of k) its values, `slices` (C text) of them;
-   the kernel named `what`, its comment saying what the slices are (`how`);
-   combined in slice order by Chan et al.'s pairwise update, so the result does not depend
-   on the threads. A kernel of C iterations (bn_stats split on GPUs, or summed by a chunked
-   convolution, cg_lower_bn_stats_chunks). */
+/* stats [3, C] from per-slice statistics part (stats_combine_text), the kernel named `what`,
+   its comment saying what the slices are (`how`): a kernel of C iterations (the
+   statistics summed by a chunked convolution, cg_lower_bn_stats_chunks). */
 Step *cg_bn_stats_combine(Lower *L, int id, const char *what, int C, int part, const char *slices, const char *count, const char *how)
 {
     int run = cg_fused_running(L, id);
-    int b[4] = { cg_out_buf(L, id), part };
-    const char *names[4] = { "=stats", "part" };
-    Step *st = cg_kernel(L, id, what, dimc(C), stats_args(L, run, b, names, 2), b, names);
+    CgArgs a = { 0 };
+    cg_arg(L, &a, cg_out_buf(L, id), "=stats");
+    cg_arg(L, &a, part, "part");
+    running_args(L, run, &a);
+    Step *st = cg_kernel_args(L, id, what, dimc(C), &a);
     cg_body(L, "    /* part, per slice and channel: the mean and the sum of squared deviations, in double\n"
                "       (a slice: %s);\n"
                "       stats [3, %d]: mean, 1/sqrt(biased var + eps), biased var (empty slices skipped) */\n"
                "    const double *pd = (const double *)part;\n"
                "    FOR_EACH(c, %dL) {\n"
-               "        double cnt = 0, mean = 0, m2 = 0;\n"
-               "        for (long k = 0; k < %s; k++) {\n"
-               "            const double nk = %s;\n"
-               "            if (nk == 0) continue;\n"
-               "            const double mk = pd[(k * %d + c) * 2], tot = cnt + nk, delta = mk - mean;\n"
-               "            mean += delta * nk / tot;\n"
-               "            m2 += pd[(k * %d + c) * 2 + 1] + delta * delta * cnt * nk / tot;\n"
-               "            cnt = tot;\n"
-               "        }\n"
-               "        const double var = m2 / cnt;\n"
-               "        stats[c] = (float)mean;\n"
-               "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
-               "        stats[%d + c] = (float)var;\n"
                "%s"
                "    }\n",
-            how, C, C, slices, count, C, C, C, L->g->nodes[id].attr.eps, 2 * C, run >= 0 ? running_text(L, run, C, "        ") : "");
+            how, C, C, stats_combine_text(L, id, C, slices, count, run, "        "));
     cg_end_kernel(L);
     return st;
 }
@@ -233,6 +248,18 @@ void cg_lower_bn_apply(Lower *L, int id)
 
 /* dparams [2, C] from part, (k * C + c) * 2 in double: sum(dy * x) and sum(dy) over slice k
    of the batch, `slices` (C text) of them, added in order (`how`, for the comment). */
+/* Channel c's d gamma, d beta from per-slice sums, (k * C + c) * 2 in double of pd: sum(dy * x)
+   and sum(dy) of slice k of `slices` (C text), added in order. Statements at `in`. */
+static const char *grad_params_combine_text(Lower *L, int C, const char *slices, const char *in)
+{
+    return arena_printf(L->p->arena,
+                        "%sdouble dyx = 0, db = 0;\n"
+                        "%sfor (long k = 0; k < %s; k++) { dyx += pd[2 * (k * %d + c)]; db += pd[2 * (k * %d + c) + 1]; }\n"
+                        "%sdparams[c] = (float)(stats[%d + c] * (dyx - (double)stats[c] * db));\n"
+                        "%sdparams[%d + c] = (float)db;\n",
+                        in, in, slices, C, C, in, C, in, C);
+}
+
 static Step *bn_grad_params_combine(Lower *L, int id, int C, int part, const char *slices, const char *how)
 {
     const Node *n = &L->g->nodes[id];
@@ -242,11 +269,8 @@ static Step *bn_grad_params_combine(Lower *L, int id, int C, int part, const cha
                "       %s */\n"
                "    const double *pd = (const double *)part;\n"
                "    FOR_EACH(c, %dL) {\n"
-               "        double dyx = 0, db = 0;\n"
-               "        for (long k = 0; k < %s; k++) { dyx += pd[2 * (k * %d + c)]; db += pd[2 * (k * %d + c) + 1]; }\n"
-               "        dparams[c] = (float)(stats[%d + c] * (dyx - (double)stats[c] * db));\n"
-               "        dparams[%d + c] = (float)db;\n"
-               "    }\n", how, C, slices, C, C, C, C);
+               "%s"
+               "    }\n", how, C, grad_params_combine_text(L, C, slices, "        "));
     cg_end_kernel(L);
     return k;
 }
@@ -291,22 +315,26 @@ void cg_lower_bn_grad_params(Lower *L, int id)
         return;
     }
     int S = cg_batch_slices(L, C);
-    if (S > 1) {   /* GPUs, few channels: S slices of the batch per channel, a block each, then their sums */
-        int in[2] = { buf_of(L, n->in[0]), buf_of(L, n->in[2]) };
-        int part = cg_slices_kernel(L, id, "bn_grad_params_part", C, S, 4, 2, in, (const char *const[]){ "x", "dy" },
-                                    arena_printf(L->p->arena, "    /* x, dy are [N, %d, %d]; per slice s of the batch (of %d) and channel c, at "
-                                                              "part[(s * %d + c) * 2]\n"
-                                                              "       in double: sum(dy * x) and sum(dy) */\n"
-                                                              "    double *pd = (double *)part;\n", C, HW, S, C));
+    if (S > 1) {   /* GPUs, few channels: S slices of the batch per channel, a block each; a channel's last adds them */
+        CgArgs in = { 0 };
+        cg_arg(L, &in, buf_of(L, n->in[0]), "x");
+        cg_arg(L, &in, buf_of(L, n->in[2]), "dy");
+        cg_arg(L, &in, buf_of(L, n->in[1]), "stats");
+        cg_arg(L, &in, cg_out_buf(L, id), "=dparams");
+        cg_slices_kernel(L, id, "bn_grad_params_slices", C, S, 4, &in,
+                         arena_printf(L->p->arena, "    /* x, dy are [N, %d, %d]; per slice s of the batch (of %d) and channel c, at "
+                                                   "part[(s * %d + c) * 2]\n"
+                                                   "       in double: sum(dy * x) and sum(dy); then dparams[0] = d gamma = sum(dy * xhat)\n"
+                                                   "       = invstd * (sum(dy * x) - mean * sum(dy)), dparams[1] = d beta = sum(dy) */\n"
+                                                   "    double *pd = (double *)part;\n", C, HW, S, C));
         cg_body(L, "        double dyx = 0.0, db = 0.0;\n"
                    "        BLOCK_LOOP2(k, n1 - n0, j, %d) { long at = ((n0 + k) * %d + c) * %dL + j; dyx += (double)dy[at] * x[at]; db += dy[at]; }\n"
                    "        dyx = BLOCK_SUM(dyx);\n"
                    "        db = BLOCK_SUM(db);\n"
-                   "        if (BLOCK_LEADER) { pd[2 * i] = dyx; pd[2 * i + 1] = db; }\n"
-                   "    }\n",
+                   "        if (BLOCK_LEADER) { pd[2 * i] = dyx; pd[2 * i + 1] = db; }\n",
                 HW, C, HW);
+        cg_slices_combine(L, S, grad_params_combine_text(L, C, arena_printf(L->p->arena, "%d", S), "            "));
         cg_end_kernel(L);
-        bn_grad_params_combine(L, id, C, part, arena_printf(L->p->arena, "%d", S), "the slices' sums, added in order")->grain = S;
         return;
     }
     int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]) };

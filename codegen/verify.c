@@ -58,12 +58,12 @@ static int check_bufs(const Program *p, char *err, size_t size)
     char s1[32], s2[32];
     for (int k = 0; k < p->nbufs; k++) {
         const Buf *b = &p->bufs[k];
-        if (b->kind < BUF_PERSISTENT || b->kind > BUF_VIEW)
+        if (b->kind < BUF_PERSISTENT || b->kind > BUF_KEEP)
             return fail(err, size, "buffer %d has no valid kind (%d)", k, (int)b->kind);
         if (b->size.c < 0) return fail(err, size, "buffer %d has size %s", k, dim_str(s1, sizeof s1, b->size));
-        if (b->bf16 && (b->kind == BUF_PERSISTENT || b->kind == BUF_VIEW || b->kind == BUF_INPUT || b->pinned))
+        if (b->bf16 && (b->kind == BUF_PERSISTENT || b->kind == BUF_VIEW || b->kind == BUF_INPUT || b->kind == BUF_KEEP || b->pinned))
             return fail(err, size, "buffer %d (%s) is bf16 but %s: only scratch and activations are", k, b->name ? b->name : "?",
-                        b->pinned ? "pinned (the host reads it as floats)" : b->kind == BUF_VIEW ? "a view" : "persistent or an input");
+                        b->pinned ? "pinned (the host reads it as floats)" : b->kind == BUF_VIEW ? "a view" : "persistent, kept or an input");
         if (b->kind != BUF_VIEW) continue;
         if (!buf_ok(p, b->alias))
             return fail(err, size, "view buffer %d aliases buffer %d, not one of the %d buffers", k, b->alias, p->nbufs);
@@ -217,8 +217,9 @@ static int check_plan(const Program *p, char *err, size_t size)
         int t = p->slot[b];
         if (t < -1 || t >= p->nslots) return fail(err, size, "buffer %d is in slot %d, not one of the %d", b, t, p->nslots);
         if (t < 0) continue;
-        if (p->bufs[b].kind == BUF_VIEW || p->bufs[b].kind == BUF_PERSISTENT)
-            return fail(err, size, "buffer %d (%s) has a slot of its own", b, p->bufs[b].kind == BUF_VIEW ? "a view" : "persistent");
+        if (p->bufs[b].kind == BUF_VIEW || p->bufs[b].kind == BUF_PERSISTENT || p->bufs[b].kind == BUF_KEEP)
+            return fail(err, size, "buffer %d (%s) has a slot of its own", b,
+                        p->bufs[b].kind == BUF_VIEW ? "a view" : p->bufs[b].kind == BUF_KEEP ? "kept from step to step" : "persistent");
         size_t need = sizeof(float) * (size_t)cg_dim(p->bufs[b].size, p->plan_batch);
         if (p->slot_bytes[t] < need)
             return fail(err, size, "buffer %d needs %zu bytes at batch %ld, slot %d has %zu", b, need, p->plan_batch, t, p->slot_bytes[t]);

@@ -106,6 +106,17 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
     for (int b = 0; b < p->nbufs; b++)
         if (p->slot[b] >= 0) x->ptr[b] = (float *)((char *)x->region + at[p->slot[b]]);
     free(at);
+    for (int b = 0; b < p->nbufs; b++) {
+        if (p->bufs[b].kind != BUF_KEEP) continue;
+        /* kept from step to step (the sliced reductions' arrival counters): zero, as every device
+           allocates, and outside the region, which a program sharing it (evaluation) overwrites */
+        x->ptr[b] = dev->ops->alloc(dev, sizeof(float) * (size_t)cg_dim(p->bufs[b].size, max_batch));
+        if (!x->ptr[b]) {
+            snprintf(err, err_size, "out of memory on %s for %s", dev->name, p->bufs[b].name);
+            return -1;
+        }
+        x->owned[x->nowned++] = x->ptr[b];
+    }
     for (int b = 0; b < p->nbufs; b++)
         if (p->bufs[b].kind == BUF_VIEW) x->ptr[b] = x->ptr[p->bufs[b].alias] + p->bufs[b].offset;
     if (opt && opt->verbose)

@@ -136,6 +136,20 @@ static void test_cg_verify(void)
         DAMAGED("a persistent bf16 buffer", "persistent", {
             for (int b = 0; b < q.nbufs; b++) if (q.bufs[b].kind == BUF_PERSISTENT) { q.bufs[b].bf16 = true; break; }
         });
+        /* conv1's bias gradient, 6 channels, in slices of the batch: each channel's last block adds
+           its slices, counting the blocks in a buffer kept from step to step, outside the shared slots */
+        int kept = -1;
+        for (int b = 0; b < c.p.nbufs && kept < 0; b++) if (c.p.bufs[b].kind == BUF_KEEP) kept = b;
+        CHECK(kept >= 0, "lenet on GPUs: a sliced reduction's arrival counters in a buffer kept from step to step");
+        if (kept >= 0) {
+            DAMAGED("a kept bf16 buffer", "kept", q.bufs[kept].bf16 = true);
+            cg_plan_memory(&c.p, 64);
+            CHECK(c.p.slot[kept] < 0 && cg_verify(&c.p, e, sizeof e) == 0, "the memory plan leaves the kept buffer out of its slots: %s", e);
+            int sl[1024];
+            if (c.p.nbufs <= 1024)
+                DAMAGED("a kept buffer in a slot", "kept from step to step",
+                        { memcpy(sl, c.p.slot, sizeof(int) * (size_t)q.nbufs); sl[kept] = 0; q.slot = sl; });
+        }
     }
     arena_free(&c.arena);
 

@@ -1260,7 +1260,8 @@ static char *launchers(const char *src)
     }
     for (int k = 0; k < n; k++) {
         bool sync = has(names[k], ends[k], "__syncthreads") || has(names[k], ends[k], "BLOCK_SUM") ||
-                    has(names[k], ends[k], "__shfl") || has(names[k], ends[k], "mgc_block_sum");
+                    has(names[k], ends[k], "__shfl") || has(names[k], ends[k], "mgc_block_sum") ||
+                    has(names[k], ends[k], "BLOCK_LAST");
         if (len + lens[k] + 64 > cap) out = realloc(out, cap = 2 * cap + lens[k] + 64);
         len += (size_t)sprintf(out + len, "FAKECUDA_KERNEL(%.*s, %s)\n", (int)lens[k], names[k], sync ? "true" : "false");
     }

@@ -43,6 +43,9 @@ static inline float __int_as_float(int i) { float f; memcpy(&f, &i, sizeof f); r
 static inline int __float_as_int(float f) { int i; memcpy(&i, &f, sizeof i); return i; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, sizeof f); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, sizeof u); return u; }
+/* the blocks of a launch run one after another: the atomics and fences need no more than these */
+static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 enum { FK_RUN, FK_BARRIER, FK_DONE };
 enum { FK_STACK = 128 << 10, FK_MAX_THREADS = 1024 };
