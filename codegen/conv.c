@@ -137,6 +137,28 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
 
 /* ------------------------------------------------------- packing, shared by the strategies */
 
+/* GPUs under --precision bf16: whether node u's output is stored in bf16 by the kernel that
+   makes it, because every reader rounds it to bf16 anyway: a BatchNorm's input gradient that
+   only convolutions' gradients in the GEMM form read, as the output gradient they pack
+   (transposed_grad; the zero gradient of a bias before the BatchNorm reads nothing). The
+   same numbers, half the bytes written and read. */
+bool cg_stores_bf16(const Lower *L, int u)
+{
+    const Graph *g = L->g;
+    if (L->dec->cpu_only || g->nodes[u].op != OP_BN_BWD_X) return false;
+    int readers = 0;
+    for (int c = u + 1; c < g->n; c++)
+        for (int k = 0; k < g->nodes[c].nin; k++) {
+            if (g->nodes[c].in[k] != u) continue;
+            Op op = g->nodes[c].op;
+            if (op == OP_BIAS_BWD) continue;   /* before a BatchNorm: exactly zero, dy unread (cg_lower_bias_grad) */
+            if ((op != OP_CONV2D_BWD_X && op != OP_CONV2D_BWD_W) || k != 0 || L->dec->node[c].conv != CONV_GEMM || !cg_packs_bf16(L, c))
+                return false;
+            readers++;
+        }
+    return readers > 0;
+}
+
 /* [N, O, P] -> [O, N*P], once per gradient buffer (GPUs, --precision bf16: rounded to
    bf16 as it is stored, cg_packs_bf16; a reader that multiplies in fp32 gets its own). */
 static int transposed_grad(Lower *L, int id, int dy_node)

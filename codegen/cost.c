@@ -242,8 +242,8 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
     fprintf(out, "  predicted epoch of %ld examples (%ld steps of %ld): fp32 %.2f s, bf16 %.2f s (in CUDA graphs; training steps only)\n",
             train_examples, steps, global, graph32 * (double)steps, graph16 * (double)steps);
     if (p->graph && p->graph->precision == DT_BF16)
-        fprintf(out, "  this program, mgc's --precision bf16 (GEMMs on the tensor cores, the convolutions' packed operands stored bf16, "
-                     "every other tensor fp32): step %.2f ms, epoch %.2f s; bf16 above is autocast's storage (activations and "
+        fprintf(out, "  this program, mgc's --precision bf16 (GEMMs on the tensor cores, the convolutions' packed operands and the "
+                     "gradients they pack stored bf16, every other tensor fp32): step %.2f ms, epoch %.2f s; bf16 above is autocast's storage (activations and "
                      "gradients in bf16)\n", graphmgc * 1e3, graphmgc * (double)steps);
     else
         fprintf(out, "  with the GEMMs alone on the tensor cores (every tensor fp32): step %.2f ms, epoch %.2f s; bf16 above is autocast's "

@@ -214,6 +214,8 @@ int cg_out_buf(Lower *L, int node)
         b = cg_new_buf(L, BUF_VIEW, dim_of(&n->shape), ir_op_name(n->op), node);
         L->p->bufs[b].alias = L->in_bucket[node];
         L->p->bufs[b].offset = L->bucket_at[node];
+    } else if (cg_stores_bf16(L, node)) {
+        b = cg_new_bf16_buf(L, BUF_ACT, dim_of(&n->shape), arena_printf(L->p->arena, "%s, stored bf16", ir_op_name(n->op)), node);
     } else {
         b = cg_new_buf(L, BUF_ACT, dim_of(&n->shape), ir_op_name(n->op), node);
     }

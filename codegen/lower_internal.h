@@ -97,8 +97,12 @@ static inline bool cg_packs_bf16(const Lower *L, int node)
     return !L->dec->cpu_only && L->g->nodes[node].mm == DT_BF16;
 }
 /* A new activation buffer for the node's output, recorded as its buffer (a
-   piece of its bucket's buffer when the node is a gradient summed in a bucket). */
+   piece of its bucket's buffer when the node is a gradient summed in a bucket;
+   in bf16 where cg_stores_bf16). */
 int   cg_out_buf(Lower *L, int node);
+/* GPUs under --precision bf16: the node's output stored in bf16, every reader
+   rounding it to bf16 anyway (codegen/conv.c says which). */
+bool  cg_stores_bf16(const Lower *L, int u);
 /* Starts a kernel: the step, and the function header with its buffer
    arguments named as given ("y", "x", ...; a leading '=' marks an output).
    The body follows through cg_body(); cg_end_kernel() closes it. */

@@ -128,8 +128,6 @@ static int check_steps(const Program *p, char *err, size_t size)
                 if (!buf_ok(p, s->args[j]))
                     return fail(err, size, "step %d (%s): argument %d is buffer %d, not one of the %d buffers", k, s->fn, j,
                                 s->args[j], p->nbufs);
-                if (p->bufs[s->args[j]].bf16 && !(s->outs >> j & 1))
-                    return fail(err, size, "step %d (%s): reads bf16 buffer %d; only GEMMs read those", k, s->fn, s->args[j]);
             }
             if (s->nf < 0 || s->nf > (int)(sizeof s->f / sizeof s->f[0]))
                 return fail(err, size, "step %d (%s): %d scalars", k, s->fn, s->nf);

@@ -153,8 +153,8 @@ fi
 # read bf16 matrices that im2col, the gradient's transposition and a copy of each weight store
 # rounded (conv1: forward and weight gradient, its columns kept; conv2: all three; the two
 # weights' copies in one kernel), the linear
-# layers' fp32 matrices rounded by cuBLAS; only GEMMs read the bf16 buffers (codegen/verify.c);
-# an fp32 GPU program has none
+# layers' fp32 matrices rounded by cuBLAS; only GEMMs read LeNet's bf16 buffers (it has no
+# BatchNorm, below); an fp32 GPU program has none
 "$MGC" $L --gpus 1 --precision bf16 --emit kernels > "$tmp/bfg.k" 2>&1
 if [ "$(grep -c 'gemm .*bf16 operands (stored bf16), fp32 sums' "$tmp/bfg.k")" = 5 ] &&
    [ "$(grep -c 'gemm .*bf16 operands, fp32 sums' "$tmp/bfg.k")" = 9 ] &&
@@ -167,6 +167,32 @@ if [ "$(grep -c 'gemm .*bf16 operands (stored bf16), fp32 sums' "$tmp/bfg.k")" =
 else
     echo "FAIL cli precision-gpu-storage: the GPU program's bf16 GEMM operands are not as expected"
     grep -E 'gemm|weights_bf16' "$tmp/bfg.k" | head -20 | sed 's/^/    /'
+    fail=$((fail + 1))
+fi
+# and a tensor every reader of which rounds it to bf16 anyway is stored bf16 by the kernel that
+# makes it: a BatchNorm's input gradient that only its convolution's gradients read (each
+# packs it): small_resnet's 6, each bn_grad_x storing it and each packing kernel reading it
+# (mgc_bf16: a float read or stored, rounded); none in fp32
+kinds_with() {   # FILE KIND TEXT: the steps of kernel KIND whose code (own or shared) has TEXT
+    awk -v K="$2" -v P="$3" '
+        $0 ~ "^KERNEL\\(k[0-9]+_" K "\\)" { cur = $0; sub(/^KERNEL\(/, "", cur); sub(/\).*/, "", cur); next }
+        cur && index($0, P) { has[cur] = 1 }
+        /^}/ { cur = "" }
+        $0 ~ "^  step [0-9]+ +%[0-9]+ +kernel k[0-9]+_" K "\\(" {
+            k = $0; sub(/.* kernel /, "", k); sub(/\(.*/, "", k)
+            if (match($0, "= k[0-9]+_" K "'"'"'s code")) k = substr($0, RSTART + 2, RLENGTH - 9)
+            steps[++n] = k
+        }
+        END { c = 0; for (i = 1; i <= n; i++) c += (steps[i] in has); print c }' "$1"
+}
+R=tests/nets/small_resnet.net
+"$MGC" $R --gpus 1 --precision bf16 --emit kernels > "$tmp/bfr.k" 2>&1
+"$MGC" $R --gpus 1 --emit kernels > "$tmp/bfr32.k" 2>&1
+got="$(kinds_with "$tmp/bfr.k" bn_grad_x 'mgc_bf16 *RESTRICT dx = ') $(kinds_with "$tmp/bfr.k" pack_grad 'const mgc_bf16 *RESTRICT dy = ') $(kinds_with "$tmp/bfr32.k" bn_grad_x mgc_bf16)"
+if [ "$got" = "6 6 0" ]; then
+    pass=$((pass + 1))
+else
+    echo "FAIL cli precision-gpu-grad-storage: bn_grad_x storing bf16, packing reading bf16, fp32's bf16: '$got', wanted '6 6 0'"
     fail=$((fail + 1))
 fi
 expect typo-cache 2 "unknown option '--cache-inf'; did you mean '--cache-info'?" -- --cache-inf
