@@ -138,22 +138,39 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
 /* ------------------------------------------------------- packing, shared by the strategies */
 
 /* GPUs under --precision bf16: whether node u's output is stored in bf16 by the kernel that
-   makes it, because every reader rounds it to bf16 anyway: a BatchNorm's input gradient that
-   only convolutions' gradients in the GEMM form read, as the output gradient they pack
-   (transposed_grad; the zero gradient of a bias before the BatchNorm reads nothing). The
-   same numbers, half the bytes written and read. */
+   makes it, because every reader rounds it to bf16 anyway or reads only its sign:
+   - a BatchNorm's input gradient that only convolutions' gradients in the GEMM form read,
+     as the output gradient they pack (transposed_grad; the zero gradient of a bias before
+     the BatchNorm reads nothing);
+   - a ReLU's output that only convolutions in the GEMM form read, through im2col (the
+     forward's, and the weight gradient's when it makes the columns again), and the ReLU's
+     gradient, for its sign (rounding keeps a sign; only a positive value under 2^-134,
+     half bf16's smallest subnormal, would become zero: after a BatchNorm, never seen).
+   The same numbers, half the bytes written and read. u's buffer may hold its fused ReLU's
+   output (applied in place: a BatchNorm's, an add's): then those are the readers. Only
+   where a kernel stores u (a GEMM's output, such as a linear layer's or the dense
+   convolution's before their epilogues, stays fp32). */
 bool cg_stores_bf16(const Lower *L, int u)
 {
     const Graph *g = L->g;
-    if (L->dec->cpu_only || g->nodes[u].op != OP_BN_BWD_X) return false;
+    const CgNode *d = &L->dec->node[u];
+    Op pop = g->nodes[u].op;
+    if (L->dec->cpu_only || (pop != OP_BN_BWD_X && pop != OP_BN_APPLY && pop != OP_ADD && pop != OP_RELU)) return false;
+    int t = d->act >= 0 && d->act_out < 0 && d->act_node >= 0 ? d->act_node : u;   /* the tensor the buffer holds */
+    Op uop = g->nodes[t].op;
+    if (uop != OP_BN_BWD_X && uop != OP_RELU) return false;
     int readers = 0;
-    for (int c = u + 1; c < g->n; c++)
+    for (int c = t + 1; c < g->n; c++)
         for (int k = 0; k < g->nodes[c].nin; k++) {
-            if (g->nodes[c].in[k] != u) continue;
+            if (g->nodes[c].in[k] != t) continue;
             Op op = g->nodes[c].op;
-            if (op == OP_BIAS_BWD) continue;   /* before a BatchNorm: exactly zero, dy unread (cg_lower_bias_grad) */
-            if ((op != OP_CONV2D_BWD_X && op != OP_CONV2D_BWD_W) || k != 0 || L->dec->node[c].conv != CONV_GEMM || !cg_packs_bf16(L, c))
-                return false;
+            bool packs = L->dec->node[c].conv == CONV_GEMM && cg_packs_bf16(L, c);
+            bool rounds = uop == OP_BN_BWD_X
+                              ? op == OP_BIAS_BWD   /* before a BatchNorm: exactly zero, dy unread (cg_lower_bias_grad) */
+                                    || ((op == OP_CONV2D_BWD_X || op == OP_CONV2D_BWD_W) && k == 0 && packs)
+                              : (op == OP_CONV2D && k == 0 && packs) || (op == OP_CONV2D_BWD_W && k == 1 && packs) ||
+                                    (op == OP_RELU_BWD && k == 0);
+            if (!rounds) return false;
             readers++;
         }
     return readers > 0;

@@ -169,10 +169,13 @@ else
     grep -E 'gemm|weights_bf16' "$tmp/bfg.k" | head -20 | sed 's/^/    /'
     fail=$((fail + 1))
 fi
-# and a tensor every reader of which rounds it to bf16 anyway is stored bf16 by the kernel that
-# makes it: a BatchNorm's input gradient that only its convolution's gradients read (each
-# packs it): small_resnet's 6, each bn_grad_x storing it and each packing kernel reading it
-# (mgc_bf16: a float read or stored, rounded); none in fp32
+# and a tensor every reader of which rounds it to bf16 anyway (or reads its sign) is stored bf16
+# by the kernel that makes it (mgc_bf16: a float read or stored, rounded); none in fp32.
+# small_resnet: its 6 BatchNorm input gradients, each read only by its convolution's
+# gradients, which pack it (6 bn_grad_x store bf16, 6 packing kernels read it); the ReLU
+# outputs that only convolutions' im2col and the ReLU's gradient read (3 of its 5: the stem's
+# and the last feed an add or the pool): 2 bn_apply and 1 bn_apply_add (the ReLU fused in
+# place) store them, 4 of the 6 im2col and 3 of the 5 relu_grad read them
 kinds_with() {   # FILE KIND TEXT: the steps of kernel KIND whose code (own or shared) has TEXT
     awk -v K="$2" -v P="$3" '
         $0 ~ "^KERNEL\\(k[0-9]+_" K "\\)" { cur = $0; sub(/^KERNEL\(/, "", cur); sub(/\).*/, "", cur); next }
@@ -188,11 +191,15 @@ kinds_with() {   # FILE KIND TEXT: the steps of kernel KIND whose code (own or s
 R=tests/nets/small_resnet.net
 "$MGC" $R --gpus 1 --precision bf16 --emit kernels > "$tmp/bfr.k" 2>&1
 "$MGC" $R --gpus 1 --emit kernels > "$tmp/bfr32.k" 2>&1
-got="$(kinds_with "$tmp/bfr.k" bn_grad_x 'mgc_bf16 *RESTRICT dx = ') $(kinds_with "$tmp/bfr.k" pack_grad 'const mgc_bf16 *RESTRICT dy = ') $(kinds_with "$tmp/bfr32.k" bn_grad_x mgc_bf16)"
-if [ "$got" = "6 6 0" ]; then
+got="$(kinds_with "$tmp/bfr.k" bn_grad_x 'mgc_bf16 *RESTRICT dx = ') $(kinds_with "$tmp/bfr.k" pack_grad 'const mgc_bf16 *RESTRICT dy = ')"
+got="$got $(kinds_with "$tmp/bfr.k" bn_apply 'mgc_bf16 *RESTRICT y = ') $(kinds_with "$tmp/bfr.k" bn_apply_add 'mgc_bf16 *RESTRICT y = ')"
+got="$got $(kinds_with "$tmp/bfr.k" im2col 'const mgc_bf16 *RESTRICT x = ') $(kinds_with "$tmp/bfr.k" relu_grad 'const mgc_bf16 *RESTRICT y = ')"
+got="$got $(grep -c 'mgc_bf16 \*RESTRICT' "$tmp/bfr32.k")"
+if [ "$got" = "6 6 2 1 4 3 0" ]; then
     pass=$((pass + 1))
 else
-    echo "FAIL cli precision-gpu-grad-storage: bn_grad_x storing bf16, packing reading bf16, fp32's bf16: '$got', wanted '6 6 0'"
+    echo "FAIL cli precision-gpu-act-storage: bf16 stores and reads (bn_grad_x, pack_grad, bn_apply, bn_apply_add, im2col," \
+         "relu_grad; mgc_bf16 in fp32) '$got', wanted '6 6 2 1 4 3 0'"
     fail=$((fail + 1))
 fi
 expect typo-cache 2 "unknown option '--cache-inf'; did you mean '--cache-info'?" -- --cache-inf

@@ -59,12 +59,16 @@ echo "ok   $(ls tests/nets/op_*.net | wc -l) op nets compiled for sm_90"
 # The zoo (nets/*.net): every net's kernels print for the GPU (tests/golden.sh
 # keeps the C of most); NVRTC compiles the one whose kernels differ most from
 # the op nets' (MobileNetV2's depthwise convolutions at 960 channels)
+# every net's GPU program, fp32 and bf16 (cg_verify checks each: bf16 buffers only where a
+# kernel stores them and GEMMs read them in pairs)
 for net in nets/*.net; do
-    if "$MGC" "$net" --emit cuda > "$tmp/z.cu" 2> "$tmp/err" && [ "$(grep -c "^  step .* kernel " "$tmp/z.cu")" -gt 0 ]; then
-        pass=$((pass + 1))
-    else
-        echo "FAIL $net: --emit cuda"; head -3 "$tmp/err"; fail=$((fail + 1))
-    fi
+    for prec in fp32 bf16; do
+        if "$MGC" "$net" --precision $prec --emit cuda > "$tmp/z.cu" 2> "$tmp/err" && [ "$(grep -c "^  step .* kernel " "$tmp/z.cu")" -gt 0 ]; then
+            pass=$((pass + 1))
+        else
+            echo "FAIL $net: --precision $prec --emit cuda"; head -3 "$tmp/err"; fail=$((fail + 1))
+        fi
+    done
 done
 if "$MGC" nets/mobilenetv2.net --emit cuda > "$tmp/mb.cu" && build/nvrtc_check "$tmp/mb.cu" sm_90 > "$tmp/mb.out" 2>&1; then
     pass=$((pass + 1)); echo "ok   nets/mobilenetv2.net compiled for sm_90: $(tail -1 "$tmp/mb.out")"
