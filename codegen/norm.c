@@ -11,8 +11,9 @@
 ** (BLOCK_SUM). A channel alone per block would leave most of the GPU idle
 ** with few channels (ResNet-18's 64 fill 64 blocks of 264), so on CUDA each
 ** channel is split into cg_batch_slices() slices of the batch, a block each,
-** and a second kernel combines each channel's slices in order (the same sum
-** on any GPU). With --sync-bn the
+** and the channel's last block to finish combines its slices in order (the
+** same sum on any GPU, whichever block is last: cg_slices_combine). With
+** --sync-bn the
 ** statistics are over the global batch: bn_sum, bn_sqdev and bn_finish (at the
 ** end), and bn_grad_x and the running update count a.global_batch examples.
 */
