@@ -1,13 +1,16 @@
 /*
 ** Kernels for the CPU device: the generated C compiled by the system C
 ** compiler into a shared object, cached on disk by a hash of source, flags
-** and compiler, and loaded with dlopen.
+** and compiler, and loaded with dlopen. The compiler runs in a private work
+** directory of the cache, and the shared object is loaded through the
+** descriptor of the file that was checked (cache.c says what is trusted).
 */
 #include "runtime.h"
 #include "pool.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,142 +20,152 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Runs argv (no shell: paths with quotes or $(...) in them are only paths)
-   with stdout and stderr to out_path (or /dev/null). Returns the exit status,
-   or -1 when it could not run. */
-static int run_program(char *const *argv, const char *out_path)
+/* A child's start: into the work directory wdir (the compiler's relative
+   paths are its files; -1: stay), stdout and stderr to out (-1: /dev/null),
+   what it writes writable by its owner only; then argv (no shell: paths with
+   quotes or $(...) in them are only paths). Never returns. */
+static void exec_child(char *const *argv, int wdir, int out)
 {
-    pid_t pid = fork();
-    if (pid < 0) return -1;
-    if (pid == 0) {
-        umask(022);   /* what the compiler writes into the cache: writable by its owner only */
-        int fd = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execvp(argv[0], argv);
-        _exit(127);
+    umask(022);
+    if (wdir >= 0 && fchdir(wdir)) _exit(127);
+    if (out < 0) out = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (out >= 0) {
+        dup2(out, 1);
+        dup2(out, 2);
     }
+    execvp(argv[0], argv);
+    _exit(127);
+}
+
+/* Waits for pid: its exit status, or -1 when it did not exit. */
+static int wait_child(pid_t pid)
+{
     int st;
     while (waitpid(pid, &st, 0) < 0)
         if (errno != EINTR) return -1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* MGC_CC (default cc) as an argument vector: words split at spaces ("ccache gcc"). */
-static int compiler_words(const char *cc, char *buf, size_t size, char **words, int most)
+/* MGC_CC (default cc) as an argument vector: words split at spaces ("ccache
+   gcc"); a relative path to the compiler made absolute (it runs in the work
+   directory). */
+typedef struct { char words[512], abs_cc[PATH_MAX]; } CcWords;
+static int compiler_words(const char *cc, CcWords *buf, char **words, int most)
 {
-    snprintf(buf, size, "%s", cc);
+    snprintf(buf->words, sizeof buf->words, "%s", cc);
     int n = 0;
-    for (char *w = strtok(buf, " \t"); w && n < most; w = strtok(NULL, " \t")) words[n++] = w;
+    char *save = NULL;
+    for (char *w = strtok_r(buf->words, " \t", &save); w && n < most; w = strtok_r(NULL, " \t", &save)) words[n++] = w;
+    if (n > 0 && words[0][0] != '/' && strchr(words[0], '/') && realpath(words[0], buf->abs_cc)) words[0] = buf->abs_cc;
     return n;
 }
 
 /* The first line of `cc --version`, part of the cache key. */
 static void compiler_id(const char *cc, char *buf, size_t size)
 {
-    char words_buf[512], *argv[18];
-    int n = compiler_words(cc, words_buf, sizeof words_buf, argv, 16);
+    CcWords words_buf;
+    char *argv[18];
+    int n = compiler_words(cc, &words_buf, argv, 16);
     buf[0] = 0;
     if (n == 0) return;
     argv[n] = "--version";
     argv[n + 1] = NULL;
-    char tmp[] = "/tmp/mgc-cc-version-XXXXXX";
-    int fd = mkstemp(tmp);
-    if (fd < 0) return;
-    close(fd);
-    if (run_program(argv, tmp) == 0) {
-        FILE *f = fopen(tmp, "r");
-        if (f && !fgets(buf, (int)size, f)) buf[0] = 0;
-        if (f) fclose(f);
+    int p[2];
+    if (pipe2(p, O_CLOEXEC)) return;
+    pid_t pid = fork();
+    if (pid == 0) exec_child(argv, -1, p[1]);
+    close(p[1]);
+    char all[4096], chunk[4096];
+    size_t got = 0;
+    for (;;) {   /* all of it, the first 4 KB kept: the child never blocks on a full pipe */
+        ssize_t r = pid > 0 ? read(p[0], chunk, sizeof chunk) : 0;
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        size_t take = (size_t)r < sizeof all - 1 - got ? (size_t)r : sizeof all - 1 - got;
+        memcpy(all + got, chunk, take);
+        got += take;
     }
-    unlink(tmp);
+    close(p[0]);
+    if (pid > 0 && wait_child(pid) == 0) {
+        all[got] = 0;
+        size_t line = strcspn(all, "\n");
+        snprintf(buf, size, "%.*s\n", (int)line, all);
+    }
 }
 
 /* each piece compiled to an object, then the objects linked into one shared object */
 static const char kernel_flags[] = "-O3 -march=native -std=gnu11 -fPIC -fno-math-errno -Wno-unused";
 
-/* A cache entry's seal: "<size> <FNV-1a of its bytes>" of the file, or 0 when
-   it cannot be read. */
-static int seal_of(const char *path, char *out, size_t size)
+/* A cache entry's seal: "<size> <FNV-1a of its bytes>" of the open file fd
+   (read from its start), or 0 when it cannot be read. */
+static int seal_of(int fd, char *out, size_t size)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
     uint64_t h = CG_FNV1A_START;
-    long n = 0;
+    long long n = 0;
     unsigned char buf[65536];
-    size_t got;
-    while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-        h = cg_fnv1a(h, buf, got);
-        n += (long)got;
+    for (;;) {
+        ssize_t got = pread(fd, buf, sizeof buf, (off_t)n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return 0;
+        if (got == 0) break;
+        h = cg_fnv1a(h, buf, (size_t)got);
+        n += got;
     }
-    int ok = !ferror(f);
-    fclose(f);
-    if (ok) snprintf(out, size, "%ld %016llx\n", n, (unsigned long long)h);
-    return ok;
+    snprintf(out, size, "%lld %016llx\n", n, (unsigned long long)h);
+    return 1;
 }
 
-/* What a cache entry so_path is worth loading: ENTRY_OK when it is the
-   user's alone (rt_cache_entry_trusted; a symbolic link is not) and whole, its
-   seal matching the one written beside it (so_path + ".seal") when it was
-   compiled: a truncated or garbage shared object would crash dlopen (SIGBUS,
-   SIGSEGV) on every later run. */
-typedef enum { ENTRY_OK, ENTRY_FOREIGN, ENTRY_UNSEALED, ENTRY_DAMAGED } EntryState;
-static EntryState entry_state(const char *so_path)
+/* What the cache entry `name`, open as fd (rt_cache_open_entry: the user's
+   alone, not a link), is worth: ENTRY_OK when whole, its seal matching the
+   one written beside it (name + ".seal") when it was compiled: a truncated or
+   garbage shared object would crash dlopen (SIGBUS, SIGSEGV) on every later
+   run. */
+typedef enum { ENTRY_OK, ENTRY_UNSEALED, ENTRY_DAMAGED } EntryState;
+static EntryState entry_state(const CacheDir *c, const char *name, int fd)
 {
-    int fd = open(so_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    bool trusted = fd >= 0 && rt_cache_entry_trusted(fd, so_path, false) == 0;
-    if (fd < 0) fprintf(stderr, "mgc: the cached kernels %s cannot be opened as a file (%s): compiled again in their place\n",
-                        so_path, strerror(errno));
-    if (fd >= 0) close(fd);
-    if (!trusted) return ENTRY_FOREIGN;
-    char seal_path[4700], want[64] = "", have[64];
-    snprintf(seal_path, sizeof seal_path, "%s.seal", so_path);
-    FILE *f = fopen(seal_path, "r");
-    if (!f) return ENTRY_UNSEALED;
-    if (!fgets(want, sizeof want, f)) want[0] = 0;
-    fclose(f);
-    return want[0] && seal_of(so_path, have, sizeof have) && strcmp(want, have) == 0 ? ENTRY_OK : ENTRY_DAMAGED;
+    char seal_name[NAME_MAX + 1], want[64] = "", have[64];
+    snprintf(seal_name, sizeof seal_name, "%.200s.seal", name);
+    int sfd = rt_cache_open_entry(c, seal_name, true);
+    if (sfd < 0) return ENTRY_UNSEALED;
+    ssize_t n = read(sfd, want, sizeof want - 1);
+    close(sfd);
+    want[n > 0 ? n : 0] = 0;
+    return want[0] && seal_of(fd, have, sizeof have) && strcmp(want, have) == 0 ? ENTRY_OK : ENTRY_DAMAGED;
 }
 
-/* Runs the compiler on every piece, `jobs` at a time (each waited for by
-   its own pid, in order: other children of the process are not ours to
-   reap); the index of the first piece that failed, or -1 when all compiled. */
-static int compile_pieces(char ***argvs, const char *const *logs, int n, int jobs)
+/* Runs the compiler on every piece in the work directory wdir, `jobs` at a
+   time, each with its messages in logs[k] (open descriptors); each child
+   waited for by its own pid, in order: other children of the process are
+   not ours to reap. The index of the first piece that failed, or -1 when all
+   compiled. */
+static int compile_pieces(char ***argvs, const int *logs, int n, int jobs, int wdir)
 {
     pid_t *pid = calloc((size_t)n + 1, sizeof *pid);
     int failed = -1, next = 0, first = 0;
     while (first < next || (next < n && failed < 0)) {
         while (next < n && next - first < jobs && failed < 0) {
             pid[next] = fork();
-            if (pid[next] == 0) {
-                umask(022);
-                int fd = open(logs[next], O_WRONLY | O_CREAT | O_TRUNC, 0644);
-                if (fd >= 0) {
-                    dup2(fd, 1);
-                    dup2(fd, 2);
-                    close(fd);
-                }
-                execvp(argvs[next][0], argvs[next]);
-                _exit(127);
-            }
+            if (pid[next] == 0) exec_child(argvs[next], wdir, logs[next]);
             if (pid[next] < 0) failed = next;
             else next++;
         }
         if (first == next) break;
-        int st;
-        pid_t w;
-        while ((w = waitpid(pid[first], &st, 0)) < 0 && errno == EINTR) {}
-        if ((w < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) && (failed < 0 || first < failed)) failed = first;
+        int st = wait_child(pid[first]);
+        if (st != 0 && (failed < 0 || first < failed)) failed = first;
         first++;
     }
     free(pid);
     return failed;
 }
 
-static int compile_kernels(const char *const *parts, int nparts, bool verbose, char *so_path, size_t so_size,
+/* The cache entry HASH.so for these pieces, open (its descriptor in *so_fd),
+   found in the cache or compiled: the pieces written to a private work
+   directory in the cache (HASH.build.XXXX), compiled and linked there, and
+   the shared object and its seal renamed into the cache. Everything by
+   descriptor: nothing here follows a path another user could redirect. 0,
+   or -1 with err (a failed compile's work directory stays, with its sources
+   and messages, named in err). so_path: the entry's path, for messages. */
+static int compile_kernels(const char *const *parts, int nparts, bool verbose, int *so_fd, char *so_path, size_t so_size,
                            char *err, size_t err_size)
 {
     const char *cc = getenv("MGC_CC");
@@ -173,47 +186,61 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
     h = rt_fnv1a(h, "\n--cc ");
     h = rt_fnv1a(h, cc);
     h = rt_fnv1a(h, id);
-    char kdir[4200];
-    if (rt_kernel_cache(kdir, sizeof kdir, err, err_size)) return -1;
-    snprintf(so_path, so_size, "%s/%016llx.so", kdir, (unsigned long long)h);
-    struct stat entry;
-    if (lstat(so_path, &entry) == 0) {
-        EntryState e = entry_state(so_path);   /* a foreign entry is said there */
+    CacheDir cache;
+    if (rt_cache_open(&cache, err, err_size)) return -1;
+    char name[64], seal_name[80];
+    snprintf(name, sizeof name, "%016llx.so", (unsigned long long)h);
+    snprintf(seal_name, sizeof seal_name, "%s.seal", name);
+    snprintf(so_path, so_size, "%s/%s", cache.path, name);
+    int fd = rt_cache_open_entry(&cache, name, false);   /* a foreign entry is said there */
+    if (fd >= 0) {
+        EntryState e = entry_state(&cache, name, fd);
         if (e == ENTRY_OK) {
-            rt_cache_touch(so_path);
+            rt_cache_touch(fd);
             if (verbose) fprintf(stderr, "mgc: kernels found in cache %s\n", so_path);
+            rt_cache_close(&cache);
+            *so_fd = fd;
             return 0;
         }
+        close(fd);
         if (e == ENTRY_DAMAGED) fprintf(stderr, "mgc: the cached kernels %s are damaged: compiling them again\n", so_path);
-        else if (e == ENTRY_UNSEALED && verbose)
+        else if (verbose)
             fprintf(stderr, "mgc: the cached kernels %s have no seal (an older mgc made them): compiling them again\n", so_path);
     }
-    /* HASH.K.c -> HASH.K.PID.o (log HASH.K.PID.log), side by side; then linked */
+    /* in the work directory: K.c -> K.o (messages K.log), side by side; then linked into kernels.so */
+    char wname[64], wpath[4400];
+    int wdir = rt_cache_workdir(&cache, h, wname, sizeof wname);
+    snprintf(wpath, sizeof wpath, "%s/%s", cache.path, wname);
+    if (wdir < 0) {
+        snprintf(err, err_size, "cannot make a work directory in the kernel cache %s: %s", cache.path, strerror(errno));
+        rt_cache_close(&cache);
+        return -1;
+    }
     int n = nparts;
-    char (*c_path)[4800] = calloc((size_t)n + 1, sizeof *c_path), (*o_path)[4800] = calloc((size_t)n + 1, sizeof *o_path);
-    char (*log_path)[4800] = calloc((size_t)n + 1, sizeof *log_path);
+    char (*file)[3][32] = calloc((size_t)n + 1, sizeof *file);   /* per piece: its .c, .o and .log */
     char ***argvs = calloc((size_t)n + 1, sizeof *argvs);
-    const char **logs = calloc((size_t)n + 1, sizeof *logs);
-    char words_buf[512], flags_buf[sizeof kernel_flags], *base[48];
-    int nb = compiler_words(cc, words_buf, sizeof words_buf, base, 16);
+    int *logs = calloc((size_t)n + 1, sizeof *logs);
+    CcWords words_buf;
+    char flags_buf[sizeof kernel_flags], *base[48], *save = NULL;
+    int nb = compiler_words(cc, &words_buf, base, 16);
     snprintf(flags_buf, sizeof flags_buf, "%s", kernel_flags);
-    for (char *w = strtok(flags_buf, " "); w && nb < 40; w = strtok(NULL, " ")) base[nb++] = w;
+    for (char *w = strtok_r(flags_buf, " ", &save); w && nb < 40; w = strtok_r(NULL, " ", &save)) base[nb++] = w;
     int rc = 0;
+    for (int k = 0; k < n; k++) logs[k] = -1;
     for (int k = 0; k < n && !rc; k++) {
-        snprintf(c_path[k], sizeof c_path[k], "%s/%016llx.%d.c", kdir, (unsigned long long)h, k);
-        snprintf(o_path[k], sizeof o_path[k], "%s/%016llx.%d.%d.o", kdir, (unsigned long long)h, k, (int)getpid());
-        snprintf(log_path[k], sizeof log_path[k], "%s/%016llx.%d.%d.log", kdir, (unsigned long long)h, k, (int)getpid());
-        /* written beside and renamed into place: another process (an MPI rank on
-           the same machine) compiling the same kernels at the same moment never
-           lets its compiler read a source this one is rewriting */
-        char tmp_c[4900];
-        snprintf(tmp_c, sizeof tmp_c, "%s.%d.tmp", c_path[k], (int)getpid());
-        FILE *f = rt_cache_create(tmp_c);
-        bool written = f && fputs(parts[k], f) >= 0;
-        if (f && fclose(f)) written = false;
-        if (!written || rename(tmp_c, c_path[k])) {
-            snprintf(err, err_size, "cannot write kernel source '%s': %s", c_path[k], strerror(errno));
-            unlink(tmp_c);
+        snprintf(file[k][0], sizeof file[k][0], "%d.c", k);
+        snprintf(file[k][1], sizeof file[k][1], "%d.o", k);
+        snprintf(file[k][2], sizeof file[k][2], "%d.log", k);
+        int f = rt_cache_create(wdir, file[k][0]);
+        size_t len = strlen(parts[k]), done = 0;
+        while (f >= 0 && done < len) {
+            ssize_t w = write(f, parts[k] + done, len - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) break;
+            done += (size_t)w;
+        }
+        if (f < 0 || done < len || close(f) || (logs[k] = rt_cache_create(wdir, file[k][2])) < 0) {
+            snprintf(err, err_size, "cannot write kernel source '%s/%s': %s", wpath, file[k][0], errno ? strerror(errno) : "short write");
             rc = -1;
             break;
         }
@@ -222,81 +249,125 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, c
         int a = nb;
         argv[a++] = "-c";
         argv[a++] = "-o";
-        argv[a++] = o_path[k];
-        argv[a++] = c_path[k];
-        logs[k] = log_path[k];
+        argv[a++] = file[k][1];
+        argv[a++] = file[k][0];
     }
-    char tmp_so[4800], link_log[4800];
-    snprintf(tmp_so, sizeof tmp_so, "%s.%d.tmp", so_path, (int)getpid());
-    snprintf(link_log, sizeof link_log, "%s/%016llx.link.%d.log", kdir, (unsigned long long)h, (int)getpid());
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!rc && n > 4 * rt_cores())   /* minutes, for a very large net: say so rather than seem to hang */
         fprintf(stderr, "mgc: compiling the kernels in %d pieces, %d at a time (a large net: this takes a while)\n", n,
                 rt_cores());
-    int bad = rc ? -1 : compile_pieces(argvs, logs, n, rt_cores());
+    int bad = rc ? -1 : compile_pieces(argvs, logs, n, rt_cores(), wdir);
+    bool keep_messages = false;   /* the compiler failed: its work directory stays, to be read */
     if (!rc && bad >= 0) {
-        snprintf(err, err_size, "the C compiler failed on the generated kernels; source %s, messages %s",
-                 c_path[bad], log_path[bad]);
+        keep_messages = true;
+        snprintf(err, err_size, "the C compiler failed on the generated kernels; source %s/%s, messages %s/%s",
+                 wpath, file[bad][0], wpath, file[bad][2]);
         rc = -1;
     }
-    if (!rc) {   /* cc -shared -o tmp.so *.o */
+    int link_log = rc ? -1 : rt_cache_create(wdir, "link.log");
+    if (!rc) {   /* cc -shared -o kernels.so *.o */
         char **argv = calloc((size_t)n + 24, sizeof *argv);
-        int a = compiler_words(cc, words_buf, sizeof words_buf, argv, 16);
+        int a = compiler_words(cc, &words_buf, argv, 16);
         argv[a++] = "-shared";
         argv[a++] = "-o";
-        argv[a++] = tmp_so;
-        for (int k = 0; k < n; k++) argv[a++] = o_path[k];
+        argv[a++] = "kernels.so";
+        for (int k = 0; k < n; k++) argv[a++] = file[k][1];
         argv[a] = NULL;
-        int st = run_program(argv, link_log);
+        pid_t pid = link_log >= 0 ? fork() : -1;
+        if (pid == 0) exec_child(argv, wdir, link_log);
+        int st = pid > 0 ? wait_child(pid) : -1;
         free(argv);
         if (st != 0) {
-            snprintf(err, err_size, "the C compiler could not link the compiled kernels (exit %d); messages %s", st, link_log);
+            keep_messages = link_log >= 0;
+            snprintf(err, err_size, "the C compiler could not link the compiled kernels (exit %d); messages %s/link.log", st, wpath);
             rc = -1;
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (link_log >= 0) close(link_log);
     for (int k = 0; k < n; k++) {
-        unlink(o_path[k]);
-        if (!rc) unlink(log_path[k]);
+        if (logs[k] >= 0) close(logs[k]);
         free(argvs[k]);
     }
-    free(c_path); free(o_path); free(log_path); free(argvs); free(logs);
-    if (rc) {
-        unlink(tmp_so);
-        return -1;
+    free(argvs); free(logs);
+    /* the shared object as the compiler left it, checked as any entry is; the seal
+       first, then the entry, each renamed into the cache: a reader sees a whole
+       seal, and an entry only with one */
+    char seal[64];
+    fd = -1;
+    if (!rc) {
+        errno = 0;
+        fd = rt_cache_open_entry(&(CacheDir){ .fd = wdir, .path = "" }, "kernels.so", true);
+        int sfd = fd >= 0 && seal_of(fd, seal, sizeof seal) ? rt_cache_create(wdir, "kernels.so.seal") : -1;
+        bool sealed = sfd >= 0 && write(sfd, seal, strlen(seal)) == (ssize_t)strlen(seal);
+        if (sfd >= 0 && close(sfd)) sealed = false;
+        if (!sealed || fchmod(fd, 0755) || renameat(wdir, "kernels.so.seal", cache.fd, seal_name) ||
+            renameat(wdir, "kernels.so", cache.fd, name)) {
+            snprintf(err, err_size, "cannot put compiled kernels into the cache '%s': %s", so_path,
+                     errno ? strerror(errno) : "the compiler's shared object is not a file of the user's alone");
+            if (fd >= 0) close(fd);
+            fd = -1;
+            rc = -1;
+        }
     }
-    unlink(link_log);
-    /* the seal first, then the entry, each by rename: a reader sees a whole seal, and an entry only with one */
-    char seal[64], seal_path[4700], tmp_seal[4800];
-    snprintf(seal_path, sizeof seal_path, "%s.seal", so_path);
-    snprintf(tmp_seal, sizeof tmp_seal, "%s.%d.tmp", seal_path, (int)getpid());
-    FILE *sf = seal_of(tmp_so, seal, sizeof seal) ? rt_cache_create(tmp_seal) : NULL;
-    if (!sf || chmod(tmp_so, 0755) || fputs(seal, sf) < 0 || fclose(sf) || rename(tmp_seal, seal_path) || rename(tmp_so, so_path)) {
-        snprintf(err, err_size, "cannot put compiled kernels into the cache '%s': %s", so_path, strerror(errno));
-        unlink(tmp_seal);
-        unlink(tmp_so);
-        return -1;
-    }
+    free(file);
+    close(wdir);
+    /* the sources, objects and messages are not kept (--dump-kernels writes the sources), but a compiler's complaint */
+    if (!keep_messages) rt_cache_remove_dir(cache.fd, wname);
+    rt_cache_close(&cache);
+    if (rc) return -1;
     if (verbose)
         fprintf(stderr, "mgc: compiled kernels (%d translation unit%s, side by side) in %.2f s -> %s\n", n, n == 1 ? "" : "s",
                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), so_path);
     rt_cache_prune(h, verbose);
+    *so_fd = fd;
     return 0;
 }
 
-int rt_cc_load(const char *const *parts, int nparts, bool verbose, void **so, char *err, size_t err_size)
+/* A shared object loaded: the descriptor of the file it was loaded from is
+   held as long as it is, so that no other file ever gets its
+   /proc/self/fd/N name while dlopen knows a library by it. */
+struct CcModule {
+    void *so;
+    int fd;
+};
+
+int rt_cc_load(const char *const *parts, int nparts, bool verbose, CcModule **mod, char *err, size_t err_size)
 {
-    char so_path[4608];
-    if (compile_kernels(parts, nparts, verbose, so_path, sizeof so_path, err, err_size)) return -1;
-    *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
-    if (!*so && access(so_path, F_OK)) {   /* another process pruned it from the cache a moment ago: once more */
-        if (compile_kernels(parts, nparts, verbose, so_path, sizeof so_path, err, err_size)) return -1;
-        *so = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
-    }
-    if (!*so) {
-        snprintf(err, err_size, "cannot load compiled kernels %s: %s (delete it to rebuild)", so_path, dlerror());
+    char so_path[4608], by_fd[64];
+    int fd;
+    *mod = NULL;
+    if (compile_kernels(parts, nparts, verbose, &fd, so_path, sizeof so_path, err, err_size)) return -1;
+    /* the very file that was checked (or just made), whatever is at its path now */
+    snprintf(by_fd, sizeof by_fd, "/proc/self/fd/%d", fd);
+    void *so = dlopen(by_fd, RTLD_NOW | RTLD_LOCAL);
+    if (!so) {
+        const char *why = dlerror();
+        bool no_proc = access("/proc/self/fd", X_OK) != 0;
+        snprintf(err, err_size, "cannot load compiled kernels %s: %s%s", so_path, why ? why : "?",
+                 no_proc ? " (mgc loads its kernels through /proc/self/fd: mount /proc)" : " (delete it to rebuild)");
+        close(fd);
         return -1;
     }
+    *mod = malloc(sizeof **mod);
+    if (!*mod) {
+        dlclose(so);
+        close(fd);
+        snprintf(err, err_size, "out of memory");
+        return -1;
+    }
+    (*mod)->so = so;
+    (*mod)->fd = fd;
     return 0;
+}
+
+void *rt_cc_sym(CcModule *mod, const char *name) { return mod ? dlsym(mod->so, name) : NULL; }
+
+void rt_cc_unload(CcModule *mod)
+{
+    if (!mod) return;
+    dlclose(mod->so);
+    close(mod->fd);
+    free(mod);
 }

@@ -14,7 +14,6 @@
 #include "pool.h"
 #include "bgemm.h"
 #include <cblas.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -188,14 +187,14 @@ static int cpu_load(Device *d, const Program *p, bool verbose, void **module, Ke
         if (want > kernels) want = kernels;
         char **parts = malloc(sizeof(char *) * (size_t)want);
         int n = cg_source_parts(p, TARGET_C, (int)want, parts);
-        int rc = rt_cc_load((const char *const *)parts, n, verbose, module, err, err_size);
+        int rc = rt_cc_load((const char *const *)parts, n, verbose, (CcModule **)module, err, err_size);
         free(parts);
         if (rc) return -1;
     }
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
         if (s->kind != STEP_KERNEL || s->shared) continue;   /* shared: the Exec takes it from the other program's */
-        void *sym = dlsym(*module, s->sym);
+        void *sym = rt_cc_sym(*module, s->sym);
         if (!sym) {
             snprintf(err, err_size, "kernel %s missing from the compiled kernels (delete the kernel cache to rebuild)", s->sym);
             return -1;
@@ -208,7 +207,7 @@ static int cpu_load(Device *d, const Program *p, bool verbose, void **module, Ke
 static void cpu_unload(Device *d, void *module)
 {
     (void)d;
-    if (module) dlclose(module);
+    rt_cc_unload(module);
 }
 
 static void cpu_launch(Device *d, KernelFn fn, const KArgs *a, const Step *s, long work)

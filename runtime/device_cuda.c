@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -346,7 +347,7 @@ static void cuda_copy(Device *d, void *dst, const void *src, size_t bytes)
 static void *image_for(CudaDev *c, const char *source, bool verbose, bool fresh, size_t *size, char *path, size_t path_size,
                        char *err, size_t err_size)
 {
-    char arch[16], ver[64], kdir[4200];
+    char arch[16], ver[64];
     bool ptx;
     int got = rt_nvrtc_arch(c->major * 10 + c->minor, &ptx, err, err_size);
     if (got < 0) return NULL;
@@ -362,26 +363,26 @@ static void *image_for(CudaDev *c, const char *source, bool verbose, bool fresh,
     h = rt_fnv1a(h, arch);
     h = rt_fnv1a(h, ptx ? " ptx" : " cubin");
     for (int k = 0; k < RT_NVRTC_NOPTIONS; k++) h = rt_fnv1a(h, rt_nvrtc_options[k]);
-    if (rt_kernel_cache(kdir, sizeof kdir, err, err_size)) return NULL;
-    if (ptx) snprintf(path, path_size, "%s/%016llx.compute_%d.ptx", kdir, (unsigned long long)h, got);
-    else snprintf(path, path_size, "%s/%016llx.%s.cubin", kdir, (unsigned long long)h, arch);
-    int fd = fresh ? -1 : open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0 && rt_cache_entry_trusted(fd, path, false)) {   /* another's, or writable by others: compiled anew */
-        close(fd);
-        fd = -1;
-    }
+    CacheDir cache;
+    char name[64];
+    if (rt_cache_open(&cache, err, err_size)) return NULL;
+    if (ptx) snprintf(name, sizeof name, "%016llx.compute_%d.ptx", (unsigned long long)h, got);
+    else snprintf(name, sizeof name, "%016llx.%s.cubin", (unsigned long long)h, arch);
+    snprintf(path, path_size, "%s/%s", cache.path, name);
+    /* another's, or writable by others: said, compiled anew */
+    int fd = fresh ? -1 : rt_cache_open_entry(&cache, name, false);
     FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (fd >= 0 && !f) close(fd);
     if (f) {
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
+        struct stat st;
+        long n = fstat(fileno(f), &st) ? -1 : (long)st.st_size;
         char *img = n > 0 ? malloc((size_t)n + 1) : NULL;
         bool ok = img && fread(img, 1, (size_t)n, f) == (size_t)n;
+        if (ok) rt_cache_touch(fileno(f));
         fclose(f);
         if (ok) {
             img[n] = 0;
-            rt_cache_touch(path);
+            rt_cache_close(&cache);
             if (verbose) fprintf(stderr, "mgc: CUDA kernels found in cache %s\n", path);
             *size = (size_t)n;
             return img;
@@ -393,18 +394,12 @@ static void *image_for(CudaDev *c, const char *source, bool verbose, bool fresh,
     char *img = ptx ? rt_nvrtc_ptx(source, "mgc_kernels.cu", arch, size, err, err_size)
                     : rt_nvrtc_cubin(source, "mgc_kernels.cu", arch, size, err, err_size);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (!img) return NULL;
-    img[*size] = 0;   /* rt_nvrtc_* leave a byte for it */
-    char tmp[4700];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    f = rt_cache_create(tmp);
-    if (f && fwrite(img, 1, *size, f) == *size && fclose(f) == 0) {
-        if (rename(tmp, path)) unlink(tmp);
-        else rt_cache_prune(h, verbose);
-    } else {
-        if (f) fclose(f);
-        unlink(tmp);   /* the cache is an optimisation: run without it */
+    if (img) {
+        img[*size] = 0;   /* rt_nvrtc_* leave a byte for it */
+        if (!rt_cache_put(&cache, name, img, *size)) rt_cache_prune(h, verbose);   /* else run without the cache: an optimisation */
     }
+    rt_cache_close(&cache);
+    if (!img) return NULL;
     if (verbose)
         fprintf(stderr, "mgc: NVRTC compiled the CUDA kernels for %s%s in %.2f s -> %s\n", ptx ? "compute_" : "sm_", arch + 3,
                 (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), path);

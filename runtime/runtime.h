@@ -148,24 +148,44 @@ void rt_exec_set_lr(Exec *x, double lr);
 void rt_exec_profile(Exec *x);
 void rt_exec_profile_report(const Exec *x, FILE *out);
 
-/* The kernel cache's root: $XDG_CACHE_HOME/mgc, else ~/.cache/mgc (HOME, or
-   the passwd entry's home), else a private directory made for this run and
-   removed at its end. 0, or -1 with err (XDG_CACHE_HOME relative). */
-int  rt_cache_root(char *buf, size_t size, char *err, size_t err_size);
-/* The kernel cache's directory (made if missing), checked to be trusted:
-   it and every directory above it writable by nobody but the user (cache.c
-   says the rule). 0, or -1 with err saying what was found and the fix. */
-int  rt_kernel_cache(char *dir, size_t size, char *err, size_t err_size);
-/* An entry about to be loaded, open as fd: a regular file of the user's that
-   nobody else can write (0); else -1, said on stderr unless quiet. */
-int  rt_cache_entry_trusted(int fd, const char *path, bool quiet);
-/* A new file in the cache (O_NOFOLLOW, mode 0644 whatever the umask), or NULL. */
-FILE *rt_cache_create(const char *path);
+/* The kernel cache's directory, open: everything in it is reached through fd
+   (openat, renameat, unlinkat), never by a path that could move. */
+typedef struct CacheDir {
+    int fd;                  /* the kernels directory (O_RDONLY | O_DIRECTORY), or -1 */
+    char path[4200];         /* its path, for messages only */
+} CacheDir;
+/* Opens the kernel cache's directory, $XDG_CACHE_HOME/mgc/kernels, else
+   ~/.cache/mgc/kernels (HOME, or the passwd entry's home), else one in a
+   private directory made for this run and removed at its end; made if
+   missing. It is reached from "/" one component at a time, each directory
+   checked as it is opened, a symbolic link followed only when it is the
+   user's or root's (cache.c says the rule). 0, or -1 with err saying what
+   was found and the fix. */
+int  rt_cache_open(CacheDir *c, char *err, size_t err_size);
+void rt_cache_close(CacheDir *c);
+/* The entry name opened for reading when it is one to load: a regular file
+   of the user's that nobody else can write, not a link. Its descriptor, or
+   -1: missing (said nowhere), or not to be trusted (said on stderr unless
+   quiet). */
+int  rt_cache_open_entry(const CacheDir *c, const char *name, bool quiet);
+/* A private work directory for one compile of the entry hash, made 0700 in
+   the cache as HASH.build.<12 random hex digits>: its descriptor (its name
+   in name), or -1 with errno. */
+int  rt_cache_workdir(const CacheDir *c, uint64_t hash, char *name, size_t size);
+/* A new file name in the directory dir (O_EXCL, O_NOFOLLOW, mode 0644
+   whatever the umask): its descriptor, or -1 with errno. */
+int  rt_cache_create(int dir, const char *name);
+/* The entry name, written whole to a temporary file beside it and renamed
+   into place (no reader sees half of it). 0, or -1 with errno. */
+int  rt_cache_put(const CacheDir *c, const char *name, const void *data, size_t size);
+/* Removes the directory name in dir and the files in it, following no link:
+   the bytes freed. */
+long long rt_cache_remove_dir(int dir, const char *name);
 /* The kernel cache's limit in bytes: $MGC_CACHE_MB (10^6 bytes), else 1000 MB;
    -1 when MGC_CACHE_MB is not a number above 0 (the driver stops on it). */
 long long rt_cache_limit(void);
-/* Marks a cache entry (its .so or .cubin) used now. */
-void rt_cache_touch(const char *path);
+/* Marks a cache entry (its .so or .cubin, open as fd) used now. */
+void rt_cache_touch(int fd);
 /* After an entry is added (keep: its hash, never removed): while the cache
    holds more than its limit, removes the entries used least recently, down
    to 80% of the limit; and what unfinished compiles left over a day ago. */
@@ -186,11 +206,17 @@ int  rt_cpu_blas_core(char **argv, bool verbose);
 void rt_cpu_blas_describe(char *buf, size_t size);
 /* cg_fnv1a over a string, from h (CG_FNV1A_START to start): the caches' keys. */
 uint64_t rt_fnv1a(uint64_t h, const char *s);
+/* Compiled C kernels, loaded (cc.c). */
+typedef struct CcModule CcModule;
 /* Compiles C kernel source, given as pieces that each compile alone, with
    the system compiler (the pieces side by side, one per core, then linked
-   into one shared object), or finds it in the cache, and loads it; *so is the
-   dlopen handle. Returns 0 or -1 with err. */
-int  rt_cc_load(const char *const *parts, int nparts, bool verbose, void **so, char *err, size_t err_size);
+   into one shared object), or finds it in the cache, and loads it through
+   the descriptor of the file checked (never by a path). Returns 0 and *mod,
+   or -1 with err. */
+int  rt_cc_load(const char *const *parts, int nparts, bool verbose, CcModule **mod, char *err, size_t err_size);
+/* A kernel's address in mod, or NULL. */
+void *rt_cc_sym(CcModule *mod, const char *name);
+void rt_cc_unload(CcModule *mod);
 
 /* v with thousands separators ("44,426"), in buf; printf's ' flag needs a locale. */
 const char *rt_commas(long v, char buf[32]);

@@ -61,9 +61,12 @@ fi
 # messages are named, and nothing broken enters the cache
 printf '#!/bin/sh\ncase "$*" in *--version*) exec cc --version;; esac\necho "mgc-test: refused" >&2\nexit 1\n' > "$tmp/badcc"
 chmod +x "$tmp/badcc"
+# (in the compile's private work directory, which stays to be read)
 MGC_CC="$tmp/badcc" XDG_CACHE_HOME="$tmp/cache-bad" expect cc-fails 1 "the C compiler failed on the generated kernels; source $tmp/cache-bad/mgc/kernels/" -- $L --epochs 0
-if ls "$tmp/cache-bad/mgc/kernels/"*.so > /dev/null 2>&1 || ! grep -q "mgc-test: refused" "$tmp/cache-bad/mgc/kernels/"*.log; then
-    echo "FAIL cli cc-fails-cache: a failed compile left an entry, or no messages"; fail=$((fail + 1))
+src=$(sed -n 's/.*; source \([^,]*\), messages \(.*\)$/\1/p' "$tmp/out") msgs=$(sed -n 's/.*; source \([^,]*\), messages \(.*\)$/\2/p' "$tmp/out")
+if ls "$tmp/cache-bad/mgc/kernels/"*.so > /dev/null 2>&1 || ! grep -q "mgc-test: refused" "$msgs" || ! grep -q "mgc_kernel\|void" "$src" ||
+   [[ $src != "$tmp/cache-bad/mgc/kernels/"*.build.*/*.c ]] || [ "$(stat -c %a "$(dirname "$src")")" != 700 ]; then
+    echo "FAIL cli cc-fails-cache: a failed compile left an entry, or its source and messages are not where it says ($src, $msgs)"; fail=$((fail + 1))
 else
     pass=$((pass + 1))
 fi
@@ -95,11 +98,14 @@ else
 fi
 # What a compile left and never finished (a killed run) goes after a day, when
 # the next entry is added; a failed compile's log of today stays to be read
+# (its work directory, or the loose files an older mgc left)
 kd="$lru/mgc/kernels"
-touch "$kd/0123456789abcdef.0.c" "$kd/0123456789abcdef.0.77.log" "$kd/fedcba9876543210.0.c"
-touch -d '2 days ago' "$kd/0123456789abcdef.0.c" "$kd/0123456789abcdef.0.77.log"
+old_w="$kd/0123456789abcdef.build.0123456789ab" new_w="$kd/fedcba9876543210.build.0123456789ab"
+mkdir -m 700 "$old_w" "$new_w"
+touch "$kd/0123456789abcdef.0.c" "$kd/0123456789abcdef.0.77.log" "$old_w/0.c" "$old_w/0.log" "$new_w/0.log"
+touch -d '2 days ago' "$kd/0123456789abcdef.0.c" "$kd/0123456789abcdef.0.77.log" "$old_w/0.c" "$old_w/0.log" "$old_w"
 XDG_CACHE_HOME="$lru" "$MGC" $L --epochs 0 --set classes=13 > /dev/null 2>&1
-if [ ! -e "$kd/0123456789abcdef.0.c" ] && [ ! -e "$kd/0123456789abcdef.0.77.log" ] && [ -e "$kd/fedcba9876543210.0.c" ]; then
+if [ ! -e "$kd/0123456789abcdef.0.c" ] && [ ! -e "$kd/0123456789abcdef.0.77.log" ] && [ ! -e "$old_w" ] && [ -e "$new_w/0.log" ]; then
     pass=$((pass + 1))
 else
     echo "FAIL cli cache-stale: $(ls "$kd" | grep -c 0123456789abcdef) files of a day-old unfinished compile left, $(ls "$kd" | grep -c fedcba9876543210) of today's"

@@ -3,7 +3,8 @@
 # (issue 24), each case against what mgc must do:
 #   - the kernel cache: loaded only where nobody else could have written it
 #     (directories owned by another uid, writable by others, planted entries
-#     with a valid seal; no shared fallback without HOME);
+#     with a valid seal, a link of another uid's repointed while mgc runs,
+#     links inside the cache; no shared fallback without HOME);
 #   - ranks started differently under mpirun stop at once, naming the first
 #     difference and who differs;
 #   - SIGTERM and SIGHUP stop like Ctrl-C, at random moments: status
@@ -82,6 +83,98 @@ else
         fi
     done
 fi
+
+# A symbolic link on the way to the cache that another user owns is refused,
+# wherever it points: its owner could repoint it while the compiler runs (a
+# shared sticky XDG_CACHE_HOME, where anyone may add a name "mgc"). Driven as an
+# attacker would: a second process, as uid 65534, swaps the link between
+# root's real cache (where the check would pass) and a directory of its own
+# holding a planted, sealed shared object under the very name of lenet's
+# kernels, as fast as it can, while root runs mgc again and again. Nothing
+# planted is ever loaded; every run stops with status 1 naming the link.
+if [ "$(id -u)" -eq 0 ] && setpriv --reuid=65534 --regid=65534 --clear-groups true 2> /dev/null; then
+    chmod 0755 "$tmp"
+    real="$tmp/real"; XDG_CACHE_HOME="$real" "$MGC" $L --epochs 0 > /dev/null 2>&1
+    so_name=$(basename "$(ls "$real/mgc/kernels/"*.so | head -1)")
+    shared="$tmp/shared"; mkdir -m 1777 "$shared"
+    evil="$tmp/evil"; mkdir -p "$evil/mgc/kernels"
+    cc -shared -fPIC -o "$evil/mgc/kernels/$so_name" "$tmp/plant.c"
+    $PY -c "
+import sys
+b = open(sys.argv[1], 'rb').read(); h = 0xcbf29ce484222325
+for x in b: h = ((h ^ x) * 0x100000001b3) & 0xffffffffffffffff
+open(sys.argv[1] + '.seal', 'w').write('%d %016x\n' % (len(b), h))" "$evil/mgc/kernels/$so_name"
+    chown -R 65534:65534 "$evil"; chmod -R go-w "$evil"
+    rm -f "$tmp/pwned"
+    setpriv --reuid=65534 --regid=65534 --clear-groups $PY -c "
+import os, sys, time
+link, targets, stop = sys.argv[1], sys.argv[2:4], time.time() + 120
+i = 0
+while time.time() < stop and not os.path.exists(sys.argv[4]):
+    tmp_link = link + '.new'
+    try:
+        os.symlink(targets[i % 2], tmp_link); os.rename(tmp_link, link)   # repointed atomically
+    except OSError:
+        pass
+    i += 1
+" "$shared/mgc" "$real/mgc" "$evil/mgc" "$tmp/attacker-stop" &
+    attacker=$!
+    sleep 0.3
+    runs=0 refused=0 other=""
+    for try in 1 2 3 4 5 6 7 8; do
+        XDG_CACHE_HOME="$shared" "$MGC" $L --epochs 0 > "$tmp/out" 2>&1
+        rc=$?
+        runs=$((runs + 1))
+        if [ $rc -eq 1 ] && grep -q "is not trusted: $shared/mgc is a symbolic link that belongs to uid 65534" "$tmp/out"; then
+            refused=$((refused + 1))
+        else
+            other="$other [try $try: exit $rc: $(head -c 200 "$tmp/out")]"
+        fi
+    done
+    XDG_CACHE_HOME="$shared" "$MGC" --cache-clear > "$tmp/out-clear" 2>&1
+    clear_rc=$?
+    touch "$tmp/attacker-stop"; wait $attacker
+    if [ ! -e "$tmp/pwned" ] && [ $refused -eq $runs ] && [ $clear_rc -eq 1 ] && [ -e "$evil/mgc/kernels/$so_name" ] &&
+       [ -e "$real/mgc/kernels/$so_name" ] && grep -q "symbolic link that belongs to uid 65534" "$tmp/out-clear"; then
+        ok "a link of another uid's swapped by it between root's cache and a planted one, $runs runs: none loaded, all stopped with status 1 naming it; --cache-clear refused too"
+    else
+        bad "cache-link-race: loaded: $([ -e "$tmp/pwned" ] && echo yes || echo no), $refused of $runs refused, --cache-clear exit $clear_rc;$other"
+    fi
+    # the same link owned by root (the user) in the shared directory: followed, and the cache used
+    rm -f "$shared/mgc"; ln -s "$real/mgc" "$shared/mgc"
+    XDG_CACHE_HOME="$shared" expect cache-link-own 0 "kernels found in cache $shared/mgc/kernels/$so_name" -- $L --epochs 0 -v
+    [ ! -e "$tmp/pwned" ] || bad "cache-link-own: the plant was loaded"
+    chmod 0700 "$tmp"
+else
+    echo "skip the cache link race: not root, or uid 65534 cannot run a program"
+fi
+
+# Inside the cache nothing is followed: kernels/ as a link is refused (mgc makes
+# it a directory); a link named as an entry, or as a compile's work directory,
+# is removed by --cache-clear as a link, and what it points to is left whole.
+c="$tmp/links"; mkdir -p "$c/mgc" "$tmp/elsewhere/kernels"; ln -s "$tmp/elsewhere/kernels" "$c/mgc/kernels"
+XDG_CACHE_HOME="$c" expect cache-kernels-link 1 "is not trusted: $c/mgc/kernels is a symbolic link (mgc makes it a directory)" -- $L --epochs 0
+rm "$c/mgc/kernels"; mkdir -m 700 "$c/mgc/kernels"
+mkdir -p "$tmp/victim/dir"; echo precious > "$tmp/victim/file"; echo precious > "$tmp/victim/dir/file"
+ln -s "$tmp/victim/file" "$c/mgc/kernels/0123456789abcdef.so"
+ln -s "$tmp/victim/dir" "$c/mgc/kernels/0123456789abcdef.build.0123456789ab"
+if XDG_CACHE_HOME="$c" "$MGC" --cache-clear > "$tmp/out" 2>&1 && [ -z "$(ls -A "$c/mgc/kernels")" ] &&
+   [ "$(cat "$tmp/victim/file" "$tmp/victim/dir/file")" = "$(printf 'precious\nprecious')" ]; then
+    ok "--cache-clear removes links in the cache as links: what they point to is untouched"
+else
+    bad "cache-clear-links: $(cat "$tmp/out"); left $(ls -A "$c/mgc/kernels"); victim: $(ls -R "$tmp/victim" | tr '\n' ' ')"
+fi
+# (a link planted as the entry itself is never loaded: the plant cases above)
+
+# Nothing in the cache's code opens, loads, renames or removes by a path that
+# a link could redirect: every such call there is relative to a directory's
+# descriptor (the *at calls), but for "/", /dev/null and /proc/self/fd/N.
+calls=$(grep -nE '\b(open|fopen|opendir|dlopen|unlink|remove|rename|rmdir|mkdir|mkdtemp|stat|lstat|chmod|chown|utimensat|truncate)\(' \
+        runtime/cache.c runtime/cc.c | grep -vE 'open\("/",|open\("/dev/null",|dlopen\(by_fd,|^[^:]*:[0-9]+:\s*(\*|/\*)')
+home_stat=$(echo "$calls" | grep -c 'stat(home, &st)')
+others=$(echo "$calls" | grep -v 'stat(home, &st)' | grep -c .)
+[ "$others" -eq 0 ] && ok "the cache's code calls no path-based open, load, rename or remove ($home_stat stat of \$HOME, to choose the cache's place)" ||
+    bad "cache-by-path: $(echo "$calls" | grep -v 'stat(home, &st)' | head -5)"
 
 # No HOME and no XDG_CACHE_HOME, and no home in the passwd entry (nobody's is
 # /nonexistent): a private directory for the run, gone at its end; never the
