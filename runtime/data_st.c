@@ -38,11 +38,17 @@ static const char *shape_str(const StTensor *t, char *buf, size_t size)
 /* The tensor called name in f, or NULL with err saying what f holds instead. */
 static StTensor *need(StFile *f, const char *path, const char *name, char *err, size_t err_size)
 {
-    char names[256] = "";
-    for (int i = 0; i < f->n; i++) {
-        if (!strcmp(f->t[i].name, name)) return &f->t[i];
+    const StTensor *t = st_find(f, name);
+    if (t) return &f->t[t - f->t];
+    char names[320] = "";
+    int listed = 0;
+    for (; listed < f->n && strlen(names) < 200; listed++) {
         size_t len = strlen(names);
-        snprintf(names + len, sizeof names - len, "%s%.40s", len ? ", " : "", f->t[i].name);
+        snprintf(names + len, sizeof names - len, "%s%.40s", len ? ", " : "", f->t[listed].name);
+    }
+    if (listed < f->n) {
+        size_t len = strlen(names);
+        snprintf(names + len, sizeof names - len, " and %d more", f->n - listed);
     }
     set_err(err, err_size, "%s: no tensor `%s`: a data set file holds `images` ([N, C, H, W], [N, H, W, C] or "
             "[N, H, W]; U8 or F32) and `labels` ([N]; U8, I32 or I64); this one holds %s", path, name,

@@ -6,6 +6,9 @@
 ** nesting is limited, numbers are parsed with overflow checks, and any
 ** mistake becomes "PATH: bad header JSON at byte K: ...". Validation after
 ** parsing checks dtypes, shapes, sizes and offsets before any data is read.
+** Linear in the header: one pass over its text, each string's buffer as long
+** as the string, names checked for duplicates in a hash set, the overlap
+** check a sort (n log n).
 */
 #include "safetensors.h"
 #include "errbuf.h"
@@ -72,6 +75,62 @@ static long long shape_numel(int nd, const long long *shape)
 long long st_numel(const StTensor *t)
 {
     return shape_numel(t->nd, t->shape);
+}
+
+/* ---- names: a hash set ------------------------------------------------------ */
+
+/* Indices into a tensor array, found by name: open addressing, linear
+   probing, at most half full, so adding and finding are O(1) and n names
+   cost O(n) (a list searched name by name made a header of 80,000 tensors
+   take minutes). */
+struct StIndex {
+    size_t cap;                     /* slots, a power of 2 */
+    int slot[];                     /* a tensor's index, or -1 */
+};
+
+static size_t name_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;   /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return (size_t)(h ^ h >> 29);
+}
+
+/* The index of the tensor of t[] called name, or -1. */
+static int index_find(const StIndex *x, const StTensor *t, const char *name)
+{
+    if (!x) return -1;
+    for (size_t k = name_hash(name) & (x->cap - 1);; k = (k + 1) & (x->cap - 1)) {
+        int i = x->slot[k];
+        if (i < 0) return -1;
+        if (!strcmp(t[i].name, name)) return i;
+    }
+}
+
+static void index_put(StIndex *x, const StTensor *t, int i)
+{
+    size_t k = name_hash(t[i].name) & (x->cap - 1);
+    while (x->slot[k] >= 0) k = (k + 1) & (x->cap - 1);
+    x->slot[k] = i;
+}
+
+/* Adds t[i] (t[0..i) already in *x, i + 1 names in all), growing the set:
+   0, or -1 out of memory (*x unchanged). The name must not be in it. */
+static int index_add(StIndex **x, const StTensor *t, int i)
+{
+    size_t need = 2 * ((size_t)i + 1);
+    if (!*x || need > (*x)->cap) {
+        size_t cap = *x ? 2 * (*x)->cap : 64;
+        while (cap < need) cap *= 2;
+        StIndex *y = malloc(sizeof *y + cap * sizeof y->slot[0]);
+        if (!y) return -1;
+        y->cap = cap;
+        memset(y->slot, 0xff, cap * sizeof y->slot[0]);   /* -1 */
+        for (int j = 0; j < i; j++) index_put(y, t, j);
+        free(*x);
+        *x = y;
+    }
+    index_put(*x, t, i);
+    return 0;
 }
 
 /* ---- JSON ---------------------------------------------------------------- */
@@ -146,13 +205,15 @@ static int json_string(Json *j, char **out)
     if (json_expect(j, '"') < 0)
         return -1;
     const char *start = j->p;
-    /* Unescaped text is never longer than the escaped text. */
+    /* Unescaped text is never longer than the escaped text: the buffer is
+       as long as the string as written (its closing quote found first), so
+       the strings of a header take memory linear in its length. */
     char *buf = NULL;
     size_t len = 0;
     if (out) {
-        /* find a bound: up to the end of header */
-        buf = malloc((size_t)(j->end - start) + 1);
-        if (!buf)
+        const char *q = start;
+        while (q < j->end && *q != '"') q += *q == '\\' && q + 1 < j->end ? 2 : 1;
+        if (q < j->end && !(buf = malloc((size_t)(q - start) + 1)))   /* unterminated: said below */
             return json_fail(j, "out of memory");
     }
     for (;;) {
@@ -506,6 +567,7 @@ void st_free(StFile *f)
     }
     free(f->t);
     free(f->meta_json);
+    free(f->index);
     memset(f, 0, sizeof *f);
 }
 
@@ -547,12 +609,11 @@ static int parse_header(const char *path, const char *text, size_t len, StFile *
                 memcpy(f->meta_json, start, n);
                 f->meta_json[n] = 0;
             } else {
-                for (int i = 0; i < f->n; i++)
-                    if (strcmp(f->t[i].name, name) == 0) {
-                        set_err(err, err_size, "%s: duplicate tensor name \"%.200s\"", path, name);
-                        free(name);
-                        goto fail;
-                    }
+                if (index_find(f->index, f->t, name) >= 0) {
+                    set_err(err, err_size, "%s: duplicate tensor name \"%.200s\"", path, name);
+                    free(name);
+                    goto fail;
+                }
                 if (f->n == cap) {
                     int ncap = cap ? 2 * cap : 16;
                     StTensor *nt = realloc(f->t, (size_t)ncap * sizeof *nt);
@@ -572,6 +633,10 @@ static int parse_header(const char *path, const char *text, size_t len, StFile *
                 memset(t, 0, sizeof *t);
                 t->name = name;
                 f->n++;
+                if (index_add(&f->index, f->t, f->n - 1) < 0) {
+                    set_err(err, err_size, "%s: out of memory", path);
+                    goto fail;
+                }
                 Range *r = &ranges[f->n - 1];
                 r->index = f->n - 1;
                 if (parse_tensor(&j, t, &r->begin, &r->end) < 0)
@@ -730,10 +795,8 @@ int st_load_header(const char *path, StFile *f, char *err, size_t err_size)
 
 const StTensor *st_find(const StFile *f, const char *name)
 {
-    for (int i = 0; i < f->n; i++)
-        if (strcmp(f->t[i].name, name) == 0)
-            return &f->t[i];
-    return NULL;
+    int i = index_find(f->index, f->t, name);
+    return i < 0 ? NULL : &f->t[i];
 }
 
 int st_meta_get(const StFile *f, const char *key, char *out, size_t size)
@@ -825,6 +888,7 @@ int st_to_f32(const StTensor *t, float *out)
 struct StWriter {
     StTensor *t;            /* tensors in insertion order; data copied */
     int n, cap;
+    StIndex *index;         /* t by name */
     char **meta_key, **meta_value;
     int nmeta, capmeta;
     char err[256];          /* first add/set_meta error, reported by save */
@@ -848,6 +912,7 @@ void st_writer_free(StWriter *w)
         free(w->meta_value[i]);
     }
     free(w->t);
+    free(w->index);
     free(w->meta_key);
     free(w->meta_value);
     free(w);
@@ -896,9 +961,8 @@ int st_writer_add(StWriter *w, const char *name, const char *dtype, int nd,
     long long numel = shape_numel(nd, shape);
     if (numel < 0 || (unsigned long long)numel > SIZE_MAX / es)
         return writer_fail(w, "tensor \"%.100s\": negative or huge shape", name);
-    for (int i = 0; i < w->n; i++)
-        if (strcmp(w->t[i].name, name) == 0)
-            return writer_fail(w, "duplicate tensor name \"%.100s\"", name);
+    if (index_find(w->index, w->t, name) >= 0)
+        return writer_fail(w, "duplicate tensor name \"%.100s\"", name);
     if (numel > 0 && !data)
         return writer_fail(w, "tensor \"%.100s\": no data", name);
     if (w->n == w->cap) {
@@ -925,6 +989,11 @@ int st_writer_add(StWriter *w, const char *name, const char *dtype, int nd,
     t->nd = nd;
     for (int i = 0; i < nd; i++)
         t->shape[i] = shape[i];
+    if (index_add(&w->index, w->t, w->n) < 0) {
+        free(t->name);
+        free(t->data);
+        return writer_fail(w, "out of memory for tensor \"%.100s\"", name);
+    }
     w->n++;
     return 0;
 }

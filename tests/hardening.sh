@@ -249,6 +249,37 @@ else
     bad "save-symlink: $(ls -la "$tmp/link.st" "$tmp/real" 2>&1 | tr '\n' ' ')"
 fi
 
+# ----------------------------------------------------------- large safetensors headers
+# A header of 80,000 empty tensors (4.6 MB, under the 100 MB limit) is parsed
+# in linear time and memory (it took minutes and hundreds of MB): --data,
+# --load and --resume each say what the file lacks, within a hang guard of 30 s;
+# LeNet's checkpoint with those 80,000 tensors added loads (found by name).
+$PY -c "
+import json, struct, sys
+h = '{' + ','.join('\"t%d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}' % i for i in range(80000)) + '}'
+h += ' ' * (-len(h) % 8)
+open(sys.argv[1], 'wb').write(struct.pack('<Q', len(h)) + h.encode())" "$tmp/many.st"
+"$MGC" $L --epochs 0 --save "$tmp/lenet.st" > /dev/null 2>&1   # (the kernels compiled: the times below are the files')
+mkdir -p "$tmp/many"; cp "$tmp/many.st" "$tmp/many/train.safetensors"; cp "$tmp/many.st" "$tmp/many/test.safetensors"
+timed() {  # name status text -- args: expect, and the seconds it took
+    local t0; t0=$(date +%s%N)
+    expect "$@"
+    echo "note $1: $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+}
+MGC_EXPECT_TIMEOUT=30
+timed st-80000-data 1 "train.safetensors: no tensor \`images\`: a data set file holds" -- $L --data "$tmp/many" --epochs 1
+grep -q "this one holds t0, t1, .* and [0-9]* more" "$tmp/out" && ok "the data set's message lists a few of the 80,000 names and counts the rest" ||
+    bad "st-80000-data-names: $(head -c 300 "$tmp/out")"
+timed st-80000-load 1 "many.st: checkpoint has no tensor 'conv1.weight'" -- $L --load "$tmp/many.st" --epochs 0
+timed st-80000-resume 1 "many.st: the checkpoint does not say its epoch" -- $L --resume "$tmp/many.st" --epochs 1
+$PY -c "
+import sys, torch; sys.path.insert(0, 'tests'); import st
+t = st.load(sys.argv[1]); m = st.load_metadata(sys.argv[1])
+t.update(('t%d' % i, torch.zeros(0)) for i in range(80000))
+st.save(t, sys.argv[2], m)" "$tmp/lenet.st" "$tmp/lenet-many.st"
+timed st-80000-load-good 0 "loaded from $tmp/lenet-many.st" -- $L --load "$tmp/lenet-many.st" --epochs 0
+unset MGC_EXPECT_TIMEOUT
+
 # ----------------------------------------------------------- check mode's batch
 for bad_label in 10 200 -1 1e9 nan 2.5; do
     $PY -c "

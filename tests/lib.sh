@@ -15,10 +15,11 @@ ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $SUITE $*"; }
 
 # expect NAME STATUS TEXT -- ARGS: mgc ARGS exits with STATUS within two
-# minutes, prints TEXT (stdout or stderr), and shows no crash
+# minutes ($MGC_EXPECT_TIMEOUT seconds where set), prints TEXT (stdout or
+# stderr), and shows no crash
 expect() {
     local name=$1 status=$2 text=$3; shift 4
-    timeout 120 "$MGC" "$@" > "$tmp/out" 2>&1
+    timeout "${MGC_EXPECT_TIMEOUT:-120}" "$MGC" "$@" > "$tmp/out" 2>&1
     local rc=$?
     if [ $rc -ne "$status" ]; then bad "$name: exit $rc, wanted $status (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'
     elif ! grep -qF -- "$text" "$tmp/out"; then bad "$name: output lacks '$text' (mgc $*)"; head -5 "$tmp/out" | sed 's/^/    /'

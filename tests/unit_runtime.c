@@ -1170,6 +1170,46 @@ static int check_roundtrip(const char *path, const float *conv, int check_order,
     return ok;
 }
 
+/* Headers of many tensors (names in a hash set, issue 35): 20,000 empty
+   ones load, each found by name; a duplicate at the end of them is named; a
+   writer refuses a duplicate among as many. */
+static void test_many_tensors(char *err, size_t err_size)
+{
+    enum { MANY = 20000 };
+    size_t cap = (size_t)MANY * 64 + 256, len = 0;
+    char *h = malloc(cap);
+    len += (size_t)snprintf(h + len, cap - len, "{");
+    for (int i = 0; i < MANY; i++)
+        len += (size_t)snprintf(h + len, cap - len, "%s\"t%d\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}",
+                                i ? "," : "", i);
+    snprintf(h + len, cap - len, "}");
+    write_raw_st(st_path, h, 0);
+    StFile f;
+    int rc = st_load(st_path, &f, err, err_size), found = rc == 0;
+    for (int i = 0; found && i < MANY; i += 7) {
+        char name[16];
+        snprintf(name, sizeof name, "t%d", i);
+        const StTensor *t = st_find(&f, name);
+        found = t == &f.t[i] && !strcmp(t->name, name);
+    }
+    CHECK(rc == 0 && f.n == MANY && found && !st_find(&f, "t20000") && !st_find(&f, "t"), "20,000 tensors load, each found by name");
+    if (rc) printf("  %s\n", err);
+    st_free(&f);
+    snprintf(h + len, cap - len, ",\"t12345\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}");
+    EXPECT_ERR(raw_load(h, 0, err, err_size), err, "a duplicate after 20,000 names", "duplicate tensor name \"t12345\"");
+    free(h);
+    StWriter *w = st_writer_new();
+    long long zero[1] = { 0 };
+    int added = 0;
+    for (int i = 0; i < MANY; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        added += st_writer_add_f32(w, name, 1, zero, NULL) == 0;
+    }
+    CHECK(added == MANY && st_writer_add_f32(w, "w4321", 1, zero, NULL) == -1, "the writer: 20,000 names, then a duplicate refused");
+    st_writer_free(w);
+}
+
 static const char *python;
 static char tests_dir[512];
 
@@ -1301,6 +1341,7 @@ static void test_safetensors(void)
                         sizeof err), err, "3 offsets", "2 integers");
     snprintf(h, sizeof h, "{%s,%s}", A, A);
     EXPECT_ERR(raw_load(h, 8, err, sizeof err), err, "duplicate", "duplicate tensor name \"a\"");
+    test_many_tensors(err, sizeof err);
     snprintf(h, sizeof h, "{\"__metadata__\":{\"k\":1},%s}", A);
     EXPECT_ERR(raw_load(h, 8, err, sizeof err), err, "meta value", "must be strings");
     snprintf(h, sizeof h, "{%s} x", A);
