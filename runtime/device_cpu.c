@@ -12,6 +12,7 @@
 #include "runtime.h"
 #include "comm.h"
 #include "pool.h"
+#include "memlimit.h"
 #include "bgemm.h"
 #include <cblas.h>
 #include <errno.h>

@@ -132,7 +132,7 @@ static long long read_number(const char *path, const char *key)
         char *p = line + (key ? strlen(key) : 0);
         char *end;
         long long x = strtoll(p, &end, 10);
-        if (end != p) v = key ? x * 1024 : x;   /* /proc/meminfo counts kB */
+        if (end != p) v = key ? x * 1024 : x;   /* /proc/self/status counts kB */
         break;
     }
     fclose(f);
@@ -146,20 +146,4 @@ size_t rt_peak_resident(void)
        a Python process with PyTorch loaded sets a floor under every child's figure) */
     long long v = read_number("/proc/self/status", "VmHWM:");
     return v > 0 ? (size_t)v : 0;
-}
-
-size_t rt_memory_available(void)
-{
-    long long avail = read_number("/proc/meminfo", "MemAvailable:");
-    /* cgroup v2, then v1: what is left under the limit */
-    long long lim = read_number("/sys/fs/cgroup/memory.max", NULL), used = read_number("/sys/fs/cgroup/memory.current", NULL);
-    if (lim < 0) {
-        lim = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL);
-        used = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes", NULL);
-    }
-    if (lim > 0 && used >= 0 && lim < (1LL << 60)) {
-        long long left = lim > used ? lim - used : 0;
-        if (avail < 0 || left < avail) avail = left;
-    }
-    return avail > 0 ? (size_t)avail : 0;
 }

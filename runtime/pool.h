@@ -19,9 +19,6 @@ int   rt_pool_threads(const Pool *p);
 void  rt_pool_run(Pool *p, void (*job)(void *ctx, int thread, int nthreads), void *ctx, bool parallel);
 /* Cores this process may run on. */
 int   rt_cores(void);
-/* Bytes of memory this process can still get without swapping: the kernel's
-   MemAvailable, lowered by a cgroup's limit; 0 when neither can be read. */
-size_t rt_memory_available(void);
 /* Bytes of this process's peak resident memory since it started (exec), 0 when unknown. */
 size_t rt_peak_resident(void);
 

@@ -1,12 +1,13 @@
 /*
 ** Unit tests for runtime/data (IDX, CIFAR, safetensors data sets),
-** runtime/transform, runtime/safetensors and runtime/rng.
+** runtime/transform, runtime/safetensors, runtime/rng and runtime/memlimit
+** (a cgroup tree of its own).
 **
 ** Build and run from the repository root:
 **   mkdir -p build && cc -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes \
 **     -Wmissing-prototypes -D_GNU_SOURCE -O2 -g -I. -Iruntime -Iir tests/unit_runtime.c \
 **     runtime/data.c runtime/data_cifar.c runtime/data_st.c runtime/transform.c \
-**     runtime/safetensors.c runtime/rng.c -lz -lm -o build/unit_runtime
+**     runtime/safetensors.c runtime/rng.c runtime/memlimit.c -lz -lm -o build/unit_runtime
 **   MGC_DATA=/path/to/fashion-mnist build/unit_runtime
 **
 ** Without MGC_DATA the checks on the real Fashion-MNIST files are skipped
@@ -21,6 +22,7 @@
 #include "ptx.h"
 #include "rng.h"
 #include "safetensors.h"
+#include "memlimit.h"
 
 #include <dirent.h>
 #include <libgen.h>
@@ -1443,6 +1445,89 @@ static void test_safetensors(void)
     CHECK(check_roundtrip(path2, conv, 0, 1), "our reader on the safetensors package's file");
 }
 
+/* Writes text to dir/name, making dir (and its parents) first. */
+static void put_text(const char *dir, const char *name, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "mkdir -p '%s'", dir);
+    if (system(path)) return;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    write_bytes(path, text, strlen(text), 0);
+}
+
+/* The memory limit of this process's own cgroup and those above it, in a
+   fake tree: /proc/self/cgroup, mountinfo and meminfo of the test's own. */
+static void test_memlimit(void)
+{
+    char root[600], v2[700], v1[700], d[900], cg[700], mi[700], meminfo[700], text[2200];
+    snprintf(root, sizeof root, "%s/cg", tmpdir);
+    snprintf(v2, sizeof v2, "%s/unified", root);
+    snprintf(v1, sizeof v1, "%s/mem ory", root);   /* a space: mountinfo writes it \040 */
+    snprintf(cg, sizeof cg, "%s/cgroup", root);
+    snprintf(mi, sizeof mi, "%s/mountinfo", root);
+    snprintf(meminfo, sizeof meminfo, "%s/meminfo", root);
+    put_text(root, "meminfo", "MemTotal:       16000000 kB\nMemFree:   100 kB\nMemAvailable:    8000000 kB\n");
+    RtMemSources src = { cg, mi, meminfo };
+    RtMemLimit m;
+
+    /* v2: the process in /a/b/c; /a allows 1 GB with 300 MB used (100 MB of it
+       inactive page cache), /a/b no limit, /a/b/c 900 MB with 50 MB used */
+    snprintf(text, sizeof text, "31 23 0:28 / /sys rw - sysfs sysfs rw\n41 31 0:38 / %s rw,relatime - cgroup2 cgroup2 rw\n", v2);
+    write_bytes(mi, text, strlen(text), 0);
+    put_text(root, "cgroup", "0::/a/b/c\n");
+    snprintf(d, sizeof d, "%s/a", v2);
+    put_text(d, "memory.max", "1000000000\n");
+    put_text(d, "memory.current", "300000000\n");
+    put_text(d, "memory.stat", "anon 150000000\nfile 150000000\ninactive_file 100000000\nactive_file 50000000\n");
+    snprintf(d, sizeof d, "%s/a/b", v2);
+    put_text(d, "memory.max", "max\n");
+    put_text(d, "memory.current", "250000000\n");
+    snprintf(d, sizeof d, "%s/a/b/c", v2);
+    put_text(d, "memory.max", "900000000\n");
+    put_text(d, "memory.current", "50000000\n");
+    rt_memory_limit(&src, &m);
+    CHECK(m.available == 800000000 && m.limit == 1000000000 && m.used == 200000000 && !strcmp(m.where, "cgroup /a memory.max"),
+          "cgroup v2: the tightest level above the process's own counts (/a: 1 GB less 200 MB in use, page cache not counted)");
+    if (m.available != 800000000) printf("  available %zu, %s\n", m.available, m.where);
+    snprintf(d, sizeof d, "%s/a/b/c", v2);
+    put_text(d, "memory.max", "700000000\n");
+    rt_memory_limit(&src, &m);
+    CHECK(m.available == 650000000 && !strcmp(m.where, "cgroup /a/b/c memory.max"), "cgroup v2: the process's own cgroup when it is the tightest");
+    /* the root's files (a v2 root has none) do not count: a limit at the mount point with the process below */
+    put_text(v2, "memory.max", "10\n");
+    rt_memory_limit(&src, &m);
+    CHECK(!strcmp(m.where, "cgroup / memory.max") && m.available == 10, "cgroup v2: the root of the hierarchy is a level too");
+    snprintf(d, sizeof d, "%s/memory.max", v2);
+    unlink(d);
+
+    /* v1, docker's way: the container's cgroup /docker/ab mounted as the
+       hierarchy's root; the process in /docker/ab/job; 600 MB at /docker/ab */
+    snprintf(text, sizeof text, "41 31 0:38 / %s rw - cgroup2 cgroup2 rw\n"
+             "35 31 0:32 /docker/ab %s/mem\\040ory rw,relatime - cgroup cgroup rw,memory\n", v2, root);
+    write_bytes(mi, text, strlen(text), 0);
+    put_text(root, "cgroup", "5:cpu,cpuacct:/docker/ab\n4:memory:/docker/ab/job\n0::/\n");
+    put_text(v1, "memory.limit_in_bytes", "600000000\n");
+    put_text(v1, "memory.usage_in_bytes", "100000000\n");
+    put_text(v1, "memory.stat", "cache 60000000\ninactive_file 1\ntotal_inactive_file 50000000\n");
+    snprintf(d, sizeof d, "%s/job", v1);
+    put_text(d, "memory.limit_in_bytes", "9223372036854771712\n");   /* v1's "no limit" */
+    put_text(d, "memory.usage_in_bytes", "90000000\n");
+    rt_memory_limit(&src, &m);
+    CHECK(m.available == 550000000 && m.limit == 600000000 && !strcmp(m.where, "cgroup /docker/ab memory.limit_in_bytes"),
+          "cgroup v1 (the memory controller's line), a mount whose root is the container's cgroup, its escaped mount point");
+    if (m.available != 550000000) printf("  available %zu, %s\n", m.available, m.where);
+
+    /* no limit anywhere: MemAvailable; nothing readable: 0 */
+    put_text(v1, "memory.limit_in_bytes", "9223372036854771712\n");
+    rt_memory_limit(&src, &m);
+    CHECK(m.available == 8192000000ULL && !strcmp(m.where, "MemAvailable") && !m.limit, "no cgroup limit: MemAvailable");
+    RtMemSources none = { "/nonexistent/cgroup", "/nonexistent/mountinfo", "/nonexistent/meminfo" };
+    rt_memory_limit(&none, &m);
+    CHECK(m.available == 0 && !m.where[0], "nothing to read: unknown (0)");
+    rt_memory_limit(NULL, &m);
+    printf("note this process: %zu MB available (%s)\n", m.available >> 20, m.where);
+}
+
 /* The architecture the CUDA device compiles for, among those NVRTC 13.0 lists. */
 static void test_arch_choice(void)
 {
@@ -1472,6 +1557,7 @@ int main(void)
     char *data_dir = getenv("MGC_DATA") ? strdup(getenv("MGC_DATA")) : NULL;
 
     test_rng();
+    test_memlimit();
     test_arch_choice();
     test_shuffle();
     test_data_crafted();
