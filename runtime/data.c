@@ -459,6 +459,44 @@ int data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, ch
     return rc;
 }
 
+/* IDX: the images' headers (gzip's first bytes); labels as many. */
+static int idx_size(const DataFiles *f, size_t *bytes, long long *examples)
+{
+    long long set[2];
+    size_t kept = 0;
+    for (int s = 0; s < 2; s++) {
+        const char *path = f->path[s ? F_TEST_IMAGES : F_TRAIN_IMAGES];
+        char err[64];
+        uint32_t count, rows, cols;
+        gzFile g = gzopen(path, "rb");
+        int rc = g ? idx_header(g, path, IDX_IMAGES_MAGIC, &count, &rows, &cols, err, sizeof err) : -1;
+        if (g) gzclose(g);
+        if (rc < 0) return -1;
+        set[s] = count;
+        /* a byte a pixel (and the one the reader probes past the end), an int a label */
+        kept += (size_t)count * rows * cols + 1 + (size_t)count * sizeof(int);
+    }
+    long long most = set[0] > set[1] ? set[0] : set[1];
+    *examples = set[0] + set[1];
+    *bytes = kept + (size_t)most * 1 + (size_t)most * sizeof(int);   /* a set's label bytes while read; an epoch's order */
+    return 0;
+}
+
+int data_size(const char *dir, DataSize *size)
+{
+    memset(size, 0, sizeof *size);
+    char err[2048];
+    DataFiles *f = files_new(err, sizeof err);
+    if (!f) return -1;
+    int rc = locate(dir && *dir ? dir : ".", f, err, sizeof err) ? -1 : 0;
+    if (!rc && f->format == FMT_SAFETENSORS) rc = st_data_size(f, &size->bytes, &size->examples);
+    else if (!rc && f->format == FMT_IDX) rc = idx_size(f, &size->bytes, &size->examples);
+    else if (!rc) rc = cifar_size(f, f->format == FMT_CIFAR100, &size->bytes, &size->examples);
+    if (!rc) snprintf(size->format, sizeof size->format, "%s", format_name(f->format));
+    free(f);
+    return rc;
+}
+
 int data_describe(const char *dir, DataInfo *info, char *err, size_t err_size)
 {
     *info = (DataInfo){ .format = "Fashion-MNIST", .channels = 1, .rows = 28, .cols = 28, .classes = DATA_CLASSES };

@@ -67,6 +67,18 @@ int  data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, c
    for by default; data_load will say what is missing); -1 with a message in
    err when files of a format are there but cannot be read. */
 int  data_describe(const char *dir, DataInfo *info, char *err, size_t err_size);
+/* What data_load(dir) will hold in memory, told from the files' headers and
+   sizes before any data is read: the images and labels of both sets (pixels
+   a byte, F32 values four, labels an int each), the largest of the loader's
+   passing copies, and an epoch's order of the larger set. */
+typedef struct DataSize {
+    size_t bytes;
+    long long examples;     /* training and test */
+    char format[16];        /* "IDX", "CIFAR-10", ... */
+} DataSize;
+/* 0 (into *size); -1 where the files cannot tell (missing, damaged:
+   data_load will say what is wrong). Reads headers only. */
+int  data_size(const char *dir, DataSize *size);
 /* What the files in dir hold, in words, without reading the data: for IDX
    "train-images 60000x28x28 crc ..., train-labels 60000 crc ..., ..." (gzip's
    CRC-32 of the contents), for the others "CIFAR-10: data_batch_1.bin 30730000

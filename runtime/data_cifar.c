@@ -138,3 +138,18 @@ int cifar_load(const DataFiles *f, bool hundred, Dataset *train, Dataset *test, 
     if (load_set(f, 0, f->ntrain, hundred, train, err, err_size) < 0) return -1;
     return load_set(f, f->ntrain, f->nfiles - f->ntrain, hundred, test, err, err_size);
 }
+
+int cifar_size(const DataFiles *f, bool hundred, size_t *bytes, long long *examples)
+{
+    char err[64];
+    long long set[2] = { 0, 0 };
+    for (int i = 0; i < f->nfiles; i++) {
+        long long n = count_records(f->path[i], hundred, err, sizeof err);
+        if (n < 0) return -1;
+        set[i >= f->ntrain] += n;
+    }
+    /* each image's pixels and its label (an int); an epoch's order of the larger set */
+    *examples = set[0] + set[1];
+    *bytes = (size_t)*examples * (CIFAR_PIXELS + sizeof(int)) + (size_t)(set[0] > set[1] ? set[0] : set[1]) * sizeof(int);
+    return 0;
+}

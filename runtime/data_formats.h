@@ -25,8 +25,13 @@ typedef struct DataFiles {
 /* CIFAR-10 (hundred false) or CIFAR-100 binary batches. */
 int cifar_load(const DataFiles *f, bool hundred, Dataset *train, Dataset *test, char *err, size_t err_size);
 
+/* The bytes CIFAR's batches will take once loaded (DataSize), and their records: 0, or -1. */
+int cifar_size(const DataFiles *f, bool hundred, size_t *bytes, long long *examples);
+
 /* train.safetensors and test.safetensors; *floats: the images are F32. */
 int st_data_load(const DataFiles *f, Dataset *train, Dataset *test, bool *floats, char *err, size_t err_size);
+/* The bytes the two files will take once loaded (DataSize), and their examples: 0, or -1. */
+int st_data_size(const DataFiles *f, size_t *bytes, long long *examples);
 /* The images' shape and dtype from train.safetensors's header, into info. */
 int st_data_describe(const char *path, DataInfo *info, char *err, size_t err_size);
 

@@ -216,3 +216,31 @@ int st_data_describe(const char *path, DataInfo *info, char *err, size_t err_siz
     st_free(&f);
     return rc;
 }
+
+int st_data_size(const DataFiles *f, size_t *bytes, long long *examples)
+{
+    size_t kept = 0, passing = 0;
+    long long most = 0;
+    *examples = 0;
+    for (int k = 0; k < 2; k++) {
+        StFile sf;
+        Layout l;
+        char err[512];
+        if (st_load_header(f->path[k], &sf, err, sizeof err) < 0) return -1;
+        const StTensor *images = st_find(&sf, "images"), *labels = st_find(&sf, "labels");
+        int rc = images && labels ? images_layout(f->path[k], images, &l, err, sizeof err) : -1;
+        if (!rc) {
+            /* kept: the images (taken over, or their channel-planar copy) and an int a label;
+               while a file loads, its labels as stored and, for [N, H, W, C], the images twice */
+            kept += images->nbytes + (size_t)l.n * sizeof(int);
+            size_t p = labels->nbytes + (l.nhwc && l.c > 1 ? images->nbytes : 0);
+            if (p > passing) passing = p;
+            *examples += l.n;
+            if (l.n > most) most = l.n;
+        }
+        st_free(&sf);
+        if (rc) return -1;
+    }
+    *bytes = kept + passing + (size_t)most * sizeof(int);
+    return 0;
+}

@@ -17,6 +17,7 @@
 */
 #include "train_internal.h"
 #include "bgemm.h"
+#include "memlimit.h"
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -186,36 +187,30 @@ static size_t replica_bytes(const Model *m, long shard)
     return t + (e > t ? e : 0) + cg_persistent_bytes(m->train);
 }
 
-/* Before anything is allocated or compiled: does every replica's memory fit
-   where it goes? The CPU devices of a process share the host's memory; a GPU
-   has its own. When not, says which buffers are largest and which batch would
-   fit, and returns -1. */
-static int check_memory(const Group *g, long shard)
+/* Memory that does not fit, said: what is needed (the data set's `data`
+   bytes, where they go there, and `sharing` replicas), what there is
+   (avail, and what limits it in words), the three largest buffers of the
+   training program, and the --batch-size that would fit, or why none does. */
+static void refuse_memory(const Group *g, long shard, const char *where, int sharing, const DataSize *data, size_t avail,
+                          const char *limit)
 {
     const Model *m = g->m;
     const TrainConfig *cfg = g->cfg;
-    for (int k = 0; k < g->n; k++) {
-        Device *d = g->r[k].dev;
-        int sharing = 0;   /* replicas in d's memory; checked at the first of them */
-        bool first = true;
-        for (int j = 0; j < g->n; j++) {
-            bool same = d->kind == DEV_CPU ? g->r[j].dev->kind == DEV_CPU
-                                           : cfg->devices[j].kind == DEV_CUDA && cfg->devices[j].index == cfg->devices[k].index;
-            if (same && j < k) first = false;
-            sharing += same;
-        }
-        size_t avail = d->ops->memory_free ? d->ops->memory_free(d) : 0;
-        size_t need = (size_t)sharing * replica_bytes(m, shard);
-        if (!first || !avail || need <= avail) continue;
-        char b1[32], b2[32], b3[32], b4[32];
-        const char *where = d->kind == DEV_CPU ? "this machine" : d->name;
-        fprintf(stderr, "mgc: not enough memory: training %s at batch %d needs %s on %s (%d device%s x (%s of activations "
-                "and scratch for %ld examples + %s of parameters and state)), but %s is available\n",
-                m->train->net_name, cfg->batch_size, bytes_str((double)need, b1, sizeof b1), where, sharing,
-                sharing == 1 ? "" : "s", bytes_str((double)(replica_bytes(m, shard) - cg_persistent_bytes(m->train)), b2, sizeof b2),
-                shard, bytes_str((double)cg_persistent_bytes(m->train), b3, sizeof b3), bytes_str((double)avail, b4, sizeof b4));
-        /* the three largest buffers of the training program */
-        const Program *p = m->train;
+    const Program *p = m->train;
+    size_t one = replica_bytes(m, shard), persistent = cg_persistent_bytes(p), need = data->bytes + (size_t)sharing * one;
+    char b1[32], b2[32], b3[32], b4[32], num[32];
+    fprintf(stderr, "mgc: not enough memory: training %s at batch %d needs %s on %s (", p->net_name, cfg->batch_size,
+            bytes_str((double)need, b1, sizeof b1), where);
+    if (data->bytes)
+        fprintf(stderr, "the data set in %s, %s %s examples, %s%s", cfg->data_dir ? cfg->data_dir : ".",
+                rt_commas((long)data->examples, num), data->format, bytes_str((double)data->bytes, b1, sizeof b1),
+                sharing ? "; " : "");
+    if (sharing)
+        fprintf(stderr, "%d device%s x (%s of activations and scratch for %ld examples + %s of parameters and state)", sharing,
+                sharing == 1 ? "" : "s", bytes_str((double)(one - persistent), b2, sizeof b2), shard,
+                bytes_str((double)persistent, b3, sizeof b3));
+    fprintf(stderr, "), but %s is available%s%s\n", bytes_str((double)avail, b4, sizeof b4), limit[0] ? " " : "", limit);
+    if (sharing) {   /* the three largest buffers of the training program */
         int top[3] = { -1, -1, -1 };
         for (int b = 0; b < p->nbufs; b++) {
             if (p->slot[b] < 0) continue;
@@ -233,18 +228,73 @@ static int check_memory(const Group *g, long shard)
             fprintf(stderr, "    %10s  %s%s%s\n", bytes_str(4.0 * (double)cg_dim(b->size, shard), b1, sizeof b1), b->name,
                     b->origin ? ", of " : "", b->origin ? b->origin : "");
         }
-        /* the largest shard that fits in nine tenths of what is there */
-        long lo = 0, hi = shard;
-        while (lo < hi) {
-            long mid = (lo + hi + 1) / 2;
-            if ((double)sharing * (double)replica_bytes(m, mid) <= 0.9 * (double)avail) lo = mid;
-            else hi = mid - 1;
+    }
+    /* the largest shard that fits in nine tenths of what is there, beside the data set */
+    double room = 0.9 * (double)avail - (double)data->bytes;
+    long lo = 0, hi = sharing ? shard : 0;
+    while (lo < hi) {
+        long mid = (lo + hi + 1) / 2;
+        if ((double)sharing * (double)replica_bytes(m, mid) <= room) lo = mid;
+        else hi = mid - 1;
+    }
+    if (data->bytes && (!sharing || room <= (double)sharing * (double)replica_bytes(m, 1)))
+        fprintf(stderr, "mgc: the data set alone takes %s of the %s: %s, or train on a smaller data set%s\n",
+                bytes_str((double)data->bytes, b1, sizeof b1), bytes_str((double)avail, b2, sizeof b2),
+                limit[0] ? "run where this process may use more memory (the cgroup's limit: docker run --memory, Slurm's "
+                           "--mem, systemd's MemoryMax)" : "run on a machine with more memory",
+                strcmp(data->format, "safetensors") ? "" : " (images saved as U8 pixels take a quarter of F32 values)");
+    else if (lo > 0)
+        fprintf(stderr, "mgc: --batch-size %ld would fit (%ld examples per device)%s\n", lo * g->total, lo,
+                data->bytes ? " beside the data set" : "");
+    else
+        fprintf(stderr, "mgc: even one example per device does not fit: make the net smaller, or train on a "
+                "device with more memory\n");
+}
+
+/* Before the data set is read and anything is allocated or compiled: do the
+   data set (data: its bytes, 0 where none is read) and this process's CPU
+   replicas fit in the memory this process may take (the tightest of
+   MemAvailable and its cgroups' limits)? 0, or 1 said. */
+static int check_host_memory(const Group *g, long shard, const DataSize *data)
+{
+    const TrainConfig *cfg = g->cfg;
+    RtMemLimit lim;
+    rt_memory_limit(NULL, &lim);
+    int sharing = 0;   /* the CPU devices of a process share its memory */
+    for (int k = 0; k < g->n; k++) sharing += cfg->devices[k].kind == DEV_CPU;
+    size_t need = data->bytes + (size_t)sharing * replica_bytes(g->m, shard);
+    if (!lim.available || need <= lim.available) return 0;
+    char limit[800] = "", b1[32], b2[32];
+    if (lim.limit)
+        snprintf(limit, sizeof limit, "to this process (%s: %s, %s in use)", lim.where, bytes_str((double)lim.limit, b1, sizeof b1),
+                 bytes_str((double)lim.used, b2, sizeof b2));
+    else
+        snprintf(limit, sizeof limit, "(%s)", lim.where);
+    refuse_memory(g, shard, "this machine", sharing, data, lim.available, limit);
+    return 1;
+}
+
+/* Once the devices are made, before anything is allocated on them: does
+   every GPU replica's memory fit there? (A process's CPU devices share its
+   memory with the data set: check_host_memory.) When not, says which
+   buffers are largest and which batch would fit, and returns -1. */
+static int check_memory(const Group *g, long shard)
+{
+    const TrainConfig *cfg = g->cfg;
+    for (int k = 0; k < g->n; k++) {
+        Device *d = g->r[k].dev;
+        if (d->kind == DEV_CPU) continue;
+        int sharing = 0;   /* replicas on d's GPU; checked at the first of them */
+        bool first = true;
+        for (int j = 0; j < g->n; j++) {
+            bool same = cfg->devices[j].kind == DEV_CUDA && cfg->devices[j].index == cfg->devices[k].index;
+            if (same && j < k) first = false;
+            sharing += same;
         }
-        if (lo > 0)
-            fprintf(stderr, "mgc: --batch-size %ld would fit (%ld examples per device)\n", lo * g->total, lo);
-        else
-            fprintf(stderr, "mgc: even one example per device does not fit: make the net smaller, or train on a "
-                    "device with more memory\n");
+        size_t avail = d->ops->memory_free ? d->ops->memory_free(d) : 0;
+        size_t need = (size_t)sharing * replica_bytes(g->m, shard);
+        if (!first || !avail || need <= avail) continue;
+        refuse_memory(g, shard, d->name, sharing, &(DataSize){ 0 }, avail, "");
         return -1;
     }
     return 0;
@@ -610,7 +660,13 @@ int train_run(const Model *m, const TrainConfig *cfg)
     G.total = G.n * G.world->size;
     G.r = calloc((size_t)G.n, sizeof(Replica));
     DataLoad data = { 0 };
-    if (!cfg->batch_file && (cfg->epochs > 0 || cfg->dump_batch)) data_start(&data, cfg->data_dir);   /* read while the kernels load */
+    /* the data set (its size from its headers) and the CPU devices must fit in
+       this process's memory before the data is read, meanwhile, as the kernels load */
+    bool data_needed = !cfg->batch_file && (cfg->epochs > 0 || cfg->dump_batch);
+    DataSize data_bytes = { 0 };
+    if (data_needed && data_size(cfg->data_dir, &data_bytes) < 0) data_bytes = (DataSize){ 0 };   /* the loader says why */
+    int too_large = check_host_memory(&G, (cfg->batch_size + G.total - 1) / G.total, &data_bytes);
+    if (data_needed && !too_large) data_start(&data, cfg->data_dir);
     /* from here on a stop signal is a request, answered at the next stop point or step */
     struct sigaction stop_sa = { .sa_handler = on_stop_signal }, old_sa[NSTOP_SIGNALS];
     sigemptyset(&stop_sa.sa_mask);
@@ -618,7 +674,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     for (int k = 0; k < NSTOP_SIGNALS; k++) sigaction(stop_signals[k], &stop_sa, &old_sa[k]);
 
     /* the kernels take a while to compile: a stop asked meanwhile is answered after */
-    int status = train_stop_point(G.world, open_group(&G)), first_epoch = 1;
+    int status = train_stop_point(G.world, too_large ? 1 : open_group(&G)), first_epoch = 1;
     if (status > 1 && G.world->rank == 0)
         fprintf(stderr, "mgc: interrupted by %s before the training began; nothing was trained or saved\n",
                 train_signal_name(status - 128));

@@ -280,6 +280,74 @@ st.save(t, sys.argv[2], m)" "$tmp/lenet.st" "$tmp/lenet-many.st"
 timed st-80000-load-good 0 "loaded from $tmp/lenet-many.st" -- $L --load "$tmp/lenet-many.st" --epochs 0
 unset MGC_EXPECT_TIMEOUT
 
+# ----------------------------------------------------------- memory: the cgroup's limit, the data set
+# The data set is counted before it is read (its headers say how large it
+# will be): one too large for this process's memory is refused with status 1
+# and the figures, never read into an out-of-memory kill. Anywhere: IDX
+# headers that promise 100 TB (the data itself left out). Where root can make
+# a memory cgroup below its own (v1 or v2), under a 256 MB limit there: a
+# 314 MB IDX set (real, zeros) is refused naming that cgroup, where it was
+# read until the kernel killed mgc (137); Fashion-MNIST beside a net too wide
+# for the rest gets the --batch-size that fits; LeNet on Fashion-MNIST runs.
+if [ -n "${MGC_DATA:-}" ] && [ -d "$MGC_DATA" ]; then
+    mkdir -p "$tmp/huge"
+    $PY -c "
+import gzip, struct, sys
+for name, head in [('train-images-idx3-ubyte', (0x803, 100000000, 1000, 1000)), ('t10k-images-idx3-ubyte', (0x803, 10, 1000, 1000)),
+                   ('train-labels-idx1-ubyte', (0x801, 100000000)), ('t10k-labels-idx1-ubyte', (0x801, 10))]:
+    with gzip.open(sys.argv[1] + '/' + name + '.gz', 'wb') as f: f.write(struct.pack('>%dI' % len(head), *head))" "$tmp/huge"
+    expect data-huge 1 "needs 91.0 TiB on this machine (the data set in $tmp/huge, 100,000,010 IDX examples, 91.0 TiB;" -- $L --data "$tmp/huge" --epochs 1
+    grep -q "mgc: the data set alone takes 91.0 TiB of the" "$tmp/out" && ok "a data set of 100 TB (by its headers) is refused before it is read" ||
+        bad "data-huge-alone: $(tail -2 "$tmp/out")"
+    # a memory cgroup of the test's own below this process's: v1's memory controller, else v2's
+    cg="" cg_file=""
+    mem1=$(awk '$0 ~ / - cgroup cgroup / && $NF ~ /(^|,)memory(,|$)/ && $4 == "/" { print $5; exit }' /proc/self/mountinfo)
+    path1=$(grep -E '^[0-9]+:([^:]*,)?memory(,[^:]*)?:' /proc/self/cgroup | cut -d: -f3)
+    mem2=$(awk '$0 ~ / - cgroup2 / && $4 == "/" { print $5; exit }' /proc/self/mountinfo)
+    path2=$(grep '^0::' /proc/self/cgroup | cut -d: -f3)
+    if [ "$(id -u)" -eq 0 ] && [ -n "$mem1" ] && [ -n "$path1" ] && mkdir "$mem1${path1%/}/mgc-test-$$" 2> /dev/null; then
+        cg="$mem1${path1%/}/mgc-test-$$" cg_file=memory.limit_in_bytes
+    elif [ "$(id -u)" -eq 0 ] && [ -n "$mem2" ] && [ -n "$path2" ] && grep -qw memory "$mem2${path2%/}/cgroup.controllers" 2> /dev/null &&
+         echo +memory > "$mem2${path2%/}/cgroup.subtree_control" 2> /dev/null && mkdir "$mem2${path2%/}/mgc-test-$$" 2> /dev/null; then
+        cg="$mem2${path2%/}/mgc-test-$$" cg_file=memory.max
+    fi
+    if [ -n "$cg" ] && echo $((256 << 20)) > "$cg/$cg_file" 2> /dev/null; then
+        trap 'rmdir "$cg" 2> /dev/null; rm -rf "$tmp"' EXIT
+        printf '#!/bin/sh\necho $$ > "%s/cgroup.procs" || exit 99\nexec "%s" "$@"\n' "$cg" "$MGC_ABS" > "$tmp/in-cgroup"
+        chmod +x "$tmp/in-cgroup"
+        name="${cg#"${mem1:-$mem2}"}"
+        mkdir -p "$tmp/big"
+        cp "$MGC_DATA"/t10k-* "$tmp/big/"
+        $PY -c "
+import gzip, struct, sys
+n = 400000
+with gzip.open(sys.argv[1] + '/train-images-idx3-ubyte.gz', 'wb', compresslevel=1) as f:
+    f.write(struct.pack('>IIII', 0x803, n, 28, 28)); z = bytes(1 << 24); left = n * 784
+    while left: k = min(left, len(z)); f.write(z[:k]); left -= k
+with gzip.open(sys.argv[1] + '/train-labels-idx1-ubyte.gz', 'wb') as f: f.write(struct.pack('>II', 0x801, n) + bytes(n))" "$tmp/big"
+        "$MGC" $L --epochs 0 > /dev/null 2>&1   # LeNet's kernels compiled outside the limit
+        MGC="$tmp/in-cgroup" expect cgroup-data 1 "but 2" -- $L --data "$tmp/big" --epochs 1
+        grep -q "is available to this process (cgroup $name $cg_file: 256.0 MiB, " "$tmp/out" && grep -q "the data set alone takes 3" "$tmp/out" &&
+            ok "a 314 MB data set under a 256 MB cgroup ($name): refused with status 1 and the cgroup's figures, not killed" ||
+            bad "cgroup-data-figures: $(head -c 600 "$tmp/out")"
+        cat > "$tmp/wide.net" <<'NET'
+net wide(classes = 10) {
+    input x[N, 1, 28, 28]
+    return x -> c1: conv2d(256, kernel = 3, padding = 1) -> relu -> global_avgpool -> flatten -> fc: linear(classes) -> softmax_cross_entropy
+}
+NET
+        MGC="$tmp/in-cgroup" expect cgroup-batch 1 "would fit (" -- "$tmp/wide.net" --epochs 1 --batch-size 1024
+        grep -q "beside the data set" "$tmp/out" && grep -q "the data set in $MGC_DATA, 70,000 IDX examples" "$tmp/out" &&
+            ok "Fashion-MNIST and a net too wide for the rest of 256 MB: the --batch-size that fits beside the data set" ||
+            bad "cgroup-batch-beside: $(head -c 600 "$tmp/out")"
+        MGC="$tmp/in-cgroup" expect cgroup-fits 0 "epoch 1/1" -- $L --epochs 1 --limit-train 1024 --limit-test 256
+    else
+        echo "skip the cases under a cgroup of 256 MB: not root, or no memory cgroup could be made here (unit_runtime checks a fake tree)"
+    fi
+else
+    echo "skip the data set's memory: no \$MGC_DATA"
+fi
+
 # ----------------------------------------------------------- check mode's batch
 for bad_label in 10 200 -1 1e9 nan 2.5; do
     $PY -c "

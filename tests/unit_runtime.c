@@ -619,6 +619,9 @@ static void test_cifar10(void)
     int rc = data_describe(top, &info, err, sizeof err);
     CHECK(rc == 0 && !strcmp(info.format, "CIFAR-10") && info.channels == 3 && info.rows == 32 && info.cols == 32 &&
           info.classes == 10, "describe CIFAR-10: 3x32x32, 10 classes");
+    DataSize ds;
+    CHECK(data_size(top, &ds) == 0 && ds.examples == 25 && ds.bytes == 25 * (3072 + sizeof(int)) + 20 * sizeof(int) &&
+          !strcmp(ds.format, "CIFAR-10"), "CIFAR-10's size in memory from its files' sizes: pixels, labels, an epoch's order");
     rc = data_load(top, &tr, &te, &info, err, sizeof err);
     CHECK(rc == 0, "CIFAR-10 in cifar-10-batches-bin/ loads");
     if (rc) printf("  %s\n", err);
@@ -809,12 +812,18 @@ static void test_st_data_good(const unsigned char *nchw, const float *f32)
     rc = data_describe(dir, &info, err, sizeof err);
     CHECK(rc == 0 && info.channels == SC && info.rows == SH && info.cols == SW, "describe safetensors [N, H, W, C]");
     st_loads(dir, SC, SH, SW, nchw, NULL, 7, "safetensors U8 [N, H, W, C] transposed to channel planes");
+    DataSize ds;
+    /* kept: the images and an int a label; passing: the training file's labels as stored and its images twice */
+    CHECK(data_size(dir, &ds) == 0 && ds.examples == SN + 4 &&
+          ds.bytes == (SN + 4) * (SPER + sizeof(int)) + (SN + SN * SPER) + SN * sizeof(int), "safetensors U8 [N, H, W, C]: its size in memory");
     fresh_dir(dir, sizeof dir, "st_f32", NULL);
     put_st(dir, "train.safetensors", "F32", 4, (long long[]){ SN, SC, SH, SW }, f32, "I64", SN, lab64);
     put_st(dir, "test.safetensors", "F32", 4, (long long[]){ 4, SC, SH, SW }, f32, "I64", 4, lab64t);
     rc = data_describe(dir, &info, err, sizeof err);
     CHECK(rc == 0 && info.floats, "describe safetensors F32");
     st_loads(dir, SC, SH, SW, NULL, f32, 9, "safetensors F32, I64 labels: the values as they are");
+    CHECK(data_size(dir, &ds) == 0 && ds.bytes == (SN + 4) * (4 * SPER + sizeof(int)) + 8 * SN + SN * sizeof(int) &&
+          !strcmp(ds.format, "safetensors"), "safetensors F32, I64 labels: its size in memory (from the headers)");
     fresh_dir(dir, sizeof dir, "st_3d", NULL);
     put_st(dir, "train.safetensors", "U8", 3, (long long[]){ SN, SC * SH, SW }, nchw, "I32", SN, lab32);
     put_st(dir, "test.safetensors", "U8", 3, (long long[]){ 4, SC * SH, SW }, nchw, "I32", 4, lab32t);
@@ -970,6 +979,11 @@ static void test_data_real(const char *dir)
     Dataset tr, te;
     char err[2048];
     struct timespec t0, t1;
+    DataSize size;
+    CHECK(data_size(dir, &size) == 0 && size.examples == 70000 && !strcmp(size.format, "IDX") &&
+          size.bytes == 70000 * (784 + sizeof(int)) + 2 + 60000 * (1 + sizeof(int)),
+          "Fashion-MNIST's size in memory, from the gzip files' headers");
+    CHECK(data_size("/nonexistent", &size) == -1 && size.bytes == 0, "no data set: no size");
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
