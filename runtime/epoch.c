@@ -252,6 +252,7 @@ static void report_epoch(Group *g, int epoch, const EpochResult *e, const CommRe
     fflush(stdout);
     FILE *f = *log;
     if (!f) return;
+    errno = 0;
     fprintf(f, "{\"epoch\": %d, \"loss\": %.6f, \"train_acc\": %.6f, \"test_acc\": ", epoch, e->loss / seen, e->correct / seen);
     if (isnan(e->test_acc)) fprintf(f, "null");
     else fprintf(f, "%.6f", e->test_acc);
@@ -275,8 +276,8 @@ static void report_epoch(Group *g, int epoch, const EpochResult *e, const CommRe
         fprintf(f, "]}");
     }
     fprintf(f, "}\n");
-    if (fflush(f) || ferror(f)) {   /* a full disk: said now, and the run ends with status 1 */
-        fprintf(stderr, "mgc: cannot write --log %s: %s; training goes on without the log\n", cfg->log, strerror(errno));
+    if (fflush(f) || ferror(f)) {   /* a full disk: said now, and the run stops after this epoch with status 1 (train_epochs) */
+        fprintf(stderr, "mgc: cannot write --log %s: %s\n", cfg->log, strerror(errno ? errno : EIO));
         fclose(f);
         *log = NULL;
         *log_failed = true;
@@ -365,8 +366,16 @@ int train_epochs(Group *g, const Dataset *train, const Dataset *test, int *order
         if (g->world->rank == 0) report_epoch(g, epoch, &e, &cr, log, log_failed);
         free(cr.dev);
         if (cfg->save && train_save(g, cfg->save, epoch)) return 1;
-        if (epoch < cfg->epochs && train_stop_point(g->world, 0))   /* asked during the evaluation or the save: stop here */
-            return say_stopped(g, epoch, first_epoch, true);
+        if (epoch == cfg->epochs) break;
+        /* rank 0's --log could not be written (a full disk), on every rank; or a
+           stop asked during the evaluation or the save: stop here */
+        int stop = train_stop_point(g->world, *log_failed ? 1 : 0);
+        if (stop == 1 && g->world->rank == 0)
+            fprintf(stderr, "mgc: stopped after epoch %d of %d: its --log entry could not be written%s%s%s\n", epoch,
+                    cfg->epochs, cfg->save ? "; the checkpoint holds it: " : "", cfg->save ? cfg->save : "",
+                    cfg->save ? " (--resume it to go on)" : "");
+        if (stop == 1) return 1;
+        if (stop) return say_stopped(g, epoch, first_epoch, true);
     }
     return 0;
 }

@@ -348,6 +348,33 @@ else
     echo "skip the data set's memory: no \$MGC_DATA"
 fi
 
+# ----------------------------------------------------------- a full disk under --log
+# A --log that cannot be written (the disk full) stops the run after that
+# epoch with status 1, its checkpoint saved, as docs/guarantees.md says (it
+# went on without the log). /dev/full (a character device --log takes, as
+# /dev/stdout) fails every write with ENOSPC; a tmpfs of 64 KiB filled to the
+# last block is a real full file system, where root may mount one.
+if [ -n "${MGC_DATA:-}" ] && [ -d "$MGC_DATA" ]; then
+    A="--epochs 3 --limit-train 512 --limit-test 128"
+    expect log-dev-full 1 "mgc: cannot write --log /dev/full: No space left on device" -- $L $A --log /dev/full
+    grep -q "stopped after epoch 1 of 3: its --log entry could not be written" "$tmp/out" && ! grep -q "^epoch 2/3" "$tmp/out" &&
+        ok "--log /dev/full: the run stops after epoch 1 with status 1" || bad "log-dev-full-stops: $(tail -3 "$tmp/out")"
+    mkdir -p "$tmp/small"
+    if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=64k tmpfs "$tmp/small" 2> /dev/null; then
+        dd if=/dev/zero of="$tmp/small/fill" bs=4k 2> /dev/null   # until the file system is full
+        expect log-full-disk 1 "mgc: cannot write --log $tmp/small/log.jsonl: No space left on device" -- $L $A --log "$tmp/small/log.jsonl" --save "$tmp/full.st"
+        held=$($PY -c "import sys; sys.path.insert(0, 'tests'); import st; print(st.load_metadata(sys.argv[1])['epoch'])" "$tmp/full.st" 2> /dev/null)
+        grep -q "stopped after epoch 1 of 3: its --log entry could not be written; the checkpoint holds it: $tmp/full.st" "$tmp/out" &&
+            [ "$held" = 1 ] && ok "--log on a full tmpfs: stopped after epoch 1 with status 1, epoch 1 saved" ||
+            bad "log-full-disk-stops: checkpoint epoch '$held', $(tail -2 "$tmp/out")"
+        umount "$tmp/small"
+    else
+        echo "skip --log on a full tmpfs: not root, or no tmpfs can be mounted here (--log /dev/full is checked)"
+    fi
+else
+    echo "skip the full disk under --log: no \$MGC_DATA"
+fi
+
 # ----------------------------------------------------------- check mode's batch
 for bad_label in 10 200 -1 1e9 nan 2.5; do
     $PY -c "
