@@ -14,6 +14,7 @@
 #include "data.h"
 #include "data_formats.h"
 #include "errbuf.h"
+#include "paths.h"
 #include "rng.h"
 
 #include <errno.h>
@@ -306,8 +307,8 @@ static int find_format(const char *dir, int k, DataFiles *f, char *err, size_t e
             if (stat(f->path[i], &st) != 0) {
                 list_add(missing, sizeof missing, fm->files[i], "");
             } else if (!S_ISREG(st.st_mode)) {
-                set_err(err, err_size, "%s file '%s' is not a regular file (a directory?): replace it with the "
-                        "file %s (%s)", fm->name, f->path[i], fm->files[i], fm->whole);
+                set_err(err, err_size, "%s file '%s' is %s, not a regular file: replace it with the file %s (%s)", fm->name,
+                        f->path[i], rt_file_kind(st.st_mode), fm->files[i], fm->whole);
                 return -1;
             }
         }
@@ -332,9 +333,10 @@ static int find_idx(const char *dir, DataFiles *f, char *err, size_t err_size)
     for (int i = 0; i < F_COUNT; i++) {
         int found = find_file(dir, i, f->path[i], sizeof f->path[i]);
         if (found < 0) {
-            set_err(err, err_size,
-                    "Fashion-MNIST file '%s' is not a regular file (a directory?): replace it with the "
-                    "IDX file %s.gz from %s (data/fashion/)", f->path[i], file_names[i], DATA_URL);
+            struct stat st;
+            set_err(err, err_size, "Fashion-MNIST file '%s' is %s, not a regular file: replace it with the IDX file %s.gz "
+                    "from %s (data/fashion/)", f->path[i], stat(f->path[i], &st) ? "of an unknown kind" : rt_file_kind(st.st_mode),
+                    file_names[i], DATA_URL);
             return -1;
         }
         if (!found) {

@@ -39,10 +39,10 @@ int rt_path_target(const char *path, char *out, size_t size)
     return -1;
 }
 
-static const char *kind_of(mode_t m)
+const char *rt_file_kind(mode_t m)
 {
-    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
-         : S_ISSOCK(m) ? "a socket" : "not a regular file";
+    return S_ISREG(m) ? "a regular file" : S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link" : "of an unknown kind";
 }
 
 /* The directory of target can take new files: 0, or -1 with err. */
@@ -81,7 +81,7 @@ int rt_check_replaceable(const char *path, char *err, size_t err_size)
     if (!stat(target, &st) && !S_ISREG(st.st_mode)) {
         snprintf(err, err_size, "%s%s%s is %s: mgc writes a new file and renames it into place, which would replace it; "
                  "name a regular file", path, strcmp(path, target) ? " -> " : "", strcmp(path, target) ? target : "",
-                 kind_of(st.st_mode));
+                 rt_file_kind(st.st_mode));
         return -1;
     }
     return dir_writable(path, target, err, err_size);

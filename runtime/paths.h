@@ -6,6 +6,7 @@
 #ifndef MGC_PATHS_H
 #define MGC_PATHS_H
 #include <stddef.h>
+#include <sys/types.h>
 
 /* The file a write to path lands in: path with the symbolic links of its
    last component followed (a link to a link, ...; the target need not
@@ -18,5 +19,8 @@ int rt_check_replaceable(const char *path, char *err, size_t err_size);
 /* path can be opened to write or append (a log; a FIFO or /dev/stdout will
    do). 0, or -1 with err. */
 int rt_check_appendable(const char *path, char *err, size_t err_size);
+/* A file's kind from its stat mode, for messages: "a directory", "a FIFO",
+   "a character device", ... */
+const char *rt_file_kind(mode_t mode);
 
 #endif

@@ -676,15 +676,25 @@ static int load(const char *path, StFile *f, int header_only, char *err, size_t 
     memset(f, 0, sizeof *f);
     char *header = NULL;
     Range *ranges = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
+    /* O_NONBLOCK: a FIFO is refused below, not waited on for a writer (for
+       a regular file the flag changes nothing) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
         set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
         return -1;
     }
-    struct stat st;
-    if (fstat(fileno(fp), &st) < 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, err_size, "%s: not a regular file", path);
-        goto fail;
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, err_size, "%s: is %s, not a regular file: name a safetensors file", path, rt_file_kind(st.st_mode));
+        close(fd);
+        return -1;
+    }
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return -1;
     }
     unsigned long long fsize = (unsigned long long)st.st_size;
     unsigned char lenbuf[8];

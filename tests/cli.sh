@@ -405,6 +405,8 @@ expect load-other-net 1 "checkpoint has no tensor 'bn1.weight'" -- nets/resnet18
 expect load-wrong-shape 1 "has shape [6,1,5,5] but the net needs [6,3,5,5]" -- $L --set in_channels=3 --epochs 0 --load "$tmp/lenet.safetensors"
 printf 'not a checkpoint at all' > "$tmp/junk.safetensors"
 expect load-junk 1 "cannot load checkpoint" -- $L --epochs 0 --load "$tmp/junk.safetensors"
+mkfifo "$tmp/ck.fifo"   # refused, never opened to wait for a writer
+expect load-fifo 1 "cannot load checkpoint: $tmp/ck.fifo: is a FIFO, not a regular file" -- $L --epochs 0 --load "$tmp/ck.fifo"
 # A checkpoint holding NaN (the first value of every tensor) loads, with a warning that says so.
 python3 - "$tmp/lenet.safetensors" "$tmp/nan.safetensors" <<'PY'
 import json, struct, sys
@@ -431,7 +433,11 @@ if [ -n "${MGC_DATA:-}" ] && [ -d "$MGC_DATA" ]; then
     mk; printf 'garbage, not gzip and not IDX' > "$tmp/d/train-labels-idx1-ubyte.gz"
     expect garbage 1 "train-labels-idx1-ubyte" -- $L --epochs 1 --data "$tmp/d"
     mk; rm "$tmp/d/t10k-labels-idx1-ubyte.gz"; mkdir "$tmp/d/t10k-labels-idx1-ubyte.gz"
-    expect data-entry-dir 1 "t10k-labels-idx1-ubyte.gz' is not a regular file" -- $L --epochs 1 --data "$tmp/d"
+    expect data-entry-dir 1 "t10k-labels-idx1-ubyte.gz' is a directory, not a regular file" -- $L --epochs 1 --data "$tmp/d"
+    mk; rm "$tmp/d/t10k-labels-idx1-ubyte.gz"; mkfifo "$tmp/d/t10k-labels-idx1-ubyte.gz"
+    expect data-entry-fifo 1 "t10k-labels-idx1-ubyte.gz' is a FIFO, not a regular file" -- $L --epochs 1 --data "$tmp/d"
+    mkdir -p "$tmp/cf"; for k in 1 2 3 4 5; do : > "$tmp/cf/data_batch_$k.bin"; done; mkfifo "$tmp/cf/test_batch.bin"
+    expect cifar-fifo 1 "CIFAR-10 file '$tmp/cf/test_batch.bin' is a FIFO, not a regular file: replace it with the file test_batch.bin" -- $L --epochs 1 --set in_channels=3 --resize 28 --data "$tmp/cf"
 
     # A short run on a subset must learn: chance is 0.10.
     "$MGC" $L --epochs 3 --limit-train 10000 --limit-test 2000 --lr 0.05 --momentum 0.9 --log "$tmp/log.jsonl" --save "$tmp/e2e.safetensors" > "$tmp/e2e" 2>&1

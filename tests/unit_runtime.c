@@ -675,7 +675,11 @@ static void test_cifar10(void)
     EXPECT_ERR(rc, err, "CIFAR-10 missing batch", "CIFAR-10 data in", "is incomplete: missing data_batch_4.bin", "cifar-10-binary.tar.gz");
     mkdir(top, 0755);
     rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
-    EXPECT_ERR(rc, err, "CIFAR-10 batch a directory", "data_batch_4.bin' is not a regular file");
+    EXPECT_ERR(rc, err, "CIFAR-10 batch a directory", "data_batch_4.bin' is a directory, not a regular file");
+    rmdir(top);
+    mkfifo(top, 0644);   /* never opened: a FIFO would wait for a writer */
+    rc = data_load(dir, &tr, &te, NULL, err, sizeof err);
+    EXPECT_ERR(rc, err, "CIFAR-10 batch a FIFO", "data_batch_4.bin' is a FIFO, not a regular file: replace it with the file data_batch_4.bin");
     rc = data_describe(dir, &info, err, sizeof err);
     CHECK(rc == -1, "describe: -1 where the files cannot be read");
     for (int i = 0; i < 6; i++) free(b[i]);
