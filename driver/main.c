@@ -407,7 +407,7 @@ static int check_cache_env(void)
 /* What parse_args gathers before it can judge the whole command line. */
 typedef struct Parse {
     int gpus;                 /* --gpus N */
-    bool devices_given, gamma_given, per_given, momentum_given, wd_given, betas_given, eps_given;
+    bool devices_given, gamma_given, per_given, momentum_given, wd_given, betas_given, eps_given, gpu_model_given, arch_given;
     const char *load, *resume;
 } Parse;
 
@@ -498,11 +498,13 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     case O_GPU_MODEL:
         if (!(c->gpu_model = cg_gpu_model(val)))
             return bad("--gpu-model expects one of %s, got '%s'", cg_gpu_model_names, val);
+        ps->gpu_model_given = true;
         break;
     case O_ARCH:
         if (strncmp(val, "sm_", 3) || !val[3] || strspn(val + 3, "0123456789") != strlen(val + 3))
             return bad("--arch expects a GPU architecture such as sm_80 or sm_90, got '%s'%s", val, "");
         c->arch = val;
+        ps->arch_given = true;
         break;
     case O_DUMP_KERNELS: c->dump_kernels = val; break;
     case O_BUCKET_MB: {
@@ -598,6 +600,16 @@ static int finish_args(Cli *c, Parse *ps)
     t->no_graphs = graphs == 0;
     c->fuse = fuse == 1;
     if (t->dump && !t->batch_file) return bad("--dump needs --batch FILE (check mode)%s%s", "", "");
+    /* options for one printout only: refused elsewhere, not ignored */
+    bool gpus = c->emit == EMIT_CUDA;   /* as codegen_options: a program for GPUs, whose cost is printed */
+    for (int k = 0; k < t->replicas; k++) gpus |= t->devices[k].kind == DEV_CUDA;
+    bool costed = (c->emit == EMIT_KERNELS || c->emit == EMIT_CUDA) && !c->dump_kernels && gpus;
+    if (ps->gpu_model_given && !costed)
+        return bad("--gpu-model applies to --emit kernels on GPUs (--gpus N) and --emit cuda: it names the GPU each step's "
+                   "cost is predicted on; add --emit kernels --gpus N%s%s", "", "");
+    if (ps->arch_given && c->emit != EMIT_PTX)
+        return bad("--arch applies to --emit ptx: it names the architecture NVRTC compiles the printed PTX for (a GPU "
+                   "that trains compiles for its own); add --emit ptx%s%s", "", "");
     if (t->resume && t->batch_file) return bad("--resume goes on training from a checkpoint; check mode (--batch) takes --load%s%s", "", "");
     if (t->evaluate && (t->save || t->resume || t->batch_file))
         return bad("--evaluate only measures the parameters on the test set: it takes --load, not %s%s",

@@ -121,6 +121,11 @@ MGC_PROFILE=0 MGC_CONV= expect env-defaults 0 "kernel k0_" -- $L --emit kernels
 # 2*1000*120*256 FLOPs; the predicted step (in a CUDA graph) is the sum of the steps' times and
 # a graph launch (1 us) each. The model named must be one mgc knows.
 expect gpu-model-bad 2 "--gpu-model expects one of h200, h100, got 'a100'" -- $L --emit kernels --gpus 1 --gpu-model a100
+# an option of one printout, given without it, is refused with the fix (it was ignored)
+expect gpu-model-alone 2 "--gpu-model applies to --emit kernels on GPUs (--gpus N) and --emit cuda" -- $L --epochs 0 --gpu-model h100
+expect gpu-model-cpu 2 "add --emit kernels --gpus N" -- $L --emit kernels --gpu-model h100
+expect gpu-model-cuda 0 "steps of the training program of lenet" -- $L --emit cuda --gpu-model h100
+expect arch-alone 2 "--arch applies to --emit ptx" -- $L --emit kernels --gpus 1 --arch sm_80
 if "$MGC" $L --emit kernels --gpus 1 --batch-size 1000 --gpu-model h100 > "$tmp/cost" 2>&1 &&
    grep -q "cost model: NVIDIA H100 SXM" "$tmp/cost" && grep -q "predicted epoch of 60000 examples (60 steps of 1000)" "$tmp/cost" &&
    awk -v r="$(awk 'BEGIN { printf "%.2f %.2f %.1f", 4 * (1000 * 256 + 256 * 120) / 1e6, 4 * 1000 * 120 / 1e6, 2 * 1000 * 120 * 256 / 1e6 }')" '
