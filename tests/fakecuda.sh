@@ -50,6 +50,24 @@ expect "--version lists the two fake GPUs" 0 "cuda:1, fakecuda (CPU emulation), 
 expect "--gpus 3 on two GPUs" 2 "there is no cuda:2: this machine has 2 GPUs (cuda:0 to cuda:1)" -- $L --gpus 3 --epochs 0
 expect "two replicas of one GPU beside another GPU" 2 "a GPU named twice holds replicas that all share it: put every replica on one GPU" -- $L --devices cuda:0,cuda:0,cuda:1 --epochs 0
 FAKECUDA_GPUS=0 expect "--gpus 1 where the driver sees none" 2 "the CUDA driver sees no GPU on this machine; train on CPU devices" -- $L --gpus 1 --epochs 0
+# memory: a GPU's is checked against the training program (the fake GPU has 8 GiB free); the
+# host's against the data set alone (IDX headers that promise 100 TB, the data left out)
+cat > "$tmp/wide.net" <<'NET'
+net wide(classes = 10) {
+    input x[N, 1, 28, 28]
+    return x -> c1: conv2d(1024, kernel = 3, padding = 1) -> relu -> global_avgpool -> flatten -> fc: linear(classes) -> softmax_cross_entropy
+}
+NET
+expect "a net too large for the GPU" 1 "mgc: not enough memory: training wide at batch 4096 needs" -- "$tmp/wide.net" --gpus 1 --batch-size 4096 --epochs 0
+grep -q "on cuda:0 (1 device x (" "$tmp/out" && grep -q "would fit" "$tmp/out" && ok "the GPU's memory: its figures and the batch that fits" ||
+    bad "gpu-memory: $(head -c 400 "$tmp/out")"
+mkdir -p "$tmp/huge"
+$PY -c "
+import gzip, struct, sys
+for name, head in [('train-images-idx3-ubyte', (0x803, 100000000, 1000, 1000)), ('t10k-images-idx3-ubyte', (0x803, 10, 1000, 1000)),
+                   ('train-labels-idx1-ubyte', (0x801, 100000000)), ('t10k-labels-idx1-ubyte', (0x801, 10))]:
+    with gzip.open(sys.argv[1] + '/' + name + '.gz', 'wb') as f: f.write(struct.pack('>%dI' % len(head), *head))" "$tmp/huge"
+expect "a data set too large for the host, on a GPU" 1 "on this machine (the data set in $tmp/huge, 100,000,010 IDX examples, 91.0 TiB), but" -- $L --gpus 1 --data "$tmp/huge" --epochs 1
 
 if [ -z "${MGC_DATA:-}" ]; then echo "skip: MGC_DATA is not set: nothing runs on the fake GPUs"; finish; fi
 
