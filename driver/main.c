@@ -842,7 +842,7 @@ static void agree_file(Agreement *a, const char *name, const char *path)
         h = cg_fnv1a(h, buf, got);
         n += (long long)got;
     }
-    char shown[AGREE_VALUE], num[32];
+    char shown[AGREE_TEXT], num[32];
     if (!f || ferror(f)) snprintf(shown, sizeof shown, "%s cannot be read (%s)", path, f ? "read error" : strerror(errno));
     else snprintf(shown, sizeof shown, "%s, %s bytes, digest %08llx", path, rt_commas((long)n, num), (unsigned long long)(h >> 32));
     if (f) fclose(f);
@@ -859,10 +859,13 @@ static void agree_inputs(const Cli *c, const char *devices, Agreement *a)
     const char *cuda = rt_cuda_build(b1, sizeof b1), *mpi = rt_world_mpi_build(b2, sizeof b2);
     rt_agree_add(a, "mgc", "%s, %s, %s", MGC_VERSION, cuda ? cuda : "no CUDA", mpi ? mpi : "no MPI");
     agree_file(a, "the net's text", c->net);
-    char sets[1024] = "";
-    for (int k = 0, p = 0; k < c->nsets && p < (int)sizeof sets; k++)
-        p += snprintf(sets + p, sizeof sets - (size_t)p, "%s%s=%s", k ? " " : "", c->sets[k].name, c->sets[k].value);
-    rt_agree_add(a, "--set", "%s", c->nsets ? sets : "none");
+    char *sets = NULL;   /* every --set whole: a difference anywhere in them is one */
+    size_t len = 0;
+    FILE *f = open_memstream(&sets, &len);
+    for (int k = 0; f && k < c->nsets; k++) fprintf(f, "%s%s=%s", k ? " " : "", c->sets[k].name, c->sets[k].value);
+    if (f) fclose(f);
+    rt_agree_add(a, "--set", "%s", c->nsets && sets ? sets : "none");
+    free(sets);
     rt_agree_add(a, "--devices (each rank's)", "%s", devices);
     rt_agree_add(a, "--epochs", "%d", t->epochs);
     rt_agree_add(a, "--batch-size", "%d", t->batch_size);
@@ -928,7 +931,7 @@ static void agree_program(const Program *p, Agreement *a)
     }
     h = rt_fnv1a(h, cg_source(p, TARGET_C));
     char num[32];
-    char shown[AGREE_VALUE];
+    char shown[AGREE_TEXT];
     snprintf(shown, sizeof shown, "%d steps, %d collectives of %s floats, %d parameter tensors, digest %08llx", p->nsteps,
              p->ncolls, rt_commas(floats, num), p->nparams, (unsigned long long)(h >> 32));
     rt_agree_add_hash(a, "the training program", h, shown);
@@ -1021,7 +1024,7 @@ static int preflight(Cli *c, World *world)
             p += snprintf(devs + p, sizeof devs - (size_t)p, "%scuda:%d", k ? "," : "", c->cfg.devices[k].index);
         Agreement *inputs = calloc(1, sizeof *inputs);
         agree_inputs(c, devs, inputs);
-        int differ = rt_agree(world, inputs);
+        int differ = rt_agree(world, inputs, 0);
         free(inputs);
         if (differ) return 2;
     }
@@ -1120,7 +1123,7 @@ static int train(Cli *c, World *world, Arena *arena, Diag *diag)
     if (world->size > 1) {   /* the same program everywhere (a different build or environment could differ) */
         Agreement *plan = calloc(1, sizeof *plan);
         agree_program(compiled ? &train_prog : NULL, plan);
-        int differ = rt_agree(world, plan);
+        int differ = rt_agree(world, plan, 0);
         free(plan);
         if (differ) return 2;
     }

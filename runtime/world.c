@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #ifdef HAVE_MPI
 #include <mpi.h>
 #endif
@@ -136,4 +137,36 @@ void rt_world_allgather(World *w, const void *mine, void *all, size_t bytes)
 #endif
     (void)w;
     memcpy(all, mine, bytes);
+}
+
+int rt_world_allgather_within(World *w, const void *mine, void *all, size_t bytes, double seconds)
+{
+#ifdef HAVE_MPI
+    if (w->mpi && seconds > 0 && bytes <= (1UL << 30)) {
+        /* nonblocking, asked whether done every millisecond until the deadline */
+        MPI_Request rq;
+        MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &rq);
+        struct timespec t0, t, ms = { 0, 1000000 };
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            int done = 0;
+            MPI_Test(&rq, &done, MPI_STATUS_IGNORE);
+            if (done) return 0;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((double)(t.tv_sec - t0.tv_sec) + 1e-9 * (double)(t.tv_nsec - t0.tv_nsec) > seconds) return -1;
+            nanosleep(&ms, NULL);
+        }
+    }
+#endif
+    (void)seconds;
+    rt_world_allgather(w, mine, all, bytes);
+    return 0;
+}
+
+void rt_world_abort(World *w, int status)
+{
+#ifdef HAVE_MPI
+    if (w->mpi) MPI_Abort(MPI_COMM_WORLD, status);
+#endif
+    (void)w; (void)status;
 }

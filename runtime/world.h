@@ -29,6 +29,13 @@ void rt_world_sum_f64(World *w, double *v, int n);
 void rt_world_max_f64(World *w, double *v, int n);
 /* Every rank's `bytes` bytes (at most 1 GiB), in rank order: all holds size x bytes. */
 void rt_world_allgather(World *w, const void *mine, void *all, size_t bytes);
+/* The same with a deadline (seconds; 0: none): 0, or -1 when some rank has
+   not come in that time. The collective is then left pending, with mine and
+   all in its use: the world can only be ended (rt_world_abort). */
+int  rt_world_allgather_within(World *w, const void *mine, void *all, size_t bytes, double seconds);
+/* Ends every rank of the world at once, with status as mpirun's (MPI_Abort):
+   for a collective some rank will never come to. Returns only without MPI. */
+void rt_world_abort(World *w, int status);
 /* Rank 0's bytes to every rank. */
 void rt_world_bcast(World *w, void *data, size_t bytes);
 

@@ -478,7 +478,12 @@ if "$MGC" --version | grep -q "MPI       built with" && command -v mpirun > /dev
         local t0=$SECONDS
         $MPI -np 1 "${one[@]}" : -np 1 "${two[@]}" > "$tmp/mpi.out" 2>&1
         local rc=$?
+        # each rank's value as shown: two different values never read alike
+        local said vals zero one
+        said=$(grep -m1 "were not started alike" "$tmp/mpi.out")
+        vals=${said#* differs (rank 0: }; zero=${vals%%; rank 1: *}; one=${vals#*; rank 1: }; one=${one%)}
         if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF -- "$text" "$tmp/mpi.out" && grep -q "none has started" "$tmp/mpi.out" &&
+           [ "$vals" != "$said" ] && [ "$zero" != "$one" ] &&
            grep -q "Exit code:    2" "$tmp/mpi.out" && ! grep -qE "Segmentation|double free|corruption" "$tmp/mpi.out"; then
             ok "mpirun, $name: both ranks stop with status 2 in $((SECONDS - t0)) s: $text"
         else
@@ -502,6 +507,13 @@ for k, name in enumerate(['data_batch_%d' % i for i in range(1, 6)] + ['test_bat
     printf '\x01' | dd of="$tmp/cb/cifar-10-batches-bin/data_batch_2.bin" bs=1 seek=100 conv=notrunc status=none
     C="--set in_channels=3 --resize 28 $A"
     disagree cifar "the data (--data, MGC_DATA) differs (rank 0: CIFAR-10: data_batch_1.bin 30730 bytes crc" "$MGC" $L $C --data "$tmp/ca" :: "$MGC" $L $C --data "$tmp/cb"
+    # a difference far into a long value is shown where it is (the sixth file), not cut to a text both share
+    cp -r "$tmp/ca" "$tmp/cc"
+    printf '\x01' | dd of="$tmp/cc/cifar-10-batches-bin/test_batch.bin" bs=1 seek=100 conv=notrunc status=none
+    disagree cifar-far "the data (--data, MGC_DATA) differs (rank 0: ...test_batch.bin 30730 bytes crc" "$MGC" $L $C --data "$tmp/ca" :: "$MGC" $L $C --data "$tmp/cc"
+    # values alike in all that is kept of them (1 KiB) are told apart by their digests
+    long=$(printf 'a%.0s' $(seq 1100))
+    disagree set-long "--set differs (rank 0: ...aaaa" "$MGC" $L $A --set "x=${long}1" :: "$MGC" $L $A --set "x=${long}2"
     disagree env "the kernels' environment (MGC_FUSE, MGC_CONV) differs (rank 0: fusion off" env MGC_FUSE=0 "$MGC" $L $A :: "$MGC" $L $A
     disagree devices "--devices (each rank's) differs (rank 0: cpu:1; rank 1: cpu:2)" "$MGC" $L $A :: "$MGC" $L $A --devices cpu:2
 else
