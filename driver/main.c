@@ -31,7 +31,18 @@
 
 #define MGC_VERSION "0.1.0"
 
-typedef enum Emit { EMIT_NONE, EMIT_IR, EMIT_EVAL_IR, EMIT_GRAD, EMIT_KERNELS, EMIT_CUDA, EMIT_DP, EMIT_PTX } Emit;
+typedef enum Emit { EMIT_NONE, EMIT_IR, EMIT_EVAL_IR, EMIT_GRAD, EMIT_KERNELS, EMIT_CUDA, EMIT_DP, EMIT_PTX, EMIT_COUNT } Emit;
+static const char *const emit_names[EMIT_COUNT] = { "none", "ir", "eval-ir", "grad", "kernels", "cuda", "dp", "ptx" };
+
+/* The options that make mgc do one thing and leave, before anything else
+   (the parse stops at the first): under mpirun only once every rank has
+   said it does the same (leave_early). */
+typedef enum Leave { LEAVE_NONE, LEAVE_HELP, LEAVE_VERSION, LEAVE_LIST_LAYERS, LEAVE_LIST_OPS, LEAVE_CACHE_INFO,
+                     LEAVE_CACHE_CLEAR, LEAVE_COUNT } Leave;
+static const char *const leave_names[LEAVE_COUNT] = { "", "--help", "--version", "--list-layers", "--list-ops", "--cache-info",
+                                                      "--cache-clear" };
+
+#define AGREE_SECONDS 60      /* how long a rank waits for the others at the start-up agreement (MGC_AGREE_SECONDS) */
 
 #define MAX_REPLICAS 64       /* CPU devices in one process */
 
@@ -51,6 +62,8 @@ typedef struct Cli {
     const char *gpus_arg;     /* --gpus's value as given */
     bool fuse;                /* MGC_FUSE (default 1) */
     int conv;                 /* MGC_CONV: a ConvStrategy, or -1 (mgc chooses) */
+    Leave leave;              /* --help, --version, ...: that, and nothing else */
+    double agree_seconds;     /* MGC_AGREE_SECONDS */
 } Cli;
 
 static void usage(FILE *out)
@@ -143,6 +156,8 @@ static void usage(FILE *out)
         "  MGC_PROFILE=1          print the time of every step of the training program\n"
         "  MGC_FUSE=0             no fusion pass\n"
         "  MGC_CONV=S             one convolution form everywhere: direct|vector|gemm|dense|chunked|winograd\n"
+        "  MGC_AGREE_SECONDS=S    under mpirun, how long a rank waits for the others to compare how they were\n"
+        "                         started (default 60); one that has not come by then stops them all (status 2)\n"
         "  MGC_CUDA_GRAPHS=0      GPUs: launch every step instead of replaying a CUDA graph\n"
         "  MGC_NVRTC, MGC_CUBLAS, MGC_NCCL\n"
         "                         the NVRTC, cuBLAS and NCCL libraries to open (default the system's)\n"
@@ -404,6 +419,24 @@ static int check_cache_env(void)
     return 0;
 }
 
+/* MGC_AGREE_SECONDS (default AGREE_SECONDS) into *seconds: 0, or 2 said. */
+static int agree_env(double *seconds)
+{
+    const char *v = getenv("MGC_AGREE_SECONDS");
+    char *end;
+    *seconds = AGREE_SECONDS;
+    if (!v || !*v) return 0;
+    errno = 0;
+    double s = strtod(v, &end);
+    if (!diag_decimal(v, true) || *end || errno || !(s > 0) || s > 1e6) {
+        fprintf(stderr, "mgc: MGC_AGREE_SECONDS='%s' is not a number of seconds (above 0, at most 1e6, e.g. 300); unset it "
+                "for %d\n", v, AGREE_SECONDS);
+        return 2;
+    }
+    *seconds = s;
+    return 0;
+}
+
 /* What parse_args gathers before it can judge the whole command line. */
 typedef struct Parse {
     int gpus;                 /* --gpus N */
@@ -474,14 +507,10 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     case O_RESUME: ps->resume = val; break;
     case O_LOG: t->log = val; break;
     case O_EMIT:
-        if (!strcmp(val, "ir")) c->emit = EMIT_IR;
-        else if (!strcmp(val, "eval-ir")) c->emit = EMIT_EVAL_IR;
-        else if (!strcmp(val, "grad")) c->emit = EMIT_GRAD;
-        else if (!strcmp(val, "kernels")) c->emit = EMIT_KERNELS;
-        else if (!strcmp(val, "cuda")) c->emit = EMIT_CUDA;
-        else if (!strcmp(val, "dp")) c->emit = EMIT_DP;
-        else if (!strcmp(val, "ptx")) c->emit = EMIT_PTX;
-        else return bad("--emit expects ir, eval-ir, grad, kernels, cuda, ptx or dp, got '%s'%s", val, "");
+        c->emit = EMIT_NONE;
+        for (int k = EMIT_IR; k < EMIT_COUNT; k++)
+            if (!strcmp(val, emit_names[k])) c->emit = (Emit)k;
+        if (c->emit == EMIT_NONE) return bad("--emit expects ir, eval-ir, grad, kernels, cuda, ptx or dp, got '%s'%s", val, "");
         break;
     case O_SET: {
         const char *e = strchr(val, '=');
@@ -625,7 +654,7 @@ static int finish_args(Cli *c, Parse *ps)
 static int parse_args(int argc, char **argv, Cli *c)
 {
     memset(c, 0, sizeof *c);
-    if (check_cache_env()) return 2;
+    if (check_cache_env() || agree_env(&c->agree_seconds)) return 2;
     TrainConfig *t = &c->cfg;
     t->epochs = 10;
     t->batch_size = 256;
@@ -647,22 +676,11 @@ static int parse_args(int argc, char **argv, Cli *c)
             c->net = arg;
             continue;
         }
-        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-            usage(stdout);
-            exit(0);
-        }
-        if (!strcmp(arg, "--version")) exit(print_version());
-        if (!strcmp(arg, "--list-layers")) {   /* docs/language.md's table, from the layer table */
-            fe_print_layers(stdout);
-            exit(0);
-        }
-        if (!strcmp(arg, "--list-ops")) {   /* the op table: name, kind, gradient rule or not, lowering */
-            for (int k = 0; k < OP_COUNT; k++)
-                printf("%s %s %s %s\n", ir_op_name(k), ir_op_kind_name(ir_op_kind(k)), ir_op_has_gradient(k) ? "grad" : "-",
-                       ir_op_lowering(k));
-            exit(0);
-        }
-        if (!strcmp(arg, "--cache-info") || !strcmp(arg, "--cache-clear")) exit(rt_cache_report(arg[8] == 'c', stdout));
+        for (int k = LEAVE_HELP; k < LEAVE_COUNT; k++)
+            if (!strcmp(arg, leave_names[k]) || (k == LEAVE_HELP && !strcmp(arg, "-h"))) {
+                c->leave = (Leave)k;
+                return 0;
+            }
         if (!strcmp(arg, "-v") || !strcmp(arg, "--verbose")) {
             t->verbose = true;
             continue;
@@ -849,15 +867,30 @@ static void agree_file(Agreement *a, const char *name, const char *path)
     rt_agree_add_hash(a, name, f ? h : 1, shown);
 }
 
-/* What every rank of an mpirun launch must have alike, before anything is
-   compiled or read: the mgc, the net and --set, the options that shape the
-   run, the environment that shapes the kernels, and the data. */
-static void agree_inputs(const Cli *c, const char *devices, Agreement *a)
+/* The first items of every rank's list: the mgc, then each option that
+   makes a rank leave before it trains (a rank that would leave alone is a
+   difference, named like any other, rather than the others waiting for it
+   in their first collective). --evaluate, --epochs 0 and check mode follow
+   in agree_inputs. */
+static void agree_leaving(const Cli *c, Agreement *a)
 {
-    const TrainConfig *t = &c->cfg;
     char b1[256], b2[256];
     const char *cuda = rt_cuda_build(b1, sizeof b1), *mpi = rt_world_mpi_build(b2, sizeof b2);
     rt_agree_add(a, "mgc", "%s, %s, %s", MGC_VERSION, cuda ? cuda : "no CUDA", mpi ? mpi : "no MPI");
+    for (int k = LEAVE_HELP; k < LEAVE_COUNT; k++) rt_agree_add(a, leave_names[k], "%s", (int)c->leave == k ? "given" : "not given");
+    rt_agree_add(a, "--emit", "%s", emit_names[c->emit]);
+    rt_agree_add(a, "--dump-kernels", "%s", c->dump_kernels ? "given" : "not given");
+    rt_agree_add(a, "--dump-batch", "%s", c->cfg.dump_batch ? "given" : "not given");
+}
+
+/* What every rank of an mpirun launch must have alike, before anything is
+   compiled or read: what it was asked to do, the mgc, the net and --set, the
+   options that shape the run, the environment that shapes the kernels, and
+   (where it will read it) the data. */
+static void agree_inputs(const Cli *c, const char *devices, bool running, Agreement *a)
+{
+    const TrainConfig *t = &c->cfg;
+    agree_leaving(c, a);
     agree_file(a, "the net's text", c->net);
     char *sets = NULL;   /* every --set whole: a difference anywhere in them is one */
     size_t len = 0;
@@ -901,7 +934,7 @@ static void agree_inputs(const Cli *c, const char *devices, Agreement *a)
     rt_agree_add(a, "the kernels' environment (MGC_FUSE, MGC_CONV)", "fusion %s, convolutions %s%s", c->fuse ? "on" : "off",
                  c->conv < 0 ? "chosen per layer" : "MGC_CONV=", c->conv < 0 ? "" : conv);
     if (t->batch_file) agree_file(a, "the --batch file", t->batch_file);
-    if (!t->batch_file && (t->epochs > 0 || t->evaluate)) {
+    if (running && !t->batch_file && (t->epochs > 0 || t->evaluate)) {
         char probe[1024];
         data_probe(t->data_dir, probe, sizeof probe);
         rt_agree_add(a, "the data (--data, MGC_DATA)", "%s", probe);
@@ -1011,20 +1044,92 @@ static int check_gpus(const Cli *c, World *w)
     return -1;
 }
 
+/* The start-up agreement, under mpirun, before anything else: 0, or 2 said
+   (by rank 0). A rank that has not come by the deadline (one that left, or a
+   program that is not this mgc) ends them all at once, status 2. */
+static int agree_start(const Cli *c, World *world, Agreement *a)
+{
+    int rc = rt_agree(world, a, c->agree_seconds);
+    if (rc == AGREE_LATE) {
+        fprintf(stderr, "mgc: rank %d: not every rank came to compare how it was started within %g s (MGC_AGREE_SECONDS): "
+                "one has left or is stuck before that (a program other than this mgc, or one that left without a "
+                "word?); every rank must run the same mgc with the same options (one mpirun command line for all); "
+                "stopping them all (status 2)\n", world->rank, c->agree_seconds);
+        fflush(stderr);
+        rt_world_abort(world, 2);
+    }
+    return rc ? 2 : 0;
+}
+
+/* The rank's first local rank on its machine (OMPI_COMM_WORLD_LOCAL_RANK,
+   MPI_LOCALRANKID), or -1 where the launcher does not say. */
+static int local_rank(void)
+{
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    if (!local) local = getenv("MPI_LOCALRANKID");
+    return local ? atoi(local) : -1;
+}
+
+/* --help, --version, --list-layers, --list-ops, --cache-info, --cache-clear:
+   that, and leave. Under mpirun every rank must have been given the same (a
+   rank leaving alone would leave the others waiting for it at their start);
+   then rank 0 prints what is the same everywhere, the first rank of each
+   machine what is the machine's (its build and GPUs, its kernel cache). The
+   exit status, the worst of every rank's. */
+static int leave_early(const Cli *c, int *argc, char ***argv)
+{
+    World world;
+    char err[512];
+    if (rt_world_init(&world, argc, argv, err, sizeof err)) {   /* alone then: no MPI here, so nobody waits in it */
+        rt_world_finalize(&world);
+        world = (World){ .size = 1 };
+    }
+    if (world.size > 1) {
+        Agreement *a = calloc(1, sizeof *a);
+        agree_leaving(c, a);
+        int rc = agree_start(c, &world, a);
+        free(a);
+        if (rc) {
+            rt_world_finalize(&world);
+            return rc;
+        }
+    }
+    bool first = world.rank == 0, first_here = world.size == 1 || local_rank() <= 0;
+    int status = 0;
+    switch (c->leave) {
+    case LEAVE_HELP: if (first) usage(stdout); break;
+    case LEAVE_VERSION: if (first_here) status = print_version(); break;
+    case LEAVE_LIST_LAYERS: if (first) fe_print_layers(stdout); break;   /* docs/language.md's table, from the layer table */
+    case LEAVE_LIST_OPS:   /* the op table: name, kind, gradient rule or not, lowering */
+        for (int k = 0; first && k < OP_COUNT; k++)
+            printf("%s %s %s %s\n", ir_op_name(k), ir_op_kind_name(ir_op_kind(k)), ir_op_has_gradient(k) ? "grad" : "-",
+                   ir_op_lowering(k));
+        break;
+    case LEAVE_CACHE_INFO: case LEAVE_CACHE_CLEAR:
+        if (first_here) status = rt_cache_report(c->leave == LEAVE_CACHE_CLEAR, stdout);
+        break;
+    case LEAVE_NONE: case LEAVE_COUNT: break;
+    }
+    fflush(stdout);
+    status = rt_world_max_status(&world, status);
+    rt_world_finalize(&world);
+    return status;
+}
+
 /* Before anything is compiled, on every rank: were the ranks started alike,
    can rank 0 write what it will, is the batch large enough, are the GPUs
    there? 0, or 2 said. */
 static int preflight(Cli *c, World *world)
 {
     bool running = c->emit == EMIT_NONE && !c->dump_kernels;   /* trains, evaluates or checks: not an --emit */
-    if (running && world->size > 1) {   /* under mpirun, before anything else */
+    if (world->size > 1) {   /* under mpirun, before anything else */
         char devs[MAX_REPLICAS * 12] = "";
         if (c->cfg.devices[0].kind == DEV_CPU) snprintf(devs, sizeof devs, "cpu:%d", c->cfg.replicas);
         for (int k = 0, p = 0; c->cfg.devices[0].kind == DEV_CUDA && k < c->cfg.replicas; k++)
             p += snprintf(devs + p, sizeof devs - (size_t)p, "%scuda:%d", k ? "," : "", c->cfg.devices[k].index);
         Agreement *inputs = calloc(1, sizeof *inputs);
-        agree_inputs(c, devs, inputs);
-        int differ = rt_agree(world, inputs, 0);
+        agree_inputs(c, devs, running, inputs);
+        int differ = agree_start(c, world, inputs);
         free(inputs);
         if (differ) return 2;
     }
@@ -1039,10 +1144,9 @@ static int preflight(Cli *c, World *world)
     }
     /* under mpirun, the ranks on one machine take its GPUs in turn: the k-th
        local rank's cuda:j is GPU k * (its devices) + j */
-    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (!local) local = getenv("MPI_LOCALRANKID");
-    if (c->cfg.devices[0].kind == DEV_CUDA && world->size > 1 && local)
-        for (int k = 0; k < c->cfg.replicas; k++) c->cfg.devices[k].index += atoi(local) * c->cfg.replicas;
+    int local = local_rank();
+    if (c->cfg.devices[0].kind == DEV_CUDA && world->size > 1 && local >= 0)
+        for (int k = 0; k < c->cfg.replicas; k++) c->cfg.devices[k].index += local * c->cfg.replicas;
     if (c->cfg.devices[0].kind == DEV_CUDA && running && check_gpus(c, world)) return 2;
     return 0;
 }
@@ -1105,7 +1209,7 @@ static int emit_stage(const Cli *c, World *world, Arena *arena, Diag *diag)
     case EMIT_DP:
         print_dp(c, &g, &p, world);
         break;
-    case EMIT_PTX: case EMIT_NONE:
+    case EMIT_PTX: case EMIT_NONE: case EMIT_COUNT:
         break;
     }
     return 0;
@@ -1146,7 +1250,8 @@ int main(int argc, char **argv)
     }
     Cli c;
     int status = parse_args(argc, argv, &c);
-    if (status) return status;
+    if (status) return status;   /* under mpirun too: a rank that stops with an error makes mpirun end the others */
+    if (c.leave) return leave_early(&c, &argc, &argv);
     if (rt_cpu_blas_core(argv, c.cfg.verbose)) return 2;   /* may start mgc again, with OpenBLAS's right kernels */
     c.cfg.started = (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec;
     World world;

@@ -516,6 +516,41 @@ for k, name in enumerate(['data_batch_%d' % i for i in range(1, 6)] + ['test_bat
     disagree set-long "--set differs (rank 0: ...aaaa" "$MGC" $L $A --set "x=${long}1" :: "$MGC" $L $A --set "x=${long}2"
     disagree env "the kernels' environment (MGC_FUSE, MGC_CONV) differs (rank 0: fusion off" env MGC_FUSE=0 "$MGC" $L $A :: "$MGC" $L $A
     disagree devices "--devices (each rank's) differs (rank 0: cpu:1; rank 1: cpu:2)" "$MGC" $L $A :: "$MGC" $L $A --devices cpu:2
+    # a rank given an option that makes it leave before training (it used to leave, and the other
+    # waited for it forever): each is part of the agreement
+    disagree leave-emit "--emit differs (rank 0: none; rank 1: kernels)" "$MGC" $L $A :: "$MGC" $L $A --emit kernels
+    disagree leave-dump-kernels "--dump-kernels differs (rank 0: not given; rank 1: given)" "$MGC" $L $A :: "$MGC" $L $A --dump-kernels "$tmp/dk"
+    disagree leave-dump-batch "--dump-batch differs (rank 0: not given; rank 1: given)" "$MGC" $L $A :: "$MGC" $L $A --dump-batch "$tmp/db.st"
+    for opt in --version --help --list-layers --list-ops --cache-info --cache-clear; do
+        disagree "leave$opt" "$opt differs (rank 0: not given; rank 1: given)" "$MGC" $L $A :: "$MGC" $L $A $opt
+    done
+    disagree leave-rank0 "--version differs (rank 0: given; rank 1: not given)" "$MGC" --version :: "$MGC" $L $A
+    # given to every rank, they are done once: rank 0 prints what is the same everywhere, each
+    # machine's first rank its own (--version, the cache); status 0
+    $MPI -np 2 "$MGC" --version > "$tmp/mpi.out" 2>&1 && [ "$(grep -c "^mgc $($MGC --version | head -1 | cut -d' ' -f2)" "$tmp/mpi.out")" = 1 ] &&
+        $MPI -np 2 "$MGC" $L --emit ir > "$tmp/mpi2.out" 2>&1 && [ "$(grep -c "^# net lenet" "$tmp/mpi2.out")" = 1 ] &&
+        ok "mpirun, every rank given --version (or --emit ir): done once, status 0" ||
+        { bad "mpirun -np 2 mgc --version, --emit ir: exit $?"; head -3 "$tmp/mpi.out" "$tmp/mpi2.out" | sed 's/^/    /'; }
+    # a bad command line on one rank: it stops with status 2 before MPI starts, and mpirun ends the other
+    t0=$SECONDS
+    $MPI -np 1 "$MGC" $L $A : -np 1 "$MGC" $L $A --epochs x > "$tmp/mpi.out" 2>&1
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "mgc: --epochs expects a whole number, got 'x'" "$tmp/mpi.out" &&
+        ok "mpirun, a bad option on one rank: status 2 in $((SECONDS - t0)) s, the option named" ||
+        { bad "mpirun, a bad option on one rank: exit $rc"; grep mgc "$tmp/mpi.out" | head -3 | sed 's/^/    /'; }
+    # the deadline: a rank that never comes to the agreement (an MPI program that is not mgc)
+    # stops them all, status 2, after MGC_AGREE_SECONDS
+    printf '#include <mpi.h>\n#include <unistd.h>\nint main(int argc, char **argv) { MPI_Init(&argc, &argv); sleep(50); MPI_Finalize(); return 0; }\n' > "$tmp/idle.c"
+    if mpicc -o "$tmp/idle" "$tmp/idle.c" 2> /dev/null; then
+        t0=$SECONDS
+        MGC_AGREE_SECONDS=3 $MPI -np 1 "$MGC" $L $A : -np 1 "$tmp/idle" > "$tmp/mpi.out" 2>&1
+        rc=$? took=$((SECONDS - t0))
+        [ $rc -eq 2 ] && [ $took -lt 30 ] && grep -q "mgc: rank 0: not every rank came to compare how it was started within 3 s" "$tmp/mpi.out" &&
+            ok "mpirun, a rank that never comes to the agreement: all stop with status 2 in $took s (MGC_AGREE_SECONDS=3)" ||
+            { bad "mpirun, a rank that never comes: exit $rc in $took s"; grep mgc "$tmp/mpi.out" | head -3 | sed 's/^/    /'; }
+    else
+        echo "skip the agreement's deadline: mpicc cannot build an MPI program"
+    fi
 else
     echo "skip the rank cases: mgc built without MPI, or no mpirun"
 fi
