@@ -9,7 +9,10 @@
 **   images: u32 magic 0x00000803, u32 count, u32 rows, u32 cols, count*rows*cols u8
 **   labels: u32 magic 0x00000801, u32 count, count u8
 ** Each file is read whole (one allocation of the exact size the header
-** announces, filled by large gzread calls), then checked and converted.
+** announces, filled by gzread calls of 1 MiB), then checked and converted.
+** Every reader keeps a digest of all it reads of each file (DataInfo.files),
+** a CRC-32 taken of each piece while it is in the cache: the ranks of an
+** mpirun compare them before they train.
 */
 #include "data.h"
 #include "data_formats.h"
@@ -82,15 +85,33 @@ static int find_file(const char *dir, int which, char *path, size_t size)
     return -1;
 }
 
-/* Reads up to len bytes; returns bytes read, or -1 with err set on a zlib error. */
-static long long read_exact(gzFile f, const char *path, unsigned char *buf, size_t len,
+void data_digest_start(DataDigest *d, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    snprintf(d->file, sizeof d->file, "%s", slash ? slash + 1 : path);
+    d->bytes = 0;
+    d->crc = crc32(0L, Z_NULL, 0);
+}
+
+void data_digest_add(DataDigest *d, const void *bytes, size_t n)
+{
+    for (size_t at = 0; at < n; at += 1u << 30) {   /* in pieces that fit zlib's uInt */
+        size_t k = n - at < (1u << 30) ? n - at : (1u << 30);
+        d->crc = crc32(d->crc, (const Bytef *)bytes + at, (uInt)k);
+    }
+    d->bytes += (long long)n;
+}
+
+/* Reads up to len bytes, each piece into digest (when not NULL) as it comes;
+   returns bytes read, or -1 with err set on a zlib error. */
+static long long read_exact(gzFile f, const char *path, unsigned char *buf, size_t len, DataDigest *digest,
                             char *err, size_t err_size)
 {
     size_t got = 0;
     while (got < len) {
         size_t chunk = len - got;
-        if (chunk > (1u << 30))
-            chunk = 1u << 30;
+        if (chunk > (1u << 20))   /* 1 MiB: its digest read while the piece is in the cache */
+            chunk = 1u << 20;
         int n = gzread(f, buf + got, (unsigned)chunk);
         int errnum = Z_OK;
         const char *msg = gzerror(f, &errnum);
@@ -109,6 +130,7 @@ static long long read_exact(gzFile f, const char *path, unsigned char *buf, size
         }
         if (n <= 0)
             break;
+        if (digest) data_digest_add(digest, buf + got, (size_t)n);
         got += (size_t)n;
     }
     return (long long)got;
@@ -117,12 +139,12 @@ static long long read_exact(gzFile f, const char *path, unsigned char *buf, size
 /* Reads and checks the header of an open IDX file. kind_magic selects images
    or labels (rows and cols 1). 0, or -1 with err set. */
 static int idx_header(gzFile f, const char *path, uint32_t kind_magic, uint32_t *count, uint32_t *rows,
-                      uint32_t *cols, char *err, size_t err_size)
+                      uint32_t *cols, DataDigest *digest, char *err, size_t err_size)
 {
     int is_images = kind_magic == IDX_IMAGES_MAGIC;
     size_t header_len = is_images ? 16 : 8;
     unsigned char header[16];
-    long long got = read_exact(f, path, header, header_len, err, err_size);
+    long long got = read_exact(f, path, header, header_len, digest, err, err_size);
     if (got < 0)
         return -1;
     if ((size_t)got < header_len) {
@@ -182,19 +204,21 @@ static void idx_size_err(gzFile f, const char *path, uint32_t kind_magic, uint32
 }
 
 /* Reads one IDX file. kind_magic selects images or labels. On success *data
-   (malloc'd) holds count*item bytes, *count, *rows, *cols are set. */
+   (malloc'd) holds count*item bytes, *count, *rows, *cols are set, and
+   digest is the file's (uncompressed, header included). */
 static int read_idx(const char *path, uint32_t kind_magic, unsigned char **data,
-                    uint32_t *count, uint32_t *rows, uint32_t *cols,
+                    uint32_t *count, uint32_t *rows, uint32_t *cols, DataDigest *digest,
                     char *err, size_t err_size)
 {
     *data = NULL;
+    data_digest_start(digest, path);
     gzFile f = gzopen(path, "rb");
     if (!f) {
         set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     gzbuffer(f, 1u << 18);
-    if (idx_header(f, path, kind_magic, count, rows, cols, err, err_size) < 0)
+    if (idx_header(f, path, kind_magic, count, rows, cols, digest, err, err_size) < 0)
         goto fail;
     size_t want = (size_t)*count * *rows * *cols;
     *data = malloc(want + 1);   /* +1: probe for trailing bytes */
@@ -202,7 +226,7 @@ static int read_idx(const char *path, uint32_t kind_magic, unsigned char **data,
         set_err(err, err_size, "%s: out of memory for %zu bytes", path, want);
         goto fail;
     }
-    long long got = read_exact(f, path, *data, want + 1, err, err_size);
+    long long got = read_exact(f, path, *data, want + 1, digest, err, err_size);
     if (got < 0)
         goto fail;
     if ((size_t)got != want) {
@@ -218,15 +242,16 @@ fail:
     return -1;
 }
 
-static int load_pair(const char *img_path, const char *lab_path, Dataset *d,
+/* The images and labels of one set; digest[0] and [1]: theirs. */
+static int load_pair(const char *img_path, const char *lab_path, Dataset *d, DataDigest *digest,
                      char *err, size_t err_size)
 {
     unsigned char *pix = NULL, *lab = NULL;
     int *labels = NULL;
     uint32_t ni, nl, rows, cols, r1, c1;
-    if (read_idx(img_path, IDX_IMAGES_MAGIC, &pix, &ni, &rows, &cols, err, err_size) < 0)
+    if (read_idx(img_path, IDX_IMAGES_MAGIC, &pix, &ni, &rows, &cols, &digest[0], err, err_size) < 0)
         return -1;
-    if (read_idx(lab_path, IDX_LABELS_MAGIC, &lab, &nl, &r1, &c1, err, err_size) < 0) {
+    if (read_idx(lab_path, IDX_LABELS_MAGIC, &lab, &nl, &r1, &c1, &digest[1], err, err_size) < 0) {
         free(pix);
         return -1;
     }
@@ -255,11 +280,11 @@ fail:
     return -1;
 }
 
-static int idx_load(const DataFiles *f, Dataset *train, Dataset *test, char *err, size_t err_size)
+static int idx_load(const DataFiles *f, Dataset *train, Dataset *test, DataDigest *digest, char *err, size_t err_size)
 {
-    if (load_pair(f->path[F_TRAIN_IMAGES], f->path[F_TRAIN_LABELS], train, err, err_size) < 0)
+    if (load_pair(f->path[F_TRAIN_IMAGES], f->path[F_TRAIN_LABELS], train, &digest[F_TRAIN_IMAGES], err, err_size) < 0)
         return -1;
-    return load_pair(f->path[F_TEST_IMAGES], f->path[F_TEST_LABELS], test, err, err_size);
+    return load_pair(f->path[F_TEST_IMAGES], f->path[F_TEST_LABELS], test, &digest[F_TEST_IMAGES], err, err_size);
 }
 
 /* The image shape from the training images' header. */
@@ -271,7 +296,7 @@ static int idx_describe(const char *path, DataInfo *info, char *err, size_t err_
         return -1;
     }
     uint32_t count, rows, cols;
-    int rc = idx_header(f, path, IDX_IMAGES_MAGIC, &count, &rows, &cols, err, err_size);
+    int rc = idx_header(f, path, IDX_IMAGES_MAGIC, &count, &rows, &cols, NULL, err, err_size);
     gzclose(f);
     if (rc < 0) return -1;
     info->channels = 1;
@@ -440,13 +465,14 @@ int data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, ch
     if (!dir || !*dir)
         dir = ".";
     bool floats = false;
+    DataDigest digest[DATA_MAX_FILES];
     int rc = locate(dir, f, err, err_size) ? -1 : 0;
     if (!rc && f->format == FMT_SAFETENSORS)
-        rc = st_data_load(f, train, test, &floats, err, err_size);
+        rc = st_data_load(f, train, test, &floats, digest, err, err_size);
     else if (!rc && (f->format == FMT_CIFAR10 || f->format == FMT_CIFAR100))
-        rc = cifar_load(f, f->format == FMT_CIFAR100, train, test, err, err_size);
+        rc = cifar_load(f, f->format == FMT_CIFAR100, train, test, digest, err, err_size);
     else if (!rc)
-        rc = idx_load(f, train, test, err, err_size);
+        rc = idx_load(f, train, test, digest, err, err_size);
     if (!rc)
         rc = check_sets(f, train, test, err, err_size);
     if (rc) {
@@ -454,8 +480,9 @@ int data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, ch
         data_free(test);
     } else if (info) {
         *info = (DataInfo){ .channels = train->channels, .rows = train->rows, .cols = train->cols,
-                            .classes = train->classes, .floats = floats };
+                            .classes = train->classes, .floats = floats, .nfiles = f->nfiles };
         snprintf(info->format, sizeof info->format, "%s", format_name(f->format));
+        memcpy(info->files, digest, sizeof(DataDigest) * (size_t)f->nfiles);
     }
     free(f);
     return rc;
@@ -471,7 +498,7 @@ static int idx_size(const DataFiles *f, size_t *bytes, long long *examples)
         char err[64];
         uint32_t count, rows, cols;
         gzFile g = gzopen(path, "rb");
-        int rc = g ? idx_header(g, path, IDX_IMAGES_MAGIC, &count, &rows, &cols, err, sizeof err) : -1;
+        int rc = g ? idx_header(g, path, IDX_IMAGES_MAGIC, &count, &rows, &cols, NULL, err, sizeof err) : -1;
         if (g) gzclose(g);
         if (rc < 0) return -1;
         set[s] = count;

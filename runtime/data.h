@@ -48,6 +48,17 @@ typedef struct Dataset {
     int *labels;            /* n, 0..classes-1; owned */
 } Dataset;
 
+#define DATA_MAX_FILES 6  /* of one data set: CIFAR-10's six batches */
+
+/* A digest of all that was read of one file, computed as it was read (for
+   ranks to compare: data that differs anywhere trains apart). */
+typedef struct DataDigest {
+    char file[48];          /* its name: "train-images-idx3-ubyte.gz", "data_batch_1.bin" */
+    long long bytes;        /* read: IDX uncompressed, header included; CIFAR the whole file; safetensors
+                               its `images` and `labels` data */
+    unsigned long crc;      /* zlib's CRC-32 of those bytes */
+} DataDigest;
+
 /* What a data directory holds: from the headers (data_describe), or from the
    data (data_load). */
 typedef struct DataInfo {
@@ -55,6 +66,8 @@ typedef struct DataInfo {
     int channels, rows, cols;
     int classes;            /* 0 where only the labels tell (IDX, safetensors) and they were not read */
     bool floats;            /* F32 images */
+    int nfiles;             /* data_load: each file's digest, in the format's order; data_describe: 0 */
+    DataDigest files[DATA_MAX_FILES];
 } DataInfo;
 
 /* Loads the training and test sets from dir (see above). Returns 0 (info,
@@ -83,7 +96,8 @@ int  data_size(const char *dir, DataSize *size);
    "train-images 60000x28x28 crc ..., train-labels 60000 crc ..., ..." (gzip's
    CRC-32 of the contents), for the others "CIFAR-10: data_batch_1.bin 30730000
    bytes crc ..., ..." (a CRC-32 of the first and last 64 KiB); a file that
-   cannot be read said so. For ranks to compare before they start. */
+   cannot be read said so. For ranks to compare before they start, in
+   milliseconds; data_load's digests (DataInfo.files) cover everything read. */
 void data_probe(const char *dir, char *out, size_t size);
 /* Frees and zeroes; safe on a zeroed or already freed Dataset. */
 void data_free(Dataset *d);

@@ -82,9 +82,12 @@ static int take_records(const unsigned char *buf, long n, bool hundred, Dataset 
     return 0;
 }
 
-/* Reads the n records of the file at path into d from example `at`. */
-static int read_records(const char *path, bool hundred, long n, Dataset *d, long at, char *err, size_t err_size)
+/* Reads the n records of the file at path into d from example `at`, each
+   chunk into digest as it comes. */
+static int read_records(const char *path, bool hundred, long n, Dataset *d, long at, DataDigest *digest, char *err,
+                        size_t err_size)
 {
+    data_digest_start(digest, path);
     size_t rec = record_bytes(hundred);
     FILE *fp = fopen(path, "rb");
     unsigned char *buf = malloc(rec * CIFAR_CHUNK);
@@ -100,6 +103,7 @@ static int read_records(const char *path, bool hundred, long n, Dataset *d, long
                     ferror(fp) ? strerror(errno) : "the file got shorter while it was read");
             rc = -1;
         } else {
+            data_digest_add(digest, buf, rec * (size_t)chunk);
             rc = take_records(buf, chunk, hundred, d, at + i, path, i, err, err_size);
         }
     }
@@ -108,8 +112,9 @@ static int read_records(const char *path, bool hundred, long n, Dataset *d, long
     return rc;
 }
 
-/* One set (training or test) from files path[first .. first + count). */
-static int load_set(const DataFiles *f, int first, int count, bool hundred, Dataset *d, char *err, size_t err_size)
+/* One set (training or test) from files path[first .. first + count), with their digests. */
+static int load_set(const DataFiles *f, int first, int count, bool hundred, Dataset *d, DataDigest *digest, char *err,
+                    size_t err_size)
 {
     long long n[DATA_MAX_FILES], total = 0;
     for (int i = 0; i < count; i++) {
@@ -127,16 +132,16 @@ static int load_set(const DataFiles *f, int first, int count, bool hundred, Data
     d->rows = d->cols = CIFAR_SIDE;
     long at = 0;
     for (int i = 0; i < count; i++) {
-        if (read_records(f->path[first + i], hundred, (long)n[i], d, at, err, err_size) < 0) return -1;
+        if (read_records(f->path[first + i], hundred, (long)n[i], d, at, &digest[first + i], err, err_size) < 0) return -1;
         at += (long)n[i];
     }
     return 0;
 }
 
-int cifar_load(const DataFiles *f, bool hundred, Dataset *train, Dataset *test, char *err, size_t err_size)
+int cifar_load(const DataFiles *f, bool hundred, Dataset *train, Dataset *test, DataDigest *digest, char *err, size_t err_size)
 {
-    if (load_set(f, 0, f->ntrain, hundred, train, err, err_size) < 0) return -1;
-    return load_set(f, f->ntrain, f->nfiles - f->ntrain, hundred, test, err, err_size);
+    if (load_set(f, 0, f->ntrain, hundred, train, digest, err, err_size) < 0) return -1;
+    return load_set(f, f->ntrain, f->nfiles - f->ntrain, hundred, test, digest, err, err_size);
 }
 
 int cifar_size(const DataFiles *f, bool hundred, size_t *bytes, long long *examples)

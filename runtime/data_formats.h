@@ -10,7 +10,6 @@
 #include "data.h"
 
 #define DATA_PATH 4200
-#define DATA_MAX_FILES 6
 
 enum { FMT_SAFETENSORS, FMT_CIFAR10, FMT_CIFAR100, FMT_IDX };
 
@@ -22,14 +21,19 @@ typedef struct DataFiles {
     char path[DATA_MAX_FILES][DATA_PATH];
 } DataFiles;
 
-/* CIFAR-10 (hundred false) or CIFAR-100 binary batches. */
-int cifar_load(const DataFiles *f, bool hundred, Dataset *train, Dataset *test, char *err, size_t err_size);
+/* A digest begun for the file at path (its name, no bytes yet). */
+void data_digest_start(DataDigest *d, const char *path);
+/* n more bytes of it. */
+void data_digest_add(DataDigest *d, const void *bytes, size_t n);
 
+/* CIFAR-10 (hundred false) or CIFAR-100 binary batches; digest[i]: file i's. */
+int cifar_load(const DataFiles *f, bool hundred, Dataset *train, Dataset *test, DataDigest *digest, char *err, size_t err_size);
 /* The bytes CIFAR's batches will take once loaded (DataSize), and their records: 0, or -1. */
 int cifar_size(const DataFiles *f, bool hundred, size_t *bytes, long long *examples);
 
-/* train.safetensors and test.safetensors; *floats: the images are F32. */
-int st_data_load(const DataFiles *f, Dataset *train, Dataset *test, bool *floats, char *err, size_t err_size);
+/* train.safetensors and test.safetensors; *floats: the images are F32; digest[i]: file i's. */
+int st_data_load(const DataFiles *f, Dataset *train, Dataset *test, bool *floats, DataDigest *digest, char *err,
+                 size_t err_size);
 /* The bytes the two files will take once loaded (DataSize), and their examples: 0, or -1. */
 int st_data_size(const DataFiles *f, size_t *bytes, long long *examples);
 /* The images' shape and dtype from train.safetensors's header, into info. */

@@ -172,14 +172,21 @@ static int take_images(const char *path, StTensor *t, const Layout *l, Dataset *
     return 0;
 }
 
-/* One file into d; *dtype: its images' dtype. */
-static int load_file(const char *path, Dataset *d, char dtype[8], char *err, size_t err_size)
+/* One file into d; *dtype: its images' dtype; digest: of its images' and
+   labels' data (what the data set is; the header and any other tensor are
+   not used). */
+static int load_file(const char *path, Dataset *d, char dtype[8], DataDigest *digest, char *err, size_t err_size)
 {
     StFile f;
     Layout l;
     if (st_load(path, &f, err, err_size) < 0) return -1;
     StTensor *images = need(&f, path, "images", err, err_size), *labels = images ? need(&f, path, "labels", err, err_size) : NULL;
     int rc = images && labels ? images_layout(path, images, &l, err, err_size) : -1;
+    if (!rc) {
+        data_digest_start(digest, path);
+        data_digest_add(digest, images->data, images->nbytes);
+        data_digest_add(digest, labels->data, labels->nbytes);
+    }
     if (!rc) rc = read_labels(path, labels, l.n, &d->labels, err, err_size);
     if (!rc) rc = take_images(path, images, &l, d, err, err_size);
     if (!rc) memcpy(dtype, images->dtype, 8);
@@ -187,10 +194,12 @@ static int load_file(const char *path, Dataset *d, char dtype[8], char *err, siz
     return rc;
 }
 
-int st_data_load(const DataFiles *f, Dataset *train, Dataset *test, bool *floats, char *err, size_t err_size)
+int st_data_load(const DataFiles *f, Dataset *train, Dataset *test, bool *floats, DataDigest *digest, char *err,
+                 size_t err_size)
 {
     char a[8], b[8];
-    if (load_file(f->path[0], train, a, err, err_size) < 0 || load_file(f->path[1], test, b, err, err_size) < 0)
+    if (load_file(f->path[0], train, a, &digest[0], err, err_size) < 0 ||
+        load_file(f->path[1], test, b, &digest[1], err, err_size) < 0)
         return -1;
     if (strcmp(a, b)) {
         /* the two would be on different scales (pixels / 255 and values as they are) */

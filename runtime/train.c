@@ -17,6 +17,7 @@
 */
 #include "train_internal.h"
 #include "bgemm.h"
+#include "agree.h"
 #include "memlimit.h"
 #include <errno.h>
 #include <math.h>
@@ -511,8 +512,27 @@ static int check_net(const Group *g, const DataInfo *info, bool say)
     return 0;
 }
 
+/* Under mpirun, every rank read the same data: each file's digest, of all
+   that was read of it, compared (the probe before the start compares only
+   headers, sizes and the ends of files). 0, or 2 said by rank 0. */
+static int agree_data(World *w, const DataInfo *info)
+{
+    if (w->size <= 1) return 0;
+    Agreement *a = calloc(1, sizeof *a);
+    rt_agree_add(a, "the data's format", "%s, %d files", info->format, info->nfiles);
+    for (int k = 0; k < info->nfiles; k++) {
+        char name[64], num[32];
+        snprintf(name, sizeof name, "the data's %s", info->files[k].file);
+        rt_agree_add(a, name, "%s bytes, CRC-32 %08lx", rt_commas(info->files[k].bytes, num), info->files[k].crc);
+    }
+    int rc = rt_agree(w, a, 0);
+    free(a);
+    return rc ? 2 : 0;
+}
+
 /* The data (read meanwhile by its thread) and rank 0's --log, on every rank:
-   0, 1 (said), or 128 + a stop signal. */
+   0, 1 (said), 2 (the ranks read different data, said), or 128 + a stop
+   signal. */
 static int take_data(Group *g, DataLoad *data, Dataset *train, Dataset *test, FILE **log)
 {
     const TrainConfig *cfg = g->cfg;
@@ -533,7 +553,7 @@ static int take_data(Group *g, DataLoad *data, Dataset *train, Dataset *test, FI
     }
     int status = train_stop_point(world, rc);
     if (status == 1 && !rc) fprintf(stderr, "mgc: rank %d: stopping, another rank failed (see its message)\n", world->rank);
-    return status;
+    return status ? status : agree_data(world, &data->info);
 }
 
 /* --dump-batch: epoch 1's first training batch as the net sees it (after
@@ -599,7 +619,7 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
     FILE *log = NULL;
     bool log_failed = false;
     int status = take_data(g, data, &train, &test, &log);
-    if (status > 1 && g->world->rank == 0)
+    if (status > 128 && g->world->rank == 0)
         fprintf(stderr, "mgc: interrupted by %s before the training began; nothing was trained or saved\n",
                 train_signal_name(status - 128));
     int *order = NULL;

@@ -507,6 +507,41 @@ for k, name in enumerate(['data_batch_%d' % i for i in range(1, 6)] + ['test_bat
     printf '\x01' | dd of="$tmp/cb/cifar-10-batches-bin/data_batch_2.bin" bs=1 seek=100 conv=notrunc status=none
     C="--set in_channels=3 --resize 28 $A"
     disagree cifar "the data (--data, MGC_DATA) differs (rank 0: CIFAR-10: data_batch_1.bin 30730 bytes crc" "$MGC" $L $C --data "$tmp/ca" :: "$MGC" $L $C --data "$tmp/cb"
+    # one byte changed in the middle of a file, where the probe before the start does not look (it
+    # reads the ends of CIFAR and safetensors files, the size of plain IDX files): the digests of
+    # all that was read, compared after loading, stop the ranks before they train (they trained apart)
+    $PY -c "
+import os, sys
+for side in 'ma', 'mb':
+    d = os.path.join(sys.argv[1], side, 'cifar-10-batches-bin'); os.makedirs(d)
+    for k, name in enumerate(['data_batch_%d' % i for i in range(1, 6)] + ['test_batch']):
+        b = bytearray(b''.join(bytes([(k + i) % 10]) + bytes((i * 7 + j) % 256 for j in range(3072)) for i in range(100)))
+        if side == 'mb' and name == 'data_batch_3': b[150000] ^= 1
+        open(os.path.join(d, name + '.bin'), 'wb').write(b)" "$tmp"
+    disagree cifar-middle "the data's data_batch_3.bin differs (rank 0: 307,300 bytes, CRC-32" "$MGC" $L $C --data "$tmp/ma" :: "$MGC" $L $C --data "$tmp/mb"
+    $PY -c "
+import json, os, struct, sys
+for side in 'sa', 'sb':
+    os.makedirs(os.path.join(sys.argv[1], side))
+    for name, n in ('train', 300), ('test', 100):
+        img, lab = bytearray((i * 7) % 256 for i in range(n * 784)), bytes(i % 10 for i in range(n))
+        if side == 'sb' and name == 'train': img[len(img) // 2] ^= 1
+        h = {'images': {'dtype': 'U8', 'shape': [n, 28, 28], 'data_offsets': [0, len(img)]},
+             'labels': {'dtype': 'U8', 'shape': [n], 'data_offsets': [len(img), len(img) + n]}}
+        t = json.dumps(h).encode(); t += b' ' * (-len(t) % 8)
+        open(os.path.join(sys.argv[1], side, name + '.safetensors'), 'wb').write(struct.pack('<Q', len(t)) + t + img + lab)" "$tmp"
+    disagree safetensors-middle "the data's train.safetensors differs (rank 0: 235,500 bytes, CRC-32" "$MGC" $L $A --data "$tmp/sa" :: "$MGC" $L $A --data "$tmp/sb"
+    if [ -n "${MGC_DATA:-}" ]; then   # Fashion-MNIST uncompressed, one label changed
+        mkdir -p "$tmp/ia" "$tmp/ib"
+        for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+            gunzip -c "$MGC_DATA/$f.gz" > "$tmp/ia/$f" && ln "$tmp/ia/$f" "$tmp/ib/$f"
+        done
+        rm "$tmp/ib/train-labels-idx1-ubyte"; cp "$tmp/ia/train-labels-idx1-ubyte" "$tmp/ib/"
+        printf '\x09' | dd of="$tmp/ib/train-labels-idx1-ubyte" bs=1 seek=30000 conv=notrunc status=none
+        cmp -s "$tmp/ia/train-labels-idx1-ubyte" "$tmp/ib/train-labels-idx1-ubyte" && bad "idx-label: the label changed is a 9 already"
+        disagree idx-label "the data's train-labels-idx1-ubyte differs (rank 0: 60,008 bytes, CRC-32" "$MGC" $L $A --data "$tmp/ia" :: "$MGC" $L $A --data "$tmp/ib"
+        rm -rf "$tmp/ia" "$tmp/ib"
+    fi
     # a difference far into a long value is shown where it is (the sixth file), not cut to a text both share
     cp -r "$tmp/ca" "$tmp/cc"
     printf '\x01' | dd of="$tmp/cc/cifar-10-batches-bin/test_batch.bin" bs=1 seek=100 conv=notrunc status=none

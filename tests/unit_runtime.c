@@ -481,6 +481,9 @@ static void test_data_crafted(void)
     rc = data_load(dir, &tr, &te, &info, err, sizeof err);
     CHECK(rc == 0 && tr.classes == 11 && te.classes == 11 && info.classes == 11 && te.labels[7] == 10,
           "a label 10 in the test set: 11 classes");
+    CHECK(rc == 0 && info.nfiles == 4 && !strcmp(info.files[3].file, "t10k-labels-idx1-ubyte.gz") &&
+          info.files[3].bytes == (long long)syn_len[3] && info.files[3].crc == crc32(crc32(0L, Z_NULL, 0), v, (uInt)syn_len[3]),
+          "a gzip IDX file's digest: the CRC-32 of all it holds, uncompressed");
     data_free(&tr);
     data_free(&te);
     /* a failing test set leaves no training set behind */
@@ -559,6 +562,8 @@ static void test_idx_sizes(void)
         CHECK(tr.n == NTR && te.n == NTE && tr.channels == 1 && tr.rows == H && tr.cols == W && te.rows == H, "IDX 20x24 shape");
         CHECK(tr.classes == 12 && te.classes == 12 && info.classes == 12 && info.rows == H && info.cols == W,
               "12 classes: max label + 1 over training and test");
+        CHECK(info.nfiles == 4 && !strcmp(info.files[0].file, names[0]) && info.files[0].bytes == (long long)len[0] &&
+              info.files[0].crc == crc32(crc32(0L, Z_NULL, 0), f[0], (uInt)len[0]), "a plain IDX file's digest: its CRC-32");
         CHECK(!memcmp(tr.pixels, f[0] + 16, (size_t)NTR * H * W) && !memcmp(te.pixels, f[2] + 16, (size_t)NTE * H * W) &&
               te.labels[11] == 11 && tr.labels[9] == 9, "IDX 20x24 contents exact");
         int order[2] = { 3, 0 };
@@ -637,6 +642,8 @@ static void test_cifar10(void)
         data_gather(&tr, order, 1, x, y);
         CHECK(x[0] == b[2][1] / 255.0f && x[1024] == b[2][1 + 1024] / 255.0f && x[2048 + 33] == b[2][1 + 2048 + 33] / 255.0f &&
               y[0] == b[2][0], "CIFAR-10 gather: red, green, blue planes, byte / 255");
+        CHECK(info.nfiles == 6 && !strcmp(info.files[5].file, "test_batch.bin") && info.files[5].bytes == (long long)len[5] &&
+              info.files[5].crc == crc32(crc32(0L, Z_NULL, 0), b[5], (uInt)len[5]), "a CIFAR-10 batch's digest: its CRC-32");
     }
     data_free(&tr);
     data_free(&te);
