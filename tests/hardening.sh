@@ -573,6 +573,31 @@ for side in 'sa', 'sb':
     [ $rc -eq 2 ] && grep -q "mgc: --epochs expects a whole number, got 'x'" "$tmp/mpi.out" &&
         ok "mpirun, a bad option on one rank: status 2 in $((SECONDS - t0)) s, the option named" ||
         { bad "mpirun, a bad option on one rank: exit $rc"; grep mgc "$tmp/mpi.out" | head -3 | sed 's/^/    /'; }
+    # SIGTERM to a job script that runs mpirun, passed on to the ranks as docs/running.md shows
+    # (Open MPI's mpirun, signalled itself, exits 1 whatever the ranks do): every rank stops at
+    # the same step with the last epoch saved, and mpirun exits 143, as one process does
+    if [ -n "${MGC_DATA:-}" ]; then
+        cat > "$tmp/launch.sh" << 'EOF'
+mpirun --oversubscribe -np 2 "$@" &
+launcher=$!
+trap 'pkill -TERM -P $launcher' TERM INT HUP   # to the ranks this machine runs, not to mpirun
+status=0
+while kill -0 $launcher 2> /dev/null; do wait $launcher; status=$?; done
+exit $status
+EOF
+        bash "$tmp/launch.sh" "$MGC" $L --epochs 30 --threads 1 --save "$tmp/mpi.st" > "$tmp/mpi.out" 2>&1 &
+        pid=$!
+        for i in $(seq 300); do grep -q "^epoch 1/" "$tmp/mpi.out" && break; sleep 0.2; done
+        kill -TERM $pid
+        wait_for $pid 60
+        rc=$?
+        if [ $rc -eq 143 ] && grep -q "interrupted by SIGTERM during epoch" "$tmp/mpi.out" && [ ! -e "$tmp/mpi.st.tmp" ] &&
+           $PY -c "import sys; sys.path.insert(0, 'tests'); import st; st.load(sys.argv[1])" "$tmp/mpi.st"; then
+            ok "mpirun, SIGTERM passed on to the ranks: status 143, the last finished epoch saved whole"
+        else
+            bad "mpirun, SIGTERM: exit $rc"; grep -E "mgc|Exit code" "$tmp/mpi.out" | tail -3 | sed 's/^/    /'
+        fi
+    fi
     # the deadline: a rank that never comes to the agreement (an MPI program that is not mgc)
     # stops them all, status 2, after MGC_AGREE_SECONDS
     printf '#include <mpi.h>\n#include <unistd.h>\nint main(int argc, char **argv) { MPI_Init(&argc, &argv); sleep(50); MPI_Finalize(); return 0; }\n' > "$tmp/idle.c"
