@@ -6,7 +6,10 @@
 #     with a valid seal, a link of another uid's repointed while mgc runs,
 #     links inside the cache; no shared fallback without HOME);
 #   - ranks started differently under mpirun stop at once, naming the first
-#     difference and who differs;
+#     difference and each rank's value (issue 35: an option that makes one
+#     rank leave, one byte of its data anywhere; a rank that never comes to
+#     compare, after MGC_AGREE_SECONDS), and SIGTERM passed on to the ranks
+#     ends mpirun with 143;
 #   - SIGTERM and SIGHUP stop like Ctrl-C, at random moments: status
 #     128 + signal, a message, the last finished epoch whole, no .tmp left;
 #   - check mode's batch, --save/--log paths, long lines, numbers and the
@@ -461,8 +464,9 @@ fi
 
 # ----------------------------------------------------------- ranks that disagree
 # Under mpirun, ranks started with different options, nets, data or
-# environment stop before anything is compiled or read, all with status 2,
-# rank 0 naming the first difference and which ranks have what.
+# environment stop before anything is compiled or read (their data: once it
+# is read, before the first step), all with status 2, rank 0 naming the
+# first difference and which ranks have what.
 if "$MGC" --version | grep -q "MPI       built with" && command -v mpirun > /dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_vader_single_copy_mechanism=none
     MPI="timeout 60 mpirun --oversubscribe"
