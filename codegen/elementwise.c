@@ -25,7 +25,7 @@ static const char *with_attrs(Lower *L, const char *e, const Node *n)
 #define ATTR(name, type, label, shown) \
     snprintf(tag, sizeof tag, "{%s}", #name); \
     while (!strcmp(#type, "float") && (at = strstr(e, tag))) \
-        e = arena_printf(L->p->arena, "%.*s%#.9gf%s", (int)(at - e), e, (double)n->attr.name, at + strlen(tag));
+        e = arena_printf(L->p->arena, "%.*s%s%s", (int)(at - e), e, cg_f32(L, (double)n->attr.name), at + strlen(tag));
 #include "attrs.def"
 #undef ATTR
     return e;
@@ -261,7 +261,7 @@ void cg_lower_const(Lower *L, int id)
     const char *W = cg_work_str(L, work);
     int y = cg_out_buf(L, id);
     cg_kernel(L, id, "const", work, 1, &y, (const char *const[]){ "=y" });
-    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = %#.9gf;\n    }\n", W, n->attr.value);
+    cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = %s;\n    }\n", W, cg_f32(L, n->attr.value));
     cg_end_kernel(L);
 }
 
@@ -275,7 +275,7 @@ void cg_lower_dropout_mask(Lower *L, int id)
     Step *s = cg_kernel(L, id, "dropout_mask", work, 1, &y, (const char *const[]){ "=mask" });
     s->seeded = true;
     cg_body(L, "    /* counted from the global batch's first example: the same masks on any number of replicas */\n"
-               "    FOR_EACH(i, %s) {\n        mask[i] = mgc_uniform(a.seed, (unsigned long long)(a.first * %ldL + i)) >= %#.9gf ? %#.9gf : 0.0f;\n    }\n",
-            W, work.c, n->attr.p, 1.0 / (1.0 - n->attr.p));
+               "    FOR_EACH(i, %s) {\n        mask[i] = mgc_uniform(a.seed, (unsigned long long)(a.first * %ldL + i)) >= %s ? %s : 0.0f;\n    }\n",
+            W, work.c, cg_f32(L, n->attr.p), cg_f32(L, 1.0 / (1.0 - n->attr.p)));
     cg_end_kernel(L);
 }

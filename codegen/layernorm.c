@@ -33,8 +33,8 @@ void cg_lower_ln_stats(Lower *L, int id)
                "        const double mean = s / %d.0;\n"
                "        for (int c = 0; c < %d; c++) { double d = xp[(long)c * %d] - mean; q += d * d; }\n"
                "        stats[img * %ldL + p] = (float)mean;\n"
-               "        stats[img * %ldL + %d + p] = (float)(1.0 / sqrt(q / %d.0 + %.9g));\n    }\n",
-            cg_work_str(L, dimn(P)), P, P, (long)C * P, C, P, C, C, P, 2L * P, 2L * P, P, C, (double)n->attr.eps);
+               "        stats[img * %ldL + %d + p] = (float)(1.0 / sqrt(q / %d.0 + %s));\n    }\n",
+            cg_work_str(L, dimn(P)), P, P, (long)C * P, C, P, C, C, P, 2L * P, 2L * P, P, C, cg_f64(L, n->attr.eps));
     cg_end_kernel(L);
 }
 

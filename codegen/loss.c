@@ -34,10 +34,10 @@ void cg_lower_xent(Lower *L, int id)
                    "            float s = 0.0f;\n"
                    "            for (int k = 0; k < %d; k++) { s += expf(l[k] - mx); all += l[k]; }\n"
                    "            float lse = logf(s) + mx;   /* label smoothing %g */\n"
-                   "            total += (double)(lse - %#.9gf * l[(int)labels[r]] - %#.9gf * all);\n"
+                   "            total += (double)(lse - %s * l[(int)labels[r]] - %s * all);\n"
                    "        }\n        total = BLOCK_SUM(total);\n"
                    "        if (BLOCK_LEADER) loss[0] = (float)(total / (double)N);\n    }\n", K, K, K,
-                (double)n->attr.label_smoothing, 1.0 - n->attr.label_smoothing, n->attr.label_smoothing / K);
+                (double)n->attr.label_smoothing, cg_f32(L, 1.0 - n->attr.label_smoothing), cg_f32(L, n->attr.label_smoothing / K));
     else
         cg_body(L, "    FOR_EACH_BLOCK(unused, 1L) {\n        double total = 0.0;\n"
                    "        BLOCK_LOOP(r, N) {\n"
@@ -70,8 +70,8 @@ void cg_lower_xent_grad(Lower *L, int id)
                "        for (int k = 0; k < %d; k++) d[k] = (expf(l[k] - mx) * inv - %s) * scale;\n"
                "    }\n", K, K, K, K, K,
             n->attr.label_smoothing > 0   /* minus the target: (1 - s) one-hot + s / K */
-                ? arena_printf(L->p->arena, "((k == (int)labels[r]) * %#.9gf + %#.9gf)", 1.0 - n->attr.label_smoothing,
-                               n->attr.label_smoothing / K)
+                ? arena_printf(L->p->arena, "((k == (int)labels[r]) * %s + %s)", cg_f32(L, 1.0 - n->attr.label_smoothing),
+                               cg_f32(L, n->attr.label_smoothing / K))
                 : "(k == (int)labels[r])");
     cg_end_kernel(L);
 }

@@ -24,6 +24,7 @@
 ** written under BLOCK_LEADER (the prelude says how each target expands them).
 */
 #include "lower_internal.h"
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <limits.h>
@@ -179,6 +180,23 @@ const char *cg_work_str(Lower *L, Dim d)
 {
     return d.batch ? arena_printf(L->p->arena, "%ldL * N", d.c) : arena_printf(L->p->arena, "%ldL", d.c);
 }
+
+/* A value the kernel's text spells (an attribute, a constant of the layer's shape)
+   that is not finite in float32 came past the checks made for the user's values
+   (frontend/layers.c, the options, diag_f32_rounding): it would spell "inff" or
+   "nanf" and the kernel would not compile. A bug of mgc's: said, and stopped. */
+static const char *literal(Lower *L, double v, const char *fmt)
+{
+    if (!isfinite((float)v)) {
+        fprintf(stderr, "mgc: internal error: kernel %s: a literal %g is not a finite float32 (node %%%d)\n",
+                L->open_kernel >= 0 ? L->p->steps[L->open_kernel].fn : "(none open)", v, L->node_now);
+        abort();
+    }
+    return arena_printf(L->p->arena, fmt, v);
+}
+
+const char *cg_f32(Lower *L, double v) { return literal(L, v, "%#.9gf"); }
+const char *cg_f64(Lower *L, double v) { return literal(L, v, "%.9g"); }
 
 Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, Dim lda, int b, Dim ldb,
               float beta, int c, Dim ldc)

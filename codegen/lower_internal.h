@@ -133,6 +133,14 @@ Step *cg_group_kernel(Lower *L, int node, const char *what, const CgArgs *a, con
 void  cg_group_piece(Lower *L, long count, int node, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void  cg_body(Lower *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void  cg_end_kernel(Lower *L);
+/* A number as a literal of the kernels' text: a float's ("0.100000001f", 9 digits:
+   every float32 reads back as itself), or a double's ("1.00000001e-05"). Never
+   inf or nan: every value a kernel spells is checked finite in float32 here (the
+   front end and the options refuse a user's value that would not be, so one
+   that is not is mgc's bug: an internal error). Every float a kernel's text
+   holds goes through these. */
+const char *cg_f32(Lower *L, double v);
+const char *cg_f64(Lower *L, double v);
 /* The work count as C text: "150L * N" or "150L". */
 const char *cg_work_str(Lower *L, Dim d);
 /* GPUs: a loop over `rows` rows of len elements each (planes, a tap's stretch of

@@ -44,12 +44,12 @@ static const char *running_text(Lower *L, int run, int C, const char *indent)
     const Shape *xs = &L->g->nodes[x].shape;
     return arena_printf(L->p->arena,
                         "%s{   /* running statistics: (1 - momentum) * running + momentum * batch, the variance unbiased */\n"
-                        "%s    const float momentum = %#.9gf, count = (float)(%s * %dL);\n"
+                        "%s    const float momentum = %s, count = (float)(%s * %dL);\n"
                         "%s    running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * stats[c];\n"
                         "%s    float unbiased = count > 1.0f ? stats[%d + c] * count / (count - 1.0f) : stats[%d + c];\n"
                         "%s    running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;\n"
                         "%s}\n",
-                        indent, indent, n->attr.momentum, n->attr.sync ? "a.global_batch" : "N", xs->d[2] * xs->d[3], indent, indent,
+                        indent, indent, cg_f32(L, n->attr.momentum), n->attr.sync ? "a.global_batch" : "N", xs->d[2] * xs->d[3], indent, indent,
                         2 * C, 2 * C, indent, indent);
 }
 
@@ -82,10 +82,10 @@ static const char *stats_combine_text(Lower *L, int id, int C, const char *slice
                         "%s}\n"
                         "%sconst double var = m2 / cnt;\n"
                         "%sstats[c] = (float)mean;\n"
-                        "%sstats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
+                        "%sstats[%d + c] = (float)(1.0 / sqrt(var + %s));\n"
                         "%sstats[%d + c] = (float)var;\n"
                         "%s",
-                        in, in, slices, in, count, in, in, C, in, in, C, in, in, in, in, in, C, L->g->nodes[id].attr.eps, in, 2 * C,
+                        in, in, slices, in, count, in, in, C, in, in, C, in, in, in, in, in, C, cg_f64(L, L->g->nodes[id].attr.eps), in, 2 * C,
                         run >= 0 ? running_text(L, run, C, in) : "");
 }
 
@@ -140,9 +140,9 @@ void cg_lower_bn_stats(Lower *L, int id)
     cg_body(L, "        double var = sq / m;\n"
                "        if (BLOCK_LEADER) {\n"
                "            stats[c] = (float)mean;\n"
-               "            stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
+               "            stats[%d + c] = (float)(1.0 / sqrt(var + %s));\n"
                "            stats[%d + c] = (float)var;\n%s        }\n    }\n",
-            C, n->attr.eps, 2 * C, run >= 0 ? running_text(L, run, C, "            ") : "");
+            C, cg_f64(L, n->attr.eps), 2 * C, run >= 0 ? running_text(L, run, C, "            ") : "");
     cg_end_kernel(L);
 }
 
@@ -178,8 +178,8 @@ void cg_lower_bn_eval_stats(Lower *L, int id)
     cg_kernel(L, id, "bn_eval_stats", dimc(c), 3, b, (const char *const[]){ "=stats", "running_mean", "running_var" });
     cg_body(L, "    FOR_EACH(c, %dL) {\n"
                "        stats[c] = running_mean[c];\n"
-               "        stats[%d + c] = 1.0f / sqrtf(running_var[c] + %#.9gf);\n"
-               "        stats[%d + c] = running_var[c];\n    }\n", c, c, n->attr.eps, 2 * c);
+               "        stats[%d + c] = 1.0f / sqrtf(running_var[c] + %s);\n"
+               "        stats[%d + c] = running_var[c];\n    }\n", c, c, cg_f32(L, n->attr.eps), 2 * c);
     cg_end_kernel(L);
 }
 
@@ -417,8 +417,8 @@ void cg_lower_bn_sync(Lower *L, int id)
                 "    FOR_EACH(c, %dL) {\n"
                 "        double var = sqdev[c] / m;\n"
                 "        stats[c] = (float)(sum[c] / m);\n"
-                "        stats[%d + c] = (float)(1.0 / sqrt(var + %.9g));\n"
-                "        stats[%d + c] = (float)var;\n    }\n", HW, C, C, n->attr.eps, 2 * C);
+                "        stats[%d + c] = (float)(1.0 / sqrt(var + %s));\n"
+                "        stats[%d + c] = (float)var;\n    }\n", HW, C, C, cg_f64(L, n->attr.eps), 2 * C);
         cg_end_kernel(L);
         return;
     }

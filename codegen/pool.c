@@ -473,7 +473,7 @@ void cg_lower_window_pool(Lower *L, int id)
                    .Wd = xs->d[3], .OH = os->d[2], .OW = os->d[3], .mx = n->op == OP_MAXPOOL || n->op == OP_MAXPOOL_BWD,
                    .y = cg_out_buf(L, id), .planes = dimn(xs->d[1]) };
     G.W = cg_work_str(L, G.planes);
-    G.scale = arena_printf(L->p->arena, "%#.9gf", 1.0 / (G.K * G.K));
+    G.scale = cg_f32(L, 1.0 / (G.K * G.K));
     int K = G.K, S = G.S, P = G.P, H = G.H, Wd = G.Wd, OH = G.OH, OW = G.OW;
     if (!L->dec->cpu_only) {
         pool_gpu(L, id, &G);
@@ -498,8 +498,8 @@ void cg_lower_global_avgpool(Lower *L, int id)
     Dim work = dim_of(&n->shape);
     cg_kernel(L, id, "global_avgpool", work, 2, b, (const char *const[]){ "=y", "x" });
     cg_body(L, "    FOR_EACH(i, %s) {\n        const float *xp = x + i * %d;\n        float acc = 0.0f;\n"
-               "        for (int k = 0; k < %d; k++) acc += xp[k];\n        y[i] = acc * %#.9gf;\n    }\n",
-            cg_work_str(L, work), HW, HW, 1.0 / HW);
+               "        for (int k = 0; k < %d; k++) acc += xp[k];\n        y[i] = acc * %s;\n    }\n",
+            cg_work_str(L, work), HW, HW, cg_f32(L, 1.0 / HW));
     cg_end_kernel(L);
 }
 
@@ -511,8 +511,8 @@ void cg_lower_global_avgpool_grad(Lower *L, int id)
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     cg_kernel(L, id, "global_avgpool_grad", dimn(C), 2, b, (const char *const[]){ "=dx", "dy" })->grain = HW;
-    cg_body(L, "    FOR_EACH(plane, %s) {\n        float g = dy[plane] * %#.9gf;\n"
-               "        for (int k = 0; k < %d; k++) dx[plane * %d + k] = g;\n    }\n", cg_work_str(L, dimn(C)), 1.0 / HW, HW, HW);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n        float g = dy[plane] * %s;\n"
+               "        for (int k = 0; k < %d; k++) dx[plane * %d + k] = g;\n    }\n", cg_work_str(L, dimn(C)), cg_f32(L, 1.0 / HW), HW, HW);
     cg_end_kernel(L);
 }
 

@@ -205,17 +205,26 @@ static int parse_long(const char *opt, const char *s, long min, long max, long *
     return 0;
 }
 
-static int parse_float(const char *opt, const char *s, double min, bool min_open, double max, float *out)
+/* A number of a range (min to max, each end open or closed), kept as a float:
+   the range holds for the value written and for its rounding to float32, which
+   is 0 only where the value written is ("--eps 1e-50" would be 0: refused). */
+static int parse_float(const char *opt, const char *s, double min, bool min_open, double max, bool max_open, float *out)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
     if (!diag_decimal(s, true) || *end || errno || !isfinite(v)) return bad("%s expects a number, got '%s'", opt, s);
-    if (v < min || (min_open && v == min) || v > max) {
+    if (v < min || (min_open && v == min) || v > max || (max_open && v == max)) {
         if (max < 1e30)
-            fprintf(stderr, "mgc: %s must be in %c%g, %g], got %s\n(see mgc --help)\n", opt, min_open ? '(' : '[', min, max, s);
+            fprintf(stderr, "mgc: %s must be in %c%g, %g%c, got %s\n(see mgc --help)\n", opt, min_open ? '(' : '[', min, max,
+                    max_open ? ')' : ']', s);
         else
             fprintf(stderr, "mgc: %s must be %s %g, got %s\n(see mgc --help)\n", opt, min_open ? ">" : ">=", min, s);
+        return 2;
+    }
+    char why[256];
+    if (diag_f32_rounding(v, min, min_open, max, max_open, why, sizeof why)) {
+        fprintf(stderr, "mgc: %s %s\n(see mgc --help)\n", opt, why);
         return 2;
     }
     *out = (float)v;
@@ -458,16 +467,16 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
         break;
     case O_EPOCHS: rc = parse_long(name, val, 0, 1000000, &v); t->epochs = (int)v; break;
     case O_BATCH_SIZE: rc = parse_long(name, val, 1, 1 << 20, &v); t->batch_size = (int)v; break;
-    case O_LR: rc = parse_float(name, val, 0, false, 1e30, &t->lr); break;
+    case O_LR: rc = parse_float(name, val, 0, false, 1e30, false, &t->lr); break;
     case O_LR_SCHEDULE: rc = parse_schedule(val, t); break;
-    case O_LR_GAMMA: rc = parse_float(name, val, 0, false, 1, &t->lr_gamma); ps->gamma_given = true; break;
+    case O_LR_GAMMA: rc = parse_float(name, val, 0, false, 1, false, &t->lr_gamma); ps->gamma_given = true; break;
     case O_LR_PER:
         if (!strcmp(val, "step") || !strcmp(val, "epoch")) t->lr_per_step = val[0] == 's', ps->per_given = true;
         else return bad("--lr-per expects step or epoch, got '%s'%s", val, "");
         break;
     case O_WARMUP: rc = parse_long(name, val, 0, 1000000000, &v); t->warmup = (int)v; break;
-    case O_MOMENTUM: rc = parse_float(name, val, 0, false, 1, &t->momentum); ps->momentum_given = true; break;
-    case O_WEIGHT_DECAY: rc = parse_float(name, val, 0, false, 1e30, &t->weight_decay); ps->wd_given = true; break;
+    case O_MOMENTUM: rc = parse_float(name, val, 0, false, 1, false, &t->momentum); ps->momentum_given = true; break;
+    case O_WEIGHT_DECAY: rc = parse_float(name, val, 0, false, 1e30, false, &t->weight_decay); ps->wd_given = true; break;
     case O_OPTIMIZER:
         if (!strcmp(val, "sgd") || !strcmp(val, "adamw")) t->optimizer = val[0] == 'a' ? IR_ADAMW : IR_SGD;
         else return bad("--optimizer expects sgd or adamw, got '%s'%s", val, "");
@@ -477,13 +486,12 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
         char b1[64];
         if (!comma || strchr(comma + 1, ',') || comma - val >= (long)sizeof b1) return bad("--betas expects B1,B2 (e.g. 0.9,0.999), got '%s'%s", val, "");
         snprintf(b1, sizeof b1, "%.*s", (int)(comma - val), val);
-        rc = parse_float("--betas' first", b1, 0, false, 1, &t->beta1);
-        if (!rc) rc = parse_float("--betas' second", comma + 1, 0, false, 1, &t->beta2);
-        if (!rc && (t->beta1 >= 1 || t->beta2 >= 1)) return bad("--betas must each be below 1, got '%s'%s", val, "");
+        rc = parse_float("--betas' first", b1, 0, false, 1, true, &t->beta1);
+        if (!rc) rc = parse_float("--betas' second", comma + 1, 0, false, 1, true, &t->beta2);
         ps->betas_given = true;
         break;
     }
-    case O_EPS: rc = parse_float(name, val, 0, true, 1, &t->eps); ps->eps_given = true; break;
+    case O_EPS: rc = parse_float(name, val, 0, true, 1, false, &t->eps); ps->eps_given = true; break;
     case O_NESTEROV: t->nesterov = true; break;
     case O_AUGMENT: rc = parse_augment(val, &t->transform); break;
     case O_NORMALIZE: t->transform.normalize = true; break;

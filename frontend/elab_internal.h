@@ -82,7 +82,8 @@ extern const int fe_nlayers;
 int fe_find_layer(const char *name);
 /* "conv2d(out_channels, kernel, stride = 1, padding = 0, bias = true)" into buf. */
 const char *fe_layer_signature(const Layer *L, char *buf, size_t size);
-/* Argument k of L, given as iv (ints) or fv (numbers), within its range; else said at where. */
+/* Argument k of L, given as iv (ints) or fv (numbers), within its range (a number also
+   after its rounding to float32, which is 0 only where fv is); else said at where. */
 bool fe_layer_arg_in_range(Elab *E, Loc where, const Layer *L, int k, long long iv, double fv);
 /* The block (not the net) called name among defs, or NULL. */
 FeDef *fe_find_block(FeDef *defs, const char *name);

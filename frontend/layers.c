@@ -246,10 +246,19 @@ bool fe_layer_arg_in_range(Elab *E, Loc where, const Layer *L, int k, long long 
     }
     if (a->type != A_FLOAT) return true;
     bool ok = (a->lo_open ? fv > a->lo : fv >= a->lo) && (a->hi_open ? fv < a->hi : fv <= a->hi);
-    if (!ok)
+    if (!ok) {
         diag_at(E->d, where, "%s: '%s' must be in %c%g, %g%c, got %g", L->name, a->name, a->lo_open ? '(' : '[', a->lo, a->hi,
                 a->hi_open ? ')' : ']', fv);
-    return ok;
+        return false;
+    }
+    /* the range holds for the value as the kernels get it, rounded to float32:
+       dropout's p = 0.99999999 is 1 there, and 1 / (1 - p) infinity */
+    char why[256];
+    if (diag_f32_rounding(fv, a->lo, a->lo_open, a->hi, a->hi_open, why, sizeof why)) {
+        diag_at(E->d, where, "%s: '%s' = %s", L->name, a->name, why);
+        return false;
+    }
+    return true;
 }
 
 /* docs/language.md's layer table: a row per layer. */

@@ -2,6 +2,8 @@
 ** Diagnostics: file:line:col, the offending source line and a caret.
 */
 #include "diag.h"
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include <stdlib.h>
@@ -99,6 +101,52 @@ bool diag_decimal(const char *s, bool fraction)
         if (q == p) return false;
     }
     return *q == 0;
+}
+
+/* v in the fewest digits that read back as v: 0.99999999, not 0.99999999000000006 */
+static const char *shortest(double v, char *buf, size_t size)
+{
+    for (int digits = 6; digits < 17; digits++) {
+        snprintf(buf, size, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) return buf;
+    }
+    snprintf(buf, size, "%.17g", v);
+    return buf;
+}
+
+static bool in_range(double f, double lo, bool lo_open, double hi, bool hi_open)
+{
+    return (lo_open ? f > lo : f >= lo) && (hi_open ? f < hi : f <= hi);
+}
+
+const char *diag_f32_rounding(double v, double lo, bool lo_open, double hi, bool hi_open, char *buf, size_t size)
+{
+    float f = (float)v;
+    char vs[32];
+    shortest(v, vs, sizeof vs);
+    if (isinf(f)) {
+        snprintf(buf, size, "%s rounds to %sinfinity in float32 (its largest number is %.9g)", vs, f < 0 ? "minus " : "",
+                 (double)FLT_MAX);
+        return buf;
+    }
+    /* the range's ends as float32 too: a closed end that float32 does not hold
+       (--lr's 1e30) takes its own rounding; 0 and 1 are themselves */
+    float flo = (float)lo, fhi = (float)hi;
+    if (!in_range(f, flo, lo_open, fhi, hi_open)) {
+        /* the float32 in the range nearest the end that f fell past */
+        bool high = f > flo;
+        float m = high ? fhi : flo;
+        while (!in_range(m, flo, lo_open, fhi, hi_open) && isfinite(m)) m = nextafterf(m, high ? -INFINITY : INFINITY);
+        snprintf(buf, size, "%s rounds to %.9g in float32, outside %c%g, %g%c: the nearest float32 in it is %.9g", vs,
+                 (double)f, lo_open ? '(' : '[', lo, hi, hi_open ? ')' : ']', (double)m);
+        return buf;
+    }
+    if (f == 0 && v != 0) {
+        snprintf(buf, size, "%s rounds to 0 in float32: write 0, or at %s %.9g", vs, v < 0 ? "most" : "least",
+                 (double)nextafterf(0, v < 0 ? -INFINITY : INFINITY));
+        return buf;
+    }
+    return NULL;
 }
 
 int diag_edit_distance(const char *a, const char *b)

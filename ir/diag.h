@@ -36,6 +36,16 @@ void diag_note(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(pri
    and an exponent [eE][+-]digits ("1", "-2", "0.5", ".5", "5.", "1e-3").
    No spaces, no hex, no inf or nan: strtod alone takes "0x10" for 16. */
 bool diag_decimal(const char *s, bool fraction);
+/* A number the user wrote, v (in the range it must be in: lo to hi, each end
+   open or closed), as mgc keeps it: rounded to float32, the type of every
+   attribute, option and kernel literal. NULL where its rounding is in the
+   range (its ends rounded to float32 as well: 1e30 is a bound of --lr) and
+   is 0 only where v is 0; else what goes wrong, in words, from v
+   on, into buf: "0.99999999 rounds to 1 in float32, outside [0, 1): the
+   nearest float32 in it is 0.99999994"; "1e-50 rounds to 0 in float32: write
+   0, or at least 1.40129846e-45". (No attribute or option is stored in bf16:
+   --precision bf16 rounds the operands of products only.) */
+const char *diag_f32_rounding(double v, double lo, bool lo_open, double hi, bool hi_open, char *buf, size_t size);
 /* Levenshtein distance, for "did you mean" suggestions. */
 int  diag_edit_distance(const char *a, const char *b);
 

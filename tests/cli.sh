@@ -233,9 +233,15 @@ expect sgd-eps 2 "--eps is AdamW's: give --optimizer adamw too" -- $L --eps 1e-6
 expect nesterov-alone 2 "--nesterov needs a momentum (--momentum M above 0)" -- $L --nesterov
 expect betas-one 2 "--betas expects B1,B2 (e.g. 0.9,0.999), got '0.9'" -- $L --optimizer adamw --betas 0.9
 expect betas-three 2 "--betas expects B1,B2 (e.g. 0.9,0.999), got '0.9,0.99,0.3'" -- $L --optimizer adamw --betas 0.9,0.99,0.3
-expect betas-range 2 "--betas must each be below 1, got '1,0.9'" -- $L --optimizer adamw --betas 1,0.9
+expect betas-range 2 "--betas' first must be in [0, 1), got 1" -- $L --optimizer adamw --betas 1,0.9
 expect betas-word 2 "--betas' first expects a number, got 'x'" -- $L --optimizer adamw --betas x,y
 expect eps-range 2 "--eps must be in (0, 1], got 0" -- $L --optimizer adamw --eps 0
+# A range holds for the number as it is kept, rounded to float32 (issue 35): --eps 1e-50
+# would be 0 (AdamW's step 0/0 for an unused weight), --betas 0.99999999 would be 1
+expect eps-rounds-to-zero 2 "--eps 1e-50 rounds to 0 in float32, outside (0, 1]: the nearest float32 in it is 1.40129846e-45" -- $L --optimizer adamw --eps 1e-50
+expect betas-round-to-one 2 "--betas' first 0.99999999 rounds to 1 in float32, outside [0, 1): the nearest float32 in it is 0.99999994" -- $L --optimizer adamw --betas 0.99999999,0.999
+expect lr-rounds-to-zero 2 "--lr 1e-50 rounds to 0 in float32: write 0, or at least 1.40129846e-45" -- $L --lr 1e-50
+expect lr-subnormal 0 "initialised" -- $L --lr 1e-40 --epochs 0
 expect augment-zero 2 "--augment crop:P expects P from 1 to 64 (zeros around the image), got 'crop:0'" -- $L --augment crop:0
 expect augment-word 2 "--augment expects crop[:P] (random crop after P zeros around, default 4) and/or flip, e.g. crop:4,flip; got 'crop:4,flop'" -- $L --augment crop:4,flop
 expect resize-bad 2 "--resize expects H or HxW (each 1 to 4096), e.g. 32 or 64x48, got '32x'" -- $L --resize 32x
