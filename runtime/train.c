@@ -625,7 +625,13 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
     int *order = NULL;
     if (!status) {
         g->transform = cfg->transform;
-        transform_fit(&g->transform, &train);   /* over the whole training set, whatever --limit-train */
+        /* over the whole training set, whatever --limit-train; every rank has the same data (agreed): the same outcome */
+        if (transform_fit(&g->transform, &train, err, sizeof err)) {
+            if (g->world->rank == 0) fprintf(stderr, "mgc: %s\n", err);
+            status = 1;
+        }
+    }
+    if (!status) {
         data_limit(&train, cfg->limit_train);
         data_limit(&test, cfg->limit_test);
         /* every full batch, and a last one with an example for each replica at least (gather_shard) */

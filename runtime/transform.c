@@ -3,6 +3,7 @@
 ** normalisation, one image at a time on the thread that gathers the batch.
 */
 #include "transform.h"
+#include "errbuf.h"
 #include "rng.h"
 #include <math.h>
 #include <stdio.h>
@@ -42,15 +43,22 @@ static void channel_stats(const Dataset *d, int c, double *mean, double *sd)
     *sd = n > 0 ? sqrt(ss / n) : 1;
 }
 
-void transform_fit(Transform *t, const Dataset *d)
+int transform_fit(Transform *t, const Dataset *d, char *err, size_t err_size)
 {
-    if (!t->normalize) return;
+    if (!t->normalize) return 0;
     for (int c = 0; c < d->channels && c < TRANSFORM_MAX_CHANNELS; c++) {
         double mean, sd;
         channel_stats(d, c, &mean, &sd);
         t->mean[c] = (float)mean;
         t->std[c] = sd > 0 ? (float)sd : 1.0f;   /* a constant channel stays as it is, shifted */
+        if (sd > 0 && t->std[c] == 0) {   /* not constant, but too nearly so for float32: x / 0 */
+            set_err(err, err_size, "--normalize: channel %d of the training images has standard deviation %.3g, which rounds "
+                    "to 0 in float32: dividing by it would make infinities; the channel is nearly constant: scale its "
+                    "values up, or train without --normalize", c, sd);
+            return -1;
+        }
     }
+    return 0;
 }
 
 void transform_shape(const Transform *t, const Dataset *d, int *c, int *h, int *w)

@@ -34,8 +34,10 @@ bool transform_active(const Transform *t);
 /* The per-channel mean and standard deviation of d's pixels (byte / 255, or
    the F32 values, over every pixel of every image, before any resize:
    torchvision's usual recipe), into t when t->normalize; exact (from a
-   histogram; floats summed in double), the same everywhere. */
-void transform_fit(Transform *t, const Dataset *d);
+   histogram; floats summed in double), the same everywhere. A constant
+   channel (deviation 0) is only shifted; one whose deviation is not 0 but
+   rounds to 0 in float32 cannot be divided by: -1, with err naming it. */
+int  transform_fit(Transform *t, const Dataset *d, char *err, size_t err_size);
 /* The shape images come out at: d's, or --resize's. */
 void transform_shape(const Transform *t, const Dataset *d, int *c, int *h, int *w);
 /* As data_gather, through t: training (augment: true) draws each example's

@@ -351,10 +351,21 @@ for kind, shape, make in (("u8", (28, 28, 3), lambda s: torch.randint(0, 256, s,
     for name, n in (("train", 96), ("test", 32)):
         st.save({"images": make((n,) + shape), "labels": torch.arange(n) % 12},
                 os.path.join(sys.argv[1], "st-" + kind, name + ".safetensors"))
+# --normalize's deviations: channel 0 constant (shifted only), channel 1 constant but
+# for one value of float32's least step (its deviation, 5.1e-48, rounds to 0 in float32;
+# mgc divided by it: NaN and infinite inputs, made numbers by ReLU: a finite loss)
+os.makedirs(os.path.join(sys.argv[1], "st-flat"))
+for name, n in (("train", 96), ("test", 32)):
+    x = torch.randn((n, 3, 28, 28), generator=g)
+    x[:, 0] = 0.5
+    x[:, 1] = 0.0
+    x[3, 1, 4, 5] = torch.finfo(torch.float32).tiny * 2.0 ** -23
+    st.save({"images": x, "labels": torch.arange(n) % 12}, os.path.join(sys.argv[1], "st-flat", name + ".safetensors"))
 PY
 then
     expect st-u8-nhwc 0 "; 96 training and 32 test examples (safetensors, 3x28x28, 12 classes), batch 32" -- $L --set in_channels=3 --set classes=12 --epochs 1 --batch-size 32 --data "$tmp/st-u8"
     expect st-f32 0 "; 96 training and 32 test examples (safetensors, 3x28x28 floats, 12 classes), batch 32" -- $L --set in_channels=3 --set classes=12 --epochs 1 --batch-size 32 --normalize --data "$tmp/st-f32"
+    expect normalize-flat 1 "mgc: --normalize: channel 1 of the training images has standard deviation 5.11e-48, which rounds to 0 in float32" -- $L --set in_channels=3 --set classes=12 --epochs 1 --batch-size 32 --normalize --data "$tmp/st-flat"
     expect st-classes 1 "the net has 10 outputs but the data (safetensors) has 12 classes (labels 0..11); use --set classes=12" -- $L --set in_channels=3 --epochs 1 --data "$tmp/st-u8"
     rm "$tmp/st-u8/test.safetensors"
     expect st-missing-test 1 "is incomplete: missing test.safetensors" -- $L --set in_channels=3 --set classes=12 --epochs 1 --data "$tmp/st-u8"

@@ -958,8 +958,8 @@ static void test_transform_floats(void)
     }
     Dataset d = { .n = N, .channels = C, .rows = H, .cols = W, .classes = 3, .values = v, .labels = labels };
     Transform t = { .normalize = true };
-    transform_fit(&t, &d);
-    int ok = 1;
+    char err[512] = "";
+    int ok = transform_fit(&t, &d, err, sizeof err) == 0;
     for (int c = 0; c < C; c++)
         ok &= t.mean[c] == (float)(sum[c] / (N * H * W)) && t.std[c] == (float)sqrt(ss[c] / (N * H * W));
     CHECK(ok, "transform_fit on floats: the mean and std in double");
@@ -977,6 +977,17 @@ static void test_transform_floats(void)
     ok = 1;
     for (int j = 0; j < 2 * C * 7 * 3; j++) ok &= big[j] == 2.5f;
     CHECK(ok, "--resize of a constant float image: the constant");
+    /* --normalize: a constant channel (deviation 0) is shifted, not scaled; one
+       that differs from constant by a float32's least step among all these
+       values has a deviation that rounds to 0 in float32: refused, named */
+    for (int i = 0; i < N * PER; i++) v[i] = 0.0f;
+    Transform nt = { .normalize = true };
+    ok = transform_fit(&nt, &d, err, sizeof err) == 0 && nt.std[0] == 1.0f && nt.std[1] == 1.0f && nt.mean[0] == 0.0f;
+    CHECK(ok, "--normalize of constant channels: deviation 1 (shifted only)");
+    float tiny = nextafterf(0.0f, 1.0f);   /* 1.4e-45 */
+    v[H * W + 3] = tiny;   /* example 0, channel 1 */
+    EXPECT_ERR(transform_fit(&nt, &d, err, sizeof err), err, "--normalize of a nearly constant channel",
+               "channel 1 of the training images has standard deviation", "which rounds to 0 in float32", "without --normalize");
 }
 
 /* ---- the real Fashion-MNIST ------------------------------------------------------ */
