@@ -118,11 +118,12 @@ $(BUILD)/unit_frontend: tests/unit_frontend.c $(FE_OBJ)
 	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) -lm
 $(BUILD)/unit_verify: tests/unit_verify.c $(FE_OBJ) $(CG_OBJ)
 	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) $(CG_OBJ) -lm
-# the runtime's data, checkpoint and NVRTC pieces on their own (no CUDA headers: NVRTC is opened by name)
-UNIT_RT_SRC = runtime/data.c runtime/data_cifar.c runtime/data_st.c runtime/transform.c runtime/safetensors.c runtime/paths.c runtime/rng.c runtime/ptx.c runtime/memlimit.c
+# the runtime's data, checkpoint, store check and NVRTC pieces on their own (no CUDA headers: NVRTC is opened by name)
+UNIT_RT_SRC = runtime/data.c runtime/data_cifar.c runtime/data_st.c runtime/transform.c runtime/safetensors.c runtime/paths.c runtime/rng.c runtime/ptx.c \
+              runtime/memlimit.c runtime/store.c ir/graph.c ir/arena.c
 $(BUILD)/unit_runtime: tests/unit_runtime.c $(UNIT_RT_SRC) $(wildcard runtime/*.h)
 	@mkdir -p $(BUILD)
-	$(CC) -D_GNU_SOURCE -Iir -Iruntime $(CFLAGS) $(UNIT_WARN) -Wno-unused-function -o $@ tests/unit_runtime.c $(UNIT_RT_SRC) -lz -lm -lpthread -ldl
+	$(CC) -D_GNU_SOURCE -Iir -Icodegen -Iruntime $(CFLAGS) $(UNIT_WARN) -Wno-unused-function -o $@ tests/unit_runtime.c $(UNIT_RT_SRC) -lz -lm -lpthread -ldl
 $(BUILD)/unit_comm: tests/unit_comm.c $(UNIT_OBJ)
 	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(UNIT_OBJ) $(LDLIBS)
 # the bf16 GEMM on its own (both of its paths where the CPU has AVX512_BF16)

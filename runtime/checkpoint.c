@@ -83,7 +83,32 @@ static int meta_count(const StFile *f, const char *path, const char *key, unsign
     return 0;
 }
 
-int train_load_checkpoint(Store *s, const char *path, Resume *resume)
+/* Whether this run's optimizer goes on with the state of the checkpoint's
+   (was: its optimizer in words; "" in an older mgc's, which had SGD's alone):
+   the same kind of optimizer; another's state starts afresh, from zero. */
+static bool same_optimizer(const TrainConfig *cfg, const char *was)
+{
+    char optim[256];
+    train_optimizer_str(cfg, optim, sizeof optim);
+    if (!was[0]) was = "sgd";
+    size_t kind = strcspn(optim, " ");
+    return strlen(was) >= kind && !strncmp(was, optim, kind) && (was[kind] == ' ' || !was[kind]);
+}
+
+/* Whether the checkpoint's optimizer kept state, every tensor of it saved:
+   AdamW's moments; SGD's momentum buffers where its momentum is not 0 (an
+   older mgc's checkpoint does not say). */
+static bool keeps_state(const char *was)
+{
+    double momentum;
+    return !strncmp(was, "adamw ", 6) || (sscanf(was, "sgd momentum %lf", &momentum) == 1 && momentum != 0);
+}
+
+/* The most training steps a checkpoint may count: more than any run takes, and
+   every count to there exact in a double (AdamW's bias corrections' exponent). */
+#define MAX_STEPS (1ULL << 53)
+
+int train_load_checkpoint(Store *s, const char *path, Resume *resume, const TrainConfig *cfg)
 {
     StFile f;
     char err[512];
@@ -91,7 +116,7 @@ int train_load_checkpoint(Store *s, const char *path, Resume *resume)
         fprintf(stderr, "mgc: cannot load checkpoint: %s\n", err);
         return -1;
     }
-    int bad = 0, nonfinite_tensors = 0;
+    int bad = 0, damaged = 0;
     if (resume && (meta_count(&f, path, "epoch", &resume->epoch) || meta_count(&f, path, "steps", &resume->steps) ||
                    meta_count(&f, path, "seed", &resume->seed) || meta_count(&f, path, "batch_size", &resume->batch_size))) {
         st_free(&f);
@@ -107,13 +132,31 @@ int train_load_checkpoint(Store *s, const char *path, Resume *resume)
             st_free(&f);
             return -1;
         }
+        /* AdamW's step t = optimizer_steps + 1 must not wrap to 0 (1 - beta1^0 = 0: a step of lr / 0) */
+        if (resume->steps > MAX_STEPS || resume->optimizer_steps > resume->steps) {
+            if (resume->steps > MAX_STEPS)
+                fprintf(stderr, "mgc: %s: the checkpoint's steps is %llu, more than 2^53 (no run takes so many): it is damaged; "
+                        "--load starts a new run from its parameters\n", path, resume->steps);
+            else
+                fprintf(stderr, "mgc: %s: the checkpoint's optimizer_steps is %llu, more than its steps (%llu): its "
+                        "optimizer's state cannot have taken more steps than the run; it is damaged; --load starts a new "
+                        "run from its parameters\n", path, resume->optimizer_steps, resume->steps);
+            st_free(&f);
+            return -1;
+        }
     }
+    /* --resume with the optimizer whose state the checkpoint keeps: every tensor of that state is there */
+    bool state_goes_on = resume && same_optimizer(cfg, resume->optimizer) && keeps_state(resume->optimizer);
     for (int k = 0; k < s->n; k++) {
         StoreEntry *e = &s->e[k];
         const StTensor *t = st_find(&f, e->name);
         if (!t) {
             if (e->trainable || rt_store_is_running(e)) {
                 fprintf(stderr, "mgc: %s: checkpoint has no tensor '%s' (was it saved from another net?)\n", path, e->name);
+                bad++;
+            } else if (state_goes_on) {
+                fprintf(stderr, "mgc: %s: checkpoint has no tensor '%s' of its optimizer's state (%s): --resume cannot go on "
+                        "as the run would have; --load starts a new run from its parameters\n", path, e->name, resume->optimizer);
                 bad++;
             }
             continue;
@@ -135,15 +178,18 @@ int train_load_checkpoint(Store *s, const char *path, Resume *resume)
             bad++;
             continue;
         }
-        long n = e->numel, nonfinite = 0;
-        for (long i = 0; i < n; i++) nonfinite += !isfinite(e->data[i]);
-        if (nonfinite && nonfinite_tensors++ < 4)
-            fprintf(stderr, "mgc: warning: %s: tensor '%s' holds %ld values that are not finite (NaN or infinity) "
-                    "of %ld\n", path, e->name, nonfinite, n);
+        /* finite, a variance not below 0: else the run would train on NaN (ReLU and
+           max-pooling make numbers of it, the loss stays finite) and save it */
+        StoreCheck c = rt_store_check(e);
+        if (c.first >= 0) {
+            char what[512];
+            if (damaged++ < 4) fprintf(stderr, "mgc: %s: %s\n", path, rt_store_check_str(e, &c, what, sizeof what));
+            bad++;
+        }
     }
-    if (nonfinite_tensors)
-        fprintf(stderr, "mgc: warning: %s: %d tensors hold NaN or infinity: the checkpoint was saved from a run that "
-                "diverged, or is damaged; the net's outputs will not be finite\n", path, nonfinite_tensors);
+    if (damaged)
+        fprintf(stderr, "mgc: %s: %d tensor%s hold%s such values: the checkpoint was saved from a run that diverged, or is "
+                "damaged; load an earlier one\n", path, damaged, damaged == 1 ? "" : "s", damaged == 1 ? "s" : "");
     st_free(&f);
     return bad ? -1 : 0;
 }
@@ -152,13 +198,10 @@ int train_resume_from(Group *g, const Resume *resume)
 {
     const TrainConfig *cfg = g->cfg;
     int first = resume->epoch < (unsigned long long)cfg->epochs ? (int)resume->epoch + 1 : cfg->epochs + 1;
-    /* the optimizer's state goes on where it is the same optimizer's (an older
-       mgc's checkpoint says none: SGD's); another's starts afresh, from zero */
+    /* the optimizer's state goes on where it is the same optimizer's */
     char optim[256];
     train_optimizer_str(cfg, optim, sizeof optim);
-    const char *was = resume->optimizer[0] ? resume->optimizer : "sgd";
-    size_t kind = strcspn(optim, " ");
-    bool same_kind = strlen(was) >= kind && !strncmp(was, optim, kind) && (was[kind] == ' ' || !was[kind]);
+    bool same_kind = same_optimizer(cfg, resume->optimizer);
     for (int k = 0; k < g->n; k++) {
         g->r[k].tr.runs_before = resume->steps;
         g->r[k].tr.opt_steps_before = same_kind ? resume->optimizer_steps : 0;

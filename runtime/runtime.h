@@ -56,6 +56,23 @@ float *rt_store_bind(Store *s, int k, Device *d);
 void  rt_store_upload(Store *s, StoreWhich which);
 /* A BatchNorm running statistic (state that evaluation reads, not a parameter). */
 bool  rt_store_is_running(const StoreEntry *e);
+/* A variance, which cannot be below 0: BatchNorm's running_var, AdamW's exp_avg_sq. */
+bool  rt_store_is_variance(const StoreEntry *e);
+/* "parameter", "running statistic" or "optimizer state" (momentum, AdamW's moments). */
+const char *rt_store_kind(const StoreEntry *e);
+/* An entry's host values against what they must be: finite, and not below 0
+   in a variance. How many are not (nonfinite, negative: 0 and 0, first -1
+   where all are fine), the first one's index and value. One pass that the
+   compiler vectorises, a second to count only where the first found one. */
+typedef struct StoreCheck {
+    long nonfinite, negative;
+    long first;
+    float value;
+} StoreCheck;
+StoreCheck rt_store_check(const StoreEntry *e);
+/* A failed check in words, into buf: "parameter 'fc1.weight' holds 3 values
+   that are not finite, of 30720 (the first, element 17, is nan)". */
+const char *rt_store_check_str(const StoreEntry *e, const StoreCheck *c, char *buf, size_t size);
 void  rt_store_download(Store *s, StoreWhich which);
 void  rt_store_free(Store *s);
 /* Initialises every entry as PyTorch does (uniform fan-in bounds, ones, zeros) from the seed. */

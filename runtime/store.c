@@ -12,6 +12,7 @@
 #include "runtime.h"
 #include "rng.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,71 @@ float *rt_store_bind(Store *s, int k, Device *d)
 }
 
 bool rt_store_is_running(const StoreEntry *e) { return !e->trainable && strstr(e->name, "running_"); }
+
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && !strcmp(s + n - t, tail);
+}
+
+bool rt_store_is_variance(const StoreEntry *e)
+{
+    return (rt_store_is_running(e) && ends_with(e->name, "running_var")) || (!e->trainable && ends_with(e->name, ".exp_avg_sq"));
+}
+
+const char *rt_store_kind(const StoreEntry *e)
+{
+    return e->trainable ? "parameter" : rt_store_is_running(e) ? "running statistic" : "optimizer state";
+}
+
+/* Whether the float whose bits are u is out of bounds: inf or NaN (every exponent bit
+   set), or, in a variance, below 0 (the sign set, and not -0). On the bits, in blocks
+   of a fixed count: -O2's vectoriser takes those (it left a loop of float compares
+   scalar, at 1.7 GB/s). */
+static inline uint32_t out_of_bounds(uint32_t u, uint32_t variance)
+{
+    return ((u & 0x7f800000u) == 0x7f800000u) | (variance & (u > 0x80000000u));
+}
+
+StoreCheck rt_store_check(const StoreEntry *e)
+{
+    enum { BLOCK = 64 };
+    StoreCheck c = { 0, 0, -1, 0 };
+    const float *x = e->data;
+    long n = e->numel, i = 0;
+    uint32_t variance = rt_store_is_variance(e), any = 0;
+    for (; i + BLOCK <= n; i += BLOCK)
+        for (int j = 0; j < BLOCK; j++) {
+            uint32_t u;
+            memcpy(&u, x + i + j, sizeof u);
+            any |= out_of_bounds(u, variance);
+        }
+    for (; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        any |= out_of_bounds(u, variance);
+    }
+    if (!any) return c;
+    for (i = 0; i < n; i++) {
+        bool nonfinite = !isfinite(x[i]), negative = !nonfinite && variance && x[i] < 0;
+        if ((nonfinite || negative) && c.first < 0) c.first = i, c.value = x[i];
+        c.nonfinite += nonfinite;
+        c.negative += negative;
+    }
+    return c;
+}
+
+const char *rt_store_check_str(const StoreEntry *e, const StoreCheck *c, char *buf, size_t size)
+{
+    char nf[64] = "", neg[96] = "";
+    if (c->nonfinite) snprintf(nf, sizeof nf, "%ld value%s that %s not finite", c->nonfinite, c->nonfinite == 1 ? "" : "s",
+                               c->nonfinite == 1 ? "is" : "are");
+    if (c->negative) snprintf(neg, sizeof neg, "%s%ld value%s below 0, which a variance cannot be", c->nonfinite ? " and " : "",
+                              c->negative, c->negative == 1 ? "" : "s");
+    snprintf(buf, size, "%s '%s' holds %s%s, of %ld (the first, element %ld, is %g)", rt_store_kind(e), e->name, nf, neg, e->numel,
+             c->first, (double)c->value);
+    return buf;
+}
 
 static bool wanted(const StoreEntry *e, StoreWhich which)
 {

@@ -107,8 +107,11 @@ void train_optimizer_str(const TrainConfig *cfg, char *out, size_t size);
 /* Rank 0 saves replica 0's parameters and state after `epoch`; every rank learns whether it worked (0 or 1). */
 int  train_save(Group *g, const char *path, int epoch);
 /* Loads the tensors of the checkpoint at path into s (and, with resume,
-   what --resume needs from its metadata); 0, or -1 said. */
-int  train_load_checkpoint(Store *s, const char *path, Resume *resume);
+   what --resume needs from its metadata); 0, or -1 said. Every tensor is
+   checked: its shape, its values finite (a variance's not below 0), and with
+   resume the optimizer state of cfg's optimizer present where the
+   checkpoint's is the same kind and kept one; the step counts in range. */
+int  train_load_checkpoint(Store *s, const char *path, Resume *resume, const TrainConfig *cfg);
 /* --resume: says on rank 0 where the run goes on from (and what differs
    from the first run's recipe); the first epoch to train. */
 int  train_resume_from(Group *g, const Resume *r);

@@ -395,6 +395,63 @@ import sys; sys.path.insert(0, 'tests'); import st, torch
 st.save({'x': torch.rand(4, 1, 28, 28), 'y': torch.tensor([1, 2, 9, 0])}, '$tmp/b.st')"
 expect batch-good 0 "step 1  loss" -- $L --batch "$tmp/b.st" --steps 1
 
+# ----------------------------------------------------------- numbers in checkpoints
+# A checkpoint's tensors are finite (a variance, running_var or exp_avg_sq, not
+# below 0), --resume's optimizer state is all there and its step counts in range,
+# or mgc refuses it, status 1, naming the tensor (issue 35: each of these trained
+# on, exited 0 and saved NaN over the checkpoint).
+if [ -n "${MGC_DATA:-}" ] && [ -d "$MGC_DATA" ]; then
+    S="--limit-train 512 --limit-test 64"
+    # ck.st [--drop NAME] [--set NAME INDEX VALUE] [--meta KEY VALUE] > OUT: a copy, changed
+    cat > "$tmp/edit.py" <<'PY'
+import sys; sys.path.insert(0, 'tests'); import st, torch
+src, out, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+t, m = st.load(src), st.load_metadata(src)
+while args:
+    op = args.pop(0)
+    if op == '--drop': del t[args.pop(0)]
+    elif op == '--set': name, i, v = args.pop(0), int(args.pop(0)), float(args.pop(0)); t[name].view(-1)[i] = v
+    elif op == '--fill': name, v = args.pop(0), float(args.pop(0)); t[name].fill_(v)
+    elif op == '--meta': k = args.pop(0); m[k] = args.pop(0)
+st.save(t, out, m)
+PY
+    edit() { $PY "$tmp/edit.py" "$@"; }
+    if "$MGC" $L --optimizer adamw --lr 0.001 --epochs 1 $S --save "$tmp/aw.st" > "$tmp/out" 2>&1; then
+        cp "$tmp/aw.st" "$tmp/intact.st"   # the control: each change below is what is refused
+        expect adamw-resume-intact 0 "epoch 2/2" -- $L --optimizer adamw --lr 0.001 --epochs 2 $S --resume "$tmp/intact.st"
+        edit "$tmp/aw.st" "$tmp/b.st" --set fc1.weight.exp_avg_sq 7 -1
+        expect adamw-negative-exp-avg-sq 1 "b.st: optimizer state 'fc1.weight.exp_avg_sq' holds 1 value below 0, which a variance cannot be, of 30720 (the first, element 7, is -1)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/b.st"
+        expect adamw-negative-load 1 "optimizer state 'fc1.weight.exp_avg_sq' holds 1 value below 0" -- $L --optimizer adamw --epochs 0 --load "$tmp/b.st"
+        edit "$tmp/aw.st" "$tmp/b.st" --set fc2.weight.exp_avg 3 nan
+        expect adamw-nan-exp-avg 1 "optimizer state 'fc2.weight.exp_avg' holds 1 value that is not finite, of 10080 (the first, element 3, is nan)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/b.st"
+        edit "$tmp/aw.st" "$tmp/b.st" --drop fc3.weight.exp_avg_sq
+        expect adamw-missing-exp-avg-sq 1 "b.st: checkpoint has no tensor 'fc3.weight.exp_avg_sq' of its optimizer's state (adamw betas 0.9,0.999 eps 1e-08 weight decay 0.01)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/b.st"
+        expect adamw-missing-sgd 0 "its state starts afresh" -- $L --epochs 2 $S --resume "$tmp/b.st"   # SGD's own state: none of AdamW's needed
+        edit "$tmp/aw.st" "$tmp/b.st" --meta optimizer_steps 18446744073709551615
+        expect adamw-optimizer-steps 1 "b.st: the checkpoint's optimizer_steps is 18446744073709551615, more than its steps (2)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/b.st"
+        edit "$tmp/aw.st" "$tmp/b.st" --meta steps 9007199254740993 --meta optimizer_steps 9007199254740993
+        expect adamw-steps 1 "the checkpoint's steps is 9007199254740993, more than 2^53" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/b.st"
+    else
+        bad "numbers: no AdamW checkpoint to change: $(tail -2 "$tmp/out")"
+    fi
+    # BatchNorm's running_var below 0: evaluation would take the square root of it
+    cat > "$tmp/bnr.net" <<'NET'
+net bnr(classes = 10) {
+    input x[N, 1, 28, 28]
+    return x -> conv1: conv2d(4, kernel = 5) -> bn1: batchnorm2d -> relu -> maxpool2d(2)
+             -> flatten -> fc: linear(classes) -> softmax_cross_entropy
+}
+NET
+    if "$MGC" "$tmp/bnr.net" --epochs 1 $S --save "$tmp/bn.st" > "$tmp/out" 2>&1; then
+        edit "$tmp/bn.st" "$tmp/b.st" --set bn1.running_var 2 -0.5
+        expect running-var-negative 1 "running statistic 'bn1.running_var' holds 1 value below 0, which a variance cannot be, of 4 (the first, element 2, is -0.5)" -- "$tmp/bnr.net" --evaluate $S --load "$tmp/b.st"
+    else
+        bad "numbers: no BatchNorm checkpoint to change: $(tail -2 "$tmp/out")"
+    fi
+else
+    echo "skip the checkpoint number cases: no \$MGC_DATA"
+fi
+
 # ----------------------------------------------------------- signals
 # SIGTERM or SIGHUP at a random moment of a short run that saves every epoch:
 # the run stops after the current step with status 128 + signal and a message

@@ -21,10 +21,12 @@
 #include "transform.h"
 #include "ptx.h"
 #include "rng.h"
+#include "runtime.h"
 #include "safetensors.h"
 #include "memlimit.h"
 
 #include <dirent.h>
+#include <float.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdio.h>
@@ -1579,6 +1581,51 @@ static void test_arch_choice(void)
     CHECK(rt_arch_choose(shuffled, 4, 100, &ptx) == 90 && ptx, "the list's order does not matter");
 }
 
+/* The store's check (runtime/store.c): finite values, a variance's not below 0; the
+   fast pass in blocks of 64 and the tail after them, each bound at its edge. */
+static void test_store_check(void)
+{
+    enum { N = 64 * 3 + 5 };   /* three blocks and a tail */
+    float v[N];
+    StoreEntry p = { .name = "fc.weight", .numel = N, .data = v, .trainable = true };
+    StoreEntry var = { .name = "bn1.running_var", .numel = N, .data = v }, sq = { .name = "fc.weight.exp_avg_sq", .numel = N, .data = v };
+    StoreEntry mom = { .name = "fc.weight.momentum_buffer", .numel = N, .data = v }, mean = { .name = "bn1.running_mean", .numel = N, .data = v };
+    CHECK(rt_store_is_variance(&var) && rt_store_is_variance(&sq) && !rt_store_is_variance(&p) && !rt_store_is_variance(&mom) &&
+          !rt_store_is_variance(&mean), "the variances: running_var, exp_avg_sq");
+    CHECK(!strcmp(rt_store_kind(&p), "parameter") && !strcmp(rt_store_kind(&var), "running statistic") &&
+          !strcmp(rt_store_kind(&sq), "optimizer state"), "what each tensor is, in words");
+    /* the edges that pass: the largest floats, the least subnormal, -0 (also in a variance) */
+    for (int i = 0; i < N; i++) v[i] = i % 4 == 0 ? FLT_MAX : i % 4 == 1 ? nextafterf(0, 1) : i % 4 == 2 ? -0.0f : 1.0f;
+    StoreCheck c = rt_store_check(&var);
+    CHECK(c.first == -1 && c.nonfinite == 0 && c.negative == 0, "FLT_MAX, 1.4e-45, -0 and 1 in a variance: fine");
+    v[7] = -FLT_MAX;
+    c = rt_store_check(&p);
+    CHECK(c.first == -1, "-FLT_MAX in a parameter: fine");
+    c = rt_store_check(&var);
+    CHECK(c.first == 7 && c.negative == 1 && c.nonfinite == 0 && c.value == -FLT_MAX, "-FLT_MAX in a variance: below 0");
+    v[7] = -nextafterf(0, 1);
+    c = rt_store_check(&sq);
+    CHECK(c.first == 7 && c.negative == 1, "the least negative subnormal in exp_avg_sq: below 0");
+    v[7] = 1;
+    int at[] = { 0, 63, 64, 191, 192, N - 1 };   /* each block's edges, the tail's */
+    for (int k = 0; k < (int)(sizeof at / sizeof *at); k++) {
+        float was = v[at[k]];
+        v[at[k]] = k % 3 == 0 ? NAN : k % 3 == 1 ? INFINITY : -INFINITY;
+        c = rt_store_check(&p);
+        char msg[96];
+        snprintf(msg, sizeof msg, "a %g at element %d of %d found, counted, named", (double)v[at[k]], at[k], N);
+        CHECK(c.first == at[k] && c.nonfinite == 1 && c.negative == 0, msg);
+        v[at[k]] = was;
+    }
+    v[5] = NAN, v[100] = -2, v[150] = -INFINITY;
+    c = rt_store_check(&var);
+    char what[256];
+    rt_store_check_str(&var, &c, what, sizeof what);
+    CHECK(c.first == 5 && c.nonfinite == 2 && c.negative == 1 &&
+          !strcmp(what, "running statistic 'bn1.running_var' holds 2 values that are not finite and 1 value below 0, which a "
+                        "variance cannot be, of 197 (the first, element 5, is nan)"), what);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "%s/mgc_unit_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -1595,6 +1642,7 @@ int main(void)
     test_rng();
     test_memlimit();
     test_arch_choice();
+    test_store_check();
     test_shuffle();
     test_data_crafted();
     test_idx_sizes();
