@@ -53,14 +53,33 @@ static int save_checkpoint(Store *s, const char *path, const char *net, int epoc
 }
 
 /* Rank 0 saves; every rank learns whether it worked. */
-int train_save(Group *g, const char *path, int epoch)
+int train_save(Group *g, const char *path, int epoch, bool downloaded)
 {
     int rc = 0;
     if (g->world->rank == 0) {
-        rt_store_download(&g->r[0].store, STORE_ALL);
+        if (!downloaded) rt_store_download(&g->r[0].store, STORE_ALL);
         const Exec *x = &g->r[0].tr;
         rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch, x->runs_before + x->runs,
                                   x->opt_steps_before + x->runs, g->cfg) ? 1 : 0;
+    }
+    return rt_world_max_status(g->world, rc);
+}
+
+int train_check_tensors(Group *g, StoreCheck *found, char *what, size_t size)
+{
+    int rc = 0;
+    *found = (StoreCheck){ 0, 0, -1, 0 };
+    what[0] = 0;
+    if (g->world->rank == 0) {
+        Store *s = &g->r[0].store;
+        rt_store_download(s, STORE_ALL);
+        for (int k = 0; k < s->n && !rc; k++) {
+            StoreCheck c = rt_store_check(&s->e[k]);
+            if (c.first < 0) continue;
+            *found = c;
+            rt_store_check_str(&s->e[k], &c, what, size);
+            rc = 1;
+        }
     }
     return rt_world_max_status(g->world, rc);
 }

@@ -346,6 +346,36 @@ static int say_stopped(Group *g, int epoch, int first_epoch, bool after)
     return sig > 0 ? 128 + sig : 130;
 }
 
+/* After the epoch's steps, before its evaluation and its checkpoint: replica
+   0's tensors hold what they must (train_check_tensors). A run whose loss
+   stays finite while its parameters do not (ReLU and max-pooling make numbers
+   of NaN) stops here, the checkpoint on disk the last epoch's. 0, or 1 said. */
+static int check_epoch(Group *g, int epoch, int first_epoch)
+{
+    const TrainConfig *cfg = g->cfg;
+    StoreCheck c;
+    char what[512];
+    double t0 = train_now();
+    int rc = train_check_tensors(g, &c, what, sizeof what);
+    if (cfg->verbose && g->world->rank == 0)
+        fprintf(stderr, "mgc: epoch %d's parameters and state checked in %.1f ms\n", epoch, 1e3 * (train_now() - t0));
+    if (!rc) return 0;
+    if (g->world->rank != 0) return 1;
+    char kept[1200] = "";
+    if (cfg->save && (epoch > first_epoch || cfg->resume))
+        snprintf(kept, sizeof kept, "; %s keeps epoch %d, whose tensors were finite", cfg->save, epoch - 1);
+    else if (cfg->save)
+        snprintf(kept, sizeof kept, "; nothing was saved");
+    if (c.nonfinite)
+        fprintf(stderr, "mgc: after epoch %d, %s: training diverged, though the loss stayed finite (ReLU and max-pooling "
+                "make numbers of NaN)%s; try a smaller --lr (--check-nan names the first layer whose output is not finite)\n",
+                epoch, what, kept);
+    else   /* no step makes a variance negative from one that is not (the load checks those) */
+        fprintf(stderr, "mgc: after epoch %d, %s: mgc's own error (no training step makes one); please report it%s\n", epoch,
+                what, kept);
+    return 1;
+}
+
 int train_epochs(Group *g, const Dataset *train, const Dataset *test, int *order, int first_epoch, FILE **log,
                  bool *log_failed)
 {
@@ -360,12 +390,13 @@ int train_epochs(Group *g, const Dataset *train, const Dataset *test, int *order
         }
         if (r0->stop) return say_stopped(g, epoch, first_epoch, false);   /* every replica stopped at this step */
         if (cfg->progress && g->world->rank == 0) fprintf(stderr, "\r%*s\r", 100, "");
+        if (check_epoch(g, epoch, first_epoch)) return 1;
         e.test_acc = train_evaluate(g, test, order);
         e.secs = train_now() - g->t0;
         CommReport cr = comm_report(g, e.steps);
         if (g->world->rank == 0) report_epoch(g, epoch, &e, &cr, log, log_failed);
         free(cr.dev);
-        if (cfg->save && train_save(g, cfg->save, epoch)) return 1;
+        if (cfg->save && train_save(g, cfg->save, epoch, true)) return 1;   /* check_epoch downloaded replica 0's tensors */
         if (epoch == cfg->epochs) break;
         /* rank 0's --log could not be written (a full disk), on every rank; or a
            stop asked during the evaluation or the save: stop here */

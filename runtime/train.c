@@ -431,7 +431,7 @@ static int initialise_only(Group *g)
     const TrainConfig *cfg = g->cfg;
     const Program *tp = g->m->train;
     char num[32];
-    int status = cfg->save && train_save(g, cfg->save, 0) ? 1 : 0;
+    int status = cfg->save && train_save(g, cfg->save, 0, false) ? 1 : 0;
     if (!status && g->world->rank == 0) {
         printf("%s: %s parameters in %d tensors ", tp->net_name, rt_commas(tp->param_scalars, num), tp->param_tensors);
         if (cfg->load) printf("loaded from %s", cfg->load);

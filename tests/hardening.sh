@@ -13,7 +13,11 @@
 #   - SIGTERM and SIGHUP stop like Ctrl-C, at random moments: status
 #     128 + signal, a message, the last finished epoch whole, no .tmp left;
 #   - check mode's batch, --save/--log paths, long lines, numbers and the
-#     environment are all checked, strictly, before any work.
+#     environment are all checked, strictly, before any work;
+#   - a checkpoint's numbers (issue 35): not finite, a variance below 0, the
+#     optimizer's state missing, step counts out of range: refused; parameters
+#     that stop being finite while the loss does not stop the run after the
+#     epoch, before it is saved.
 # Needs $MGC_DATA for the training cases. Prints "N passed, M failed".
 set -u
 cd "$(dirname "$0")/.."
@@ -399,10 +403,12 @@ expect batch-good 0 "step 1  loss" -- $L --batch "$tmp/b.st" --steps 1
 # A checkpoint's tensors are finite (a variance, running_var or exp_avg_sq, not
 # below 0), --resume's optimizer state is all there and its step counts in range,
 # or mgc refuses it, status 1, naming the tensor (issue 35: each of these trained
-# on, exited 0 and saved NaN over the checkpoint).
+# on, exited 0 and saved NaN over the checkpoint). And a run whose parameters stop
+# being finite while its loss stays finite (ReLU and max-pooling make numbers of
+# NaN) stops after that epoch, the checkpoint on disk the epoch before's.
 if [ -n "${MGC_DATA:-}" ] && [ -d "$MGC_DATA" ]; then
     S="--limit-train 512 --limit-test 64"
-    # ck.st [--drop NAME] [--set NAME INDEX VALUE] [--meta KEY VALUE] > OUT: a copy, changed
+    # edit SRC OUT [--drop NAME] [--set NAME INDEX VALUE] [--fill NAME VALUE] [--meta KEY VALUE]: OUT is SRC, changed
     cat > "$tmp/edit.py" <<'PY'
 import sys; sys.path.insert(0, 'tests'); import st, torch
 src, out, args = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -419,18 +425,18 @@ PY
     if "$MGC" $L --optimizer adamw --lr 0.001 --epochs 1 $S --save "$tmp/aw.st" > "$tmp/out" 2>&1; then
         cp "$tmp/aw.st" "$tmp/intact.st"   # the control: each change below is what is refused
         expect adamw-resume-intact 0 "epoch 2/2" -- $L --optimizer adamw --lr 0.001 --epochs 2 $S --resume "$tmp/intact.st"
-        edit "$tmp/aw.st" "$tmp/b.st" --set fc1.weight.exp_avg_sq 7 -1
-        expect adamw-negative-exp-avg-sq 1 "b.st: optimizer state 'fc1.weight.exp_avg_sq' holds 1 value below 0, which a variance cannot be, of 30720 (the first, element 7, is -1)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/b.st"
-        expect adamw-negative-load 1 "optimizer state 'fc1.weight.exp_avg_sq' holds 1 value below 0" -- $L --optimizer adamw --epochs 0 --load "$tmp/b.st"
-        edit "$tmp/aw.st" "$tmp/b.st" --set fc2.weight.exp_avg 3 nan
-        expect adamw-nan-exp-avg 1 "optimizer state 'fc2.weight.exp_avg' holds 1 value that is not finite, of 10080 (the first, element 3, is nan)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/b.st"
-        edit "$tmp/aw.st" "$tmp/b.st" --drop fc3.weight.exp_avg_sq
-        expect adamw-missing-exp-avg-sq 1 "b.st: checkpoint has no tensor 'fc3.weight.exp_avg_sq' of its optimizer's state (adamw betas 0.9,0.999 eps 1e-08 weight decay 0.01)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/b.st"
-        expect adamw-missing-sgd 0 "its state starts afresh" -- $L --epochs 2 $S --resume "$tmp/b.st"   # SGD's own state: none of AdamW's needed
-        edit "$tmp/aw.st" "$tmp/b.st" --meta optimizer_steps 18446744073709551615
-        expect adamw-optimizer-steps 1 "b.st: the checkpoint's optimizer_steps is 18446744073709551615, more than its steps (2)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/b.st"
-        edit "$tmp/aw.st" "$tmp/b.st" --meta steps 9007199254740993 --meta optimizer_steps 9007199254740993
-        expect adamw-steps 1 "the checkpoint's steps is 9007199254740993, more than 2^53" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/b.st"
+        edit "$tmp/aw.st" "$tmp/ed.st" --set fc1.weight.exp_avg_sq 7 -1
+        expect adamw-negative-exp-avg-sq 1 "ed.st: optimizer state 'fc1.weight.exp_avg_sq' holds 1 value below 0, which a variance cannot be, of 30720 (the first, element 7, is -1)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/ed.st"
+        expect adamw-negative-load 1 "optimizer state 'fc1.weight.exp_avg_sq' holds 1 value below 0" -- $L --optimizer adamw --epochs 0 --load "$tmp/ed.st"
+        edit "$tmp/aw.st" "$tmp/ed.st" --set fc2.weight.exp_avg 3 nan
+        expect adamw-nan-exp-avg 1 "optimizer state 'fc2.weight.exp_avg' holds 1 value that is not finite, of 10080 (the first, element 3, is nan)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/ed.st"
+        edit "$tmp/aw.st" "$tmp/ed.st" --drop fc3.weight.exp_avg_sq
+        expect adamw-missing-exp-avg-sq 1 "ed.st: checkpoint has no tensor 'fc3.weight.exp_avg_sq' of its optimizer's state (adamw betas 0.9,0.999 eps 1e-08 weight decay 0.01)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/ed.st"
+        expect adamw-missing-sgd 0 "its state starts afresh" -- $L --epochs 2 $S --resume "$tmp/ed.st"   # SGD's own state: none of AdamW's needed
+        edit "$tmp/aw.st" "$tmp/ed.st" --meta optimizer_steps 18446744073709551615
+        expect adamw-optimizer-steps 1 "ed.st: the checkpoint's optimizer_steps is 18446744073709551615, more than its steps (2)" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/ed.st"
+        edit "$tmp/aw.st" "$tmp/ed.st" --meta steps 9007199254740993 --meta optimizer_steps 9007199254740993
+        expect adamw-steps 1 "the checkpoint's steps is 9007199254740993, more than 2^53" -- $L --optimizer adamw --epochs 2 $S --resume "$tmp/ed.st"
     else
         bad "numbers: no AdamW checkpoint to change: $(tail -2 "$tmp/out")"
     fi
@@ -443,8 +449,30 @@ net bnr(classes = 10) {
 }
 NET
     if "$MGC" "$tmp/bnr.net" --epochs 1 $S --save "$tmp/bn.st" > "$tmp/out" 2>&1; then
-        edit "$tmp/bn.st" "$tmp/b.st" --set bn1.running_var 2 -0.5
-        expect running-var-negative 1 "running statistic 'bn1.running_var' holds 1 value below 0, which a variance cannot be, of 4 (the first, element 2, is -0.5)" -- "$tmp/bnr.net" --evaluate $S --load "$tmp/b.st"
+        edit "$tmp/bn.st" "$tmp/ed.st" --set bn1.running_var 2 -0.5
+        expect running-var-negative 1 "running statistic 'bn1.running_var' holds 1 value below 0, which a variance cannot be, of 4 (the first, element 2, is -0.5)" -- "$tmp/bnr.net" --evaluate $S --load "$tmp/ed.st"
+        # conv1's weights at 1e38 (finite): its outputs overflow, BatchNorm makes NaN of
+        # them, ReLU zeros, and the loss stays ln 10 while the step writes NaN into conv1
+        # and bn1; epoch 2 must stop, before its checkpoint, the file untouched
+        edit "$tmp/bn.st" "$tmp/big.st" --fill conv1.weight 1e38
+        sum=$(md5sum < "$tmp/big.st")
+        expect epoch-nonfinite 1 "after epoch 2, parameter 'conv1.weight' holds 100 values that are not finite, of 100" -- "$tmp/bnr.net" --epochs 3 $S --resume "$tmp/big.st"
+        grep -qF "training diverged, though the loss stayed finite (ReLU and max-pooling make numbers of NaN); $tmp/big.st keeps epoch 1, whose tensors were finite" "$tmp/out" &&
+            [ "$(md5sum < "$tmp/big.st")" = "$sum" ] && ! grep -q "^epoch 2/3" "$tmp/out" &&
+            ok "parameters not finite after epoch 2 (the loss finite): status 1, the checkpoint of epoch 1 kept byte for byte" ||
+            bad "epoch-nonfinite-kept: $(tail -2 "$tmp/out")"
+        # the same where the device's memory is apart from the host's (the tensors downloaded to be checked)
+        MGC_CPU_OWN_MEMORY=1 expect epoch-nonfinite-own-memory 1 "after epoch 2, parameter 'conv1.weight' holds 100 values that are not finite" -- "$tmp/bnr.net" --epochs 2 $S --resume "$tmp/big.st"
+        expect epoch-nonfinite-cpu2 1 "after epoch 1, parameter 'conv1.weight' holds 100 values that are not finite, of 100" -- "$tmp/bnr.net" --epochs 2 $S --load "$tmp/big.st" --devices cpu:2 --save "$tmp/c2.st"
+        grep -q "; nothing was saved; try a smaller --lr" "$tmp/out" && [ ! -e "$tmp/c2.st" ] &&
+            ok "the same on two devices from --load: status 1 after epoch 1, nothing saved" || bad "epoch-nonfinite-cpu2: $(tail -1 "$tmp/out")"
+        # check mode saves after its steps: not tensors that are not finite
+        $PY -c "
+import sys; sys.path.insert(0, 'tests'); import st, torch
+st.save({'x': torch.rand(4, 1, 28, 28), 'y': torch.tensor([1, 2, 3, 0])}, sys.argv[1])" "$tmp/batch.st"
+        expect check-mode-nonfinite 1 "after 1 step, parameter 'conv1.weight' holds 100 values that are not finite, of 100" -- "$tmp/bnr.net" --batch "$tmp/batch.st" --steps 1 --load "$tmp/big.st" --save "$tmp/cm.st"
+        grep -qF ": not saved to $tmp/cm.st" "$tmp/out" && [ ! -e "$tmp/cm.st" ] && ok "check mode: parameters not finite after its steps are not saved" ||
+            bad "check-mode-nonfinite-saved: $(tail -1 "$tmp/out")"
     else
         bad "numbers: no BatchNorm checkpoint to change: $(tail -2 "$tmp/out")"
     fi
