@@ -10,8 +10,8 @@
 # through NCCL against cpu:2 in check mode; the data-parallel cases against
 # PyTorch on k GPUs and on one; a training run on two GPUs whose checkpoint
 # must match cpu:2's, and the same on two processes under mpirun, a GPU each;
-# a learning rate that changes between epochs; and the errors a user of GPUs
-# meets. It finds what is wrong in what mgc asks of CUDA (kernels, launch
+# a learning rate that changes between epochs; parameters that stop being
+# finite after an epoch; and the errors a user of GPUs meets. It finds what is wrong in what mgc asks of CUDA (kernels, launch
 # geometry, cuBLAS's column-major operands, captures, collectives, the order
 # of streams: each is a thread of its own, and copies to and from pinned
 # memory run late), not speed: that needs a GPU. Needs $MGC_DATA for the runs
@@ -177,6 +177,30 @@ if timeout 300 "$MGC" $L $S $W --save "$tmp/wg.st" > "$tmp/wg" 2>&1 &&
     ok "--lr-per step --lr-schedule cosine --warmup 3 on cuda:0: CUDA graphs on = off, bit for bit: $out"
 else
     bad "--lr-per step on cuda:0 with and without CUDA graphs: ${out:-a run failed}"; tail -3 "$tmp/wg" "$tmp/wn" | sed 's/^/    /'
+fi
+
+# parameters that stop being finite while the loss does not (issue 35): conv1's weights at 1e38
+# before a BatchNorm, ReLU making numbers of its NaN; on GPUs the check downloads the store:
+# epoch 2 stops with status 1, the checkpoint epoch 1's byte for byte, on one GPU and on two
+cat > "$tmp/bnr.net" <<'NET'
+net bnr(classes = 10) {
+    input x[N, 1, 28, 28]
+    return x -> conv1: conv2d(4, kernel = 5) -> bn1: batchnorm2d -> relu -> maxpool2d(2)
+             -> flatten -> fc: linear(classes) -> softmax_cross_entropy
+}
+NET
+if timeout 300 "$MGC" "$tmp/bnr.net" $S --epochs 1 --save "$tmp/bn.st" > "$tmp/bn" 2>&1 &&
+        $PY -c "
+import sys; sys.path.insert(0, 'tests'); import st
+t, m = st.load(sys.argv[1]), st.load_metadata(sys.argv[1]); t['conv1.weight'].fill_(1e38); st.save(t, sys.argv[2], m)" "$tmp/bn.st" "$tmp/big.st"; then
+    sum=$(md5sum < "$tmp/big.st")
+    for g in 1 2; do
+        expect "--gpus $g: parameters not finite after epoch 2 stop the run" 1 "after epoch 2, parameter 'conv1.weight' holds 100 values that are not finite, of 100" -- "$tmp/bnr.net" $S --epochs 3 --gpus $g --resume "$tmp/big.st"
+        [ "$(md5sum < "$tmp/big.st")" = "$sum" ] && grep -qF "$tmp/big.st keeps epoch 1, whose tensors were finite" "$tmp/out" &&
+            ok "--gpus $g: the checkpoint of epoch 1 kept byte for byte" || bad "--gpus $g: the checkpoint changed: $(tail -1 "$tmp/out")"
+    done
+else
+    bad "no BatchNorm checkpoint to change: $(tail -2 "$tmp/bn")"
 fi
 
 # the same on two processes, a GPU each: NCCL's id sent by MPI, the ranks' GPUs taken in turn
