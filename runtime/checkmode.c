@@ -168,12 +168,13 @@ int train_check_mode(Group *g)
     if (!rc && cfg->save) {   /* tensors that are not finite are not saved (said by rank 0) */
         StoreCheck c;
         char what[512];
-        if (train_check_tensors(g, &c, what, sizeof what)) {
+        bool downloaded;
+        if (train_check_tensors(g, &c, what, sizeof what, &downloaded)) {
             if (g->world->rank == 0)
                 fprintf(stderr, "mgc: after %d step%s, %s: not saved to %s\n", cfg->steps, cfg->steps == 1 ? "" : "s", what, cfg->save);
             rc = 1;
         } else {
-            rc = train_save(g, cfg->save, 0, true);
+            rc = train_save(g, cfg->save, 0, downloaded);
         }
     }
     return rc;

@@ -65,21 +65,42 @@ int train_save(Group *g, const char *path, int epoch, bool downloaded)
     return rt_world_max_status(g->world, rc);
 }
 
-int train_check_tensors(Group *g, StoreCheck *found, char *what, size_t size)
+int train_check_tensors(Group *g, StoreCheck *found, char *what, size_t size, bool *downloaded)
 {
     int rc = 0;
     *found = (StoreCheck){ 0, 0, -1, 0 };
     what[0] = 0;
+    *downloaded = false;
     if (g->world->rank == 0) {
         Store *s = &g->r[0].store;
-        rt_store_download(s, STORE_ALL);
+        Device *d = s->dev;
+        /* on the device where it can count them: only the tensors that fail come back */
+        bool on_device = d && d->ops->count_bad && s->n > 0;
+        for (int k = 0; k < s->n && on_device; k++) on_device = s->e[k].mem != NULL;
+        long *bad = on_device ? calloc((size_t)s->n, sizeof *bad) : NULL;
+        float **mem = on_device ? calloc((size_t)s->n, sizeof *mem) : NULL;
+        long *numel = on_device ? calloc((size_t)s->n, sizeof *numel) : NULL;
+        bool *variance = on_device ? calloc((size_t)s->n, sizeof *variance) : NULL;
+        for (int k = 0; bad && mem && numel && variance && k < s->n; k++) {
+            mem[k] = s->e[k].mem;
+            numel[k] = s->e[k].numel;
+            variance[k] = rt_store_is_variance(&s->e[k]);
+        }
+        on_device = bad && mem && numel && variance && d->ops->count_bad(d, mem, numel, variance, s->n, bad) == 0;
+        if (!on_device) {
+            rt_store_download(s, STORE_ALL);
+            *downloaded = true;
+        }
         for (int k = 0; k < s->n && !rc; k++) {
+            if (on_device && !bad[k]) continue;
+            if (on_device) d->ops->download(d, s->e[k].data, s->e[k].mem, sizeof(float) * (size_t)s->e[k].numel);
             StoreCheck c = rt_store_check(&s->e[k]);
             if (c.first < 0) continue;
             *found = c;
             rt_store_check_str(&s->e[k], &c, what, size);
             rc = 1;
         }
+        free(bad); free(mem); free(numel); free(variance);
     }
     return rt_world_max_status(g->world, rc);
 }

@@ -70,6 +70,12 @@ typedef struct DeviceOps {
     bool  (*replay)(Device *d, unsigned long long shape);
     void  (*record_begin)(Device *d);
     int   (*record_end)(Device *d, unsigned long long shape);
+    /* optional (NULL: the host looks at a downloaded copy): for each of the n
+       tensors mem[k] of numel[k] floats in the device's memory, the elements
+       that are not finite, or that are below 0 where variance[k], counted
+       into bad[k], on the device (only the counts come back). 0, or -1 when
+       the device could not. */
+    int   (*count_bad)(Device *d, float *const *mem, const long *numel, const bool *variance, int n, long *bad);
     void  (*destroy)(Device *d);
 } DeviceOps;
 

@@ -243,6 +243,8 @@ typedef struct CudaDev {
     CUevent *ready, *done;     /* per collective: its data is computed; its sum is in place */
     CUmodule util;             /* the same-GPU reduction's kernel */
     CUfunction ring_sum;
+    CUmodule check;            /* the tensors' check (cuda_count_bad), loaded on first use */
+    CUfunction count_bad;
     bool capture_failed;       /* a call failed while recording: the graph is dropped */
     bool replayed;             /* a graph has run: an error may come from one of its kernels */
 } CudaDev;
@@ -782,6 +784,7 @@ static void cuda_destroy(Device *d)
     free(c->ready);
     free(c->done);
     if (c->util) cu.cuModuleUnload(c->util);
+    if (c->check) cu.cuModuleUnload(c->check);
     if (c->blas) blas.cublasDestroy(c->blas);
     if (c->workspace) cu.cuMemFree(c->workspace);
     if (c->up) cu.cuEventDestroy(c->up);
@@ -803,13 +806,70 @@ static void cuda_destroy(Device *d)
     free(d);
 }
 
+/* *count += the elements of x[0, n) that are not finite, or below 0 where variance (-0 is not):
+   by their bits, which no fast-math option reads otherwise */
+typedef struct CheckArgs {
+    const float *x;
+    long n;
+    int variance;
+    unsigned *count;
+} CheckArgs;
+static const char check_source[] =
+    "struct CheckArgs { const float *x; long n; int variance; unsigned *count; };\n"
+    "extern \"C\" __global__ void mgc_count_bad(CheckArgs a)\n"
+    "{\n"
+    "    unsigned bad = 0;\n"
+    "    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += (long)blockDim.x * gridDim.x) {\n"
+    "        unsigned b = __float_as_uint(a.x[i]);\n"
+    "        bad += (b & 0x7f800000u) == 0x7f800000u || (a.variance && b > 0x80000000u);\n"
+    "    }\n"
+    "    if (bad) atomicAdd(a.count, bad);\n"
+    "}\n";
+
+/* Each tensor a launch on the compute stream (after the work queued there),
+   into a counter of its own; the counters alone come back. */
+static int cuda_count_bad(Device *d, float *const *mem, const long *numel, const bool *variance, int n, long *bad)
+{
+    CudaDev *c = cur(d);
+    char err[1024];
+    if (!c->check) {
+        if (load_module(d, check_source, false, &c->check, err, sizeof err)) {
+            fprintf(stderr, "mgc: %s: %s\n", d->name, err);
+            return -1;
+        }
+        CU(d, cu.cuModuleGetFunction(&c->count_bad, c->check, "mgc_count_bad"));
+    }
+    unsigned *counts = n > 0 ? calloc((size_t)n, sizeof *counts) : NULL;
+    CUdeviceptr dev_counts;
+    if (n <= 0 || !counts || cu.cuMemAlloc(&dev_counts, (size_t)n * sizeof *counts) != CUDA_SUCCESS) {
+        free(counts);
+        return n <= 0 ? 0 : -1;
+    }
+    CU(d, cu.cuMemsetD8Async(dev_counts, 0, (size_t)n * sizeof *counts, c->s));
+    for (int k = 0; k < n; k++) {
+        if (numel[k] <= 0) continue;
+        long grid = (numel[k] + CG_BLOCK - 1) / CG_BLOCK;
+        if (grid > (long)c->sms * 4) grid = (long)c->sms * 4;
+        CheckArgs a = { mem[k], numel[k], variance[k], (unsigned *)(uintptr_t)(dev_counts + (CUdeviceptr)k * sizeof *counts) };
+        void *params[] = { &a };
+        CU(d, cu.cuLaunchKernel(c->count_bad, (unsigned)grid, 1, 1, CG_BLOCK, 1, 1, 0, c->s, params, NULL));
+    }
+    CU(d, cu.cuMemcpyDtoHAsync(counts, dev_counts, (size_t)n * sizeof *counts, c->s));
+    CU(d, cu.cuStreamSynchronize(c->s));
+    cu.cuMemFree(dev_counts);
+    for (int k = 0; k < n; k++) bad[k] = (long)counts[k];
+    free(counts);
+    return 0;
+}
+
 static const DeviceOps cuda_ops = {
     .alloc = cuda_alloc, .release = cuda_release, .alloc_host = cuda_alloc_host, .release_host = cuda_release_host,
     .memory_free = cuda_memory_free,
     .upload = cuda_upload, .download = cuda_download, .copy = cuda_copy, .load = cuda_load, .unload = cuda_unload,
     .launch = cuda_launch, .gemm = cuda_gemm, .synchronize = cuda_synchronize,
     .allreduce_start = cuda_allreduce_start, .allreduce_wait = cuda_allreduce_wait,
-    .replay = cuda_replay, .record_begin = cuda_record_begin, .record_end = cuda_record_end, .destroy = cuda_destroy,
+    .replay = cuda_replay, .record_begin = cuda_record_begin, .record_end = cuda_record_end,
+    .count_bad = cuda_count_bad, .destroy = cuda_destroy,
 };
 
 int rt_cuda_device_count(char *err, size_t err_size)

@@ -350,15 +350,16 @@ static int say_stopped(Group *g, int epoch, int first_epoch, bool after)
    0's tensors hold what they must (train_check_tensors). A run whose loss
    stays finite while its parameters do not (ReLU and max-pooling make numbers
    of NaN) stops here, the checkpoint on disk the last epoch's. 0, or 1 said. */
-static int check_epoch(Group *g, int epoch, int first_epoch)
+static int check_epoch(Group *g, int epoch, int first_epoch, bool *downloaded)
 {
     const TrainConfig *cfg = g->cfg;
     StoreCheck c;
     char what[512];
     double t0 = train_now();
-    int rc = train_check_tensors(g, &c, what, sizeof what);
+    int rc = train_check_tensors(g, &c, what, sizeof what, downloaded);
     if (cfg->verbose && g->world->rank == 0)
-        fprintf(stderr, "mgc: epoch %d's parameters and state checked in %.1f ms\n", epoch, 1e3 * (train_now() - t0));
+        fprintf(stderr, "mgc: epoch %d's parameters and state checked in %.1f ms%s\n", epoch, 1e3 * (train_now() - t0),
+                *downloaded ? "" : ", on the device");
     if (!rc) return 0;
     if (g->world->rank != 0) return 1;
     char kept[1200] = "";
@@ -390,13 +391,14 @@ int train_epochs(Group *g, const Dataset *train, const Dataset *test, int *order
         }
         if (r0->stop) return say_stopped(g, epoch, first_epoch, false);   /* every replica stopped at this step */
         if (cfg->progress && g->world->rank == 0) fprintf(stderr, "\r%*s\r", 100, "");
-        if (check_epoch(g, epoch, first_epoch)) return 1;
+        bool downloaded;
+        if (check_epoch(g, epoch, first_epoch, &downloaded)) return 1;
         e.test_acc = train_evaluate(g, test, order);
         e.secs = train_now() - g->t0;
         CommReport cr = comm_report(g, e.steps);
         if (g->world->rank == 0) report_epoch(g, epoch, &e, &cr, log, log_failed);
         free(cr.dev);
-        if (cfg->save && train_save(g, cfg->save, epoch, true)) return 1;   /* check_epoch downloaded replica 0's tensors */
+        if (cfg->save && train_save(g, cfg->save, epoch, downloaded)) return 1;
         if (epoch == cfg->epochs) break;
         /* rank 0's --log could not be written (a full disk), on every rank; or a
            stop asked during the evaluation or the save: stop here */

@@ -105,18 +105,22 @@ void train_optimizer_str(const TrainConfig *cfg, char *out, size_t size);
 
 /* ---- checkpoint.c ---- */
 /* Rank 0 saves replica 0's parameters and state after `epoch` (downloaded:
-   its host copy is its device's already, train_check_tensors having just
-   downloaded it); every rank learns whether it worked (0 or 1). */
+   its host copy is its device's already, as train_check_tensors may have
+   left it); every rank learns whether it worked (0 or 1). */
 int  train_save(Group *g, const char *path, int epoch, bool downloaded);
-/* Replica 0's tensors, downloaded from its device, checked on rank 0 before
-   they are saved (rt_store_check: finite, a variance not below 0; the other
-   replicas hold the same, or take replica 0's running statistics before they
-   are read): the first that fails in *found, and in words in what (rank 0).
-   Every rank's status: 0, or 1 where one failed. One thread's scan, at about
-   the memory's speed: ResNet-18's 11.2M parameters and momentum (89 MB) in
-   27-30 ms on this project's machines (41 with AdamW's two moments), against
-   about 240 s an epoch of Fashion-MNIST there (-v says it each epoch). */
-int  train_check_tensors(Group *g, StoreCheck *found, char *what, size_t size);
+/* Replica 0's tensors checked on rank 0 before they are saved (finite, a
+   variance not below 0; the other replicas hold the same, or take replica
+   0's running statistics before they are read): the first that fails in
+   *found, and in words in what (rank 0). Where the device counts them itself
+   (DeviceOps.count_bad: a GPU), only the counts come back, and a tensor is
+   downloaded only when one fails; else the host copy is downloaded and
+   scanned (rt_store_check: one thread at about the memory's speed,
+   ResNet-18's 11.2M parameters and momentum, 89 MB, in 27-30 ms on this
+   project's machines, 41 with AdamW's two moments, against about 240 s an
+   epoch of Fashion-MNIST there; -v says it each epoch). *downloaded: the
+   host copy is now the device's (train_save need not download it again).
+   Every rank's status: 0, or 1 where one failed. */
+int  train_check_tensors(Group *g, StoreCheck *found, char *what, size_t size, bool *downloaded);
 /* Loads the tensors of the checkpoint at path into s (and, with resume,
    what --resume needs from its metadata); 0, or -1 said. Every tensor is
    checked: its shape, its values finite (a variance's not below 0), and with

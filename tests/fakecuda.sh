@@ -199,6 +199,10 @@ t, m = st.load(sys.argv[1]), st.load_metadata(sys.argv[1]); t['conv1.weight'].fi
         [ "$(md5sum < "$tmp/big.st")" = "$sum" ] && grep -qF "$tmp/big.st keeps epoch 1, whose tensors were finite" "$tmp/out" &&
             ok "--gpus $g: the checkpoint of epoch 1 kept byte for byte" || bad "--gpus $g: the checkpoint changed: $(tail -1 "$tmp/out")"
     done
+    # the check counts on the GPU (only the counts come back): a finite run says so with -v, and saves
+    expect "--gpus 1: the epoch's check on the device" 0 "epoch 2's parameters and state checked in" -- "$tmp/bnr.net" $S --epochs 2 --gpus 1 --resume "$tmp/bn.st" --save "$tmp/bn2.st" -v
+    grep -q "epoch 2's parameters and state checked in .* ms, on the device" "$tmp/out" && $PY -c "import sys; sys.path.insert(0, 'tests'); import st; st.load(sys.argv[1])" "$tmp/bn2.st" &&
+        ok "--gpus 1: the epoch's check ran on the device, and the checkpoint was downloaded and saved" || bad "--gpus 1: the check on the device: $(grep checked "$tmp/out")"
 else
     bad "no BatchNorm checkpoint to change: $(tail -2 "$tmp/bn")"
 fi
