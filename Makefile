@@ -18,13 +18,14 @@ CPPFLAGS = -D_GNU_SOURCE
 
 # The layers, enforced: each folder compiles with the include paths of the
 # folders below it only, so an include the wrong way fails to build.
-#   ir  <-  frontend, codegen  <-  pipeline (frontend, codegen)  <-  runtime (codegen)  <-  driver
+#   ir  <-  frontend, codegen  <-  pipeline (frontend, codegen)  <-  runtime (codegen)  <-  export (codegen, runtime)  <-  driver
 INC_ir       = -Iir
 INC_frontend = -Iir -Ifrontend -I$(BUILD)
 INC_codegen  = -Iir -Icodegen
 INC_pipeline = -Iir -Ifrontend -Icodegen -Ipipeline -I$(BUILD)
 INC_runtime  = -Iir -Icodegen -Iruntime
-INC_driver   = -Iir -Ifrontend -Icodegen -Ipipeline -Iruntime -I$(BUILD)
+INC_export   = -Iir -Icodegen -Iruntime -Iexport
+INC_driver   = -Iir -Ifrontend -Icodegen -Ipipeline -Iruntime -Iexport -I$(BUILD)
 INC_tests    = $(INC_driver)
 inc_of = $(INC_$(firstword $(subst /, ,$(1))))
 LDLIBS   = -lopenblas -lz -ldl -lm -lpthread
@@ -76,7 +77,7 @@ endif
 endif
 endif
 
-SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c pipeline/*.c runtime/*.c driver/*.c)
+SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c pipeline/*.c runtime/*.c export/*.c driver/*.c)
 OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.o
 
 all: $(BIN)

@@ -11,8 +11,8 @@
 ** 2 bad command line or environment (ranks started differently included),
 ** 128 + the signal when SIGINT, SIGTERM or SIGHUP stopped the run.
 */
-#include "pipeline.h"
-#include "train.h"
+#include "cli.h"
+#include "ckmodel.h"
 #include "data.h"
 #include "world.h"
 #include "ptx.h"
@@ -29,42 +29,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MGC_VERSION "0.1.0"
-
-typedef enum Emit { EMIT_NONE, EMIT_IR, EMIT_EVAL_IR, EMIT_GRAD, EMIT_KERNELS, EMIT_CUDA, EMIT_DP, EMIT_PTX, EMIT_COUNT } Emit;
 static const char *const emit_names[EMIT_COUNT] = { "none", "ir", "eval-ir", "grad", "kernels", "cuda", "dp", "ptx" };
-
-/* The options that make mgc do one thing and leave, before anything else
-   (the parse stops at the first): under mpirun only once every rank has
-   said it does the same (leave_early). */
-typedef enum Leave { LEAVE_NONE, LEAVE_HELP, LEAVE_VERSION, LEAVE_LIST_LAYERS, LEAVE_LIST_OPS, LEAVE_CACHE_INFO,
-                     LEAVE_CACHE_CLEAR, LEAVE_COUNT } Leave;
 static const char *const leave_names[LEAVE_COUNT] = { "", "--help", "--version", "--list-layers", "--list-ops", "--cache-info",
                                                       "--cache-clear" };
+static const char *const command_names[CMD_COUNT] = { "", "predict", "evaluate", "export" };
 
 #define AGREE_SECONDS 60      /* how long a rank waits for the others at the start-up agreement (MGC_AGREE_SECONDS) */
-
-#define MAX_REPLICAS 64       /* CPU devices in one process */
-
-typedef struct Cli {
-    const char *net;
-    Emit emit;
-    FeOverride sets[64];
-    int nsets;
-    TrainConfig cfg;
-    const char *devices;
-    float bucket_mb;          /* gradient bucket size, MB (10^6 bytes) */
-    const char *arch;         /* --emit ptx: the GPU architecture, "sm_90" */
-    const CgGpuModel *gpu_model;   /* --emit kernels on GPUs: the cost model's GPU (--gpu-model, default h200) */
-    const char *dump_kernels; /* a directory for one file per kernel, or NULL */
-    int total_replicas;       /* over every rank */
-    bool devices_given;       /* --devices was given (else --gpus, or the default) */
-    const char *gpus_arg;     /* --gpus's value as given */
-    bool fuse;                /* MGC_FUSE (default 1) */
-    int conv;                 /* MGC_CONV: a ConvStrategy, or -1 (mgc chooses) */
-    Leave leave;              /* --help, --version, ...: that, and nothing else */
-    double agree_seconds;     /* MGC_AGREE_SECONDS */
-} Cli;
 
 static void usage(FILE *out)
 {
@@ -316,22 +286,29 @@ enum Opt {
     O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV, O_AUGMENT, O_NORMALIZE, O_RESIZE, O_DUMP_BATCH,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
     O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_GPU_MODEL, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
-    O_PRECISION, O_COUNT
+    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_COUNT
 };
-static const struct { const char *name; bool flag; } options[O_COUNT] = {
-    [O_DEVICES] = { "--devices" }, [O_GPUS] = { "--gpus" }, [O_EPOCHS] = { "--epochs" },
-    [O_BATCH_SIZE] = { "--batch-size" }, [O_LR] = { "--lr" }, [O_LR_SCHEDULE] = { "--lr-schedule" },
+/* which commands take an option */
+enum { U_TRAIN = 1 << CMD_TRAIN, U_PREDICT = 1 << CMD_PREDICT, U_EVALUATE = 1 << CMD_EVALUATE, U_EXPORT = 1 << CMD_EXPORT,
+       U_RUN = U_TRAIN | U_PREDICT | U_EVALUATE, U_MODEL = U_RUN | U_EXPORT };
+static const struct { const char *name; bool flag; int uses; } options[O_COUNT] = {
+    [O_DEVICES] = { "--devices", false, U_RUN }, [O_GPUS] = { "--gpus", false, U_RUN }, [O_EPOCHS] = { "--epochs" },
+    [O_BATCH_SIZE] = { "--batch-size", false, U_RUN }, [O_LR] = { "--lr" }, [O_LR_SCHEDULE] = { "--lr-schedule" },
     [O_LR_GAMMA] = { "--lr-gamma" }, [O_LR_PER] = { "--lr-per" }, [O_WARMUP] = { "--warmup" }, [O_MOMENTUM] = { "--momentum" },
     [O_WEIGHT_DECAY] = { "--weight-decay" }, [O_OPTIMIZER] = { "--optimizer" }, [O_BETAS] = { "--betas" },
     [O_EPS] = { "--eps" }, [O_NESTEROV] = { "--nesterov", true }, [O_AUGMENT] = { "--augment" },
-    [O_NORMALIZE] = { "--normalize", true }, [O_RESIZE] = { "--resize" }, [O_DUMP_BATCH] = { "--dump-batch" }, [O_SEED] = { "--seed" }, [O_DATA] = { "--data" },
-    [O_LIMIT_TRAIN] = { "--limit-train" }, [O_LIMIT_TEST] = { "--limit-test" }, [O_THREADS] = { "--threads" },
+    [O_NORMALIZE] = { "--normalize", true, U_MODEL }, [O_RESIZE] = { "--resize", false, U_MODEL },
+    [O_DUMP_BATCH] = { "--dump-batch" }, [O_SEED] = { "--seed" }, [O_DATA] = { "--data", false, U_RUN },
+    [O_LIMIT_TRAIN] = { "--limit-train" }, [O_LIMIT_TEST] = { "--limit-test", false, U_RUN },
+    [O_THREADS] = { "--threads", false, U_RUN },
     [O_SAVE] = { "--save" }, [O_LOAD] = { "--load" }, [O_RESUME] = { "--resume" }, [O_LOG] = { "--log" },
-    [O_EMIT] = { "--emit" }, [O_SET] = { "--set" }, [O_BATCH] = { "--batch" }, [O_STEPS] = { "--steps" },
+    [O_EMIT] = { "--emit" }, [O_SET] = { "--set", false, U_MODEL }, [O_BATCH] = { "--batch" }, [O_STEPS] = { "--steps" },
     [O_DUMP] = { "--dump" }, [O_BUCKET_MB] = { "--bucket-mb" }, [O_ARCH] = { "--arch" }, [O_GPU_MODEL] = { "--gpu-model" },
-    [O_DUMP_KERNELS] = { "--dump-kernels" }, [O_SYNC_BN] = { "--sync-bn", true }, [O_TF32] = { "--tf32", true },
+    [O_DUMP_KERNELS] = { "--dump-kernels" }, [O_SYNC_BN] = { "--sync-bn", true }, [O_TF32] = { "--tf32", true, U_RUN },
     [O_CHECK_NAN] = { "--check-nan", true }, [O_EVALUATE] = { "--evaluate", true },
-    [O_PRECISION] = { "--precision" },
+    [O_PRECISION] = { "--precision", false, U_RUN }, [O_OUT] = { "--out", false, U_PREDICT | U_EXPORT },
+    [O_FORMAT] = { "--format", false, U_EXPORT }, [O_SPLIT] = { "--split", false, U_PREDICT | U_EVALUATE },
+    [O_NET] = { "--net", false, U_MODEL & ~U_TRAIN },
 };
 /* the options handled before the table's (they end the parse, or take no value) */
 static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", "--list-layers",
@@ -494,8 +471,22 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     case O_EPS: rc = parse_float(name, val, 0, true, 1, false, &t->eps); ps->eps_given = true; break;
     case O_NESTEROV: t->nesterov = true; break;
     case O_AUGMENT: rc = parse_augment(val, &t->transform); break;
-    case O_NORMALIZE: t->transform.normalize = true; break;
-    case O_RESIZE: rc = parse_resize(val, &t->transform); break;
+    case O_NORMALIZE: t->transform.normalize = c->normalize_given = true; break;
+    case O_RESIZE: rc = parse_resize(val, &t->transform); c->resize_given = true; break;
+    case O_OUT: c->out = val; break;
+    case O_FORMAT: {
+        static const char *const formats[FORMAT_COUNT] = { "", "c", "cuda", "onnx", "pytorch" };
+        c->format = FORMAT_NONE;
+        for (int k = FORMAT_C; k < FORMAT_COUNT; k++)
+            if (!strcmp(val, formats[k])) c->format = (ExportFormat)k;
+        if (c->format == FORMAT_NONE) return bad("--format expects c, cuda, onnx or pytorch, got '%s'%s", val, "");
+        break;
+    }
+    case O_SPLIT:
+        if (strcmp(val, "test") && strcmp(val, "train")) return bad("--split expects test or train, got '%s'%s", val, "");
+        c->train_split = !strcmp(val, "train");
+        break;
+    case O_NET: c->net = val; break;
     case O_DUMP_BATCH: t->dump_batch = val; break;
     case O_SEED: {
         char *end;
@@ -559,6 +550,7 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     case O_SYNC_BN: t->sync_bn = true; break;
     case O_TF32: t->tf32 = true; break;
     case O_PRECISION:
+        c->precision_given = true;
         if (!strcmp(val, "bf16")) t->bf16 = true;
         else if (!strcmp(val, "fp32")) t->bf16 = false;
         else return bad("--precision expects fp32 or bf16, got '%s'%s", val, "");
@@ -603,11 +595,51 @@ static int finish_optimizer(TrainConfig *t, const Parse *ps)
     return 0;
 }
 
+static bool ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && !strcmp(s + n - m, tail);
+}
+
+/* mgc predict, evaluate and export: the checkpoint, the data, --out and --format. 0, or 2 said. */
+static int finish_use(Cli *c)
+{
+    const char *cmd = command_names[c->command];
+    if (!c->checkpoint)
+        return c->command == CMD_EXPORT ? bad("no checkpoint given: mgc export CK.safetensors --format c|cuda|onnx|pytorch --out "
+                                              "PATH%s%s", "", "")
+                                        : bad("no checkpoint given: mgc %s CK.safetensors DATA%s", cmd,
+                                              c->command == CMD_PREDICT ? " --out FILE.safetensors|.csv|.jsonl" : "");
+    if (c->data_arg && c->cfg.data_dir)
+        return bad("the data is given twice, '%s' and --data %s: give one", c->data_arg, c->cfg.data_dir);
+    if (c->command == CMD_PREDICT && !c->out)
+        return bad("mgc predict needs --out FILE: FILE.safetensors (logits and predictions), FILE.csv or FILE.jsonl (a row an "
+                   "example with its probabilities)%s%s", "", "");
+    if (c->command == CMD_PREDICT && !ends_with(c->out, ".safetensors") && !ends_with(c->out, ".csv") && !ends_with(c->out, ".jsonl"))
+        return bad("--out %s: mgc predict writes FILE.safetensors, FILE.csv or FILE.jsonl; name one of those%s", c->out, "");
+    if (c->command == CMD_EXPORT) {
+        if (!c->out) return bad("mgc export needs --out: a directory (--format c, cuda), FILE.onnx (onnx) or FILE.py (pytorch)%s%s", "", "");
+        if (c->format == FORMAT_NONE) c->format = ends_with(c->out, ".onnx") ? FORMAT_ONNX : ends_with(c->out, ".py") ? FORMAT_PYTORCH
+                                                                                                                : FORMAT_NONE;
+        if (c->format == FORMAT_NONE)
+            return bad("--out %s: say what to export there with --format c|cuda|onnx|pytorch%s", c->out, "");
+    }
+    if (c->nsets && !c->net)
+        return bad("--set goes with --net NET.net, for a checkpoint of an older mgc: a checkpoint of this one holds its net and its "
+                   "--set values%s%s", "", "");
+    return 0;
+}
+
 /* The options given that depend on each other, and the environment's switches: 0, or 2 said. */
 static int finish_args(Cli *c, Parse *ps)
 {
     TrainConfig *t = &c->cfg;
-    if (!c->net) return bad("no net given: mgc NET.net [options], e.g. mgc nets/lenet.net%s%s", "", "");
+    if (c->command != CMD_TRAIN) {
+        int rc = finish_use(c);
+        if (rc) return rc;
+    } else if (!c->net) {
+        return bad("no net given: mgc NET.net [options], e.g. mgc nets/lenet.net%s%s", "", "");
+    }
     if (!ps->per_given) t->lr_per_step = t->lr_schedule == LR_COSINE;   /* a smooth cosine; milestones in epochs */
     if (ps->gamma_given && t->lr_schedule != LR_STEP)
         return bad("--lr-gamma is the factor of --lr-schedule step:E1,E2,...; give that too%s%s", "", "");
@@ -677,11 +709,25 @@ static int parse_args(int argc, char **argv, Cli *c)
     c->arch = "sm_90";
     c->gpu_model = cg_gpu_model("h200");
     Parse ps = { 0 };
-    for (int i = 1; i < argc; i++) {
+    int first = 1;
+    for (int k = CMD_PREDICT; k < CMD_COUNT && argc > 1; k++)
+        if (!strcmp(argv[1], command_names[k])) c->command = (Command)k, first = 2;
+    const char *cmd = command_names[c->command];
+    for (int i = first; i < argc; i++) {
         char *arg = argv[i];
         if (arg[0] != '-' || !arg[1]) {
-            if (c->net) return bad("more than one net given: '%s' and '%s'", c->net, arg);
-            c->net = arg;
+            if (c->command == CMD_TRAIN) {
+                if (c->net) return bad("more than one net given: '%s' and '%s'", c->net, arg);
+                c->net = arg;
+            } else if (!c->checkpoint) {
+                c->checkpoint = arg;
+            } else if (!c->data_arg && c->command != CMD_EXPORT) {
+                c->data_arg = arg;
+            } else {
+                return bad(c->command == CMD_EXPORT ? "mgc export takes one checkpoint, got '%s' too (mgc export CK.safetensors "
+                           "--format c|cuda|onnx|pytorch --out PATH)%s" : "one checkpoint and one data set, got '%s' too "
+                           "(mgc %s CK.safetensors DATA)", arg, cmd);
+            }
             continue;
         }
         for (int k = LEAVE_HELP; k < LEAVE_COUNT; k++)
@@ -705,6 +751,13 @@ static int parse_args(int argc, char **argv, Cli *c)
         }
         int which = find_option(name);
         if (which < 0) return 2;
+        int uses = options[which].uses ? options[which].uses : U_TRAIN;
+        if (!(uses & 1 << c->command)) {
+            if (c->command == CMD_TRAIN)
+                return bad("%s is mgc %s's: mgc predict|evaluate|export CK.safetensors ...", name,
+                           uses & U_EXPORT && !(uses & U_PREDICT) ? "export" : uses & U_PREDICT ? "predict" : "evaluate");
+            return bad("%s is for training (mgc NET.net ...), not for mgc %s: the checkpoint holds what it needs", name, cmd);
+        }
         if (options[which].flag && val) return bad("%s takes no value, got '%s'", name, val);
         if (!val && !options[which].flag) {
             if (i + 1 >= argc) return bad("%s needs a value%s", name, "");
@@ -729,14 +782,12 @@ static CgOptions codegen_options(const Cli *c)
     return o;
 }
 
-/* The pipeline (pipeline/pipeline.c) for this command line: the training
-   or evaluation form, with or without the backward graph and the update,
-   with the input's gradient (check mode); p NULL: the graph only. */
-static int compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward, bool input_grad, Graph *g, Program *p)
+int drv_compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward, bool input_grad, Graph *g, Program *p)
 {
     long bucket = (long)((double)c->bucket_mb * 1e6);
     MgcOptions o = {
-        .net = c->net, .sets = c->sets, .nsets = c->nsets, .training = training, .backward = backward,
+        .net = c->net, .text = c->net_text, .len = c->net_len, .sets = c->sets, .nsets = c->nsets,
+        .training = training, .backward = backward,
         .input_grad = input_grad, .sync_bn = c->cfg.sync_bn, .replicas = c->total_replicas, .bucket_bytes = bucket,
         .first_bucket_bytes = bucket < 1000000 ? bucket : 1000000,
         .opt = { .kind = c->cfg.optimizer, .lr = c->cfg.lr, .weight_decay = c->cfg.weight_decay, .momentum = c->cfg.momentum,
@@ -987,7 +1038,7 @@ static int check_outputs(const Cli *c)
     const TrainConfig *t = &c->cfg;
     const struct { const char *opt, *path; bool replaced; } out[] = {
         { "--save", t->save, true }, { "--dump", t->dump, true }, { "--log", t->log, false },
-        { "--dump-batch", t->dump_batch, true },
+        { "--dump-batch", t->dump_batch, true }, { "--out", c->command == CMD_PREDICT ? c->out : NULL, true },
     };
     for (size_t k = 0; k < sizeof out / sizeof *out; k++) {
         if (!out[k].path) continue;
@@ -1005,7 +1056,7 @@ static int check_outputs(const Cli *c)
 /* The GPUs asked for exist, on every rank: said before anything is compiled.
    0, or -1 on every rank, said by the first rank that lacks its GPUs (the
    others would otherwise wait for it in their first collective). */
-static int check_gpus(const Cli *c, World *w)
+int drv_check_gpus(const Cli *c, World *w)
 {
     /* NCCL holds one replica a GPU: a GPU named twice is for replicas that all
        share it, in one process (they sum on it); the same on every rank */
@@ -1155,7 +1206,7 @@ static int preflight(Cli *c, World *world)
     int local = local_rank();
     if (c->cfg.devices[0].kind == DEV_CUDA && world->size > 1 && local >= 0)
         for (int k = 0; k < c->cfg.replicas; k++) c->cfg.devices[k].index += local * c->cfg.replicas;
-    if (c->cfg.devices[0].kind == DEV_CUDA && running && check_gpus(c, world)) return 2;
+    if (c->cfg.devices[0].kind == DEV_CUDA && running && drv_check_gpus(c, world)) return 2;
     return 0;
 }
 
@@ -1167,11 +1218,11 @@ static int emit_stage(const Cli *c, World *world, Arena *arena, Diag *diag)
     bool say = world->rank == 0;
     char num[32];
     if (c->dump_kernels) {
-        if (compile(c, arena, diag, true, true, false, &g, &p)) return 1;
+        if (drv_compile(c, arena, diag, true, true, false, &g, &p)) return 1;
         return say ? dump_kernels(&g, &p, c->dump_kernels) : 0;
     }
     bool tr = c->emit != EMIT_EVAL_IR, program = c->emit != EMIT_IR && c->emit != EMIT_EVAL_IR && c->emit != EMIT_GRAD;
-    if (compile(c, arena, diag, tr, tr && c->emit != EMIT_IR, false, &g, program ? &p : NULL)) return 1;
+    if (drv_compile(c, arena, diag, tr, tr && c->emit != EMIT_IR, false, &g, program ? &p : NULL)) return 1;
     if (c->emit == EMIT_PTX) {
         char why[8192];
         size_t ptx_len;
@@ -1225,13 +1276,29 @@ static int emit_stage(const Cli *c, World *world, Arena *arena, Diag *diag)
 
 /* Training, evaluation or check mode: the training and evaluation programs,
    the same on every rank, run. The exit status. */
+static int train(Cli *c, World *world, Arena *arena, Diag *diag);
+
+int drv_run(Cli *c, World *world)
+{
+    c->total_replicas = c->cfg.replicas * world->size;
+    int status = preflight(c, world);
+    if (status) return status;
+    Arena arena;
+    arena_init(&arena);
+    Diag diag;
+    diag_init(&diag, stderr);
+    status = train(c, world, &arena, &diag);
+    arena_free(&arena);
+    return status;
+}
+
 static int train(Cli *c, World *world, Arena *arena, Diag *diag)
 {
     Graph train_graph, eval_graph;
     Program train_prog, eval_prog;
     bool checking = c->cfg.batch_file != NULL;
-    bool compiled = !compile(c, arena, diag, true, true, checking, &train_graph, &train_prog) &&
-                    !compile(c, arena, diag, false, false, false, &eval_graph, &eval_prog);
+    bool compiled = !drv_compile(c, arena, diag, true, true, checking, &train_graph, &train_prog) &&
+                    !drv_compile(c, arena, diag, false, false, false, &eval_graph, &eval_prog);
     if (world->size > 1) {   /* the same program everywhere (a different build or environment could differ) */
         Agreement *plan = calloc(1, sizeof *plan);
         agree_program(compiled ? &train_prog : NULL, plan);
@@ -1244,6 +1311,17 @@ static int train(Cli *c, World *world, Arena *arena, Diag *diag)
     c->cfg.progress = isatty(2) && !checking;
     Model m = { &train_prog, &eval_prog };
     return train_run(&m, &c->cfg);
+}
+
+/* The --set values, "NAME=VALUE" a line, as a checkpoint keeps them (malloc'd). */
+static char *sets_text(const Cli *c)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    for (int k = 0; f && k < c->nsets; k++) fprintf(f, "%s=%s\n", c->sets[k].name, c->sets[k].value);
+    if (f) fclose(f);
+    return text;
 }
 
 int main(int argc, char **argv)
@@ -1260,6 +1338,14 @@ int main(int argc, char **argv)
     int status = parse_args(argc, argv, &c);
     if (status) return status;   /* under mpirun too: a rank that stops with an error makes mpirun end the others */
     if (c.leave) return leave_early(&c, &argc, &argv);
+    if (c.command == CMD_TRAIN) {   /* read once: what is compiled is what each checkpoint keeps */
+        char rerr[1024];
+        c.net_text = fe_read_net(c.net, &c.net_len, rerr, sizeof rerr);   /* NULL: the compile says why */
+        c.cfg.net_file = c.net;
+        c.cfg.net_text = c.net_text;
+        c.cfg.net_len = c.net_len;
+        c.cfg.net_sets = c.net_sets = sets_text(&c);
+    }
     if (rt_cpu_blas_core(argv, c.cfg.verbose)) return 2;   /* may start mgc again, with OpenBLAS's right kernels */
     c.cfg.started = (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec;
     World world;
@@ -1271,7 +1357,8 @@ int main(int argc, char **argv)
     c.cfg.world = &world;
     c.total_replicas = c.cfg.replicas * world.size;
     if (!c.cfg.data_dir) c.cfg.data_dir = data_default_dir(data_dir, sizeof data_dir);
-    status = preflight(&c, &world);
+    status = c.command == CMD_TRAIN ? preflight(&c, &world) : 0;   /* the others', drv_run's */
+    if (!status && c.command == CMD_TRAIN && c.cfg.evaluate && c.cfg.load) status = drv_evaluate_transform(&c);
     if (!status) {
         Arena arena;
         arena_init(&arena);
@@ -1279,12 +1366,16 @@ int main(int argc, char **argv)
         /* every rank compiles the same net: only rank 0 reports what is wrong with it */
         FILE *quiet = world.rank == 0 ? NULL : fopen("/dev/null", "w");
         diag_init(&diag, quiet ? quiet : stderr);
-        status = c.emit != EMIT_NONE || c.dump_kernels ? emit_stage(&c, &world, &arena, &diag) : train(&c, &world, &arena, &diag);
+        status = c.command != CMD_TRAIN                  ? drv_use(&c, &world)
+                 : c.emit != EMIT_NONE || c.dump_kernels ? emit_stage(&c, &world, &arena, &diag)
+                                                         : train(&c, &world, &arena, &diag);
         if (status && diag.usage) status = 2;   /* a bad --set is a command-line error */
         arena_free(&arena);
         if (quiet) fclose(quiet);
     }
     for (int k = 0; k < c.nsets; k++) free((char *)c.sets[k].name);
+    free(c.net_text);
+    free(c.net_sets);
     rt_world_finalize(&world);
     return status;
 }

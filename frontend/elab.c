@@ -1136,24 +1136,24 @@ int fe_compile_text(Graph *g, const char *name, const char *text, const FeOverri
     return fe_compile_bytes(g, name ? name : "<text>", text ? text : "", text ? strlen(text) : 0, sets, nsets);
 }
 
-int fe_compile(Graph *g, const char *path, const FeOverride *sets, int nsets)
+char *fe_read_net(const char *path, size_t *len_out, char *err, size_t err_size)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        diag_at(g->diag, no_loc, "cannot open '%s': %s", path, strerror(errno));
-        return -1;
+        snprintf(err, err_size, "cannot open '%s': %s", path, strerror(errno));
+        return NULL;
     }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     int rc = -1;
     for (;;) {
         if (!buf) {
-            diag_at(g->diag, no_loc, "cannot read '%s': out of memory", path);
+            snprintf(err, err_size, "cannot read '%s': out of memory", path);
             break;
         }
         if (len == cap) {
             if (cap >= (size_t)FE_MAX_FILE) {
-                diag_at(g->diag, no_loc, "'%s' is too large for a .net file (over %ld bytes)", path, FE_MAX_FILE);
+                snprintf(err, err_size, "'%s' is too large for a .net file (over %ld bytes)", path, FE_MAX_FILE);
                 break;
             }
             char *nb = realloc(buf, cap * 2);
@@ -1164,13 +1164,30 @@ int fe_compile(Graph *g, const char *path, const FeOverride *sets, int nsets)
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;
         if (got == 0) {
-            if (ferror(f)) diag_at(g->diag, no_loc, "cannot read '%s': %s", path, strerror(errno));
+            if (ferror(f)) snprintf(err, err_size, "cannot read '%s': %s", path, strerror(errno));
             else rc = 0;
             break;
         }
     }
     fclose(f);
-    if (rc == 0) rc = fe_compile_bytes(g, path, buf, len, sets, nsets);
+    if (rc) {
+        free(buf);
+        return NULL;
+    }
+    *len_out = len;
+    return buf;
+}
+
+int fe_compile(Graph *g, const char *path, const FeOverride *sets, int nsets)
+{
+    char err[1024];
+    size_t len;
+    char *buf = fe_read_net(path, &len, err, sizeof err);
+    if (!buf) {
+        diag_at(g->diag, no_loc, "%s", err);
+        return -1;
+    }
+    int rc = fe_compile_bytes(g, path, buf, len, sets, nsets);
     free(buf);
     return rc;
 }

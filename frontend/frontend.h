@@ -20,6 +20,9 @@ int fe_compile(Graph *g, const char *path, const FeOverride *sets, int nsets);
 int fe_compile_text(Graph *g, const char *name, const char *text, const FeOverride *sets, int nsets);
 /* Same, from len bytes that may hold NULs (the fuzz target's way in). */
 int fe_compile_bytes(Graph *g, const char *name, const char *text, size_t len, const FeOverride *sets, int nsets);
+/* The bytes of the .net file at path (at most FE_MAX_FILE), malloc'd, their
+   number in *len; NULL with err ("cannot open 'x.net': ..."). */
+char *fe_read_net(const char *path, size_t *len, char *err, size_t err_size);
 /* The built-in layers as docs/language.md's table (markdown rows). */
 void fe_print_layers(FILE *out);
 

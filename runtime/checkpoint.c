@@ -14,7 +14,7 @@
    stopped: the epoch finished, the training steps run, the seed and batch;
    and the rate's recipe, which --resume compares with its own. */
 static int save_checkpoint(Store *s, const char *path, const char *net, int epoch, unsigned long long steps,
-                           unsigned long long opt_steps, const TrainConfig *cfg)
+                           unsigned long long opt_steps, const TrainConfig *cfg, const CkModel *model)
 {
     StWriter *w = st_writer_new();
     for (int k = 0; k < s->n; k++) {
@@ -45,6 +45,7 @@ static int save_checkpoint(Store *s, const char *path, const char *net, int epoc
     transform_str(&cfg->transform, tf, sizeof tf);
     st_writer_set_meta(w, "transform", tf[0] ? tf : "none");
     st_writer_set_meta(w, "format", "mgc checkpoint: PyTorch state_dict names and layouts");
+    ck_model_put(w, model);   /* what mgc predict, evaluate and export need to use it alone */
     char err[512];
     int rc = st_writer_save(w, path, err, sizeof err);
     st_writer_free(w);
@@ -59,10 +60,38 @@ int train_save(Group *g, const char *path, int epoch, bool downloaded)
     if (g->world->rank == 0) {
         if (!downloaded) rt_store_download(&g->r[0].store, STORE_ALL);
         const Exec *x = &g->r[0].tr;
+        CkModel model;
+        train_model_info(g, &model);
         rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch, x->runs_before + x->runs,
-                                  x->opt_steps_before + x->runs, g->cfg) ? 1 : 0;
+                                  x->opt_steps_before + x->runs, g->cfg, &model) ? 1 : 0;
     }
     return rt_world_max_status(g->world, rc);
+}
+
+void train_model_info(const Group *g, CkModel *m)
+{
+    const TrainConfig *cfg = g->cfg;
+    const Program *p = g->m->train;
+    memset(m, 0, sizeof *m);
+    m->net_file = (char *)cfg->net_file;   /* borrowed: never freed here */
+    m->net_text = (char *)cfg->net_text;
+    m->net_len = cfg->net_len;
+    m->sets = (char *)(cfg->net_sets ? cfg->net_sets : "");
+    if (p->input_shape.nd == 4)
+        m->channels = (int)p->input_shape.d[1], m->height = (int)p->input_shape.d[2], m->width = (int)p->input_shape.d[3];
+    m->classes = p->classes;
+    m->bf16 = cfg->bf16;
+    /* the transform as fitted to the training set: only once the data was read (--epochs 0 reads none) */
+    m->has_transform = g->have_data;
+    m->resize_h = g->transform.out_h, m->resize_w = g->transform.out_w;
+    m->normalize = g->have_data && g->transform.normalize;
+    m->nchannels = m->channels <= TRANSFORM_MAX_CHANNELS ? m->channels : 0;
+    for (int k = 0; k < m->nchannels; k++) m->mean[k] = g->transform.mean[k], m->std[k] = g->transform.std[k];
+    if (g->have_data) {
+        m->pixels = g->data_info.floats ? CK_PIXELS_FLOATS : CK_PIXELS_BYTES;
+        snprintf(m->data, sizeof m->data, "%s, %dx%dx%d%s", g->data_info.format, g->data_info.channels, g->data_info.rows,
+                 g->data_info.cols, g->data_info.floats ? " floats" : "");
+    }
 }
 
 int train_check_tensors(Group *g, StoreCheck *found, char *what, size_t size, bool *downloaded)

@@ -488,6 +488,39 @@ int data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, ch
     return rc;
 }
 
+bool data_is_file(const char *path)
+{
+    struct stat st;
+    return path && !stat(path, &st) && !S_ISDIR(st.st_mode);
+}
+
+static bool safetensors_name(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 12 && !strcmp(path + n - 12, ".safetensors");
+}
+
+int data_load_file(const char *path, Dataset *d, DataInfo *info, char *err, size_t err_size)
+{
+    memset(d, 0, sizeof *d);
+    if (!safetensors_name(path)) {
+        set_err(err, err_size, "the data '%s' is a file: give a directory as --data takes (IDX, CIFAR, or train.safetensors "
+                "and test.safetensors), or one FILE.safetensors holding `images` (and `labels`, optional)", path);
+        return -1;
+    }
+    bool floats, labelled;
+    DataDigest digest;
+    if (st_data_load_one(path, d, &floats, &labelled, &digest, err, err_size)) {
+        data_free(d);
+        return -1;
+    }
+    *info = (DataInfo){ .channels = d->channels, .rows = d->rows, .cols = d->cols, .classes = d->classes, .floats = floats,
+                        .nfiles = 1, .unlabelled = !labelled };
+    snprintf(info->format, sizeof info->format, "safetensors");
+    info->files[0] = digest;
+    return 0;
+}
+
 /* IDX: the images' headers (gzip's first bytes); labels as many. */
 static int idx_size(const DataFiles *f, size_t *bytes, long long *examples)
 {
@@ -534,6 +567,12 @@ int data_describe(const char *dir, DataInfo *info, char *err, size_t err_size)
         return -1;
     if (!dir || !*dir)
         dir = ".";
+    if (data_is_file(dir) && safetensors_name(dir)) {   /* mgc predict's one file */
+        free(f);
+        snprintf(info->format, sizeof info->format, "safetensors");
+        info->classes = 0;
+        return st_data_describe(dir, info, err, err_size);
+    }
     int rc = locate(dir, f, err, err_size);
     if (!rc) {
         snprintf(info->format, sizeof info->format, "%s", format_name(f->format));

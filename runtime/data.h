@@ -66,6 +66,7 @@ typedef struct DataInfo {
     int channels, rows, cols;
     int classes;            /* 0 where only the labels tell (IDX, safetensors) and they were not read */
     bool floats;            /* F32 images */
+    bool unlabelled;        /* data_load_file of a file without labels (every label 0) */
     int nfiles;             /* data_load: each file's digest, in the format's order; data_describe: 0 */
     DataDigest files[DATA_MAX_FILES];
 } DataInfo;
@@ -74,6 +75,12 @@ typedef struct DataInfo {
    when not NULL, says what was read), or -1 with a message in err (err_size
    bytes) and both data sets empty. */
 int  data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, char *err, size_t err_size);
+/* Whether path is there and not a directory. */
+bool data_is_file(const char *path);
+/* One FILE.safetensors holding `images` (and `labels`, optional), as a
+   data set file holds them, into d (mgc predict's and evaluate's data). 0, or
+   -1 with err. */
+int  data_load_file(const char *path, Dataset *d, DataInfo *info, char *err, size_t err_size);
 /* The format, the image shape and (where the headers say) the classes of the
    data in dir, from the first bytes of its files only. 0; 1 when no data set
    is there (info says Fashion-MNIST's 1x28x28 and 10 classes, what mgc looks

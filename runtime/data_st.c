@@ -175,19 +175,25 @@ static int take_images(const char *path, StTensor *t, const Layout *l, Dataset *
 /* One file into d; *dtype: its images' dtype; digest: of its images' and
    labels' data (what the data set is; the header and any other tensor are
    not used). */
-static int load_file(const char *path, Dataset *d, char dtype[8], DataDigest *digest, char *err, size_t err_size)
+static int load_file(const char *path, Dataset *d, char dtype[8], bool labels_optional, DataDigest *digest, char *err,
+                     size_t err_size)
 {
     StFile f;
     Layout l;
     if (st_load(path, &f, err, err_size) < 0) return -1;
-    StTensor *images = need(&f, path, "images", err, err_size), *labels = images ? need(&f, path, "labels", err, err_size) : NULL;
-    int rc = images && labels ? images_layout(path, images, &l, err, err_size) : -1;
+    StTensor *images = need(&f, path, "images", err, err_size), *labels = NULL;
+    if (images && !(labels_optional && !st_find(&f, "labels"))) labels = need(&f, path, "labels", err, err_size);
+    int rc = images && (labels || labels_optional) ? images_layout(path, images, &l, err, err_size) : -1;
     if (!rc) {
         data_digest_start(digest, path);
         data_digest_add(digest, images->data, images->nbytes);
-        data_digest_add(digest, labels->data, labels->nbytes);
+        if (labels) data_digest_add(digest, labels->data, labels->nbytes);
     }
-    if (!rc) rc = read_labels(path, labels, l.n, &d->labels, err, err_size);
+    if (!rc && labels) rc = read_labels(path, labels, l.n, &d->labels, err, err_size);
+    else if (!rc && !(d->labels = calloc((size_t)l.n, sizeof(int)))) {   /* none: every example's class 0, never reported */
+        set_err(err, err_size, "%s: out of memory for %lld examples", path, l.n);
+        rc = -1;
+    }
     if (!rc) rc = take_images(path, images, &l, d, err, err_size);
     if (!rc) memcpy(dtype, images->dtype, 8);
     st_free(&f);
@@ -198,8 +204,8 @@ int st_data_load(const DataFiles *f, Dataset *train, Dataset *test, bool *floats
                  size_t err_size)
 {
     char a[8], b[8];
-    if (load_file(f->path[0], train, a, &digest[0], err, err_size) < 0 ||
-        load_file(f->path[1], test, b, &digest[1], err, err_size) < 0)
+    if (load_file(f->path[0], train, a, false, &digest[0], err, err_size) < 0 ||
+        load_file(f->path[1], test, b, false, &digest[1], err, err_size) < 0)
         return -1;
     if (strcmp(a, b)) {
         /* the two would be on different scales (pixels / 255 and values as they are) */
@@ -251,5 +257,22 @@ int st_data_size(const DataFiles *f, size_t *bytes, long long *examples)
         if (rc) return -1;
     }
     *bytes = kept + passing + (size_t)most * sizeof(int);
+    return 0;
+}
+
+int st_data_load_one(const char *path, Dataset *d, bool *floats, bool *labelled, DataDigest *digest, char *err, size_t err_size)
+{
+    char dtype[8];
+    StFile f;
+    *labelled = false;
+    if (st_load_header(path, &f, err, err_size) < 0) return -1;
+    *labelled = st_find(&f, "labels") != NULL;
+    st_free(&f);
+    if (load_file(path, d, dtype, true, digest, err, err_size) < 0) return -1;
+    *floats = !strcmp(dtype, "F32");
+    int classes = 0;
+    for (int i = 0; *labelled && i < d->n; i++)
+        if (d->labels[i] >= classes) classes = d->labels[i] + 1;
+    d->classes = classes;
     return 0;
 }

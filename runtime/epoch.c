@@ -114,6 +114,9 @@ static void eval_on_replica(Group *g, Replica *r)
         if (n > 0) {
             rt_exec_finish(&r->ev);
             r->eval_correct += train_read1(&r->ev, p->correct);
+            if (g->pred_logits)   /* mgc predict: every example's logits, in the data's order */
+                memcpy(g->pred_logits + (at + first) * p->classes, rt_exec_fetch(&r->ev, p->logits, n),
+                       sizeof(float) * (size_t)(n * p->classes));
         }
         at += B;
         have = more, b = nb, first = nfirst, n = nn;

@@ -305,6 +305,7 @@ static int check_memory(const Group *g, long shard)
    kernels load and the parameters are initialised. */
 typedef struct DataLoad {
     const char *dir;
+    bool file;       /* dir is one FILE.safetensors (mgc predict, evaluate): into test */
     Dataset train, test;
     DataInfo info;   /* what was read */
     int rc;
@@ -316,13 +317,15 @@ typedef struct DataLoad {
 static void *load_data(void *arg)
 {
     DataLoad *d = arg;
-    d->rc = data_load(d->dir, &d->train, &d->test, &d->info, d->err, sizeof d->err);
+    d->rc = d->file ? data_load_file(d->dir, &d->test, &d->info, d->err, sizeof d->err)
+                    : data_load(d->dir, &d->train, &d->test, &d->info, d->err, sizeof d->err);
     return NULL;
 }
 
-static void data_start(DataLoad *d, const char *dir)
+static void data_start(DataLoad *d, const char *dir, bool file)
 {
     d->dir = dir;
+    d->file = file;
     d->started = pthread_create(&d->thread, NULL, load_data, d) == 0;
     if (!d->started) load_data(d);
 }
@@ -624,9 +627,19 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
                 train_signal_name(status - 128));
     int *order = NULL;
     if (!status) {
+        g->data_info = data->info;
+        g->have_data = true;
         g->transform = cfg->transform;
-        /* over the whole training set, whatever --limit-train; every rank has the same data (agreed): the same outcome */
-        if (transform_fit(&g->transform, &train, err, sizeof err)) {
+        if (cfg->transform_given) {
+            /* the checkpoint's statistics (mgc predict, evaluate): as in its training, whatever this data's */
+        } else if (cfg->transform.normalize && train.n == 0) {
+            if (g->world->rank == 0)
+                fprintf(stderr, "mgc: --normalize takes its mean and standard deviation from the training set, and %s holds "
+                        "none: give the data's directory, or a checkpoint that holds its statistics (mgc --save writes them)\n",
+                        cfg->data_dir);
+            status = 1;
+        } else if (transform_fit(&g->transform, &train, err, sizeof err)) {
+            /* over the whole training set, whatever --limit-train; every rank has the same data (agreed): the same outcome */
             if (g->world->rank == 0) fprintf(stderr, "mgc: %s\n", err);
             status = 1;
         }
@@ -641,13 +654,22 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
     }
     if (!status && cfg->dump_batch) {
         status = g->world->rank == 0 ? dump_batch(g, &train, order) : 0;
+    } else if (!status && cfg->predict) {
+        status = train_predict(g, cfg->eval_train_split ? &train : &test, order, &data->info);
     } else if (!status && cfg->evaluate) {
         char num[32];
-        double t0 = train_now(), acc = train_evaluate(g, &test, order);
-        if (g->world->rank == 0) {
-            if (isnan(acc)) printf("no test examples to evaluate on (--limit-test 0)\n");
-            else printf("test acc %.4f  on %s test examples in %.2f s, parameters %s%s\n", acc, rt_commas(test.n, num),
-                        train_now() - t0, cfg->load ? "from " : "initialised", cfg->load ? cfg->load : "");
+        const Dataset *set = cfg->eval_train_split ? &train : &test;
+        if (data->info.unlabelled && g->world->rank == 0)
+            fprintf(stderr, "mgc: %s has no `labels`: there is no accuracy to measure without them (mgc predict gives the "
+                    "predictions)\n", cfg->data_dir);
+        if (data->info.unlabelled) status = 1;
+        const char *which = cfg->eval_train_split ? "training" : "test";
+        double t0 = train_now(), acc = status ? NAN : train_evaluate(g, set, order);
+        if (g->world->rank == 0 && !status) {
+            if (isnan(acc)) printf("no %s examples to evaluate on%s\n", which, set->n == 0 && !cfg->eval_train_split ? " (--limit-test 0)" : "");
+            else printf("%s acc %.4f  on %s %s examples in %.2f s, parameters %s%s\n", cfg->eval_train_split ? "train" : "test",
+                        acc, rt_commas(set->n, num), which, train_now() - t0, cfg->load ? "from " : "initialised",
+                        cfg->load ? cfg->load : "");
         }
     } else if (!status) {
         status = train_epochs(g, &train, &test, order, first_epoch, &log, &log_failed);
@@ -692,7 +714,7 @@ int train_run(const Model *m, const TrainConfig *cfg)
     DataSize data_bytes = { 0 };
     if (data_needed && data_size(cfg->data_dir, &data_bytes) < 0) data_bytes = (DataSize){ 0 };   /* the loader says why */
     int too_large = check_host_memory(&G, (cfg->batch_size + G.total - 1) / G.total, &data_bytes);
-    if (data_needed && !too_large) data_start(&data, cfg->data_dir);
+    if (data_needed && !too_large) data_start(&data, cfg->data_dir, cfg->evaluate && data_is_file(cfg->data_dir));
     /* from here on a stop signal is a request, answered at the next stop point or step */
     struct sigaction stop_sa = { .sa_handler = on_stop_signal }, old_sa[NSTOP_SIGNALS];
     sigemptyset(&stop_sa.sa_mask);

@@ -54,6 +54,15 @@ typedef struct TrainConfig {
     World *world;             /* the ranks of an MPI run, or this process alone */
     bool verbose;
     bool progress;            /* draw progress on stderr (a terminal) */
+    /* the model as given, written into every checkpoint so that it can be used alone (ckmodel.h) */
+    const char *net_file;     /* the .net file's path as given */
+    const char *net_text;     /* its bytes, net_len of them (NULL: not kept) */
+    size_t net_len;
+    const char *net_sets;     /* the --set values, "NAME=VALUE" a line ("" none) */
+    /* mgc predict and evaluate (evaluate set) */
+    bool transform_given;     /* transform's statistics are the checkpoint's: not fitted to the training set */
+    bool eval_train_split;    /* evaluate (or predict) on the training set, not the test set */
+    const char *predict;      /* mgc predict: where the logits go (.safetensors, .csv, .jsonl) */
 } TrainConfig;
 
 /* The compiled net: the training program (forward, backward, collectives,

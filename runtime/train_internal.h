@@ -18,6 +18,7 @@
 #include "data.h"
 #include "pool.h"
 #include "safetensors.h"
+#include "ckmodel.h"
 #include <stdio.h>
 
 typedef struct Replica {
@@ -50,6 +51,9 @@ typedef struct Group {
     const Dataset *data;
     bool augment;             /* data is the training set: its random transforms apply */
     Transform transform;      /* cfg's, its normalisation fitted to the training set */
+    bool have_data;           /* the data was read: data_info and transform's statistics hold */
+    float *pred_logits;       /* mgc predict: [examples, classes] filled by train_evaluate, or NULL */
+    DataInfo data_info;
     const int *order;
     int count;                /* examples */
     int epoch;
@@ -103,7 +107,18 @@ void train_schedule_str(const TrainConfig *cfg, char *out, size_t size);
 /* The optimizer in words (a checkpoint's "optimizer"): "adamw betas 0.9,0.999 eps 1e-08 weight decay 0.01". */
 void train_optimizer_str(const TrainConfig *cfg, char *out, size_t size);
 
+/* ---- predict.c ---- */
+/* mgc predict on d (the whole of it, in its order): the logits of every
+   example into cfg->predict (.safetensors, .csv or .jsonl), and with labels
+   the accuracy and the confusion matrix on stdout. 0, or 1 said. */
+int  train_predict(Group *g, const Dataset *d, int *order, const DataInfo *info);
+
 /* ---- checkpoint.c ---- */
+/* What a checkpoint of this run says of its model (ckmodel.h): the net's
+   text and --set values from cfg, the input and classes from the training
+   program, the transform as fitted to the data (once it was read). m's
+   strings are borrowed from cfg: not for ck_model_free. */
+void train_model_info(const Group *g, CkModel *m);
 /* Rank 0 saves replica 0's parameters and state after `epoch` (downloaded:
    its host copy is its device's already, as train_check_tensors may have
    left it); every rank learns whether it worked (0 or 1). */
