@@ -1297,19 +1297,20 @@ static int train(Cli *c, World *world, Arena *arena, Diag *diag)
     Graph train_graph, eval_graph;
     Program train_prog, eval_prog;
     bool checking = c->cfg.batch_file != NULL;
-    bool compiled = !drv_compile(c, arena, diag, true, true, checking, &train_graph, &train_prog) &&
+    bool training = !c->cfg.evaluate;   /* --evaluate, mgc predict and evaluate: the evaluation program alone */
+    bool compiled = (!training || !drv_compile(c, arena, diag, true, true, checking, &train_graph, &train_prog)) &&
                     !drv_compile(c, arena, diag, false, false, false, &eval_graph, &eval_prog);
     if (world->size > 1) {   /* the same program everywhere (a different build or environment could differ) */
         Agreement *plan = calloc(1, sizeof *plan);
-        agree_program(compiled ? &train_prog : NULL, plan);
+        agree_program(compiled ? training ? &train_prog : &eval_prog : NULL, plan);
         int differ = rt_agree(world, plan, 0);
         free(plan);
         if (differ) return 2;
     }
     if (!compiled) return 1;
-    cg_share_kernels_with(&eval_prog, &train_prog);   /* its forward kernels are the training program's */
+    if (training) cg_share_kernels_with(&eval_prog, &train_prog);   /* its forward kernels are the training program's */
     c->cfg.progress = isatty(2) && !checking;
-    Model m = { &train_prog, &eval_prog };
+    Model m = { training ? &train_prog : NULL, &eval_prog };
     return train_run(&m, &c->cfg);
 }
 

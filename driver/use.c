@@ -171,7 +171,7 @@ int drv_use(Cli *c, World *w)
                     "(--devices cpu:N, --gpus N)\n", cmd);
         return 2;
     }
-    CkModel m;
+    CkModel m = { 0 };
     int status = model_from_checkpoint(c, &m);
     if (!status) {
         if (c->command == CMD_EXPORT) {

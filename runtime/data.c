@@ -500,7 +500,7 @@ static bool safetensors_name(const char *path)
     return n > 12 && !strcmp(path + n - 12, ".safetensors");
 }
 
-int data_load_file(const char *path, Dataset *d, DataInfo *info, char *err, size_t err_size)
+int data_load_file(const char *path, const int *hint, Dataset *d, DataInfo *info, char *err, size_t err_size)
 {
     memset(d, 0, sizeof *d);
     if (!safetensors_name(path)) {
@@ -510,7 +510,7 @@ int data_load_file(const char *path, Dataset *d, DataInfo *info, char *err, size
     }
     bool floats, labelled;
     DataDigest digest;
-    if (st_data_load_one(path, d, &floats, &labelled, &digest, err, err_size)) {
+    if (st_data_load_one(path, hint, d, &floats, &labelled, &digest, err, err_size)) {
         data_free(d);
         return -1;
     }

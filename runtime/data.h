@@ -35,7 +35,7 @@
 
 #define DATA_URL "https://github.com/zalandoresearch/fashion-mnist"
 #define DATA_CLASSES 10          /* Fashion-MNIST's: what a net is checked against when no data is found */
-#define DATA_MAX_CHANNELS 4      /* per-channel statistics (--normalize) have room for this many */
+#define DATA_MAX_CHANNELS 64     /* per-channel statistics (--normalize) have room for this many */
 #define DATA_MAX_CLASSES 65536   /* a label at or above this is taken for a damaged file */
 
 typedef struct Dataset {
@@ -78,9 +78,10 @@ int  data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, c
 /* Whether path is there and not a directory. */
 bool data_is_file(const char *path);
 /* One FILE.safetensors holding `images` (and `labels`, optional), as a
-   data set file holds them, into d (mgc predict's and evaluate's data). 0, or
+   data set file holds them, into d (mgc predict's and evaluate's data);
+   hint: the net's C, H, W, which settles an array's layout, or NULL. 0, or
    -1 with err. */
-int  data_load_file(const char *path, Dataset *d, DataInfo *info, char *err, size_t err_size);
+int  data_load_file(const char *path, const int *hint, Dataset *d, DataInfo *info, char *err, size_t err_size);
 /* The format, the image shape and (where the headers say) the classes of the
    data in dir, from the first bytes of its files only. 0; 1 when no data set
    is there (info says Fashion-MNIST's 1x28x28 and 10 classes, what mgc looks

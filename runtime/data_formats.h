@@ -35,8 +35,10 @@ int cifar_size(const DataFiles *f, bool hundred, size_t *bytes, long long *examp
 int st_data_load(const DataFiles *f, Dataset *train, Dataset *test, bool *floats, DataDigest *digest, char *err,
                  size_t err_size);
 /* One file's images, and its labels where it has them (else *labelled false
-   and every label 0), into d: mgc predict's data. */
-int st_data_load_one(const char *path, Dataset *d, bool *floats, bool *labelled, DataDigest *digest, char *err, size_t err_size);
+   and every label 0), into d: mgc predict's data. hint: the net's C, H, W
+   (an [N, 4, 4, 4] array is read as the net takes it), or NULL. */
+int st_data_load_one(const char *path, const int *hint, Dataset *d, bool *floats, bool *labelled, DataDigest *digest, char *err,
+                     size_t err_size);
 /* The bytes the two files will take once loaded (DataSize), and their examples: 0, or -1. */
 int st_data_size(const DataFiles *f, size_t *bytes, long long *examples);
 /* The images' shape and dtype from train.safetensors's header, into info. */

@@ -58,8 +58,9 @@ static StTensor *need(StFile *f, const char *path, const char *name, char *err, 
 
 static bool small_channels(long long d) { return d == 1 || d == 3 || d == 4; }
 
-/* How the images tensor's dimensions are read: 0, or -1 with err set. */
-static int images_layout(const char *path, const StTensor *t, Layout *l, char *err, size_t err_size)
+/* How the images tensor's dimensions are read (hint: the net's C, H, W where
+   known, which settles [N, C, H, W] against [N, H, W, C]): 0, or -1 with err set. */
+static int images_layout(const char *path, const StTensor *t, const int *hint, Layout *l, char *err, size_t err_size)
 {
     char shape[160];
     const long long *s = t->shape;
@@ -73,6 +74,8 @@ static int images_layout(const char *path, const StTensor *t, Layout *l, char *e
         *l = (Layout){ s[0], 1, s[1], s[2], false };
     } else if (t->nd == 4) {
         bool nhwc = small_channels(s[3]) && !small_channels(s[1]);
+        if (hint && s[1] == hint[0] && s[2] == hint[1] && s[3] == hint[2]) nhwc = false;
+        else if (hint && s[3] == hint[0] && s[1] == hint[1] && s[2] == hint[2]) nhwc = true;
         *l = nhwc ? (Layout){ s[0], s[3], s[1], s[2], true } : (Layout){ s[0], s[1], s[2], s[3], false };
     } else {
         set_err(err, err_size, "%s: `images` has %d dimensions, shape %s: mgc reads [N, C, H, W], [N, H, W, C] "
@@ -175,15 +178,15 @@ static int take_images(const char *path, StTensor *t, const Layout *l, Dataset *
 /* One file into d; *dtype: its images' dtype; digest: of its images' and
    labels' data (what the data set is; the header and any other tensor are
    not used). */
-static int load_file(const char *path, Dataset *d, char dtype[8], bool labels_optional, DataDigest *digest, char *err,
-                     size_t err_size)
+static int load_file(const char *path, Dataset *d, char dtype[8], bool labels_optional, const int *hint, DataDigest *digest,
+                     char *err, size_t err_size)
 {
     StFile f;
     Layout l;
     if (st_load(path, &f, err, err_size) < 0) return -1;
     StTensor *images = need(&f, path, "images", err, err_size), *labels = NULL;
     if (images && !(labels_optional && !st_find(&f, "labels"))) labels = need(&f, path, "labels", err, err_size);
-    int rc = images && (labels || labels_optional) ? images_layout(path, images, &l, err, err_size) : -1;
+    int rc = images && (labels || labels_optional) ? images_layout(path, images, hint, &l, err, err_size) : -1;
     if (!rc) {
         data_digest_start(digest, path);
         data_digest_add(digest, images->data, images->nbytes);
@@ -204,8 +207,8 @@ int st_data_load(const DataFiles *f, Dataset *train, Dataset *test, bool *floats
                  size_t err_size)
 {
     char a[8], b[8];
-    if (load_file(f->path[0], train, a, false, &digest[0], err, err_size) < 0 ||
-        load_file(f->path[1], test, b, false, &digest[1], err, err_size) < 0)
+    if (load_file(f->path[0], train, a, false, NULL, &digest[0], err, err_size) < 0 ||
+        load_file(f->path[1], test, b, false, NULL, &digest[1], err, err_size) < 0)
         return -1;
     if (strcmp(a, b)) {
         /* the two would be on different scales (pixels / 255 and values as they are) */
@@ -223,7 +226,7 @@ int st_data_describe(const char *path, DataInfo *info, char *err, size_t err_siz
     Layout l;
     if (st_load_header(path, &f, err, err_size) < 0) return -1;
     StTensor *images = need(&f, path, "images", err, err_size);
-    int rc = images ? images_layout(path, images, &l, err, err_size) : -1;
+    int rc = images ? images_layout(path, images, NULL, &l, err, err_size) : -1;
     if (!rc) {
         info->channels = (int)l.c, info->rows = (int)l.h, info->cols = (int)l.w;
         info->floats = !strcmp(images->dtype, "F32");
@@ -243,7 +246,7 @@ int st_data_size(const DataFiles *f, size_t *bytes, long long *examples)
         char err[512];
         if (st_load_header(f->path[k], &sf, err, sizeof err) < 0) return -1;
         const StTensor *images = st_find(&sf, "images"), *labels = st_find(&sf, "labels");
-        int rc = images && labels ? images_layout(f->path[k], images, &l, err, sizeof err) : -1;
+        int rc = images && labels ? images_layout(f->path[k], images, NULL, &l, err, sizeof err) : -1;
         if (!rc) {
             /* kept: the images (taken over, or their channel-planar copy) and an int a label;
                while a file loads, its labels as stored and, for [N, H, W, C], the images twice */
@@ -260,7 +263,8 @@ int st_data_size(const DataFiles *f, size_t *bytes, long long *examples)
     return 0;
 }
 
-int st_data_load_one(const char *path, Dataset *d, bool *floats, bool *labelled, DataDigest *digest, char *err, size_t err_size)
+int st_data_load_one(const char *path, const int *hint, Dataset *d, bool *floats, bool *labelled, DataDigest *digest, char *err,
+                     size_t err_size)
 {
     char dtype[8];
     StFile f;
@@ -268,7 +272,7 @@ int st_data_load_one(const char *path, Dataset *d, bool *floats, bool *labelled,
     if (st_load_header(path, &f, err, err_size) < 0) return -1;
     *labelled = st_find(&f, "labels") != NULL;
     st_free(&f);
-    if (load_file(path, d, dtype, true, digest, err, err_size) < 0) return -1;
+    if (load_file(path, d, dtype, true, hint, digest, err, err_size) < 0) return -1;
     *floats = !strcmp(dtype, "F32");
     int classes = 0;
     for (int i = 0; *labelled && i < d->n; i++)

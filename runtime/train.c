@@ -184,8 +184,8 @@ static const char *bytes_str(double b, char *buf, size_t size)
    parameters and state. */
 static size_t replica_bytes(const Model *m, long shard)
 {
-    size_t t = cg_plan_bytes(m->train, shard), e = cg_plan_bytes(m->eval, shard);
-    return t + (e > t ? e : 0) + cg_persistent_bytes(m->train);
+    size_t t = m->train ? cg_plan_bytes(m->train, shard) : 0, e = cg_plan_bytes(m->eval, shard);
+    return t + (e > t ? e - t : 0) + cg_persistent_bytes(train_primary(m));
 }
 
 /* Memory that does not fit, said: what is needed (the data set's `data`
@@ -197,7 +197,7 @@ static void refuse_memory(const Group *g, long shard, const char *where, int sha
 {
     const Model *m = g->m;
     const TrainConfig *cfg = g->cfg;
-    const Program *p = m->train;
+    const Program *p = train_primary(m);
     size_t one = replica_bytes(m, shard), persistent = cg_persistent_bytes(p), need = data->bytes + (size_t)sharing * one;
     char b1[32], b2[32], b3[32], b4[32], num[32];
     fprintf(stderr, "mgc: not enough memory: training %s at batch %d needs %s on %s (", p->net_name, cfg->batch_size,
@@ -306,6 +306,7 @@ static int check_memory(const Group *g, long shard)
 typedef struct DataLoad {
     const char *dir;
     bool file;       /* dir is one FILE.safetensors (mgc predict, evaluate): into test */
+    int hint[3];     /* with file: the net's C, H, W (data_load_file) */
     Dataset train, test;
     DataInfo info;   /* what was read */
     int rc;
@@ -317,7 +318,7 @@ typedef struct DataLoad {
 static void *load_data(void *arg)
 {
     DataLoad *d = arg;
-    d->rc = d->file ? data_load_file(d->dir, &d->test, &d->info, d->err, sizeof d->err)
+    d->rc = d->file ? data_load_file(d->dir, d->hint[0] ? d->hint : NULL, &d->test, &d->info, d->err, sizeof d->err)
                     : data_load(d->dir, &d->train, &d->test, &d->info, d->err, sizeof d->err);
     return NULL;
 }
@@ -373,7 +374,7 @@ static int open_group(Group *g)
             return 1;
         }
     }
-    if (g->total > 1) {
+    if (g->total > 1 && m->train) {   /* evaluation alone sums nothing on the devices */
         Device *devs[TRAIN_MAX_DEVICES];
         for (int k = 0; k < g->n; k++) devs[k] = g->r[k].dev;
         int rc = rt_device_group(devs, g->n, g->world, m->train->ncolls, &g->comm, err, sizeof err);
@@ -388,23 +389,25 @@ static int open_group(Group *g)
     for (int k = 0; k < g->n; k++) {
         Replica *r = &g->r[k];
         /* an Exec that failed half-way still holds memory: freed with the others */
-        r->have_tr = true;
-        int rc = rt_exec_init(&r->tr, m->train, r->dev, &r->store, shard, NULL, &opt, err, sizeof err);
+        r->have_tr = m->train != NULL;
+        int rc = m->train ? rt_exec_init(&r->tr, m->train, r->dev, &r->store, shard, NULL, &opt, err, sizeof err) : 0;
         if (!rc) {
             r->have_ev = true;
-            rc = rt_exec_init(&r->ev, m->eval, r->dev, &r->store, shard, &r->tr, &opt, err, sizeof err);
+            rc = rt_exec_init(&r->ev, m->eval, r->dev, &r->store, shard, m->train ? &r->tr : NULL, &opt, err, sizeof err);
         }
         if (rc) {
             fprintf(stderr, "mgc: %s\n", err);
             return 1;
         }
+        r->ev.seed = cfg->seed;
+        if (!m->train) continue;
         r->tr.comm = g->comm;
         r->tr.grouped = g->total > 1;
         r->tr.replica = k;
         rt_exec_set_lr(&r->tr, cfg->lr);
         if (cfg->check_nan) rt_exec_check_nan(&r->tr);
         if (cfg->profile && k == 0 && g->world->rank == 0) rt_exec_profile(&r->tr);
-        r->tr.seed = r->ev.seed = cfg->seed;
+        r->tr.seed = cfg->seed;
         opt.verbose = false;   /* once is enough */
     }
     return 0;
@@ -458,7 +461,7 @@ static void data_str(const DataInfo *info, char *out, size_t size)
 static void say_run(const Group *g, const Dataset *train, const Dataset *test, const DataInfo *info)
 {
     const TrainConfig *cfg = g->cfg;
-    const Program *tp = g->m->train;
+    const Program *tp = train_primary(g->m);
     char num[32], num2[32], num3[32], devs[256], data[96];
     train_device_list(g, devs, sizeof devs);
     data_str(info, data, sizeof data);
@@ -499,12 +502,23 @@ static void say_run(const Group *g, const Dataset *train, const Dataset *test, c
    and its outputs against the classes (where known). 0, or 1 (said when say). */
 static int check_net(const Group *g, const DataInfo *info, bool say)
 {
-    const Program *tp = g->m->train;
+    const Program *tp = train_primary(g->m);
     const Transform *t = &g->cfg->transform;
     int ic, ih, iw;
     transform_shape(t, &(Dataset){ .channels = info->channels, .rows = info->rows, .cols = info->cols }, &ic, &ih, &iw);
     char what[64];
     snprintf(what, sizeof what, "%s images%s", info->format, t->out_h ? " after --resize" : "");
+    if (g->cfg->evaluate && g->cfg->load && !input_matches(&tp->input_shape, ic, ih, iw)) {   /* a trained net: the data must fit it */
+        if (say) {
+            Arena a;
+            arena_init(&a);
+            fprintf(stderr, "mgc: the net of %s takes images %s, but %s holds %s [N,%d,%d,%d]: give images of the net's "
+                    "shape%s\n", g->cfg->load, ir_shape_str(&a, &tp->input_shape), g->cfg->data_dir, what, ic, ih, iw,
+                    t->out_h ? " (it resizes them to its size first, as in its training)" : "");
+            arena_free(&a);
+        }
+        return 1;
+    }
     if (say ? train_check_input(tp, ic, ih, iw, what) != 0 : !input_matches(&tp->input_shape, ic, ih, iw)) return 1;
     if (info->classes > 0 && tp->classes < info->classes) {
         if (say)
@@ -616,8 +630,8 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
        what is missing; nothing where they cannot be read: the loader says why). */
     DataInfo info;
     char err[2048];
-    if (data_describe(cfg->data_dir, &info, err, sizeof err) >= 0 && check_net(g, &info, true))
-        return 1;
+    if (!data->file && data_describe(cfg->data_dir, &info, err, sizeof err) >= 0 && check_net(g, &info, true))
+        return 1;   /* (one file of mgc predict's is read in a moment, its layout as the net takes it) */
     Dataset train = { 0 }, test = { 0 };
     FILE *log = NULL;
     bool log_failed = false;
@@ -697,7 +711,7 @@ static void close_group(Group *g)
         rt_device_free(r->dev);
     }
     free(g->r);
-    for (int k = 0; g->grads && k < g->m->train->nparams; k++) free(g->grads[k]);
+    for (int k = 0; g->grads && g->m->train && k < g->m->train->nparams; k++) free(g->grads[k]);
     free(g->grads);
     free(g->x); free(g->y); free(g->losses); free(g->logits); free(g->eval_logits); free(g->grad_x);
 }
@@ -714,7 +728,11 @@ int train_run(const Model *m, const TrainConfig *cfg)
     DataSize data_bytes = { 0 };
     if (data_needed && data_size(cfg->data_dir, &data_bytes) < 0) data_bytes = (DataSize){ 0 };   /* the loader says why */
     int too_large = check_host_memory(&G, (cfg->batch_size + G.total - 1) / G.total, &data_bytes);
-    if (data_needed && !too_large) data_start(&data, cfg->data_dir, cfg->evaluate && data_is_file(cfg->data_dir));
+    const Shape *in = &train_primary(m)->input_shape;
+    if (in->nd == 4 && !cfg->transform.out_h)   /* the net's shape is the file's (a resize would make it so) */
+        data.hint[0] = (int)in->d[1], data.hint[1] = (int)in->d[2], data.hint[2] = (int)in->d[3];
+    if (data_needed && !too_large)
+        data_start(&data, cfg->data_dir, cfg->evaluate && data_is_file(cfg->data_dir));
     /* from here on a stop signal is a request, answered at the next stop point or step */
     struct sigaction stop_sa = { .sa_handler = on_stop_signal }, old_sa[NSTOP_SIGNALS];
     sigemptyset(&stop_sa.sa_mask);

@@ -66,10 +66,14 @@ typedef struct TrainConfig {
 } TrainConfig;
 
 /* The compiled net: the training program (forward, backward, collectives,
-   update) and the evaluation program (forward, BatchNorm on running statistics). */
+   update) and the evaluation program (forward, BatchNorm on running
+   statistics). train is NULL for a job that only evaluates (mgc predict,
+   evaluate). */
 typedef struct Model {
     const Program *train, *eval;
 } Model;
+/* The program that says the net's parameters, input and classes: the training one, else the evaluation one. */
+static inline const Program *train_primary(const Model *m) { return m->train ? m->train : m->eval; }
 
 /* Runs the whole job. Returns the process exit status (0 ok, 1 error, 128 + the
    signal when SIGINT, SIGTERM or SIGHUP stopped it). */

@@ -894,8 +894,8 @@ static void test_st_data_bad(const unsigned char *nchw, const float *f32)
     bad[4 * SPER + 1 * SH * SW + 2 * SW + 3] = -INFINITY;
     put_st(dir, "train.safetensors", "F32", 4, nchw_shape, bad, "U8", SN, lab8);
     LOAD_ERR("infinite pixel", "an infinity at example 4");
-    put_st(dir, "train.safetensors", "U8", 4, (long long[]){ SN, 6, 2, 5 }, nchw, "U8", SN, lab8);
-    LOAD_ERR("6 channels", "has 6 channels: mgc takes 1 to 4");
+    put_st(dir, "train.safetensors", "U8", 4, (long long[]){ 1, 65, 1, 2 }, nchw, "U8", SN, lab8);
+    LOAD_ERR("65 channels", "has 65 channels: mgc takes 1 to 64");
     put_st(dir, "train.safetensors", "U8", 4, (long long[]){ 0, SC, SH, SW }, nchw, "U8", 0, lab8);
     LOAD_ERR("no examples", "holds no examples");
     put_st(dir, "train.safetensors", "U8", 4, (long long[]){ SN, SC, SW, SH }, nchw, "U8", SN, lab8);
