@@ -29,6 +29,11 @@ run two_cpu_devices "on [cpu:0, cpu:1]" bash examples/two_cpu_devices.sh
 grep -q "BatchNorm synchronised" "$tmp/out" && pass=$((pass + 1)) || { echo "FAIL examples: no --sync-bn run"; fail=$((fail + 1)); }
 run mpirun "identical, bit for bit" bash examples/mpirun.sh
 run inspect "kernel k0_" bash examples/inspect.sh
+# predict: the checkpoint's accuracy by evaluate and by predict's predictions, the same
+run predict "index,pred,label" bash examples/predict.sh
+ev=$(sed -n 's/^test acc \([0-9.]*\) .*/\1/p' "$tmp/out") pr=$(sed -n 's/^accuracy \([0-9.]*\) .*/\1/p' "$tmp/out")
+[ -n "$ev" ] && [ "$ev" = "$pr" ] && { echo "ok   predict: mgc evaluate's $ev = mgc predict's"; pass=$((pass + 1)); } ||
+    { echo "FAIL examples predict: evaluate '$ev', predict '$pr'"; fail=$((fail + 1)); }
 ./mgc nets/lenet.net --epochs 2 --limit-train 8192 --lr-schedule constant --save "$tmp/l.safetensors" > "$tmp/mgc.txt" 2>&1
 acc=$(sed -n 's/.*test acc \([0-9.]*\).*/\1/p' "$tmp/mgc.txt" | tail -1)
 run load_in_pytorch "10 tensors loaded into PyTorch" /usr/bin/python3 examples/load_in_pytorch.py "$tmp/l.safetensors"

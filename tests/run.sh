@@ -74,6 +74,7 @@ lane_a() {
         say "fuzz       skipped: no clang with libFuzzer (apt-get install clang libclang-rt-14-dev)" "$(tail -3 "$log/fuzz-build" 2>/dev/null | sed 's/^/    /')"
     fi
     suite examples bash tests/examples.sh
+    suite predict bash tests/predict.sh   # mgc evaluate, predict: a checkpoint alone
     suite builds bash tests/builds.sh
     # The bad-input corpus and the command-line checks again under AddressSanitizer
     # and UBSan (the host code; generated kernels are plain).
