@@ -112,21 +112,23 @@ st "m = st.load_metadata(sys.argv[1]); assert m['set'] == 'classes=12\n' and m['
     ok "the checkpoint's metadata: the net's text and file, --set, input, classes, precision, version" || bad "metadata: $(st "print(st.load_metadata(sys.argv[1]))" "$tmp/gone.st" | head -c 300)"
 
 # ------------------------------------------------------------ predict = the evaluation program, bit for bit
-# check mode's eval_logits are the evaluation program's on a batch after K steps (--lr 0: the
-# parameters stay; BatchNorm's running statistics move): a checkpoint of the dumped tensors, with
-# the first one's metadata, predicted on the same images, gives the same bits
-same_bits() {  # name net [shape]
+# check mode's eval_logits are the evaluation program's on a batch after a step (--lr 0: the
+# parameters stay; BatchNorm's running statistics move), and its --save is that state with the
+# model's metadata: predicted on the same images, the same bits
+same_bits() {  # name net
     local name=$1 net=$2
-    "$MGC" "$net" --epochs 0 --save "$tmp/b0.st" > "$tmp/b0" 2>&1 || { bad "$name: $(tail -1 "$tmp/b0")"; return; }
+    local shape
+    shape=$("$MGC" "$net" --emit eval-ir 2> /dev/null | sed -n 's/^%0 *= input *\[N,\([0-9,]*\)\].*/\1/p')
+    local classes
+    classes=$("$MGC" "$net" --emit eval-ir 2> /dev/null | grep ' softmax_cross_entropy ' | sed -n 's/.*%\([0-9]*\) %[0-9]* .*/\1/p')
+    classes=$("$MGC" "$net" --emit eval-ir 2> /dev/null | sed -n "s/^%$classes *=.*\[N,\([0-9]*\)\].*/\1/p")
     st "
-m = st.load_metadata(sys.argv[1]); c, h, w = map(int, m['input'].split('x')); k = int(m['classes'])
-torch.manual_seed(3); st.save({'x': torch.rand(7, c, h, w), 'y': torch.randint(0, k, (7,))}, sys.argv[2])
-st.save({'images': st.load(sys.argv[2])['x']}, sys.argv[3])" "$tmp/b0.st" "$tmp/batch.st" "$tmp/imgs.safetensors"
-    "$MGC" "$net" --load "$tmp/b0.st" --batch "$tmp/batch.st" --steps 1 --lr 0 --dump "$tmp/dump.st" > "$tmp/cm" 2>&1 ||
+c, h, w = map(int, sys.argv[1].split(','))
+torch.manual_seed(3); st.save({'x': torch.rand(7, c, h, w), 'y': torch.randint(0, int(sys.argv[2]), (7,))}, sys.argv[3])
+st.save({'images': st.load(sys.argv[3])['x']}, sys.argv[4])" "$shape" "$classes" "$tmp/batch.st" "$tmp/imgs.safetensors" ||
+        { bad "$name: no batch for input [N,$shape], $classes classes"; return; }
+    "$MGC" "$net" --batch "$tmp/batch.st" --steps 1 --lr 0 --dump "$tmp/dump.st" --save "$tmp/b1.st" > "$tmp/cm" 2>&1 ||
         { bad "$name: check mode: $(tail -1 "$tmp/cm")"; return; }
-    st "
-ck, d = st.load(sys.argv[1]), st.load(sys.argv[2])
-st.save({k: d[k] for k in ck}, sys.argv[3], st.load_metadata(sys.argv[1]))" "$tmp/b0.st" "$tmp/dump.st" "$tmp/b1.st"
     "$MGC" predict "$tmp/b1.st" "$tmp/imgs.safetensors" --out "$tmp/bp.safetensors" --batch-size 7 > "$tmp/bp" 2>&1 ||
         { bad "$name: predict: $(tail -1 "$tmp/bp")"; return; }
     st "
