@@ -182,7 +182,7 @@ int drv_use(Cli *c, World *w)
             t->evaluate = true;
             t->eval_train_split = c->train_split;
             if (c->data_arg) t->data_dir = c->data_arg;
-            if (c->command == CMD_PREDICT) t->predict = c->out;
+            if (c->command == CMD_PREDICT) t->predict = c->out, t->class_names = m.class_names;
             status = drv_run(c, w);
         }
     }

@@ -91,6 +91,9 @@ void train_model_info(const Group *g, CkModel *m)
         m->pixels = g->data_info.floats ? CK_PIXELS_FLOATS : CK_PIXELS_BYTES;
         snprintf(m->data, sizeof m->data, "%s, %dx%dx%d%s", g->data_info.format, g->data_info.channels, g->data_info.rows,
                  g->data_info.cols, g->data_info.floats ? " floats" : "");
+        int lines = 0;   /* the data's names, for as many classes as the net has */
+        for (const char *c = g->data_info.class_names; *c; c++) lines += *c == '\n';
+        if (lines == p->classes) m->class_names = (char *)g->data_info.class_names;
     }
 }
 

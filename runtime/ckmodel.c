@@ -67,6 +67,7 @@ int ck_model_put(StWriter *w, const CkModel *m)
     if (m->pixels != CK_PIXELS_UNKNOWN)
         rc |= st_writer_set_meta(w, "pixels", m->pixels == CK_PIXELS_BYTES ? "byte/255" : "float32");
     if (m->data[0]) rc |= st_writer_set_meta(w, "data", m->data);
+    if (m->class_names && m->class_names[0]) rc |= st_writer_set_meta(w, "class_names", m->class_names);
     return rc ? -1 : 0;
 }
 
@@ -158,6 +159,11 @@ int ck_model_get(const StFile *f, CkModel *m, char *err, size_t err_size)
         else bad = "pixels";
     }
     if (!bad && st_meta_get(f, "data", m->data, sizeof m->data) < 0) m->data[0] = 0;
+    if (!bad && (m->class_names = meta_dup(f, "class_names"))) {
+        int lines = 0;
+        for (const char *c = m->class_names; *c; c++) lines += *c == '\n';
+        if (m->classes > 0 && lines != m->classes) bad = "class_names";
+    }
     if (!bad && m->normalize && m->channels > 0 && m->nchannels != m->channels) bad = "normalize_mean";
     if (bad) {
         char shown[96];
@@ -175,7 +181,8 @@ void ck_model_free(CkModel *m)
     free(m->net_file);
     free(m->net_text);
     free(m->sets);
-    m->net_file = m->net_text = m->sets = NULL;
+    free(m->class_names);
+    m->net_file = m->net_text = m->sets = m->class_names = NULL;
 }
 
 void ck_model_transform(const CkModel *m, Transform *t)

@@ -19,6 +19,7 @@
 **   normalize_std   the same
 **   pixels          "byte/255" (bytes as ToTensor gives them), "float32" (as stored)
 **   data            the data it trained on, in words ("IDX, 1x28x28")
+**   class_names     the classes' names, a line each, where the data had them
 */
 #ifndef MGC_CKMODEL_H
 #define MGC_CKMODEL_H
@@ -46,6 +47,7 @@ typedef struct CkModel {
     float mean[TRANSFORM_MAX_CHANNELS], std[TRANSFORM_MAX_CHANNELS];
     CkPixels pixels;
     char data[96];            /* "" not said */
+    char *class_names;        /* a line each (as many as classes), or NULL */
     char version[32];         /* "" not said */
 } CkModel;
 

@@ -19,6 +19,7 @@
 #include "errbuf.h"
 #include "paths.h"
 #include "rng.h"
+#include "safetensors.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -455,6 +456,55 @@ static DataFiles *files_new(char *err, size_t err_size)
     return f;
 }
 
+/* names (a line each, or comma-separated) cleaned into out, a line each:
+   "" where there are not `classes` of them, printable and at most 63 bytes */
+static void names_take(const char *names, int classes, char *out, size_t size)
+{
+    int n = 0, p = 0;
+    out[0] = 0;
+    bool commas = !strchr(names, '\n');
+    for (const char *s = names; *s && classes > 0;) {
+        size_t len = strcspn(s, commas ? ",\n" : "\n");
+        const char *b = s, *e = s + len;
+        while (b < e && (*b == ' ' || *b == '\t' || *b == '\r')) b++;
+        while (e > b && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
+        if (e > b) {
+            for (const char *c = b; c < e; c++)
+                if ((unsigned char)*c < 0x20 || *c == 0x7f || *c == ',') { out[0] = 0; return; }
+            if (e - b > 63 || p + (e - b) + 2 >= (int)size) { out[0] = 0; return; }
+            p += snprintf(out + p, size - (size_t)p, "%.*s\n", (int)(e - b), b);
+            n++;
+        }
+        s += len + (s[len] != 0);
+    }
+    if (n != classes) out[0] = 0;
+}
+
+/* The class names beside the data, where it has them (see DataInfo). */
+static void class_names(const DataFiles *f, int classes, char *out, size_t size)
+{
+    out[0] = 0;
+    char path[DATA_PATH + 64], text[8192] = "";
+    if (f->format == FMT_CIFAR10 || f->format == FMT_CIFAR100) {
+        const char *slash = strrchr(f->path[0], '/');
+        int dirlen = slash ? (int)(slash - f->path[0]) : 1;
+        snprintf(path, sizeof path, "%.*s/%s", dirlen, slash ? f->path[0] : ".",
+                 f->format == FMT_CIFAR10 ? "batches.meta.txt" : "fine_label_names.txt");
+        FILE *in = fopen(path, "r");
+        size_t got = in ? fread(text, 1, sizeof text - 1, in) : 0;
+        if (in) fclose(in);
+        text[got] = 0;
+    } else if (f->format == FMT_SAFETENSORS) {
+        StFile sf;
+        char err[256];
+        if (!st_load_header(f->path[0], &sf, err, sizeof err)) {
+            if (st_meta_get(&sf, "class_names", text, sizeof text) < 0) text[0] = 0;
+            st_free(&sf);
+        }
+    }
+    if (text[0]) names_take(text, classes, out, size);
+}
+
 int data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, char *err, size_t err_size)
 {
     memset(train, 0, sizeof *train);
@@ -483,6 +533,7 @@ int data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, ch
                             .classes = train->classes, .floats = floats, .nfiles = f->nfiles };
         snprintf(info->format, sizeof info->format, "%s", format_name(f->format));
         memcpy(info->files, digest, sizeof(DataDigest) * (size_t)f->nfiles);
+        class_names(f, train->classes, info->class_names, sizeof info->class_names);
     }
     free(f);
     return rc;

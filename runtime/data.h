@@ -67,6 +67,9 @@ typedef struct DataInfo {
     int classes;            /* 0 where only the labels tell (IDX, safetensors) and they were not read */
     bool floats;            /* F32 images */
     bool unlabelled;        /* data_load_file of a file without labels (every label 0) */
+    char class_names[4096]; /* the classes' names, a line each, where the data has them (CIFAR's
+                               batches.meta.txt, fine_label_names.txt; a safetensors set's
+                               metadata "class_names"), else "" */
     int nfiles;             /* data_load: each file's digest, in the format's order; data_describe: 0 */
     DataDigest files[DATA_MAX_FILES];
 } DataInfo;

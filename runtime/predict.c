@@ -37,9 +37,31 @@ static void softmax(const float *row, int k, double *p)
     for (int j = 0; j < k; j++) p[j] /= sum;
 }
 
+/* The k class names of lines (a line each) into names[k] (pointers into
+   copy, malloc'd): true, or false where there are not k of them. */
+static bool split_names(const char *lines, int k, char **copy, const char **names)
+{
+    *copy = NULL;
+    if (!lines || !*lines) return false;
+    char *c = strdup(lines);
+    int n = 0;
+    for (char *s = c, *e; c && *s && n <= k; s = e + 1) {
+        if (!(e = strchr(s, '\n'))) break;
+        *e = 0;
+        if (n < k) names[n] = s;
+        n++;
+    }
+    if (n != k) {
+        free(c);
+        return false;
+    }
+    *copy = c;
+    return true;
+}
+
 /* FILE.csv or FILE.jsonl, through path.tmp renamed into place: 0, or -1 with err */
-static int write_rows(const char *path, bool json, const float *logits, const int64_t *pred, const int *labels, long n, int k,
-                      char *err, size_t err_size)
+static int write_rows(const char *path, bool json, const float *logits, const int64_t *pred, const int *labels,
+                      const char *const *names, long n, int k, char *err, size_t err_size)
 {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -50,7 +72,7 @@ static int write_rows(const char *path, bool json, const float *logits, const in
     }
     double *p = malloc(sizeof(double) * (size_t)k);
     if (!json) {
-        fprintf(f, "index,pred%s", labels ? ",label" : "");
+        fprintf(f, "index,pred%s%s", names ? ",pred_name" : "", labels ? ",label" : "");
         for (int j = 0; j < k; j++) fprintf(f, ",p%d", j);
         fputc('\n', f);
     }
@@ -58,12 +80,23 @@ static int write_rows(const char *path, bool json, const float *logits, const in
         softmax(logits + i * k, k, p);
         if (json) {
             fprintf(f, "{\"index\": %ld, \"pred\": %lld", i, (long long)pred[i]);
+            if (names) {   /* printable, no quotes or backslashes to escape but these */
+                fprintf(f, ", \"pred_name\": \"");
+                for (const char *c = names[pred[i]]; *c; c++) fprintf(f, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+                fputc('"', f);
+            }
             if (labels) fprintf(f, ", \"label\": %d", labels[i]);
             fprintf(f, ", \"probs\": [");
             for (int j = 0; j < k; j++) fprintf(f, "%s%.6g", j ? ", " : "", p[j]);
             fprintf(f, "]}\n");
         } else {
             fprintf(f, "%ld,%lld", i, (long long)pred[i]);
+            if (names) {   /* quoted where it holds a quote (a comma it cannot) */
+                bool quote = strchr(names[pred[i]], '"') != NULL;
+                fputs(quote ? ",\"" : ",", f);
+                for (const char *c = names[pred[i]]; *c; c++) fprintf(f, *c == '"' ? "\"\"" : "%c", *c);
+                if (quote) fputc('"', f);
+            }
             if (labels) fprintf(f, ",%d", labels[i]);
             for (int j = 0; j < k; j++) fprintf(f, ",%.6g", p[j]);
             fputc('\n', f);
@@ -80,7 +113,7 @@ static int write_rows(const char *path, bool json, const float *logits, const in
 }
 
 static int write_safetensors(const Group *g, const char *path, const float *logits, const int64_t *pred, const int *labels,
-                             const int64_t *confusion, long n, int k, char *err, size_t err_size)
+                             const int64_t *confusion, const char *names, long n, int k, char *err, size_t err_size)
 {
     StWriter *w = st_writer_new();
     long long s2[2] = { n, k }, s1[1] = { n }, sk[2] = { k, k };
@@ -94,6 +127,7 @@ static int write_safetensors(const Group *g, const char *path, const float *logi
     st_writer_set_meta(w, "data", g->cfg->data_dir ? g->cfg->data_dir : "");
     st_writer_set_meta(w, "split", g->cfg->eval_train_split ? "train" : "test");
     st_writer_set_meta(w, "net", g->m->eval->net_name);
+    if (names) st_writer_set_meta(w, "class_names", names);
     st_writer_set_meta(w, "format", "mgc predict: logits [N, classes], pred [N] (argmax), labels and confusion where known");
     int rc = st_writer_save(w, path, err, err_size);
     st_writer_free(w);
@@ -137,9 +171,15 @@ int train_predict(Group *g, const Dataset *d, int *order, const DataInfo *info)
             correct += labels[i] == best;
         }
     }
+    /* the classes' names: the checkpoint's, else the data's */
+    const char **names = malloc(sizeof(char *) * (size_t)k), *lines = cfg->class_names;
+    char *copy = NULL;
+    if (!split_names(lines, k, &copy, names)) lines = info->class_names;
+    bool named = names && (copy || split_names(lines, k, &copy, names));
     bool json = ends_with(cfg->predict, ".jsonl"), csv = ends_with(cfg->predict, ".csv");
-    int rc = json || csv ? write_rows(cfg->predict, json, logits, pred, labels, n, k, err, sizeof err)
-                         : write_safetensors(g, cfg->predict, logits, pred, labels, confusion, n, k, err, sizeof err);
+    int rc = json || csv ? write_rows(cfg->predict, json, logits, pred, labels, named ? names : NULL, n, k, err, sizeof err)
+                         : write_safetensors(g, cfg->predict, logits, pred, labels, confusion, named ? lines : NULL, n, k, err,
+                                             sizeof err);
     if (rc) {
         fprintf(stderr, "mgc: %s\n", err);
     } else {
@@ -148,6 +188,10 @@ int train_predict(Group *g, const Dataset *d, int *order, const DataInfo *info)
                cfg->predict);
         if (labels) {
             printf("accuracy %.4f (%s of %s)\n", (double)correct / (double)n, rt_commas(correct, num), rt_commas(n, err));
+            if (named && k <= 20) {
+                printf("classes:");
+                for (int j = 0; j < k; j++) printf(" %d %s%s", j, names[j], j + 1 < k ? "," : "\n");
+            }
             if (k <= 20) {   /* a wider one is in FILE.safetensors's `confusion` */
                 printf("confusion (rows: label, columns: prediction)\n      ");
                 for (int j = 0; j < k; j++) printf(" %6d", j);
@@ -160,6 +204,6 @@ int train_predict(Group *g, const Dataset *d, int *order, const DataInfo *info)
             }
         }
     }
-    free(logits), free(pred), free(confusion);
+    free(logits), free(pred), free(confusion), free(names), free(copy);
     return rc ? 1 : 0;
 }

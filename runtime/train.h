@@ -63,6 +63,7 @@ typedef struct TrainConfig {
     bool transform_given;     /* transform's statistics are the checkpoint's: not fitted to the training set */
     bool eval_train_split;    /* evaluate (or predict) on the training set, not the test set */
     const char *predict;      /* mgc predict: where the logits go (.safetensors, .csv, .jsonl) */
+    const char *class_names;  /* mgc predict: the checkpoint's, a line each, or NULL */
 } TrainConfig;
 
 /* The compiled net: the training program (forward, backward, collectives,

@@ -147,6 +147,21 @@ else
     bad "LeNet on --gpus 2 or cpu:2 failed"; tail -5 "$tmp/g2" "$tmp/c2" | sed 's/^/    /'
 fi
 
+# mgc predict on GPUs (the evaluation program alone, two GPUs sharing each batch) gives the CPU's
+# predictions from the same checkpoint
+if [ -f "$tmp/g2.st" ] && timeout 300 "$MGC" predict "$tmp/g2.st" --gpus 2 --limit-test 300 --batch-size 37 --out "$tmp/pg.safetensors" > "$tmp/pg" 2>&1 &&
+        timeout 300 "$MGC" predict "$tmp/g2.st" --limit-test 300 --out "$tmp/pc.safetensors" > "$tmp/pc" 2>&1; then
+    out=$($PY -c "
+import sys; sys.path.insert(0, 'tests'); import st, torch
+a, b = st.load(sys.argv[1]), st.load(sys.argv[2])
+d = float((a['logits'] - b['logits']).abs().max() / b['logits'].abs().max())
+print('%.1e' % d); sys.exit(0 if torch.equal(a['pred'], b['pred']) and d < 1e-5 else 1)" "$tmp/pg.safetensors" "$tmp/pc.safetensors") &&
+        ok "mgc predict on --gpus 2 (batch 37) = on the CPU: the same 300 predictions, logits within $out" ||
+        bad "mgc predict on --gpus 2 against the CPU: $out"
+else
+    bad "mgc predict on --gpus 2 or the CPU failed"; tail -3 "$tmp/pg" "$tmp/pc" | sed 's/^/    /'
+fi
+
 # a learning rate that changes between epochs reaches the GPU: a CUDA graph
 # recorded at one rate is not replayed at another (rate 0 after epoch 1: the
 # parameters stay epoch 1's, bit for bit)

@@ -111,6 +111,29 @@ st "t = st.load(sys.argv[1]); assert t['logits'].shape == (3, 12), t['logits'].s
 st "m = st.load_metadata(sys.argv[1]); assert m['set'] == 'classes=12\n' and m['net_file'].endswith('gone.net') and 'net lenet' in m['net_source'] and m['input'] == '1x28x28' and m['classes'] == '12' and m['precision'] == 'fp32' and m['mgc_version'], m" "$tmp/gone.st" &&
     ok "the checkpoint's metadata: the net's text and file, --set, input, classes, precision, version" || bad "metadata: $(st "print(st.load_metadata(sys.argv[1]))" "$tmp/gone.st" | head -c 300)"
 
+# the classes' names where the data has them: CIFAR-10's batches.meta.txt, into the checkpoint and
+# predict's rows
+$PY -c "
+import os, sys, random
+d = os.path.join(sys.argv[1], 'cifar', 'cifar-10-batches-bin'); os.makedirs(d)
+random.seed(4)
+for k, name in enumerate(['data_batch_%d' % i for i in range(1, 6)] + ['test_batch']):
+    open(os.path.join(d, name + '.bin'), 'wb').write(b''.join(bytes([i % 10]) + bytes(random.randrange(256) for _ in range(3072)) for i in range(20)))
+open(os.path.join(d, 'batches.meta.txt'), 'w').write('airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n\n')" "$tmp"
+"$MGC" $L --set in_channels=3 --resize 28 --epochs 1 --data "$tmp/cifar" --save "$tmp/cifar.st" > "$tmp/cifar.out" 2>&1
+expect names-predict 0 "classes: 0 airplane, 1 automobile, 2 bird" -- predict "$tmp/cifar.st" "$tmp/cifar" --out "$tmp/names.csv"
+"$MGC" predict "$tmp/cifar.st" "$tmp/cifar" --out "$tmp/names.jsonl" > /dev/null 2>&1
+out=$(st "
+import csv
+names = 'airplane automobile bird cat deer dog frog horse ship truck'.split()
+assert st.load_metadata(sys.argv[1])['class_names'] == '\n'.join(names) + '\n'
+rows = list(csv.DictReader(open(sys.argv[2]))); lines = [json.loads(l) for l in open(sys.argv[3])]
+assert len(rows) == len(lines) == 20
+assert all(r['pred_name'] == names[int(r['pred'])] == j['pred_name'] for r, j in zip(rows, lines))
+print('ok')" "$tmp/cifar.st" "$tmp/names.csv" "$tmp/names.jsonl" 2>&1)
+[ "$out" = ok ] && ok "CIFAR-10's class names (batches.meta.txt) kept in the checkpoint and given with each prediction" ||
+    bad "class names: $out; $(tail -2 "$tmp/cifar.out")"
+
 # ------------------------------------------------------------ predict = the evaluation program, bit for bit
 # check mode's eval_logits are the evaluation program's on a batch after a step (--lr 0: the
 # parameters stay; BatchNorm's running statistics move), and its --save is that state with the
