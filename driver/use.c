@@ -171,7 +171,7 @@ int drv_use(Cli *c, World *w)
                     "(--devices cpu:N, --gpus N)\n", cmd);
         return 2;
     }
-    CkModel m = { 0 };
+    CkModel m = { 0 };   /* freed below also where the checkpoint could not be read */
     int status = model_from_checkpoint(c, &m);
     if (!status) {
         if (c->command == CMD_EXPORT) {
