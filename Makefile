@@ -77,8 +77,29 @@ endif
 endif
 endif
 
+# ONNX export (export/onnx.c) when protoc-c, protobuf-c's header and ONNX's own
+# onnx.proto are found (Debian: protobuf-c-compiler libprotobuf-c-dev
+# libonnx-dev): $(BUILD)/onnx.pb-c.[ch] are generated from the .proto, and
+# mgc links -lprotobuf-c. Without them mgc builds the same and
+# mgc export --format onnx says what to install. ONNX=0 builds without it.
+PROTOC_C   ?= $(shell command -v protoc-c 2>/dev/null)
+ONNX_PROTO ?= /usr/include/onnx/onnx.proto
+ONNX_OBJ    =
+ifneq ($(ONNX),0)
+ifneq ($(PROTOC_C),)
+ifneq ($(wildcard $(ONNX_PROTO)),)
+ifneq ($(wildcard /usr/include/protobuf-c/protobuf-c.h),)
+HAVE_ONNX := 1
+ONNX_OBJ   = $(BUILD)/onnx.pb-c.o
+LDLIBS    += -lprotobuf-c
+$(BUILD)/export/onnx.o: CPPFLAGS += -DHAVE_ONNX -I$(BUILD)
+endif
+endif
+endif
+endif
+
 SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c pipeline/*.c runtime/*.c export/*.c driver/*.c)
-OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.o
+OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.o $(ONNX_OBJ)
 
 all: $(BIN)
 
@@ -88,6 +109,7 @@ BGEMM_EXPORTS = $(foreach f,mgc_sbgemm mgc_sbgemm_pack_a mgc_sbgemm_packed mgc_s
 $(BIN): $(OBJ)
 	$(CC) $(LDFLAGS) $(BGEMM_EXPORTS) -o $@ $(OBJ) $(LDLIBS)
 	@echo "mgc: built $@ with CPU devices$(if $(HAVE_MPI), and MPI ($(MPICC)), without MPI ($(if $(filter 0,$(MPI)),MPI=0,no mpicc found)))"
+	@echo "     $(if $(HAVE_ONNX),ONNX export ($(ONNX_PROTO) through $(PROTOC_C)),no ONNX export ($(if $(filter 0,$(ONNX)),ONNX=0,needs protoc-c and protobuf-c and $(ONNX_PROTO): apt-get install protobuf-c-compiler libprotobuf-c-dev libonnx-dev)))"
 	@echo "     $(if $(HAVE_CUDA),CUDA devices ($(CUDA_HOME): NVRTC, driver, cuBLAS opened at run time)$(if $(HAVE_NCCL), with NCCL ($(NCCL_HOME)),; without NCCL (no $(NCCL_HOME)/include/nccl.h): one GPU only),$(if $(HAVE_NVRTC),NVRTC ($(CUDA_HOME)) for --emit ptx; no CUDA devices (no cuda.h or cublas_v2.h),no CUDA ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/include/nvrtc.h))))"
 
 
@@ -102,6 +124,16 @@ $(BUILD)/lexer.c: frontend/lexer.l $(BUILD)/parser.tab.h
 # Generated C is not ours to lint: relax the warnings that flex/bison trip.
 $(BUILD)/parser.tab.o $(BUILD)/lexer.o: %.o: %.c
 	$(CC) $(CPPFLAGS) $(INC_frontend) $(CFLAGS) -std=c11 -Wall -Wno-unused-function -Wno-sign-compare -c -o $@ $<
+
+# ONNX's messages as C structs, from ONNX's own .proto (protobuf-c)
+ifdef HAVE_ONNX
+$(BUILD)/export/onnx.o: $(BUILD)/onnx.pb-c.h
+endif
+$(BUILD)/onnx.pb-c.c $(BUILD)/onnx.pb-c.h &: $(ONNX_PROTO)
+	@mkdir -p $(BUILD)
+	$(PROTOC_C) --c_out=$(BUILD) --proto_path=$(dir $(ONNX_PROTO)) $(notdir $(ONNX_PROTO))
+$(BUILD)/onnx.pb-c.o: $(BUILD)/onnx.pb-c.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -std=c11 -Wall -c -o $@ $<
 
 $(BUILD)/%.o: %.c $(BUILD)/parser.tab.h
 	@mkdir -p $(dir $@)
@@ -131,7 +163,10 @@ $(BUILD)/unit_comm: tests/unit_comm.c $(UNIT_OBJ)
 $(BUILD)/unit_bgemm: tests/unit_bgemm.c runtime/bgemm.c runtime/bgemm.h
 	@mkdir -p $(BUILD)
 	$(CC) -D_GNU_SOURCE -Iruntime $(CFLAGS) $(UNIT_WARN) -o $@ tests/unit_bgemm.c runtime/bgemm.c -lopenblas -lm
-UNITS = $(BUILD)/unit_frontend $(BUILD)/unit_verify $(BUILD)/unit_runtime $(BUILD)/unit_comm $(BUILD)/unit_bgemm
+# the ONNX export on graphs the command line cannot give it (refusals), its model read back with protobuf-c
+$(BUILD)/unit_export: tests/unit_export.c $(UNIT_OBJ)
+	$(CC) $(CPPFLAGS) $(if $(HAVE_ONNX),-DHAVE_ONNX -I$(BUILD)) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(UNIT_OBJ) $(LDLIBS)
+UNITS = $(BUILD)/unit_frontend $(BUILD)/unit_verify $(BUILD)/unit_runtime $(BUILD)/unit_comm $(BUILD)/unit_bgemm $(BUILD)/unit_export
 unit: $(UNITS)
 
 # make test: every suite (tests/run.sh); make test SUITE=cli (or SUITE=cli,dp) runs those alone

@@ -19,6 +19,7 @@
 #include "device_cuda.h"
 #include "agree.h"
 #include "paths.h"
+#include "export.h"
 #include <sys/stat.h>
 #include <time.h>
 #include <errno.h>
@@ -282,6 +283,7 @@ static int print_version(void)
     const char *cuda = rt_cuda_build(buf, sizeof buf);
     printf("  CUDA      %s\n", cuda ? cuda : "not built in (no CUDA toolkit at build time, or CUDA=0): CPU devices only");
     printf("  NVRTC     %s\n", rt_nvrtc_open(err, sizeof err) ? rt_nvrtc_version(buf, sizeof buf) : err);
+    printf("  ONNX      %s\n", ex_onnx_about(buf, sizeof buf));
     if (cuda) {
         int n = rt_cuda_device_count(err, sizeof err);
         if (n < 0) printf("  GPUs      none: %s\n", err);

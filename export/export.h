@@ -31,6 +31,9 @@ typedef struct ExModel {
 } ExModel;
 
 int ex_onnx(const ExModel *m, const char *path, char *err, size_t err_size);
+/* What this build's ex_onnx writes ("export to ONNX IR version 8, opset 17 ..."),
+   or why it writes nothing (built without protobuf-c and onnx.proto), into buf. */
+const char *ex_onnx_about(char *buf, size_t size);
 /* p: the evaluation program compiled for the target (cuda: CUDA kernels and cuBLAS). */
 int ex_c(const ExModel *m, const Program *p, bool cuda, const char *dir, char *err, size_t err_size);
 int ex_pytorch(const ExModel *m, const char *path, char *err, size_t err_size);

@@ -1,16 +1,9 @@
 /*
 ** The exports not written yet: each says so (status 1). Replaced, format by
-** format, by export/onnx.c, export/c.c and export/pytorch.c.
+** format, by export/c.c and export/pytorch.c (ONNX's is export/onnx.c).
 */
 #include "export.h"
 #include <stdio.h>
-
-int ex_onnx(const ExModel *m, const char *path, char *err, size_t err_size)
-{
-    (void)m;
-    snprintf(err, err_size, "cannot write %s: this mgc does not export ONNX yet", path);
-    return -1;
-}
 
 int ex_c(const ExModel *m, const Program *p, bool cuda, const char *dir, char *err, size_t err_size)
 {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# mgc builds and runs without the optional parts: CUDA=0 MPI=0 gives a binary
-# that says what it lacks (--gpus, --emit ptx: a clear message, exit 2 or 1)
+# mgc builds and runs without the optional parts: CUDA=0 MPI=0 ONNX=0 gives a binary
+# that says what it lacks (--gpus, --emit ptx, export --format onnx: a clear message, exit 2 or 1)
 # and trains on CPU devices the same as the full build. And the full build
 # has the CUDA device and links no CUDA library (NVRTC, the driver, cuBLAS
 # and NCCL are opened at run time): without NVRTC it still trains on CPU
@@ -13,10 +13,18 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 P=build/plain
 rm -f $P/mgc   # linked again: the build report comes with the link, also when the objects are up to date
-if make -s -j2 CUDA=0 MPI=0 BUILD=$P BIN=$P/mgc > "$tmp/build" 2>&1; then
-    grep -q "without MPI (MPI=0)" "$tmp/build" && grep -q "no CUDA (CUDA=0)" "$tmp/build" &&
-        ok "CUDA=0 MPI=0 builds and says so: $(grep -c . "$tmp/build") lines" || { bad "the plain build's report"; cat "$tmp/build"; }
-    ! ldd $P/mgc | grep -qE "nvrtc|libmpi" && ok "the plain build links neither NVRTC nor MPI" || bad "the plain build links NVRTC or MPI"
+if make -s -j2 CUDA=0 MPI=0 ONNX=0 BUILD=$P BIN=$P/mgc > "$tmp/build" 2>&1; then
+    grep -q "without MPI (MPI=0)" "$tmp/build" && grep -q "no CUDA (CUDA=0)" "$tmp/build" && grep -q "no ONNX export (ONNX=0)" "$tmp/build" &&
+        ok "CUDA=0 MPI=0 ONNX=0 builds and says so: $(grep -c . "$tmp/build") lines" || { bad "the plain build's report"; cat "$tmp/build"; }
+    ! ldd $P/mgc | grep -qE "nvrtc|libmpi|protobuf-c" && ok "the plain build links neither NVRTC nor MPI nor protobuf-c" ||
+        bad "the plain build links NVRTC, MPI or protobuf-c"
+    $P/mgc nets/lenet.net --epochs 0 --save "$tmp/ck.safetensors" > /dev/null 2>&1
+    $P/mgc export "$tmp/ck.safetensors" --out "$tmp/m.onnx" > "$tmp/out" 2>&1
+    rc=$?
+    [ $rc -eq 1 ] && grep -q "built without ONNX export; install protoc-c, protobuf-c and ONNX's onnx.proto (Debian: apt-get install protobuf-c-compiler libprotobuf-c-dev libonnx-dev)" "$tmp/out" &&
+        [ ! -e "$tmp/m.onnx" ] && ok "plain build: export --format onnx says what to install (exit 1)" || { bad "plain build export --format onnx: exit $rc"; cat "$tmp/out"; }
+    make -s CUDA=0 MPI=0 ONNX=0 BUILD=$P BIN=$P/mgc $P/unit_export > "$tmp/out" 2>&1 && $P/unit_export >> "$tmp/out" 2>&1 &&
+        ok "plain build: unit_export ($(tail -1 "$tmp/out"))" || { bad "plain build: unit_export"; tail -5 "$tmp/out"; }
     $P/mgc nets/lenet.net --gpus 1 > "$tmp/out" 2>&1
     rc=$?
     [ $rc -eq 2 ] && grep -q "built without CUDA" "$tmp/out" && grep -q "train on CPU devices with --devices cpu:1" "$tmp/out" &&
@@ -25,7 +33,8 @@ if make -s -j2 CUDA=0 MPI=0 BUILD=$P BIN=$P/mgc > "$tmp/build" 2>&1; then
     rc=$?
     [ $rc -eq 0 ] && grep -q "^  MPI       not built in" "$tmp/out" && grep -q "^  CUDA      not built in" "$tmp/out" &&
         grep -q "^  NVRTC     this mgc was built without NVRTC" "$tmp/out" && grep -q "^  OpenBLAS  0\.[0-9]" "$tmp/out" &&
-        ! grep -q "^  GPUs" "$tmp/out" && ok "plain build: --version says MPI and CUDA are not built in" || { bad "plain --version: exit $rc"; cat "$tmp/out"; }
+        grep -q "^  ONNX      not built in" "$tmp/out" &&
+        ! grep -q "^  GPUs" "$tmp/out" && ok "plain build: --version says MPI, CUDA and ONNX export are not built in" || { bad "plain --version: exit $rc"; cat "$tmp/out"; }
     $P/mgc nets/lenet.net --emit ptx > "$tmp/out" 2>&1
     rc=$?
     [ $rc -ne 0 ] && grep -q "built without NVRTC" "$tmp/out" && ok "plain build: --emit ptx says it was built without NVRTC" ||
