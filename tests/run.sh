@@ -50,7 +50,7 @@ say() { local line; line=$(printf '%s\n' "$@"); echo "$line"; }
 mkdir -p build
 : > "$log/counts"
 # what both lanes' suites build, built before they start (two makes of one file at once would clash)
-make -s mgc build/unit_frontend build/unit_verify build/unit_runtime build/unit_comm build/unit_bgemm > "$log/unit-build" 2>&1 ||
+make -s mgc build/unit_frontend build/unit_verify build/unit_runtime build/unit_comm build/unit_bgemm build/unit_export > "$log/unit-build" 2>&1 ||
     { echo "the unit test programs do not build:"; tail -5 "$log/unit-build" | sed 's/^/    /'; }
 
 # lane a: the CUDA suites (NVRTC, the fake GPUs: one core's work), the fuzzer, the
@@ -76,6 +76,7 @@ lane_a() {
     suite examples bash tests/examples.sh
     suite predict bash tests/predict.sh   # mgc evaluate, predict: a checkpoint alone
     suite builds bash tests/builds.sh
+    suite export bash tests/export.sh   # mgc export --format onnx against ONNX Runtime (.venv), every net: 2-3 minutes
     # The bad-input corpus and the command-line checks again under AddressSanitizer
     # and UBSan (the host code; generated kernels are plain).
     if ! wants_any asan-bad asan-cli asan-dp; then :
