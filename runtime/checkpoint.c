@@ -81,9 +81,11 @@ void train_model_info(const Group *g, CkModel *m)
         m->channels = (int)p->input_shape.d[1], m->height = (int)p->input_shape.d[2], m->width = (int)p->input_shape.d[3];
     m->classes = p->classes;
     m->bf16 = cfg->bf16;
-    /* the transform as fitted to the training set: only once the data was read (--epochs 0 reads none) */
-    m->has_transform = g->have_data;
-    m->resize_h = g->transform.out_h, m->resize_w = g->transform.out_w;
+    /* the transform as fitted to the training set: only once the data was read (--epochs 0 reads none),
+       but a --resize alone needs nothing fitted */
+    const Transform *t = g->have_data ? &g->transform : &cfg->transform;
+    m->has_transform = g->have_data || !cfg->transform.normalize;
+    m->resize_h = t->out_h, m->resize_w = t->out_w;
     m->normalize = g->have_data && g->transform.normalize;
     m->nchannels = m->channels <= TRANSFORM_MAX_CHANNELS ? m->channels : 0;
     for (int k = 0; k < m->nchannels; k++) m->mean[k] = g->transform.mean[k], m->std[k] = g->transform.std[k];

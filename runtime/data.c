@@ -387,6 +387,12 @@ static int find_idx(const char *dir, DataFiles *f, char *err, size_t err_size)
     return 1;
 }
 
+static bool safetensors_name(const char *path)
+{
+    size_t n = strlen(path);
+    return n > 12 && !strcmp(path + n - 12, ".safetensors");
+}
+
 /* The data set's files in dir: 0 (into f), 1 (none of any format: err says
    what was looked for), -1 (said in err). */
 static int locate(const char *dir, DataFiles *f, char *err, size_t err_size)
@@ -398,6 +404,11 @@ static int locate(const char *dir, DataFiles *f, char *err, size_t err_size)
                 "--data '%s' is a file, not a directory: point --data (or MGC_DATA) at the directory "
                 "that holds the four Fashion-MNIST IDX files (or CIFAR-10 or CIFAR-100 binary batches, or "
                 "train.safetensors and test.safetensors)", dir);
+        return -1;
+    }
+    if (!dir_exists && safetensors_name(dir)) {   /* meant as mgc predict's one file */
+        set_err(err, err_size, "the data file '%s' does not exist: give mgc predict a FILE.safetensors holding `images`, or a "
+                "directory as --data takes", dir);
         return -1;
     }
     for (int k = 0; k < FMT_IDX; k++) {
@@ -545,11 +556,6 @@ bool data_is_file(const char *path)
     return path && !stat(path, &st) && !S_ISDIR(st.st_mode);
 }
 
-static bool safetensors_name(const char *path)
-{
-    size_t n = strlen(path);
-    return n > 12 && !strcmp(path + n - 12, ".safetensors");
-}
 
 int data_load_file(const char *path, const int *hint, Dataset *d, DataInfo *info, char *err, size_t err_size)
 {

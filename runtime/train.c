@@ -484,7 +484,7 @@ static void say_run(const Group *g, const Dataset *train, const Dataset *test, c
         char tf[256];
         int c, h, w;
         transform_str(&g->transform, tf, sizeof tf);
-        transform_shape(&g->transform, train, &c, &h, &w);
+        transform_shape(&g->transform, train->n ? train : test, &c, &h, &w);   /* mgc predict's one file: test alone */
         printf("mgc: images %dx%dx%d; %s", c, h, w, tf);
         for (int k = 0; g->transform.normalize && k < c; k++)
             printf("%s%.4f std %.4f", k ? ", " : " (mean ", (double)g->transform.mean[k], (double)g->transform.std[k]);

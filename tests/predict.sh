@@ -181,6 +181,7 @@ st "m = st.load_metadata(sys.argv[1]); m['input'] = '1x28'; st.save(st.load(sys.
 expect bad-metadata 1 "the checkpoint's metadata 'input' is '1x28', which mgc --save never writes" -- evaluate "$tmp/meta.st" "$tmp/three.safetensors"
 st "st.save({'images': torch.rand(2, 3, 32, 32)}, sys.argv[1])" "$tmp/cifar.safetensors"
 expect wrong-shape 1 "takes images [N,1,28,28], but $tmp/cifar.safetensors holds safetensors images [N,3,32,32]: give images of the net's shape" -- predict "$tmp/gone.st" "$tmp/cifar.safetensors" --out "$tmp/x.csv"
+expect data-file-missing 1 "the data file '$tmp/nothing.safetensors' does not exist" -- predict "$tmp/gone.st" "$tmp/nothing.safetensors" --out "$tmp/x.csv"
 echo "not a data set" > "$tmp/data.txt"
 expect data-not-safetensors 1 "is a file: give a directory as --data takes" -- predict "$tmp/gone.st" "$tmp/data.txt" --out "$tmp/x.csv"
 expect out-format 2 "mgc predict writes FILE.safetensors, FILE.csv or FILE.jsonl" -- predict "$tmp/gone.st" --out "$tmp/x.txt"
