@@ -24,22 +24,24 @@
 
 static const char *const command_words[CMD_COUNT] = { "", "predict", "evaluate", "export" };
 
-/* The checkpoint's --set lines as c's overrides (their strings kept in
-   m->sets, which outlives the run). 0, or 1 said. */
+/* The checkpoint's --set lines as c's overrides (copies: m->sets stays as
+   the checkpoint has it, for mgc export to show). 0, or 1 said. */
 static int take_sets(Cli *c, CkModel *m)
 {
-    for (char *line = m->sets; line && *line;) {
-        char *end = strchr(line, '\n'), *eq = strchr(line, '=');
-        if (end) *end = 0;
+    for (const char *line = m->sets; line && *line;) {
+        size_t len = strcspn(line, "\n");
+        const char *eq = memchr(line, '=', len);
         if (!eq || eq == line || c->nsets == 64) {
-            fprintf(stderr, "mgc: %s: the checkpoint's --set values are not NAME=VALUE lines ('%s'): the file was changed "
-                    "after it was saved\n", c->checkpoint, line);
+            fprintf(stderr, "mgc: %s: the checkpoint's --set values are not NAME=VALUE lines ('%.*s'): the file was changed "
+                    "after it was saved\n", c->checkpoint, (int)len, line);
             return 1;
         }
-        c->sets[c->nsets].name = strndup(line, (size_t)(eq - line));
-        c->sets[c->nsets].value = eq + 1;
+        char *copy = strndup(line, len);   /* "NAME\0VALUE": one allocation, freed with the name */
+        copy[eq - line] = 0;
+        c->sets[c->nsets].name = copy;
+        c->sets[c->nsets].value = copy + (eq - line) + 1;
         c->nsets++;
-        line = end ? end + 1 : line + strlen(line);
+        line += len + (line[len] == '\n');
     }
     return 0;
 }
