@@ -166,7 +166,11 @@ $(BUILD)/unit_bgemm: tests/unit_bgemm.c runtime/bgemm.c runtime/bgemm.h
 # the ONNX export on graphs the command line cannot give it (refusals), its model read back with protobuf-c
 $(BUILD)/unit_export: tests/unit_export.c $(UNIT_OBJ)
 	$(CC) $(CPPFLAGS) $(if $(HAVE_ONNX),-DHAVE_ONNX -I$(BUILD)) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(UNIT_OBJ) $(LDLIBS)
-UNITS = $(BUILD)/unit_frontend $(BUILD)/unit_verify $(BUILD)/unit_runtime $(BUILD)/unit_comm $(BUILD)/unit_bgemm $(BUILD)/unit_export
+# the PyTorch export's refusals, on graphs damaged in memory
+$(BUILD)/unit_export_py: tests/unit_export_py.c $(UNIT_OBJ)
+	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(UNIT_OBJ) $(LDLIBS)
+UNITS = $(BUILD)/unit_frontend $(BUILD)/unit_verify $(BUILD)/unit_runtime $(BUILD)/unit_comm $(BUILD)/unit_bgemm $(BUILD)/unit_export \
+        $(BUILD)/unit_export_py
 unit: $(UNITS)
 
 # make test: every suite (tests/run.sh); make test SUITE=cli (or SUITE=cli,dp) runs those alone

@@ -1,6 +1,6 @@
 /*
 ** The exports not written yet: each says so (status 1). Replaced, format by
-** format, by export/c.c and export/pytorch.c (ONNX's is export/onnx.c).
+** format, by export/c.c (ONNX's is export/onnx.c, PyTorch's export/pytorch.c).
 */
 #include "export.h"
 #include <stdio.h>
@@ -9,12 +9,5 @@ int ex_c(const ExModel *m, const Program *p, bool cuda, const char *dir, char *e
 {
     (void)m, (void)p;
     snprintf(err, err_size, "cannot write %s: this mgc does not export a %s library yet", dir, cuda ? "CUDA" : "C");
-    return -1;
-}
-
-int ex_pytorch(const ExModel *m, const char *path, char *err, size_t err_size)
-{
-    (void)m;
-    snprintf(err, err_size, "cannot write %s: this mgc does not export PyTorch yet", path);
     return -1;
 }

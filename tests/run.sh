@@ -99,15 +99,18 @@ lane_b() {
     suite runtime sh -c "make -s build/unit_runtime && ./build/unit_runtime"
     suite comm sh -c "make -s build/unit_comm && ./build/unit_comm"
     suite bgemm sh -c "make -s build/unit_bgemm && ./build/unit_bgemm"
+    suite export sh -c "make -s build/unit_export && ./build/unit_export"   # the exports' refusals
     suite bad bash tests/bad.sh
     suite golden bash tests/golden.sh
     suite cli bash tests/cli.sh
     suite dp bash tests/dp.sh
     suite hardening bash tests/hardening.sh
-    if ! wants_any torch data unfused direct dense chunked winograd vector bf16; then :
+    if ! wants_any torch data export_py unfused direct dense chunked winograd vector bf16; then :
     elif /usr/bin/python3 -c "import torch" 2>/dev/null; then
         suite torch /usr/bin/python3 tests/torch/ref.py --out "$log/ref"
         suite data /usr/bin/python3 tests/torch/data_check.py   # --resize, --augment, --normalize against torchvision's recipe
+        # mgc export --format pytorch: every net's module against mgc predict and the twins
+        suite export_py /usr/bin/python3 tests/torch/export_check.py --out "$log/export-py-work"
         # The same checks with fusion off and every convolution through im2col + GEMM.
         # (Under each forced convolution form, the optimizers' variants of the op
         # nets add nothing: the update kernels are the same; groups and dilation
