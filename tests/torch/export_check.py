@@ -11,7 +11,11 @@ statistics drawn away from 1 and 0 so that each counts),
 in this process, `load(CK)` (load_state_dict, strict) and Net run in eval mode
 on a few random images; its logits against `mgc predict CK IMAGES.safetensors`
 on the same images: max |torch - mgc| / max |mgc| <= 1e-5 (float32 both, the
-sums in other orders). Where tests/torch has the net's hand-written twin
+sums in other orders), or 4 times PyTorch float32's own distance from float64
+where the net is that ill-conditioned (MobileNetV2 here: PyTorch's own 1.2e-5;
+BatchNorm's random statistics amplify). Weights drawn with He's bound so the
+images reach the logits (they must differ across images by 1e-3 of the largest:
+PyTorch's default init left GoogLeNet's and NIN's logits the biases' alone). Where tests/torch has the net's hand-written twin
 (models.py, zoo.py), its state_dict keys (less num_batches_tracked) must be
 the exported Net's, and the two, in float64 with the same tensors, must agree
 to 1e-9: the same computation, not only close numbers.
@@ -53,7 +57,9 @@ import models  # noqa: E402
 
 OUT = os.path.join(ROOT, "tests", "out", "export_py")
 DATA = os.environ.get("MGC_DATA", os.path.join(ROOT, "..", "shared", "data", "fashion-mnist"))
-TOL = 1e-5         # exported Net (float32) against mgc predict: max abs difference over the logits' max abs
+TOL = 1e-5         # exported Net (float32) against mgc predict: max abs difference over the logits' max abs,
+                   # or 4x PyTorch float32's own from float64 where the net is that ill-conditioned
+SPREAD = 1e-3      # the logits' largest deviation across images over their largest value, at least
 TWIN_TOL = 1e-9    # exported Net against the hand-written twin, both float64
 IMAGES = 3         # images per net
 
@@ -81,8 +87,8 @@ def eval_graph(net, sets=()):
 
 
 def random_tensors(params, seed):
-    """A checkpoint's tensors: PyTorch's uniform init for weights and biases, and for
-    norms' weights, biases and running statistics values away from 1 and 0."""
+    """A checkpoint's tensors: uniform weights and biases, and for norms' weights, biases
+    and running statistics values away from 1 and 0."""
     g = torch.Generator().manual_seed(seed)
     norms = {n.rsplit(".", 1)[0] for n, _ in params if n.endswith(".running_var")}
     norms |= {n.rsplit(".", 1)[0] for n, s in params if n.endswith(".weight") and len(s) == 1}   # LayerNorm
@@ -100,7 +106,9 @@ def random_tensors(params, seed):
             fan_in = 1
             for d in (dict(params)[prefix + ".weight"][1:]):
                 fan_in *= d
-            bound = fan_in ** -0.5
+            # He's uniform bound for weights (PyTorch's default, 1/sqrt(fan_in), lets the
+            # images fade out of deep nets' logits), PyTorch's for biases
+            bound = (6 / fan_in) ** 0.5 if leaf == "weight" else fan_in ** -0.5
             t[name] = (2 * torch.rand(shape, generator=g) - 1) * bound
     return {k: v.float().contiguous() for k, v in t.items()}
 
@@ -148,9 +156,14 @@ def check_net(rep, net, sets=(), out=None):
               f"missing {sorted(set(tensors) - keys)[:4]}")
     with torch.no_grad():
         got = model(x)
+        exact = model.double()(x.double())
+    spread = (ref.std(0).max() / ref.abs().max()).item()
+    rep.check(name, "the logits depend on the images", spread >= SPREAD,
+              f"spread {spread:.1e} of the largest (at least {SPREAD:.0e})")
     err = mgc_err = max_rel(got, ref)
-    rep.check(name, "Net against mgc predict", tuple(got.shape) == tuple(ref.shape) and err <= TOL,
-              f"max rel {err:.2e} (tol {TOL:.0e}), logits {list(ref.shape)}")
+    tol = max(TOL, 4 * max_rel(got, exact))
+    rep.check(name, "Net against mgc predict", tuple(got.shape) == tuple(ref.shape) and err <= tol,
+              f"max rel {err:.2e} (tol {tol:.1e}), logits {list(ref.shape)}")
     key = " ".join([net] + list(sets))
     if net in models.zoo.NETS or key in models.BUILDERS:
         twin, _ = models.build(net, torch.float64, sets)
@@ -161,8 +174,7 @@ def check_net(rep, net, sets=(), out=None):
             twin.load_state_dict({k: v.double() for k, v in tensors.items()}, strict=False)
             twin.eval()
             with torch.no_grad():
-                a, b = model.double()(x.double()), twin(x.double())
-            err = max_rel(a, b)
+                err = max_rel(exact, twin(x.double()))
             rep.check(name, "Net against the twin (float64)", err <= TWIN_TOL, f"max rel {err:.2e} (tol {TWIN_TOL:.0e})")
     return mgc_err
 
