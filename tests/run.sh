@@ -50,7 +50,7 @@ say() { local line; line=$(printf '%s\n' "$@"); echo "$line"; }
 mkdir -p build
 : > "$log/counts"
 # what both lanes' suites build, built before they start (two makes of one file at once would clash)
-make -s mgc build/unit_frontend build/unit_verify build/unit_runtime build/unit_comm build/unit_bgemm build/unit_export > "$log/unit-build" 2>&1 ||
+make -s mgc build/unit_frontend build/unit_verify build/unit_runtime build/unit_comm build/unit_bgemm build/unit_export build/unit_export_py > "$log/unit-build" 2>&1 ||
     { echo "the unit test programs do not build:"; tail -5 "$log/unit-build" | sed 's/^/    /'; }
 
 # lane a: the CUDA suites (NVRTC, the fake GPUs: one core's work), the fuzzer, the
@@ -99,7 +99,7 @@ lane_b() {
     suite runtime sh -c "make -s build/unit_runtime && ./build/unit_runtime"
     suite comm sh -c "make -s build/unit_comm && ./build/unit_comm"
     suite bgemm sh -c "make -s build/unit_bgemm && ./build/unit_bgemm"
-    suite export sh -c "make -s build/unit_export && ./build/unit_export"   # the exports' refusals
+    suite export_refuse sh -c "make -s build/unit_export_py && ./build/unit_export_py"   # the PyTorch export's refusals
     suite bad bash tests/bad.sh
     suite golden bash tests/golden.sh
     suite cli bash tests/cli.sh

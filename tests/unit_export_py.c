@@ -1,5 +1,5 @@
 /*
-** Unit tests of the exports' refusals, on graphs no .net file makes: an
+** Unit tests of the PyTorch export's refusals, on graphs no .net file makes: an
 ** evaluation graph with an op the form cannot write (a node damaged into
 ** dropout_mask), BatchNorm in its training form, two layers whose names
 ** nest, a file that cannot be written. Each must fail naming what and where
