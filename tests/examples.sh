@@ -29,6 +29,13 @@ run two_cpu_devices "on [cpu:0, cpu:1]" bash examples/two_cpu_devices.sh
 grep -q "BatchNorm synchronised" "$tmp/out" && pass=$((pass + 1)) || { echo "FAIL examples: no --sync-bn run"; fail=$((fail + 1)); }
 run mpirun "identical, bit for bit" bash examples/mpirun.sh
 run inspect "kernel k0_" bash examples/inspect.sh
+# the exports: ONNX Runtime's and PyTorch's predictions are mgc predict's
+if [ -x .venv/bin/python ] && .venv/bin/python -c "import onnxruntime" 2> /dev/null; then
+    run export_onnx "the same predictions as mgc predict: 1000 of 1000" bash examples/export_onnx.sh
+else
+    echo "skip export_onnx: no onnxruntime in .venv (bash .ci/setup makes it)"
+fi
+run export_pytorch "the same predictions as mgc predict: 1000 of 1000" bash examples/export_pytorch.sh
 # predict: the checkpoint's accuracy by evaluate and by predict's predictions, the same
 run predict "index,pred,label" bash examples/predict.sh
 ev=$(sed -n 's/^test acc \([0-9.]*\) .*/\1/p' "$tmp/out") pr=$(sed -n 's/^accuracy \([0-9.]*\) .*/\1/p' "$tmp/out")
