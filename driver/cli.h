@@ -9,7 +9,7 @@
 #include "train.h"
 #include "world.h"
 
-typedef enum Emit { EMIT_NONE, EMIT_IR, EMIT_EVAL_IR, EMIT_GRAD, EMIT_KERNELS, EMIT_CUDA, EMIT_DP, EMIT_PTX, EMIT_COUNT } Emit;
+typedef enum Emit { EMIT_NONE, EMIT_IR, EMIT_EVAL_IR, EMIT_GRAD, EMIT_KERNELS, EMIT_CUDA, EMIT_DP, EMIT_PTX, EMIT_INFER_IR, EMIT_COUNT } Emit;
 
 /* The options that make mgc do one thing and leave, before anything else
    (the parse stops at the first): under mpirun only once every rank has
@@ -54,6 +54,8 @@ typedef struct Cli {
     const char *out;          /* --out */
     ExportFormat format;      /* --format (or told by --out's name) */
     bool train_split;         /* --split train */
+    bool inference;           /* drv_compile's evaluation form through the inference rewrite (export, --emit infer-ir) */
+    bool no_fold;             /* --no-fold: that rewrite leaves BatchNorm apart from the layer before it */
     bool normalize_given, resize_given, precision_given;   /* said on the command line (against the checkpoint's) */
 } Cli;
 

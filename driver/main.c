@@ -30,7 +30,8 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *const emit_names[EMIT_COUNT] = { "none", "ir", "eval-ir", "grad", "kernels", "cuda", "dp", "ptx" };
+static const char *const emit_names[EMIT_COUNT] = { "none", "ir", "eval-ir", "grad", "kernels", "cuda", "dp", "ptx",
+                                                      "infer-ir" };
 static const char *const leave_names[LEAVE_COUNT] = { "", "--help", "--version", "--list-layers", "--list-ops", "--cache-info",
                                                       "--cache-clear" };
 static const char *const command_names[CMD_COUNT] = { "", "predict", "evaluate", "export" };
@@ -116,6 +117,8 @@ static void usage(FILE *out)
         "                           cuda     the same kernels as CUDA C for NVRTC\n"
         "                           dp       the data-parallel plan: replicas, buckets, collectives\n"
         "                           ptx      the CUDA kernels compiled by NVRTC to PTX (--arch sm_80, sm_90, ...)\n"
+        "                           infer-ir the graph mgc export compiles: the logits alone, each BatchNorm\n"
+        "                                    folded into the conv2d or linear before it (--no-fold: not)\n"
         "  --gpu-model G          --emit kernels on GPUs (--gpus N): each step's predicted cost on G, and the\n"
         "                         step's and an epoch's, fp32 and bf16: h200 (default) or h100\n"
         "  --dump-kernels DIR     write each kernel of the training step to DIR/NAME.c and DIR/NAME.cu,\n"
@@ -303,14 +306,14 @@ enum Opt {
     O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV, O_AUGMENT, O_NORMALIZE, O_RESIZE, O_DUMP_BATCH,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
     O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_GPU_MODEL, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
-    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_COUNT
+    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_NO_FOLD, O_COUNT
 };
 /* which commands take an option */
 enum { U_TRAIN = 1 << CMD_TRAIN, U_PREDICT = 1 << CMD_PREDICT, U_EVALUATE = 1 << CMD_EVALUATE, U_EXPORT = 1 << CMD_EXPORT,
        U_RUN = U_TRAIN | U_PREDICT | U_EVALUATE, U_MODEL = U_RUN | U_EXPORT };
 static const struct { const char *name; bool flag; int uses; } options[O_COUNT] = {
     [O_DEVICES] = { "--devices", false, U_RUN }, [O_GPUS] = { "--gpus", false, U_RUN }, [O_EPOCHS] = { "--epochs" },
-    [O_BATCH_SIZE] = { "--batch-size", false, U_RUN }, [O_LR] = { "--lr" }, [O_LR_SCHEDULE] = { "--lr-schedule" },
+    [O_BATCH_SIZE] = { "--batch-size", false, U_MODEL }, [O_LR] = { "--lr" }, [O_LR_SCHEDULE] = { "--lr-schedule" },
     [O_LR_GAMMA] = { "--lr-gamma" }, [O_LR_PER] = { "--lr-per" }, [O_WARMUP] = { "--warmup" }, [O_MOMENTUM] = { "--momentum" },
     [O_WEIGHT_DECAY] = { "--weight-decay" }, [O_OPTIMIZER] = { "--optimizer" }, [O_BETAS] = { "--betas" },
     [O_EPS] = { "--eps" }, [O_NESTEROV] = { "--nesterov", true }, [O_AUGMENT] = { "--augment" },
@@ -325,7 +328,7 @@ static const struct { const char *name; bool flag; int uses; } options[O_COUNT] 
     [O_CHECK_NAN] = { "--check-nan", true }, [O_EVALUATE] = { "--evaluate", true },
     [O_PRECISION] = { "--precision", false, U_RUN }, [O_OUT] = { "--out", false, U_PREDICT | U_EXPORT },
     [O_FORMAT] = { "--format", false, U_EXPORT }, [O_SPLIT] = { "--split", false, U_PREDICT | U_EVALUATE },
-    [O_NET] = { "--net", false, U_MODEL & ~U_TRAIN },
+    [O_NET] = { "--net", false, U_MODEL & ~U_TRAIN }, [O_NO_FOLD] = { "--no-fold", true, U_TRAIN | U_EXPORT },
 };
 /* the options handled before the table's (they end the parse, or take no value) */
 static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", "--list-layers",
@@ -526,7 +529,7 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
         c->emit = EMIT_NONE;
         for (int k = EMIT_IR; k < EMIT_COUNT; k++)
             if (!strcmp(val, emit_names[k])) c->emit = (Emit)k;
-        if (c->emit == EMIT_NONE) return bad("--emit expects ir, eval-ir, grad, kernels, cuda, ptx or dp, got '%s'%s", val, "");
+        if (c->emit == EMIT_NONE) return bad("--emit expects ir, eval-ir, grad, kernels, cuda, ptx, dp or infer-ir, got '%s'%s", val, "");
         break;
     case O_SET: {
         const char *e = strchr(val, '=');
@@ -574,6 +577,7 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
         break;
     case O_CHECK_NAN: t->check_nan = true; break;
     case O_EVALUATE: t->evaluate = true; break;
+    case O_NO_FOLD: c->no_fold = true; break;
     case O_COUNT: break;
     }
     return rc;
@@ -640,6 +644,10 @@ static int finish_use(Cli *c)
                                                                                                                 : FORMAT_NONE;
         if (c->format == FORMAT_NONE)
             return bad("--out %s: say what to export there with --format c|cuda|onnx|pytorch%s", c->out, "");
+        struct stat st;
+        if ((c->format == FORMAT_C || c->format == FORMAT_CUDA) && !stat(c->out, &st) && !S_ISDIR(st.st_mode))
+            return bad("--out %s is there and is not a directory: --format c and cuda write a directory (model.h, model.c, "
+                       "the weights, a Makefile); name a new one or a directory%s", c->out, "");
     }
     if (c->nsets && !c->net)
         return bad("--set goes with --net NET.net, for a checkpoint of an older mgc: a checkpoint of this one holds its net and its "
@@ -686,6 +694,10 @@ static int finish_args(Cli *c, Parse *ps)
     t->no_graphs = graphs == 0;
     c->fuse = fuse == 1;
     if (t->dump && !t->batch_file) return bad("--dump needs --batch FILE (check mode)%s%s", "", "");
+    if (c->no_fold && (c->command == CMD_TRAIN ? c->emit != EMIT_INFER_IR : c->format != FORMAT_C && c->format != FORMAT_CUDA))
+        return bad("--no-fold applies to --emit infer-ir and mgc export --format c|cuda: it keeps each BatchNorm apart from "
+                   "the layer before it in the library's graph%s%s", "", "");
+    c->inference = c->emit == EMIT_INFER_IR;
     /* options for one printout only: refused elsewhere, not ignored */
     bool gpus = c->emit == EMIT_CUDA;   /* as codegen_options: a program for GPUs, whose cost is printed */
     for (int k = 0; k < t->replicas; k++) gpus |= t->devices[k].kind == DEV_CUDA;
@@ -804,7 +816,7 @@ int drv_compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward, b
     long bucket = (long)((double)c->bucket_mb * 1e6);
     MgcOptions o = {
         .net = c->net, .text = c->net_text, .len = c->net_len, .sets = c->sets, .nsets = c->nsets,
-        .training = training, .backward = backward,
+        .training = training, .backward = backward, .inference = c->inference && !training, .fold = !c->no_fold,
         .input_grad = input_grad, .sync_bn = c->cfg.sync_bn, .replicas = c->total_replicas, .bucket_bytes = bucket,
         .first_bucket_bytes = bucket < 1000000 ? bucket : 1000000,
         .opt = { .kind = c->cfg.optimizer, .lr = c->cfg.lr, .weight_decay = c->cfg.weight_decay, .momentum = c->cfg.momentum,
@@ -1238,7 +1250,8 @@ static int emit_stage(const Cli *c, World *world, Arena *arena, Diag *diag)
         if (drv_compile(c, arena, diag, true, true, false, &g, &p)) return 1;
         return say ? dump_kernels(&g, &p, c->dump_kernels) : 0;
     }
-    bool tr = c->emit != EMIT_EVAL_IR, program = c->emit != EMIT_IR && c->emit != EMIT_EVAL_IR && c->emit != EMIT_GRAD;
+    bool tr = c->emit != EMIT_EVAL_IR && c->emit != EMIT_INFER_IR;
+    bool program = c->emit != EMIT_IR && c->emit != EMIT_EVAL_IR && c->emit != EMIT_GRAD && c->emit != EMIT_INFER_IR;
     if (drv_compile(c, arena, diag, tr, tr && c->emit != EMIT_IR, false, &g, program ? &p : NULL)) return 1;
     if (c->emit == EMIT_PTX) {
         char why[8192];
@@ -1260,6 +1273,21 @@ static int emit_stage(const Cli *c, World *world, Arena *arena, Diag *diag)
         printf("# net %s (%s form): %s parameters in %d tensors%s\n", g.net_name, tr ? "training" : "evaluation",
                rt_commas(n, num), tensors,
                g.precision == DT_BF16 ? "; precision bf16: GEMMs multiply bf16 operands, sum and store f32" : "");
+        ir_print(&g, stdout, 0, g.n);
+        break;
+    }
+    case EMIT_INFER_IR: {
+        int tensors;
+        long n = ir_param_count(&g, &tensors);
+        printf("# net %s (inference form: the logits alone%s): %s parameters in %d tensors\n", g.net_name,
+               c->no_fold ? ", BatchNorm not folded (--no-fold)" : "", rt_commas(n, num), tensors);
+        for (int k = 0; k < g.nfolds; k++) {
+            const IrFold *f = &g.folds[k];
+            const char *bn = f->gamma, *dot = strrchr(bn, '.');
+            printf("#   %%%d %s takes in %.*s: %s = %s * s, %s = (%s - %s) * s + %s, s = %s / sqrt(%s + %g)\n", f->layer,
+                   ir_op_name(g.nodes[f->layer].op), dot ? (int)(dot - bn) : (int)strlen(bn), bn, g.nodes[f->weight].name, f->w,
+                   g.nodes[f->bias].name, f->b ? f->b : "0", f->mean, f->beta, f->gamma, f->var, (double)f->eps);
+        }
         ir_print(&g, stdout, 0, g.n);
         break;
     }

@@ -114,6 +114,9 @@ typedef struct Graph {
     int *bucket_nodes;        /* the allreduce nodes of every bucket, bucket by bucket */
     int *update_order;        /* parameters in the order their updates run (NULL: forward order) */
     int nupdate;
+    /* set by ir_infer (the inference rewrite) when it folds BatchNorm into layers: */
+    struct IrFold *folds;
+    int nfolds;
     /* ir_find_param's index: named PARAM and STATE nodes by name (open addressing),
        brought up to date with nodes [0, pindexed) on each lookup */
     int *pslots;
@@ -235,6 +238,30 @@ int  ir_update(Graph *g, const IrOptimizer *opt);
    Tensors stay float32 in memory: the rounding happens as a GEMM packs its
    operands. Sets g->precision. Returns the nodes marked. */
 int  ir_autocast(Graph *g);
+/* A BatchNorm folded into the conv2d or linear layer before it (ir_infer):
+   the layer's new weight and bias, and the checkpoint's tensors their values
+   come from, by name. */
+typedef struct IrFold {
+    int weight, bias;         /* the new PARAM nodes, in the rewritten graph */
+    const char *w, *b;        /* the layer's weight and bias (b NULL: it had none) */
+    const char *gamma, *beta, *mean, *var;   /* the BatchNorm's weight, bias and running statistics */
+    float eps;
+    int channels;             /* output channels: w's rows, the BatchNorm's channels */
+    long per_channel;         /* w's elements per output channel */
+    int layer;                /* the conv2d (or linear) node that computes both now, in the rewritten graph */
+} IrFold;
+/* The inference rewrite (ir/infer.c): from g (the evaluation form) into out
+   (ir_graph_init'ed, not training) the graph a library runs: the logits its
+   one output (no loss, accuracy or labels); with fold, BatchNorm folded into
+   the conv2d or linear layer before it where that layer's output is read by
+   it alone (out->folds). Requires: a verified evaluation graph with logits.
+   Returns 0, or -1 said through g->diag (internal). */
+int  ir_infer(const Graph *g, Graph *out, bool fold);
+/* A fold's values: w_out = w * s, b_out = (b - mean) * s + beta, with
+   s = gamma / sqrt(var + eps) per output channel, in double, each rounded
+   once to float32. b may be NULL (a layer without bias: 0). */
+void ir_fold_values(const IrFold *f, const float *w, const float *b, const float *gamma, const float *beta, const float *mean,
+                    const float *var, float *w_out, float *b_out);
 /* An allreduce node on its own (not in a bucket): the sum of x over every replica. */
 int  ir_allreduce(Graph *g, Loc loc, int x);
 /* Prints nodes [from, to) one a line, with shapes and source locations. */

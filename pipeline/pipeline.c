@@ -30,6 +30,16 @@ MgcStatus mgc_graph(const MgcOptions *o, Arena *a, Diag *d, Graph *g, const char
     }
     MgcStatus s = checked("front end", 0, g, d, failed);
     if (s) return s;
+    if (o->inference) {   /* the graph a library runs: a new one, from the evaluation form */
+        Graph eval = *g;
+        if (o->training || o->backward) {
+            diag_at(d, (Loc){ 0 }, "internal: %s: the inference rewrite takes the evaluation form", o->net);
+            if (failed) *failed = "inference";
+            return MGC_INTERNAL;
+        }
+        ir_graph_init(g, a, d, eval.net_name, false);
+        if ((s = checked("inference", ir_infer(&eval, g, o->fold), g, d, failed))) return s;
+    }
     if (o->backward) {
         if ((s = checked("gradients", ir_gradients(g, o->input_grad), g, d, failed))) return s;   /* the backward graph */
         if (o->replicas > 1 && (s = checked("buckets", ir_buckets(g, o->bucket_bytes, o->first_bucket_bytes), g, d, failed)))

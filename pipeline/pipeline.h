@@ -4,6 +4,7 @@
 **
 **   front end      parse, check, elaborate (frontend/)       -> forward graph
 **   ir_verify
+**   inference      the logits alone, BatchNorm folded (ir/infer.c) [export, --emit infer-ir]
 **   gradients      the backward graph (ir/autodiff.c)          [training]
 **   buckets        allreduce nodes, bucket by bucket (ir/dp.c) [several replicas]
 **   update         SGD (ir/autodiff.c)                         [training]
@@ -28,6 +29,9 @@ typedef struct MgcOptions {
     const FeOverride *sets;   /* --set NAME=VALUE */
     int nsets;
     bool training;            /* the training form: BatchNorm on batch statistics, dropout on */
+    bool inference;           /* the inference rewrite of the evaluation form (not with training or backward):
+                                 the logits the one output */
+    bool fold;                /* with inference: BatchNorm folded into the layer before it */
     bool backward;            /* the gradient pass, the buckets (replicas > 1) and the update */
     bool input_grad;          /* the input's gradient too (check mode) */
     bool sync_bn;             /* BatchNorm over the global batch (with training) */

@@ -252,7 +252,7 @@ expect input-resize-hint 1 "or bring the images to the net's size with --resize 
 expect adamw-grad 0 "AdamW: lr 0.003, betas 0.8,0.99, eps 1e-06, weight decay 0.01" -- $L --optimizer adamw --lr 0.003 --betas 0.8,0.99 --eps 1e-6 --emit grad
 expect epochs-word 2 "--epochs expects a whole number" -- $L --epochs ten
 expect missing-value 2 "--seed needs a value" -- $L --seed
-expect bad-emit 2 "--emit expects ir, eval-ir, grad, kernels, cuda, ptx or dp" -- $L --emit asm
+expect bad-emit 2 "--emit expects ir, eval-ir, grad, kernels, cuda, ptx, dp or infer-ir" -- $L --emit asm
 expect bad-arch 2 "--arch expects a GPU architecture such as sm_80" -- $L --emit ptx --arch 90
 expect dump-kernels-dir 1 "--dump-kernels /nonexistent/x: cannot create the directory" -- $L --dump-kernels /nonexistent/x
 # --dump-kernels: one .c and one .cu a kernel step (no .cu for the C-only ones: their bodies call CBLAS or the

@@ -44,6 +44,10 @@ for net in nets/*.net; do
     esac
 done
 check lenet.cuda nets/lenet.net --emit cuda
+# the inference rewrite (mgc export's graph): BatchNorm folded into convolutions and linear layers,
+# layers without bias and depthwise ones
+check bn_lenet.infer-ir nets/bn_lenet.net --emit infer-ir
+check mobilenetv2.infer-ir nets/mobilenetv2.net --emit infer-ir
 check resnet18-small-stem.ir nets/resnet18.net --emit ir --set small_stem=true
 # data parallelism: the plan on two devices; small buckets on three; --sync-bn's graph
 check lenet-cpu2.dp nets/lenet.net --emit dp --devices cpu:2
