@@ -140,6 +140,8 @@ $(BUILD)/%.o: %.c $(BUILD)/parser.tab.h
 	$(CC) $(CPPFLAGS) $(call inc_of,$<) $(CFLAGS) $(WARN) -MMD -MP -c -o $@ $<
 
 -include $(OBJ:.o=.d)
+# the exported library's fixed files, embedded in mgc by .incbin (not seen by -MMD)
+$(BUILD)/export/clib_files.o: $(wildcard export/clib/*)
 
 # The unit test programs (tests/unit_*.c), each linked with what it tests;
 # make unit builds them all, make test runs them.

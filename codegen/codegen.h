@@ -265,6 +265,10 @@ const char *cg_kernels_str(const Program *p, char *buf, size_t size);
 static inline bool cg_own_code(const Step *s) { return s->kind == STEP_KERNEL && !s->shared && s->sym == s->fn; }
 /* The whole source for a target: prelude + bodies (every kernel, twins too). */
 char *cg_source(const Program *p, Target t);
+/* The prelude alone (what every kernel body is written against), and the
+   KArgs declaration in it (for host code that fills one: an exported library). */
+char *cg_prelude(const Program *p, Target t);
+const char *cg_kargs_decl(const Program *p);
 /* One kernel's source for a target: prelude + the body of kernel step k. */
 char *cg_kernel_source(const Program *p, int k, Target t);
 /* What is compiled for a target, in up to `most` pieces of about equal

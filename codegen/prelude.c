@@ -316,6 +316,13 @@ char *cg_source(const Program *p, Target t)
     return arena_printf(p->arena, "%s%s%s%s", pre, kargs_text(p->arena), prelude_common, p->source);
 }
 
+char *cg_prelude(const Program *p, Target t)
+{
+    return arena_printf(p->arena, "%s%s%s", t == TARGET_C ? prelude_c : prelude_cuda, kargs_text(p->arena), prelude_common);
+}
+
+const char *cg_kargs_decl(const Program *p) { return kargs_text(p->arena); }
+
 char *cg_kernel_source(const Program *p, int k, Target t)
 {
     const Step *s = &p->steps[k];

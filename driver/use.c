@@ -144,6 +144,14 @@ static int export_model(Cli *c, const CkModel *m)
     Program p;
     bool library = c->format == FORMAT_C || c->format == FORMAT_CUDA;
     if (c->format == FORMAT_CUDA) c->emit = EMIT_CUDA;   /* the program's kernels for GPUs */
+    if (library) {
+        /* the inference rewrite's graph (the logits alone, BatchNorm folded unless --no-fold), in fp32:
+           a library of its own has no bf16 GEMM, and the checkpoint's weights are fp32 whatever it trained in */
+        c->inference = true;
+        if (c->cfg.bf16) printf("mgc: note: %s was trained in bf16; the library computes in fp32 (mgc predict --precision fp32 "
+                                "gives its logits)\n", c->checkpoint);
+        c->cfg.bf16 = false;
+    }
     int status = drv_compile(c, &arena, &diag, false, false, false, &g, library ? &p : NULL) ? 1 : 0;
     StFile weights;
     char err[4096];

@@ -105,6 +105,7 @@ lane_b() {
     suite cli bash tests/cli.sh
     suite dp bash tests/dp.sh
     suite hardening bash tests/hardening.sh
+    suite export_c bash tests/export_c.sh   # mgc export --format c|cuda: each library built alone, against mgc predict
     if ! wants_any torch data export_py unfused direct dense chunked winograd vector bf16; then :
     elif /usr/bin/python3 -c "import torch" 2>/dev/null; then
         suite torch /usr/bin/python3 tests/torch/ref.py --out "$log/ref"
