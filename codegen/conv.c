@@ -135,6 +135,11 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
     return chunked ? CONV_CHUNKED : CONV_GEMM;
 }
 
+const char *cg_conv_act(Lower *L, int id, const char *v)
+{
+    return L->dec->node[id].act >= 0 ? cg_fused_act(L, id, v) : v;
+}
+
 /* ------------------------------------------------------- packing, shared by the strategies */
 
 /* GPUs under --precision bf16: whether node u's output is stored in bf16 by the kernel that
@@ -407,8 +412,7 @@ static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bo
                 cg_body(L, "        __builtin_memcpy(t[%d] + %d, &a%d_%d_%d, sizeof a%d_%d_%d);\n", r, off, r, o, q, r, o, q);
             cg_body(L, "        { float *yr = y + ((n * %d + %d) * %d + oy + %d) * %d;\n"
                        "          for (int ox = 0; ox < %d; ox++) yr[ox] = t[%d][ox] = %s; }\n",
-                    O, o, OH, r, OW, OW, r, L->dec->node[id].relu_out ? arena_printf(L->p->arena, "t[%d][ox] > 0.0f ? t[%d][ox] : 0.0f   /* fused relu */", r, r)
-                                                           : arena_printf(L->p->arena, "t[%d][ox]", r));
+                    O, o, OH, r, OW, OW, r, cg_conv_act(L, id, arena_printf(L->p->arena, "t[%d][ox]", r)));
         }
         if (pool >= 0)   /* a ReLU's output: no NaN, plain maxima */
             cg_body(L, "        { float *pr = py + ((n * %d + %d) * %d + oy / 2) * %d;\n"
@@ -492,7 +496,7 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
                "                const float v = b0 + %s;\n"
                "                yr[ox] = %s;\n"
                "            }\n        }\n    }\n",
-            OW, OW, window_sum(L, K, S, D, false), L->dec->node[id].relu_out ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
+            OW, OW, window_sum(L, K, S, D, false), cg_conv_act(L, id, "v"));
     cg_end_kernel(L);
 }
 
@@ -628,7 +632,7 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
                    "            float *yr = y + (i * %d + oy) * %d;\n"
                    "            for (int ox = 0; ox < %d; ox++) yr[ox] = %s;\n"
                    "        }\n    }\n", OH, OW, OW,
-                L->dec->node[id].relu_out ? "acc[ox] > 0.0f ? acc[ox] : 0.0f   /* fused relu */" : "acc[ox]");
+                cg_conv_act(L, id, "acc[ox]"));
         cg_end_kernel(L);
         return;
     }
@@ -656,6 +660,9 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
                "            }\n            }\n        }\n", S, P, kyv, W, P, kxv, OW, S);
     if (L->dec->node[id].relu_out)
         cg_body(L, "        for (int k = 0; k < %d; k++) yp[k] = yp[k] > 0.0f ? yp[k] : 0.0f;   /* fused relu */\n", OH * OW);
+    else if (L->dec->node[id].act >= 0)
+        cg_body(L, "        for (int k = 0; k < %d; k++) yp[k] = %s;   /* fused %s */\n", OH * OW, cg_conv_act(L, id, "yp[k]"),
+                ir_op_name((Op)L->dec->node[id].act));
     cg_body(L, "    }\n");
     cg_end_kernel(L);
 }
@@ -835,8 +842,7 @@ static void conv_vector_forward(Lower *L, int id, const ConvGeom *G)
                "                float *yr = y + ((n * %d + o) * %d + oy) * %d + ox0;\n", O, O, OH, OW);
     for (int j = 0; j < B; j++)
         cg_body(L, "                yr[%d] = %s;\n", j,
-                L->dec->node[id].relu_out ? arena_printf(L->p->arena, "a%d[o] > 0.0f ? a%d[o] : 0.0f   /* fused relu */", j, j)
-                                : arena_printf(L->p->arena, "a%d[o]", j));
+                cg_conv_act(L, id, arena_printf(L->p->arena, "a%d[o]", j)));
     cg_body(L, "            }\n        }\n    }\n");
     cg_end_kernel(L);
 }
@@ -941,7 +947,7 @@ static void conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
         cg_body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld]; one element per iteration, (n, o) planes */\n", O, P, O, P);
         cg_rows_body(L, dimn(O), P, arena_printf(L->p->arena, "        long n = row / %d, o = row %% %d;\n", O, O),
                      arena_printf(L->p->arena, "{ float v = t[(o * N + n) * %ldL + at] + %s; y[row * %ldL + at] = %s; }", P,
-                                  bias ? "bias[o]" : "0.0f", P, L->dec->node[id].relu_out ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v"));
+                                  bias ? "bias[o]" : "0.0f", P, cg_conv_act(L, id, "v")));
         cg_end_kernel(L);
         return;
     }
@@ -952,7 +958,7 @@ static void conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
                "        const float b = %s;\n"
                "        for (int p = 0; p < %ld; p++) dst[p] = %s;\n    }\n",
             cg_work_str(L, dimn(O)), O, O, P, P, bias ? "bias[o]" : "0.0f", P,
-            L->dec->node[id].relu_out ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
+            cg_conv_act(L, id, "src[p] + b"));
     cg_end_kernel(L);
 }
 /* dy, x -> dw[O, CKK] = dyt . col^T (GEMM), with the forward's columns or new ones */
@@ -1158,8 +1164,8 @@ static void conv_dense_forward(Lower *L, int id, const ConvGeom *G)
     L->col[id] = wd;
     int y = cg_out_buf(L, id);
     cg_gemm(L, id, false, true, dimn(1), dimc(OP), dimc(CHW), buf_of(L, n->in[0]), dimc(CHW), wd, dimc(CHW), 0.0f, y, dimc(OP));
-    bool bias = n->nin == 3, relu = L->dec->node[id].relu_out;
-    if (!bias && !relu) return;
+    bool bias = n->nin == 3, act = L->dec->node[id].act >= 0;
+    if (!bias && !act) return;
     int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
     if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
         cg_kernel(L, id, "conv2d_dense_epilogue", cg_rows_work(dimn(G->O), P), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" });
@@ -1167,7 +1173,7 @@ static void conv_dense_forward(Lower *L, int id, const ConvGeom *G)
         cg_rows_body(L, dimn(G->O), P, arena_printf(L->p->arena, "        float *yp = y + row * %ldL + at;\n", P),
                      arena_printf(L->p->arena, "float v = *yp + %s; *yp = %s;",
                                   bias ? arena_printf(L->p->arena, "bias[row %% %d]", G->O) : "0.0f",
-                                  relu ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v"));
+                                  cg_conv_act(L, id, "v")));
         cg_end_kernel(L);
         return;
     }
@@ -1176,7 +1182,7 @@ static void conv_dense_forward(Lower *L, int id, const ConvGeom *G)
     cg_body(L, "    FOR_EACH(i, %s) {\n        float *yp = y + i * %ld;\n        const float b = %s;\n"
                "        for (int p = 0; p < %ld; p++) { float v = yp[p] + b; yp[p] = %s; }\n    }\n",
             cg_work_str(L, dimn(G->O)), P, bias ? arena_printf(L->p->arena, "bias[i %% %d]", G->O) : "0.0f", P,
-            relu ? "v > 0.0f ? v : 0.0f   /* fused relu */" : "v");
+            cg_conv_act(L, id, "v"));
     cg_end_kernel(L);
 }
 

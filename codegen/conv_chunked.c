@@ -216,7 +216,7 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                "                for (int p = 0; p < %ld; p++) dst[p] = %s;\n"
                "            }\n",
             O, P, O, P, bias ? "bias[o]" : "0.0f", P,
-            L->dec->node[id].relu_out ? "src[p] + b > 0.0f ? src[p] + b : 0.0f   /* fused relu */" : "src[p] + b");
+            cg_conv_act(L, id, "src[p] + b"));
     if (stats >= 0)   /* each channel's row of t (nb*P values, in cache); the bias shifts the mean only */
         cg_chunk_stats(L, O, "t + o * ld", "1", "ld", bias ? "bias[o]" : "0.0");
     cg_body(L, "    }\n    free(col);\n");

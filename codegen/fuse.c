@@ -185,6 +185,8 @@ static bool ew_into_add_fits(const Graph *g, const CgDecisions *d, int m, const 
      mul, sub -> relu          the same
      linear, bn_apply, add, mul, sub -> any other activation
                                the store applies it, in place or beside (act, act_out)
+     conv2d -> any other activation, in an evaluation graph
+                               the convolution's store applies it, in place
      mul, sub -> add           the add computes the product as it reads (ew_into_add)
      maxpool2d_grad -> relu_grad(y = the pool's input)
                                the pool gradient is routed only where y > 0
@@ -218,7 +220,10 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
                read the input: the epilogue stores both, the input and the activation
                in a buffer of its own, one pass where two kernels made three. */
             int x = n->in[0];
-            if (!act_producer(g, x) || d->node[x].act >= 0) continue;
+            /* a convolution's store too, where nothing reads its output but the activation
+               (an evaluation graph: BatchNorm folded into it, ir_infer, then ReLU6, SiLU, ...) */
+            bool conv = g->nodes[x].op == OP_CONV2D && !g->training && uses[x] == 1;
+            if ((!act_producer(g, x) && !conv) || d->node[x].act >= 0) continue;
             if (uses[x] == 1) {
                 d->node[id].fused = x;
                 d->node[x].act = (int)n->op;

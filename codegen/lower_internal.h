@@ -179,6 +179,9 @@ Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, 
 /* elementwise.c */
 void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
 const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's fused activation (dec->act) */
+/* A convolution's value v as its store writes it: through the activation fused into it (its ReLU, or in
+   an evaluation graph any other: cg_fuse), else v (conv.c) */
+const char *cg_conv_act(Lower *L, int id, const char *v);
 /* The store of the kernel's value v at y[i]: through id's fused activation, in place or into a[i] (dec->act_out) */
 const char *cg_act_store(Lower *L, int id, const char *y, const char *a, const char *i);
 void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */

@@ -243,6 +243,9 @@ static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
             cout, dst, cout, HW, T, bias ? "bias[o]" : "0.0f", T, T, T, TH, TW, TW);
     if (relu)
         cg_body(L, "                        for (int k = 0; k < 4; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;   /* fused relu */\n");
+    else if (!transposed && L->dec->node[id].act >= 0)
+        cg_body(L, "                        for (int k = 0; k < 4; k++) v[k] = %s;   /* fused %s */\n", cg_conv_act(L, id, "v[k]"),
+                ir_op_name((Op)L->dec->node[id].act));
     if (odd)
         cg_body(L, "                        float *yo = yp + 2 * ty * %d + 2 * tx;\n"
                    "                        const int ry = 2 * ty + 1 < %d, rx = 2 * tx + 1 < %d;   /* the tile's second row, column on the map */\n"
