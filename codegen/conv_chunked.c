@@ -7,6 +7,9 @@
 **   grad    per chunk: t = dy's planes; dcol = W^T . t; col2im into dx
 **           dW: CG_WGROUPS groups of examples, each dWg += t . col^T chunk
 **           after chunk, then dW = their sum in group order (a second kernel)
+** In an evaluation program a 1x1 layer (stride 1, no padding) on maps of 128
+** positions or more is a GEMM per example straight from x into y, the bias and
+** the fused activation applied in place (conv2d_pointwise): no columns to copy.
 ** Grouped convolutions (w [O, C/groups, K, K]) run one GEMM per group on
 ** the group's rows of the same columns (im2col's rows are channel-major, so a
 ** group's are contiguous); dilation D spaces the taps D apart in im2col and
@@ -172,6 +175,17 @@ void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const ch
                "        }\n", O, O, nseg, seg, len, len, nseg, len, nseg, seg, len, len, shift);
 }
 
+/* Whether convolution id runs as a pointwise GEMM per example (cg_conv_chunked_forward): 1x1, stride 1, no
+   padding, groups or dilation, in an evaluation graph (no statistics summed), on at least 128 positions (a
+   GEMM of fewer columns is better batched, as the chunks do). MobileNetV2, one thread, batch 256: see
+   docs/benchmarks.md. */
+static bool pointwise_forward(const Lower *L, int id, const ConvGeom *G, int stats)
+{
+    (void)id;
+    return !L->g->training && stats < 0 && G->K == 1 && G->S == 1 && G->P == 0 && G->groups == 1 && G->D == 1 &&
+           (long)G->OH * G->OW >= 128;
+}
+
 /* x, w, bias? -> y: per chunk of examples, im2col into scratch, t[O, nb*P] = w . col
    (CBLAS, this thread), and y = t + bias (and a fused relu) */
 void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
@@ -189,6 +203,28 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
         /* per chunk and channel two doubles (4 floats); at most N chunks */
         L->part[stats] = cg_new_buf(L, BUF_WORK, dimn(4L * O), "BatchNorm partial sums", stats);
         b[nargs] = L->part[stats], names[nargs++] = "=part";
+    }
+    if (pointwise_forward(L, id, G, stats)) {
+        /* a 1x1 layer of an evaluation program on maps of at least 128 positions: each example's y = w . x
+           straight from x into y (im2col of a 1x1 layer is a copy, and t another), then the bias and the
+           fused activation in place while y is in cache */
+        Step *sp = cg_kernel(L, id, "conv2d_pointwise", dimn(1), nargs, b, names);
+        sp->heavy = sp->c_only = true;
+        cg_body(L, "    /* x [N, %d, %ld], w [%d, %d], y [N, %d, %ld]: per example y = w . x (CBLAS on this thread)%s */\n"
+                   "    FOR_EACH(n, N) {\n"
+                   "        float *yn = y + n * %ldL;\n"
+                   "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, %ld, %d, 1.0f, w, %d, x + n * %ldL, %ld, 0.0f, yn, %ld);\n",
+                C, P, O, C, O, P, bias || L->dec->node[id].act >= 0 ? ", then bias and activation in place" : "", (long)O * P, O, P, C, C,
+                (long)C * P, P, P);
+        if (bias || L->dec->node[id].act >= 0)
+            cg_body(L, "        for (int o = 0; o < %d; o++) {\n"
+                       "            float *yo = yn + o * %ldL;\n"
+                       "            const float b = %s;\n"
+                       "            for (int p = 0; p < %ld; p++) yo[p] = %s;\n"
+                       "        }\n", O, P, bias ? "bias[o]" : "0.0f", P, cg_conv_act(L, id, "yo[p] + b"));
+        cg_body(L, "    }\n");
+        cg_end_kernel(L);
+        return;
     }
     Step *st = cg_kernel(L, id, "conv2d_chunked", dimn(1), nargs, b, names);
     st->heavy = st->c_only = true;
