@@ -1396,7 +1396,7 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
         ConvGeom G = cg_conv_geom(g, id);   /* the layer's, for its gradients too: one choice per layer */
         ConvStrategy s = cg_conv_strategy(opt, G.C / G.groups, G.K, G.O, G.OW, G.S, G.P, G.H * G.W, G.OH * G.OW);
         if (G.groups > 1 || G.D > 1) s = grouped_strategy(opt, &G, s);
-        if (s == CONV_VECTOR && !g->training && opt->conv < 0 && G.K == 1 && G.S == 1 && (long)G.OH * G.OW >= 128 &&
+        if (s == CONV_VECTOR && !g->training && opt && opt->conv < 0 && G.K == 1 && G.S == 1 && (long)G.OH * G.OW >= 128 &&
             (double)G.C * G.OH * G.OW <= INT_MAX)
             s = CONV_CHUNKED;   /* an evaluation program's 1x1 layer: one GEMM per example, no columns (conv_chunked.c) */
         if (op == OP_CONV2D_BWD_X && s == CONV_VECTOR && opt && opt->conv < 0 && opt->cpu_only &&
