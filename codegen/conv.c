@@ -45,6 +45,7 @@
 */
 #include "lower_internal.h"
 #include <limits.h>
+#include <string.h>
 
 /* Where each op keeps x, w and y (dy for the gradients):
      conv2d         x = in[0], w = in[1], y = the node
@@ -138,6 +139,24 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
 const char *cg_conv_act(Lower *L, int id, const char *v)
 {
     return L->dec->node[id].act >= 0 ? cg_fused_act(L, id, v) : v;
+}
+
+const char *cg_conv_store(Lower *L, int id, const char *ptr, const char *idx, const char *val)
+{
+    const CgNode *d = &L->dec->node[id];
+    Arena *a = L->p->arena;
+    if (d->act_out < 0) return arena_printf(a, "%s[%s] = %s;", ptr, idx, cg_conv_act(L, id, val));
+    const char *at = strcmp(ptr, "y") ? arena_printf(a, "%s - y + %s", ptr, idx) : idx;
+    const char *keep = strcmp(val, arena_printf(a, "%s[%s]", ptr, idx)) ? arena_printf(a, " %s[%s] = v_;", ptr, idx) : "";
+    return arena_printf(a, "{ const float v_ = %s;%s ya[%s] = %s; }", val, keep, at, cg_fused_act(L, id, "v_"));
+}
+
+Step *cg_conv_kernel(Lower *L, int id, const char *what, Dim work, int nargs, const int *b, const char *const *names)
+{
+    CgArgs a = { 0 };
+    for (int k = 0; k < nargs; k++) cg_arg(L, &a, b[k], "%s", names[k]);
+    if (L->dec->node[id].act_out >= 0) cg_arg(L, &a, cg_out_buf(L, L->dec->node[id].act_out), "=ya");
+    return cg_kernel_args(L, id, what, work, &a);
 }
 
 /* ------------------------------------------------------- packing, shared by the strategies */
@@ -365,7 +384,7 @@ static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bo
         b[nargs] = cg_out_buf(L, pool);
         names[nargs++] = "=py";
     }
-    Step *st = cg_kernel(L, id, pool >= 0 ? "conv2d_rows_vec_pool" : "conv2d_rows_vec", dimn(OH / R), nargs, b, names);
+    Step *st = cg_conv_kernel(L, id, pool >= 0 ? "conv2d_rows_vec_pool" : "conv2d_rows_vec", dimn(OH / R), nargs, b, names);
     st->grain = (long)R * OW * C * K * K * O;
     st->c_only = true;
     cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride 1, no padding;\n"
@@ -411,8 +430,11 @@ static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bo
             for (int q = 0, off = 0; q < pieces; q++, off += 16)
                 cg_body(L, "        __builtin_memcpy(t[%d] + %d, &a%d_%d_%d, sizeof a%d_%d_%d);\n", r, off, r, o, q, r, o, q);
             cg_body(L, "        { float *yr = y + ((n * %d + %d) * %d + oy + %d) * %d;\n"
-                       "          for (int ox = 0; ox < %d; ox++) yr[ox] = t[%d][ox] = %s; }\n",
-                    O, o, OH, r, OW, OW, r, cg_conv_act(L, id, arena_printf(L->p->arena, "t[%d][ox]", r)));
+                       "          for (int ox = 0; ox < %d; ox++) %s }\n",
+                    O, o, OH, r, OW, OW,
+                    L->dec->node[id].act_out >= 0   /* a pool is fused only after ReLU, in place */
+                        ? cg_conv_store(L, id, "yr", "ox", arena_printf(L->p->arena, "t[%d][ox]", r))
+                        : arena_printf(L->p->arena, "yr[ox] = t[%d][ox] = %s;", r, cg_conv_act(L, id, arena_printf(L->p->arena, "t[%d][ox]", r))));
         }
         if (pool >= 0)   /* a ReLU's output: no NaN, plain maxima */
             cg_body(L, "        { float *pr = py + ((n * %d + %d) * %d + oy / 2) * %d;\n"
@@ -473,7 +495,7 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, D = G->D, OH = G->OH, OW = G->OW;
     int Og = O / C;
     long Wp = (long)W + 2 * P;
-    Step *st = cg_kernel(L, id, "conv2d_depthwise", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
+    Step *st = cg_conv_kernel(L, id, "conv2d_depthwise", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
     st->grain = (long)OH * OW * K * K;
     st->c_only = true;
     cg_body(L, "    /* x [N, %d, %d, %d], w [%d, 1, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d%s;\n"
@@ -494,9 +516,9 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
     cg_body(L, "            float *yr = yp + oy * %d;\n"
                "            for (int ox = 0; ox < %d; ox++) {\n"
                "                const float v = b0 + %s;\n"
-               "                yr[ox] = %s;\n"
+               "                %s\n"
                "            }\n        }\n    }\n",
-            OW, OW, window_sum(L, K, S, D, false), cg_conv_act(L, id, "v"));
+            OW, OW, window_sum(L, K, S, D, false), cg_conv_store(L, id, "yr", "ox", "v"));
     cg_end_kernel(L);
 }
 
@@ -609,7 +631,7 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
     const char *gx = group_base(L, G, "o"), *kyv = cg_dilated(L, "ky", D), *kxv = cg_dilated(L, "kx", D);
     if (P == 0 && K <= 7 && G->groups == 1 && D == 1) {
         /* No padding: a row of outputs gathers a whole row of taps (kx) per input row read. */
-        cg_kernel(L, id, "conv2d_rows", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain =
+        cg_conv_kernel(L, id, "conv2d_rows", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain =
             (long)OH * OW * C * K * K;
         cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, no padding;\n"
                    "       one (n, o) output plane per iteration, a row of outputs at a time */\n",
@@ -630,13 +652,13 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
         for (int j = 0; j < K; j++) cg_body(L, "%sw%d * xr[ox * %d + %d]", j ? " + " : "", j, S, j);
         cg_body(L, ";\n                }\n"
                    "            float *yr = y + (i * %d + oy) * %d;\n"
-                   "            for (int ox = 0; ox < %d; ox++) yr[ox] = %s;\n"
+                   "            for (int ox = 0; ox < %d; ox++) %s\n"
                    "        }\n    }\n", OH, OW, OW,
-                cg_conv_act(L, id, "acc[ox]"));
+                cg_conv_store(L, id, "yr", "ox", "acc[ox]"));
         cg_end_kernel(L);
         return;
     }
-    cg_kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain = (long)OH * OW * Cg * K * K;
+    cg_conv_kernel(L, id, "conv2d_direct", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" })->grain = (long)OH * OW * Cg * K * K;
     cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d%s;\n"
                "       one (n, o) output plane per iteration, accumulated in place */\n",
             C, H, W, O, Cg, K, K, O, OH, OW, S, P, cg_groups_dilation(L, G));
@@ -661,7 +683,7 @@ static void conv_direct_forward(Lower *L, int id, const ConvGeom *G)
     if (L->dec->node[id].relu_out)
         cg_body(L, "        for (int k = 0; k < %d; k++) yp[k] = yp[k] > 0.0f ? yp[k] : 0.0f;   /* fused relu */\n", OH * OW);
     else if (L->dec->node[id].act >= 0)
-        cg_body(L, "        for (int k = 0; k < %d; k++) yp[k] = %s;   /* fused %s */\n", OH * OW, cg_conv_act(L, id, "yp[k]"),
+        cg_body(L, "        for (int k = 0; k < %d; k++) %s   /* fused %s */\n", OH * OW, cg_conv_store(L, id, "yp", "k", "yp[k]"),
                 ir_op_name((Op)L->dec->node[id].act));
     cg_body(L, "    }\n");
     cg_end_kernel(L);
@@ -814,7 +836,7 @@ static void conv_vector_forward(Lower *L, int id, const ConvGeom *G)
     bool bias = n->nin == 3;
     int wt = transposed_weights(L, id, n->in[1]);
     int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), wt, bias ? buf_of(L, n->in[2]) : -1 };
-    cg_kernel(L, id, "conv2d_vector", dimn(OH), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "wt", "bias" })->grain =
+    cg_conv_kernel(L, id, "conv2d_vector", dimn(OH), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "wt", "bias" })->grain =
         (long)OW * O * C * K * K;
     cg_body(L, "    /* x [N, %d, %d, %d], wt [%d*%d*%d, %d], y [N, %d, %d, %d]; stride %d, no padding;\n"
                "       one output row (n, oy) per iteration, all %d output channels at once, %d columns per block */\n",
@@ -841,8 +863,7 @@ static void conv_vector_forward(Lower *L, int id, const ConvGeom *G)
                "            for (int o = 0; o < %d; o++) {\n"
                "                float *yr = y + ((n * %d + o) * %d + oy) * %d + ox0;\n", O, O, OH, OW);
     for (int j = 0; j < B; j++)
-        cg_body(L, "                yr[%d] = %s;\n", j,
-                cg_conv_act(L, id, arena_printf(L->p->arena, "a%d[o]", j)));
+        cg_body(L, "                %s\n", cg_conv_store(L, id, "yr", arena_printf(L->p->arena, "%d", j), arena_printf(L->p->arena, "a%d[o]", j)));
     cg_body(L, "            }\n        }\n    }\n");
     cg_end_kernel(L);
 }
@@ -943,22 +964,22 @@ static void conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
     bool bias = n->nin == 3;
     int b[3] = { y, t, bias ? buf_of(L, n->in[2]) : -1 };
     if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
-        cg_kernel(L, id, "conv2d_unpack", cg_rows_work(dimn(O), P), bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" });
+        cg_conv_kernel(L, id, "conv2d_unpack", cg_rows_work(dimn(O), P), bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" });
         cg_body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld]; one element per iteration, (n, o) planes */\n", O, P, O, P);
         cg_rows_body(L, dimn(O), P, arena_printf(L->p->arena, "        long n = row / %d, o = row %% %d;\n", O, O),
-                     arena_printf(L->p->arena, "{ float v = t[(o * N + n) * %ldL + at] + %s; y[row * %ldL + at] = %s; }", P,
-                                  bias ? "bias[o]" : "0.0f", P, cg_conv_act(L, id, "v")));
+                     arena_printf(L->p->arena, "{ float v = t[(o * N + n) * %ldL + at] + %s; %s }", P,
+                                  bias ? "bias[o]" : "0.0f", cg_conv_store(L, id, "y", arena_printf(L->p->arena, "row * %ldL + at", P), "v")));
         cg_end_kernel(L);
         return;
     }
-    cg_kernel(L, id, "conv2d_unpack", dimn(O), bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" })->grain = P;
+    cg_conv_kernel(L, id, "conv2d_unpack", dimn(O), bias ? 3 : 2, b, (const char *const[]){ "=y", "t", "bias" })->grain = P;
     cg_body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld]; one (n, o) plane per iteration */\n", O, P, O, P);
     cg_body(L, "    FOR_EACH(i, %s) {\n        long n = i / %d, o = i %% %d;\n"
                "        const float *src = t + (o * N + n) * %ld;\n        float *dst = y + i * %ld;\n"
                "        const float b = %s;\n"
-               "        for (int p = 0; p < %ld; p++) dst[p] = %s;\n    }\n",
+               "        for (int p = 0; p < %ld; p++) %s\n    }\n",
             cg_work_str(L, dimn(O)), O, O, P, P, bias ? "bias[o]" : "0.0f", P,
-            cg_conv_act(L, id, "src[p] + b"));
+            cg_conv_store(L, id, "dst", "p", "src[p] + b"));
     cg_end_kernel(L);
 }
 /* dy, x -> dw[O, CKK] = dyt . col^T (GEMM), with the forward's columns or new ones */
@@ -1168,21 +1189,21 @@ static void conv_dense_forward(Lower *L, int id, const ConvGeom *G)
     if (!bias && !act) return;
     int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
     if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
-        cg_kernel(L, id, "conv2d_dense_epilogue", cg_rows_work(dimn(G->O), P), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" });
+        cg_conv_kernel(L, id, "conv2d_dense_epilogue", cg_rows_work(dimn(G->O), P), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" });
         cg_body(L, "    /* y is [N, %d, %ld]; an element per iteration */\n", G->O, P);
         cg_rows_body(L, dimn(G->O), P, arena_printf(L->p->arena, "        float *yp = y + row * %ldL + at;\n", P),
-                     arena_printf(L->p->arena, "float v = *yp + %s; *yp = %s;",
+                     arena_printf(L->p->arena, "float v = *yp + %s; %s",
                                   bias ? arena_printf(L->p->arena, "bias[row %% %d]", G->O) : "0.0f",
-                                  cg_conv_act(L, id, "v")));
+                                  cg_conv_store(L, id, "yp", "0", "v")));
         cg_end_kernel(L);
         return;
     }
-    cg_kernel(L, id, "conv2d_dense_epilogue", dimn(G->O), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" })->grain = P;
+    cg_conv_kernel(L, id, "conv2d_dense_epilogue", dimn(G->O), bias ? 2 : 1, b, (const char *const[]){ "=y", "bias" })->grain = P;
     cg_body(L, "    /* y is [N, %d, %ld]; one (n, o) plane per iteration */\n", G->O, P);
     cg_body(L, "    FOR_EACH(i, %s) {\n        float *yp = y + i * %ld;\n        const float b = %s;\n"
-               "        for (int p = 0; p < %ld; p++) { float v = yp[p] + b; yp[p] = %s; }\n    }\n",
+               "        for (int p = 0; p < %ld; p++) { float v = yp[p] + b; %s }\n    }\n",
             cg_work_str(L, dimn(G->O)), P, bias ? arena_printf(L->p->arena, "bias[i %% %d]", G->O) : "0.0f", P,
-            cg_conv_act(L, id, "v"));
+            cg_conv_store(L, id, "yp", "p", "v"));
     cg_end_kernel(L);
 }
 

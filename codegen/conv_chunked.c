@@ -208,7 +208,7 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
         /* a 1x1 layer of an evaluation program on maps of at least 128 positions: each example's y = w . x
            straight from x into y (im2col of a 1x1 layer is a copy, and t another), then the bias and the
            fused activation in place while y is in cache */
-        Step *sp = cg_kernel(L, id, "conv2d_pointwise", dimn(1), nargs, b, names);
+        Step *sp = cg_conv_kernel(L, id, "conv2d_pointwise", dimn(1), nargs, b, names);
         sp->heavy = sp->c_only = true;
         cg_body(L, "    /* x [N, %d, %ld], w [%d, %d], y [N, %d, %ld]: per example y = w . x (CBLAS on this thread)%s */\n"
                    "    FOR_EACH(n, N) {\n"
@@ -220,13 +220,13 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
             cg_body(L, "        for (int o = 0; o < %d; o++) {\n"
                        "            float *yo = yn + o * %ldL;\n"
                        "            const float b = %s;\n"
-                       "            for (int p = 0; p < %ld; p++) yo[p] = %s;\n"
-                       "        }\n", O, P, bias ? "bias[o]" : "0.0f", P, cg_conv_act(L, id, "yo[p] + b"));
+                       "            for (int p = 0; p < %ld; p++) %s\n"
+                       "        }\n", O, P, bias ? "bias[o]" : "0.0f", P, cg_conv_store(L, id, "yo", "p", "yo[p] + b"));
         cg_body(L, "    }\n");
         cg_end_kernel(L);
         return;
     }
-    Step *st = cg_kernel(L, id, "conv2d_chunked", dimn(1), nargs, b, names);
+    Step *st = cg_conv_kernel(L, id, "conv2d_chunked", dimn(1), nargs, b, names);
     st->heavy = st->c_only = true;
     cg_body(L, "    /* x [N, %d, %d, %d], w [%d, %d*%d*%d], y [N, %d, %d, %d]; stride %d, padding %d%s.\n"
                "       %d examples per iteration: their columns col[%ld, nb*%ld] (in cache), t = w . col\n"
@@ -249,10 +249,10 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                "                const float *src = t + o * ld + j * %ldL;\n"
                "                float *dst = y + ((n0 + j) * %d + o) * %ldL;\n"
                "                const float b = %s;\n"
-               "                for (int p = 0; p < %ld; p++) dst[p] = %s;\n"
+               "                for (int p = 0; p < %ld; p++) %s\n"
                "            }\n",
             O, P, O, P, bias ? "bias[o]" : "0.0f", P,
-            cg_conv_act(L, id, "src[p] + b"));
+            cg_conv_store(L, id, "dst", "p", "src[p] + b"));
     if (stats >= 0)   /* each channel's row of t (nb*P values, in cache); the bias shifts the mean only */
         cg_chunk_stats(L, O, "t + o * ld", "1", "ld", bias ? "bias[o]" : "0.0");
     cg_body(L, "    }\n    free(col);\n");

@@ -5,8 +5,8 @@
 **
 **   ReLU and its gradient: folded into the kernel before them, whose buffer
 **   the fused node shares (cg_fuse's comment lists the pairs). Every other
-**   activation after a linear layer, a BatchNorm, an add, a mul or a sub:
-**   applied in that kernel's epilogue. Where the gradient reads the output
+**   activation after a convolution, a linear layer, a BatchNorm, an add, a
+**   mul or a sub: applied in that kernel's epilogue. Where the gradient reads the output
 **   (ReLU6, sigmoid, tanh: MobileNetV2's BatchNorm + ReLU6) or nothing reads
 **   the input again (an evaluation program), in place; where it reads the
 **   input (hardswish, SiLU, GELU, ELU, ...), the epilogue stores both, the
@@ -144,12 +144,25 @@ bool cg_plane_indexable(const Shape *s, const Shape *out)
 }
 
 /* Whether node x's kernel ends in an epilogue an activation can be folded
-   into: a linear layer's bias, a BatchNorm's store, a sum of two, a product
-   or a difference (broadcast or not). */
+   into: a convolution's store (every form's: cg_conv_store), a linear layer's
+   bias, a BatchNorm's store, a sum of two, a product or a difference
+   (broadcast or not). */
 static bool act_producer(const Graph *g, int x)
 {
     Op op = g->nodes[x].op;
-    return op == OP_LINEAR || op == OP_BN_APPLY || ((op == OP_ADD || op == OP_MUL || op == OP_SUB) && g->nodes[x].nin == 2);
+    return op == OP_LINEAR || op == OP_BN_APPLY || op == OP_CONV2D || ((op == OP_ADD || op == OP_MUL || op == OP_SUB) && g->nodes[x].nin == 2);
+}
+
+/* The node whose kernel would apply activation a to x: x itself, or, where x is a
+   reshape that only a (and a's gradients) read, the reshape's input (a BatchNorm1d's
+   [N, C, 1, 1] output seen as [N, C]): a view's elements are its input's, in order. */
+static int through_view(const Graph *g, int x, int a)
+{
+    if (g->nodes[x].op != OP_RESHAPE) return x;
+    for (int id = x + 1; id < g->n; id++)
+        for (int k = 0; k < g->nodes[id].nin; k++)
+            if (g->nodes[id].in[k] == x && id != a && g->nodes[id].op != ir_activation_grad(g->nodes[a].op)) return x;
+    return g->nodes[x].in[0];
 }
 
 /* Whether x's users are the activation a and a's gradients reading x (their input 0). */
@@ -185,8 +198,8 @@ static bool ew_into_add_fits(const Graph *g, const CgDecisions *d, int m, const 
      mul, sub -> relu          the same
      linear, bn_apply, add, mul, sub -> any other activation
                                the store applies it, in place or beside (act, act_out)
-     conv2d -> any other activation, in an evaluation graph
-                               the convolution's store applies it, in place
+     conv2d -> any other activation
+                               the convolution's store applies it, in place or beside
      mul, sub -> add           the add computes the product as it reads (ew_into_add)
      maxpool2d_grad -> relu_grad(y = the pool's input)
                                the pool gradient is routed only where y > 0
@@ -203,9 +216,8 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
     for (int id = 0; opt->fuse && id < g->n; id++) {
         const Node *n = &g->nodes[id];
         if (n->op == OP_RELU) {
-            int x = n->in[0];
-            Op op = g->nodes[x].op;
-            if ((op == OP_CONV2D || act_producer(g, x)) && uses[x] == 1) {
+            int x = through_view(g, n->in[0], id);
+            if (act_producer(g, x) && uses[x] == 1) {
                 d->node[id].fused = x;
                 d->node[x].relu_out = true;
                 d->node[x].act = OP_RELU;
@@ -213,22 +225,19 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
             }
         } else if (ir_activation_grad(n->op) != OP_COUNT) {
             /* every other activation, where the kernel before it ends in a simple
-               epilogue (a linear layer's bias, a BatchNorm's store, a sum, product or
-               difference): applied in that epilogue. Alone in reading the producer's
+               epilogue (a convolution's store, a linear layer's bias, a BatchNorm's
+               store, a sum, product or difference): applied in that epilogue. Alone in reading the producer's
                output (an evaluation program, or a gradient that reads y), it is
                applied in place: the input is never written. Otherwise its gradients
                read the input: the epilogue stores both, the input and the activation
                in a buffer of its own, one pass where two kernels made three. */
-            int x = n->in[0];
-            /* a convolution's store too, where nothing reads its output but the activation
-               (an evaluation graph: BatchNorm folded into it, ir_infer, then ReLU6, SiLU, ...) */
-            bool conv = g->nodes[x].op == OP_CONV2D && !g->training && uses[x] == 1;
-            if ((!act_producer(g, x) && !conv) || d->node[x].act >= 0) continue;
-            if (uses[x] == 1) {
+            int v = n->in[0], x = through_view(g, v, id);   /* x == v, or a reshape v between */
+            if (!act_producer(g, x) || d->node[x].act >= 0 || (x != v && uses[x] != 1)) continue;
+            if (uses[v] == 1) {
                 d->node[id].fused = x;
                 d->node[x].act = (int)n->op;
                 d->node[x].act_node = id;
-            } else if (only_grads_read(g, x, id, uses)) {
+            } else if (only_grads_read(g, v, id, uses)) {
                 d->node[id].fused = x;
                 d->node[x].act = (int)n->op;
                 d->node[x].act_node = id;

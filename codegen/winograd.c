@@ -162,6 +162,20 @@ static void scratch(Lower *L, const ConvGeom *G, const char *fn, int cin, int co
             16 * (vs + ms) + Hp * Wp + HB + 4 * T, fn, 16 * vs, 16 * ms, Hp * Wp, HB, Hp * Wp + HB + 4 * T);
 }
 
+/* The output transform's store of a 2x2 tile's values val[4] at ptr (the tile's top left
+   on a plane W wide); on a map of odd size, only the parts on the map (rx, ry). */
+static void tile_store(Lower *L, const char *ptr, const char *val, bool odd, int W)
+{
+    if (odd)
+        cg_body(L, "                        %s[0] = %s[0];\n"
+                   "                        if (rx) %s[1] = %s[1];\n"
+                   "                        if (ry) { %s[%d] = %s[2]; if (rx) %s[%d] = %s[3]; }\n",
+                ptr, val, ptr, val, ptr, W, val, ptr, W + 1, val);
+    else
+        cg_body(L, "                        %s[0] = %s[0]; %s[1] = %s[1]; %s[%d] = %s[2]; %s[%d] = %s[3];\n", ptr, val, ptr, val, ptr, W, val,
+                ptr, W + 1, val);
+}
+
 /* The forward (transposed: the input gradient): src [N, cin, H, W] -> dst [N,
    cout, H, W] through u (the forward's, [16, O, C]). */
 static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
@@ -183,7 +197,8 @@ static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
         L->part[stats] = cg_new_buf(L, BUF_WORK, dimn(4L * O), "BatchNorm partial sums", stats);
         b[nargs] = L->part[stats], names[nargs++] = "=part";
     }
-    Step *st = cg_kernel(L, id, transposed ? "conv2d_grad_x_winograd" : "conv2d_winograd", dimn(1), nargs, b, names);
+    Step *st = transposed ? cg_kernel(L, id, "conv2d_grad_x_winograd", dimn(1), nargs, b, names)
+                          : cg_conv_kernel(L, id, "conv2d_winograd", dimn(1), nargs, b, names);
     st->heavy = st->c_only = true;
     const char *dst = transposed ? "dx" : "y";
     cg_body(L, "    /* %s [N, %d, %d, %d] -> %s [N, %d, %d, %d]: 3x3, stride 1, padding 1 as F(2x2, 3x3);\n"
@@ -243,22 +258,20 @@ static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
             cout, dst, cout, HW, T, bias ? "bias[o]" : "0.0f", T, T, T, TH, TW, TW);
     if (relu)
         cg_body(L, "                        for (int k = 0; k < 4; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;   /* fused relu */\n");
-    else if (!transposed && L->dec->node[id].act >= 0)
-        cg_body(L, "                        for (int k = 0; k < 4; k++) v[k] = %s;   /* fused %s */\n", cg_conv_act(L, id, "v[k]"),
-                ir_op_name((Op)L->dec->node[id].act));
+    bool beside = !transposed && L->dec->node[id].act_out >= 0;   /* the activation into ya, v kept in y */
+    if (!transposed && L->dec->node[id].act >= 0 && !relu)
+        cg_body(L, "                        %sfor (int k = 0; k < 4; k++) %s[k] = %s;   /* fused %s%s */\n", beside ? "float va[4];\n                        " : "",
+                beside ? "va" : "v", cg_conv_act(L, id, "v[k]"), ir_op_name((Op)L->dec->node[id].act), beside ? ", stored beside its input" : "");
+    cg_body(L, "                        float *yo = yp + 2 * ty * %d + 2 * tx;\n", W);
     if (odd)
-        cg_body(L, "                        float *yo = yp + 2 * ty * %d + 2 * tx;\n"
-                   "                        const int ry = 2 * ty + 1 < %d, rx = 2 * tx + 1 < %d;   /* the tile's second row, column on the map */\n"
-                   "                        yo[0] = v[0];\n"
-                   "                        if (rx) yo[1] = v[1];\n"
-                   "                        if (ry) { yo[%d] = v[2]; if (rx) yo[%d] = v[3]; }\n"
-                   "                    }\n"
-                   "            }\n", W, H, W, W, W + 1);
-    else
-        cg_body(L, "                        float *yo = yp + 2 * ty * %d + 2 * tx;\n"
-                   "                        yo[0] = v[0]; yo[1] = v[1]; yo[%d] = v[2]; yo[%d] = v[3];\n"
-                   "                    }\n"
-                   "            }\n", W, W, W + 1);
+        cg_body(L, "                        const int ry = 2 * ty + 1 < %d, rx = 2 * tx + 1 < %d;   /* the tile's second row, column on the map */\n",
+                H, W);
+    tile_store(L, "yo", "v", odd, W);
+    if (beside) {
+        cg_body(L, "                        float *ao = ya + (yo - y);\n");
+        tile_store(L, "ao", "va", odd, W);
+    }
+    cg_body(L, "                    }\n            }\n");
     if (stats >= 0)   /* each channel's nb planes of y, in cache */
         cg_chunk_stats(L, O, arena_printf(L->p->arena, "y + ((n0 + j) * %dL + o) * %ldL", O, HW), "nb",
                        arena_printf(L->p->arena, "%ldL", HW), "0.0");

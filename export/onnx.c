@@ -300,7 +300,7 @@ static const char *no_onnx_form(Op op)
     case OP_INPUT: case OP_PARAM: case OP_STATE:
     case OP_CONV2D: case OP_LINEAR: case OP_BN_EVAL_STATS: case OP_BN_APPLY: case OP_LN_STATS: case OP_LN_APPLY:
     case OP_RELU: case OP_SIGMOID: case OP_TANH: case OP_LEAKY_RELU: case OP_SILU: case OP_GELU: case OP_GELU_TANH:
-    case OP_RELU6: case OP_HARDSIGMOID: case OP_HARDSWISH: case OP_ELU:
+    case OP_RELU6: case OP_HARDSIGMOID: case OP_HARDSWISH: case OP_ELU: case OP_MISH:
     case OP_MAXPOOL: case OP_AVGPOOL: case OP_GAP: case OP_GLOBAL_MAXPOOL: case OP_UPSAMPLE: case OP_ADAPTIVE_AVGPOOL:
     case OP_RESHAPE: case OP_CONCAT: case OP_ADD: case OP_MUL: case OP_SUB:
         return NULL;
@@ -433,6 +433,12 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
     case OP_SILU: {   /* x * Sigmoid(x) */
         if (!ins(o, n, 1, v)) return -1;
         binary(o, "Mul", out, v[0], unary(o, "Sigmoid", step(o, out, "sigmoid"), v[0], n), n);
+        return 0;
+    }
+    case OP_MISH: {   /* x * Tanh(Softplus(x)): Mish is opset 18's */
+        if (!ins(o, n, 1, v)) return -1;
+        const char *sp = unary(o, "Softplus", step(o, out, "softplus"), v[0], n);
+        binary(o, "Mul", out, v[0], unary(o, "Tanh", step(o, out, "tanh"), sp, n), n);
         return 0;
     }
     case OP_GELU: {   /* 0.5 x (1 + Erf(x / sqrt 2)): opset 17 has no Gelu */

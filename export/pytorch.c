@@ -328,6 +328,7 @@ static const char *activation(Py *p, const Node *n, const char *x)
     case OP_RELU6: return arena_printf(p->a, "F.relu6(%s)", x);
     case OP_HARDSIGMOID: return arena_printf(p->a, "F.hardsigmoid(%s)", x);
     case OP_HARDSWISH: return arena_printf(p->a, "F.hardswish(%s)", x);
+    case OP_MISH: return arena_printf(p->a, "F.mish(%s)", x);
     case OP_ELU: return arena_printf(p->a, "F.elu(%s, %s)", x, py_float(p, n->attr.alpha));
     default: return NULL;
     }

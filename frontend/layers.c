@@ -172,6 +172,7 @@ const Layer fe_layers[] = {
     { "elu", false, 1, { FLOAT_ARG("alpha", 1.0, 0, true, 100, false) }, build_activation, "`x > 0 ? x : alpha * (exp(x) - 1)`" },
     { "gelu", false, 0, { { 0 } }, build_activation, "`x * Phi(x)`, the exact form (PyTorch's `GELU()`)" },
     { "gelu_tanh", false, 0, { { 0 } }, build_activation, "the tanh approximation (PyTorch's `GELU(approximate=\"tanh\")`)" },
+    { "mish", false, 0, { { 0 } }, build_activation, "`x * tanh(log(1 + exp(x)))`" },
     { "maxpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },
       build_maxpool2d, "input `[N, C, H, W]`; padding <= kernel / 2" },
     { "avgpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },

@@ -102,6 +102,7 @@ lane_b() {
     suite export_refuse sh -c "make -s build/unit_export_py && ./build/unit_export_py"   # the PyTorch export's refusals
     suite bad bash tests/bad.sh
     suite golden bash tests/golden.sh
+    suite fusion bash tests/fusion.sh   # no activation kernel of its own where a producer's store can apply it
     suite cli bash tests/cli.sh
     suite dp bash tests/dp.sh
     suite hardening bash tests/hardening.sh

@@ -70,6 +70,10 @@ def hardswish():
     return nn.Hardswish()
 
 
+def mish():
+    return nn.Mish()
+
+
 def elu(alpha=1.0):
     return nn.ELU(alpha)
 
@@ -237,6 +241,25 @@ class OpFusedAct(nn.Module):
         v = F.leaky_relu(u * u, 0.1)
         w = F.relu(v - t)
         return self.fc(F.gelu(self.fc1(w.flatten(1)), approximate="tanh"))
+
+
+class OpConvAct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2, self.c3 = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3), nn.Conv2d(8, 8, 1)
+        self.c4, self.c5 = nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.Conv2d(8, 16, 3, padding=1)
+        self.c6, self.c7 = nn.Conv2d(16, 16, 3, padding=1), nn.Conv2d(16, 16, 3)
+        self.c8, self.c9 = nn.Conv2d(16, 8, 1, bias=False), nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.c10, self.c11 = nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = F.gelu(self.c2(F.silu(self.c1(x))))
+        x = F.elu(self.c4(F.hardswish(self.c3(x))), 0.5)
+        x = F.gelu(self.c6(F.leaky_relu(self.c5(x), 0.1)), approximate="tanh")
+        x = F.hardsigmoid(self.c8(F.relu6(self.c7(x))))
+        x = torch.tanh(self.c10(torch.sigmoid(self.c9(x))))
+        return self.fc(F.mish(self.c11(x)).flatten(1))
 
 
 class OpConcat(nn.Module):
@@ -458,6 +481,7 @@ BUILDERS = {
     "tests/nets/op_mul_sub.net": (OpMulSub, (3, 6, 6)),
     "tests/nets/op_concat.net": (OpConcat, (3, 6, 6)),
     "tests/nets/op_fused_act.net": (OpFusedAct, (3, 6, 6)),
+    "tests/nets/op_conv_act.net": (OpConvAct, (3, 12, 12)),
     "tests/nets/op_resample.net": (OpResample, (3, 7, 5)),
     "tests/nets/op_conv_groups.net": (op_conv_groups, (4, 9, 8)),
     "tests/nets/op_conv_groups_wide.net": (op_conv_groups_wide, (8, 6, 6)),
@@ -466,6 +490,7 @@ BUILDERS = {
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
     "tests/nets/op_hardswish.net": (op_act2(hardswish), (3, 6, 6)),
+    "tests/nets/op_mish.net": (op_act2(mish), (3, 6, 6)),
     "tests/nets/op_elu.net": (op_act2(lambda: elu(0.7)), (3, 6, 6)),
     "tests/nets/op_maxpool.net": (op_maxpool, (3, 9, 9)),
     "tests/nets/op_avgpool.net": (op_avgpool, (3, 9, 9)),

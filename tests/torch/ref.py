@@ -903,6 +903,11 @@ def cases():
                        # bf16: at batch 4 MobileNetV2's gradients in bf16 are noise (the
                        # emulated policy's 100% from float64, autocast cannot run it)
                        bf16=name != "mobilenetv2"))
+    # nets written from the docs by the fusion work (an EfficientNet-like and a ConvNeXt-like
+    # one: every activation after a convolution fused into its store)
+    for name in ("efficientnet", "convnext"):
+        cs.append(dict(kind="compare", name="like_" + name, net=f"tests/nets/like/{name}.net", batch=4,
+                       seed=460 + len(name), steps=2, lr=0.05, momentum=0.9, wd=5e-4, tol=1e-4, real=False))
     cs.append(dict(kind="fd", name="fd_smooth", net="tests/nets/smooth.net", batch=4, seed=11,
                    n_x=2, n_p=3, h=1e-2, n_dirs=3, dl=2e-3, h_max=5e-2, rtol=1e-2, atol=1e-4))
     cs.append(dict(kind="fd", name="fd_small_resnet", net="tests/nets/small_resnet.net", batch=4,

@@ -277,10 +277,68 @@ def resnet9(classes=10, in_channels=1, width=24, label_smoothing=0.1):
 
 # net file -> (builder, its parameters' defaults' input size): the input is
 # [in_channels, size, size] (28 for the nets without a size parameter)
+class MBConv(nn.Module):
+    """tests/nets/like/efficientnet.net's block: expansion, depthwise, SE gate (SiLU, hardsigmoid), projection"""
+
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        h = cin * expand
+        self.expand_conv, self.bn1 = nn.Conv2d(cin, h, 1, bias=False), nn.BatchNorm2d(h)
+        self.dw, self.bn2 = nn.Conv2d(h, h, 3, stride, 1, groups=h, bias=False), nn.BatchNorm2d(h)
+        self.se_reduce, self.se_expand = nn.Conv2d(h, cin // 4, 1), nn.Conv2d(cin // 4, h, 1)
+        self.project, self.bn3 = nn.Conv2d(h, cout, 1, bias=False), nn.BatchNorm2d(cout)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = F.silu(self.bn2(self.dw(F.silu(self.bn1(self.expand_conv(x))))))
+        s = F.hardsigmoid(self.se_expand(F.silu(self.se_reduce(F.adaptive_avg_pool2d(y, 1)))))
+        y = self.bn3(self.project(y * s))
+        return y + x if self.residual else y
+
+
+def efficientnet_like(classes=10, in_channels=1):
+    cfg = [(16, 1), (24, 2), (24, 1), (40, 2), (40, 1)]
+    layers = [("stem", nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False)), ("stem_bn", nn.BatchNorm2d(16)), Lambda(F.silu)]
+    c = 16
+    for i, (cout, stride) in enumerate(cfg):
+        layers.append((f"b{i + 1}", MBConv(c, cout, stride, 4)))
+        c = cout
+    return Named(*layers, ("head", nn.Conv2d(c, 128, 1, bias=False)), ("head_bn", nn.BatchNorm2d(128)), Lambda(F.silu),
+                 gap(), flatten(), ("fc", nn.Linear(128, classes)))
+
+
+class ChannelNorm(nn.LayerNorm):
+    """LayerNorm over the channels of [N, C, H, W] at each position (mgc's layernorm on 4-D input)."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class ConvNeXtBlock(nn.Module):
+    """tests/nets/like/convnext.net's block: depthwise 7x7, LayerNorm, 1x1 by 4 with GELU, 1x1, the input added"""
+
+    def __init__(self, c):
+        super().__init__()
+        self.dw, self.ln = nn.Conv2d(c, c, 7, padding=3, groups=c), ChannelNorm(c)
+        self.pw1, self.pw2 = nn.Conv2d(c, 4 * c, 1), nn.Conv2d(4 * c, c, 1)
+
+    def forward(self, x):
+        return self.pw2(F.gelu(self.pw1(self.ln(self.dw(x))))) + x
+
+
+def convnext_like(classes=10, in_channels=1):
+    return Named(("stem", nn.Conv2d(in_channels, 32, 2, 2)), ("stem_ln", ChannelNorm(32)),
+                 ("s1a", ConvNeXtBlock(32)), ("s1b", ConvNeXtBlock(32)),
+                 ("down", nn.Conv2d(32, 64, 2, 2)), ("down_ln", ChannelNorm(64)),
+                 ("s2a", ConvNeXtBlock(64)), ("s2b", ConvNeXtBlock(64)),
+                 gap(), flatten(), ("fc", nn.Linear(64, classes)))
+
+
 NETS = {
     "nets/bn_lenet.net": bn_lenet, "nets/alexnet.net": alexnet, "nets/vgg11.net": vgg11, "nets/nin.net": nin,
     "nets/googlenet.net": googlenet, "nets/densenet.net": densenet, "nets/mobilenetv2.net": mobilenetv2,
     "nets/se_resnet.net": se_resnet, "nets/resnext.net": resnext, "nets/resnet9.net": resnet9,
+    "tests/nets/like/efficientnet.net": efficientnet_like, "tests/nets/like/convnext.net": convnext_like,
 }
 
 
