@@ -28,12 +28,17 @@ static void check_callee(Checker *C, const Ast *e)
     for (FeDef *d = E->defs; d && n < 64 + 256; d = d->next)
         if (!d->is_net) cands[n++] = d->name;
     const char *s = fe_suggest(e->name, cands, n);
-    if (s)
+    if (s) {
         diag_at(E->d, e->name_loc, "unknown layer '%s'; did you mean '%s'?", e->name, s);
-    else
-        diag_at(E->d, e->name_loc, "unknown layer '%s'; expected a built-in layer (conv2d, linear, "
-                "batchnorm2d, relu, sigmoid, tanh, maxpool2d, avgpool2d, global_avgpool, flatten, "
-                "dropout, add, softmax_cross_entropy) or a block defined in this file", e->name);
+    } else {
+        /* every built-in layer, from the layer table (mgc --list-layers says their arguments) */
+        char list[1024];
+        size_t len = 0;
+        for (int i = 0; i < fe_nlayers && len < sizeof list; i++)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", fe_layers[i].name);
+        diag_at(E->d, e->name_loc, "unknown layer '%s'; expected a built-in layer (%s; mgc --list-layers) or a block defined in this file",
+                e->name, list);
+    }
     C->errors++;
 }
 

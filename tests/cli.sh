@@ -122,6 +122,11 @@ MGC_PROFILE=0 MGC_CONV= expect env-defaults 0 "kernel k0_" -- $L --emit kernels
 # a graph launch (1 us) each. The model named must be one mgc knows.
 expect gpu-model-bad 2 "--gpu-model expects one of h200, h100, got 'a100'" -- $L --emit kernels --gpus 1 --gpu-model a100
 # an option of one printout, given without it, is refused with the fix (it was ignored)
+# an unknown layer far from every name: the message lists every built-in layer (--list-layers' table)
+"$MGC" tests/bad/unknown_layer_far.net > "$tmp/out" 2>&1
+missing=$("$MGC" --list-layers | sed -n 's/^| `\([a-z0-9_]*\)`.*/\1/p' | while read -r l; do grep -q "[(, ]$l[,;]" "$tmp/out" || echo "$l"; done)
+[ -z "$missing" ] && [ "$("$MGC" --list-layers | grep -c '^| `')" -gt 25 ] && { ok "unknown layer: the message names all $("$MGC" --list-layers | grep -c '^| `') layers"; } ||
+    bad "unknown layer: the message lacks: $missing"
 expect gpu-model-alone 2 "--gpu-model applies to --emit kernels on GPUs (--gpus N) and --emit cuda" -- $L --epochs 0 --gpu-model h100
 expect gpu-model-cpu 2 "add --emit kernels --gpus N" -- $L --emit kernels --gpu-model h100
 expect gpu-model-cuda 0 "steps of the training program of lenet" -- $L --emit cuda --gpu-model h100
