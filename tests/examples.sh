@@ -36,6 +36,7 @@ else
     echo "skip export_onnx: no onnxruntime in .venv (bash .ci/setup makes it)"
 fi
 run export_pytorch "the same predictions as mgc predict: 1000 of 1000" bash examples/export_pytorch.sh
+run export_c "the same predictions as mgc predict: 1000 of 1000" bash examples/export_c.sh
 # predict: the checkpoint's accuracy by evaluate and by predict's predictions, the same
 run predict "index,pred,label" bash examples/predict.sh
 ev=$(sed -n 's/^test acc \([0-9.]*\) .*/\1/p' "$tmp/out") pr=$(sed -n 's/^accuracy \([0-9.]*\) .*/\1/p' "$tmp/out")
