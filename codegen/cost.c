@@ -187,6 +187,30 @@ static const char *few_blocks_why(Arena *a, const Step *s, const StepCost *c, lo
                            "it costs its launch", work, work == 1 ? "" : "s", two);
 }
 
+/* The ten costliest kernels and GEMMs of p (their costs c), fp32, and their share of the step. */
+static void print_costliest(const Program *p, const StepCost *c, double graph32, FILE *out)
+{
+    int top[10], nt = 0, ns = p->nsteps;
+    for (; nt < 10; nt++) {
+        int best = -1;
+        for (int k = 0; k < ns; k++) {
+            if (p->steps[k].kind != STEP_KERNEL && p->steps[k].kind != STEP_GEMM) continue;
+            bool taken = false;
+            for (int i = 0; i < nt && !taken; i++) taken = top[i] == k;
+            if (!taken && (best < 0 || c[k].s32 > c[best].s32)) best = k;
+        }
+        if (best < 0) break;
+        top[nt] = best;
+    }
+    fprintf(out, "  the %d costliest steps (fp32):", nt);
+    for (int i = 0; i < nt; i++) {
+        const Step *s = &p->steps[top[i]];
+        fprintf(out, "%s step %d %s %.1f us (%.0f%%)", i ? "," : "", top[i], s->kind == STEP_KERNEL ? s->fn : "gemm", c[top[i]].s32 * 1e6,
+                graph32 > 0 ? 100 * c[top[i]].s32 / graph32 : 0);
+    }
+    fprintf(out, "\n");
+}
+
 void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replicas, long train_examples, FILE *out)
 {
     Arena *a = p->arena;
@@ -249,26 +273,7 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
         fprintf(out, "  with the GEMMs alone on the tensor cores (every tensor fp32): step %.2f ms, epoch %.2f s; bf16 above is autocast's "
                      "storage (activations and gradients in bf16); --emit kernels --precision bf16 predicts mgc's bf16 as it runs\n",
                 graphmgc * 1e3, graphmgc * (double)steps);
-    /* the ten costliest steps, fp32 */
-    int top[10], nt = 0;
-    for (; nt < 10; nt++) {
-        int best = -1;
-        for (int k = 0; k < ns; k++) {
-            if (p->steps[k].kind != STEP_KERNEL && p->steps[k].kind != STEP_GEMM) continue;
-            bool taken = false;
-            for (int i = 0; i < nt && !taken; i++) taken = top[i] == k;
-            if (!taken && (best < 0 || c[k].s32 > c[best].s32)) best = k;
-        }
-        if (best < 0) break;
-        top[nt] = best;
-    }
-    fprintf(out, "  the %d costliest steps (fp32):", nt);
-    for (int i = 0; i < nt; i++) {
-        const Step *s = &p->steps[top[i]];
-        fprintf(out, "%s step %d %s %.1f us (%.0f%%)", i ? "," : "", top[i], s->kind == STEP_KERNEL ? s->fn : "gemm", c[top[i]].s32 * 1e6,
-                graph32 > 0 ? 100 * c[top[i]].s32 / graph32 : 0);
-    }
-    fprintf(out, "\n");
+    print_costliest(p, c, graph32, out);
     if (few) {   /* by kind (the name past "k12_"): how many, their blocks per SM, the first one's loop */
         fprintf(out, "  %d of %d kernels fill fewer than 2 blocks per SM at this batch, by kind:\n", few, kernels);
         bool *told = arena_alloc(a, sizeof(bool) * (size_t)ns);

@@ -5,8 +5,11 @@
 ** The driver (codegen/lower.c) walks the graph and calls one lowering function
 ** per op; the op families live beside their gradients:
 **   elementwise.c  relu/sigmoid/tanh, add/mul, const, dropout, and their gradients
-**   conv.c         convolutions: direct, channel-vectorised, im2col + GEMM, dense;
-**                  the choice among every form, and the dispatch
+**   conv.c         convolutions: the choice among every form, the store every form
+**                  ends in, and the dispatch through the table of forms (conv_forms.h)
+**   conv_direct.c  the direct form (loops over planes; rows_vec, depthwise)
+**   conv_vector.c  the channel-vectorised form
+**   conv_gemm.c    im2col + GEMM, dense over the map, and the packing they share
 **   conv_chunked.c im2col + GEMM a chunk of examples at a time
 **   winograd.c     3x3 convolutions as Winograd's F(2x2, 3x3)
 **   linear.c       linear layers (GEMM + epilogue), their gradients, bias gradients
@@ -101,7 +104,7 @@ static inline bool cg_packs_bf16(const Lower *L, int node)
    in bf16 where cg_stores_bf16). */
 int   cg_out_buf(Lower *L, int node);
 /* GPUs under --precision bf16: the node's output stored in bf16, every reader
-   rounding it to bf16 anyway (codegen/conv.c says which). */
+   rounding it to bf16 anyway (codegen/conv_gemm.c says which). */
 bool  cg_stores_bf16(const Lower *L, int u);
 /* Starts a kernel: the step, and the function header with its buffer
    arguments named as given ("y", "x", ...; a leading '=' marks an output).
@@ -213,7 +216,7 @@ void cg_lower_dropout_mask(Lower *L, int id);
 /* conv.c */
 void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */
 ConvGeom cg_conv_geom(const Graph *g, int id);     /* the geometry of any of the three */
-/* conv.c: a tap's offset, "k" or "(k * D)"; ", 8 groups, dilation 2" for kernels' comments ("" for neither) */
+/* conv_direct.c: a tap's offset, "k" or "(k * D)"; ", 8 groups, dilation 2" for kernels' comments ("" for neither) */
 const char *cg_dilated(Lower *L, const char *k, int D);
 const char *cg_groups_dilation(Lower *L, const ConvGeom *G);
 /* conv_chunked.c: CONV_CHUNKED's three ops; examples per chunk */

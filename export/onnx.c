@@ -366,11 +366,66 @@ static const char *adaptive_matrix(Ox *o, const char *out, int I, int O, bool ro
 }
 
 /* Node n as ONNX, its output called out: 0, or -1 said. */
+/* An activation of ir/activations.def (n) as ONNX nodes making out. */
+static int activation_to_onnx(Ox *o, const Node *n, const char *out)
+{
+    const char *x;
+    if (!ins(o, n, 1, &x)) return -1;
+    switch (n->op) {
+    case OP_RELU: case OP_SIGMOID: case OP_TANH: {
+        unary(o, n->op == OP_RELU ? "Relu" : n->op == OP_SIGMOID ? "Sigmoid" : "Tanh", out, x, n);
+        return 0;
+    }
+    case OP_LEAKY_RELU: case OP_ELU: {   /* LeakyRelu(alpha = slope); Elu(alpha) */
+        Onnx__NodeProto *a = node(o, n->op == OP_ELU ? "Elu" : "LeakyRelu", out, 1, &x, n);
+        attr_float(o, a, "alpha", n->op == OP_ELU ? n->attr.alpha : n->attr.slope);
+        return 0;
+    }
+    case OP_SILU: {   /* x * Sigmoid(x) */
+        binary(o, "Mul", out, x, unary(o, "Sigmoid", step(o, out, "sigmoid"), x, n), n);
+        return 0;
+    }
+    case OP_MISH: {   /* x * Tanh(Softplus(x)): Mish is opset 18's */
+        const char *sp = unary(o, "Softplus", step(o, out, "softplus"), x, n);
+        binary(o, "Mul", out, x, unary(o, "Tanh", step(o, out, "tanh"), sp, n), n);
+        return 0;
+    }
+    case OP_GELU: {   /* 0.5 x (1 + Erf(x / sqrt 2)): opset 17 has no Gelu */
+        const char *e = unary(o, "Erf", step(o, out, "erf"),
+                              binary(o, "Mul", step(o, out, "scaled"), x, scalar(o, 0.70710678118654752f), n), n);
+        const char *xe = binary(o, "Mul", step(o, out, "x_phi2"), x, binary(o, "Add", step(o, out, "one_plus"), e, scalar(o, 1.0f), n), n);
+        binary(o, "Mul", out, xe, scalar(o, 0.5f), n);
+        return 0;
+    }
+    case OP_GELU_TANH: {   /* 0.5 x (1 + Tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+        const char *x3 = binary(o, "Mul", step(o, out, "cube"), binary(o, "Mul", step(o, out, "square"), x, x, n), x, n);
+        const char *u = binary(o, "Add", step(o, out, "inner"), x, binary(o, "Mul", step(o, out, "cubic_term"), x3, scalar(o, 0.044715f), n), n);
+        const char *t = unary(o, "Tanh", step(o, out, "tanh"), binary(o, "Mul", step(o, out, "scaled"), u, scalar(o, 0.79788456080286536f), n), n);
+        const char *xt = binary(o, "Mul", step(o, out, "x_tanh2"), x, binary(o, "Add", step(o, out, "one_plus"), t, scalar(o, 1.0f), n), n);
+        binary(o, "Mul", out, xt, scalar(o, 0.5f), n);
+        return 0;
+    }
+    case OP_RELU6: {   /* Clip(x, 0, 6) */
+        const char *c[3] = { x, scalar(o, 0.0f), scalar(o, 6.0f) };
+        node(o, "Clip", out, 3, c, n);
+        return 0;
+    }
+    case OP_HARDSIGMOID: case OP_HARDSWISH: {   /* relu6(x + 3) / 6 = max(0, min(1, x / 6 + 1/2)); HardSwish: x times that */
+        Onnx__NodeProto *h = node(o, n->op == OP_HARDSIGMOID ? "HardSigmoid" : "HardSwish", out, 1, &x, n);
+        if (n->op == OP_HARDSIGMOID) attr_float(o, h, "alpha", 1.0f / 6.0f), attr_float(o, h, "beta", 0.5f);
+        return 0;
+    }
+    default:
+        return fail(o, "internal: no ONNX form for %s at %s", ir_op_name(n->op), where(o, n));
+    }
+}
+
 static int ir_to_onnx(Ox *o, const Node *n, const char *out)
 {
     const Graph *g = o->g;
     const char *v[IR_MAXIN];
     const Shape *xs = n->nin ? &g->nodes[n->in[0]].shape : NULL;
+    if (ir_activation_grad(n->op) != OP_COUNT) return activation_to_onnx(o, n, out);
     switch (n->op) {
     case OP_CONV2D: {   /* Conv: weight [O, C/groups, K, K], bias optional */
         if (!ins(o, n, n->nin, v)) return -1;
@@ -417,58 +472,6 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
         attr_int(o, l, "axis", -1);
         attr_float(o, l, "epsilon", stats->attr.eps);
         if (nd > 2) attr_int_list(o, node(o, "Transpose", out, 1, &normed, n), "perm", nd, back);
-        return 0;
-    }
-    case OP_RELU: case OP_SIGMOID: case OP_TANH: {
-        if (!ins(o, n, 1, v)) return -1;
-        unary(o, n->op == OP_RELU ? "Relu" : n->op == OP_SIGMOID ? "Sigmoid" : "Tanh", out, v[0], n);
-        return 0;
-    }
-    case OP_LEAKY_RELU: case OP_ELU: {   /* LeakyRelu(alpha = slope); Elu(alpha) */
-        if (!ins(o, n, 1, v)) return -1;
-        Onnx__NodeProto *a = node(o, n->op == OP_ELU ? "Elu" : "LeakyRelu", out, 1, v, n);
-        attr_float(o, a, "alpha", n->op == OP_ELU ? n->attr.alpha : n->attr.slope);
-        return 0;
-    }
-    case OP_SILU: {   /* x * Sigmoid(x) */
-        if (!ins(o, n, 1, v)) return -1;
-        binary(o, "Mul", out, v[0], unary(o, "Sigmoid", step(o, out, "sigmoid"), v[0], n), n);
-        return 0;
-    }
-    case OP_MISH: {   /* x * Tanh(Softplus(x)): Mish is opset 18's */
-        if (!ins(o, n, 1, v)) return -1;
-        const char *sp = unary(o, "Softplus", step(o, out, "softplus"), v[0], n);
-        binary(o, "Mul", out, v[0], unary(o, "Tanh", step(o, out, "tanh"), sp, n), n);
-        return 0;
-    }
-    case OP_GELU: {   /* 0.5 x (1 + Erf(x / sqrt 2)): opset 17 has no Gelu */
-        if (!ins(o, n, 1, v)) return -1;
-        const char *e = unary(o, "Erf", step(o, out, "erf"),
-                              binary(o, "Mul", step(o, out, "scaled"), v[0], scalar(o, 0.70710678118654752f), n), n);
-        const char *xe = binary(o, "Mul", step(o, out, "x_phi2"), v[0], binary(o, "Add", step(o, out, "one_plus"), e, scalar(o, 1.0f), n), n);
-        binary(o, "Mul", out, xe, scalar(o, 0.5f), n);
-        return 0;
-    }
-    case OP_GELU_TANH: {   /* 0.5 x (1 + Tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-        if (!ins(o, n, 1, v)) return -1;
-        const char *x = v[0];
-        const char *x3 = binary(o, "Mul", step(o, out, "cube"), binary(o, "Mul", step(o, out, "square"), x, x, n), x, n);
-        const char *u = binary(o, "Add", step(o, out, "inner"), x, binary(o, "Mul", step(o, out, "cubic_term"), x3, scalar(o, 0.044715f), n), n);
-        const char *t = unary(o, "Tanh", step(o, out, "tanh"), binary(o, "Mul", step(o, out, "scaled"), u, scalar(o, 0.79788456080286536f), n), n);
-        const char *xt = binary(o, "Mul", step(o, out, "x_tanh2"), x, binary(o, "Add", step(o, out, "one_plus"), t, scalar(o, 1.0f), n), n);
-        binary(o, "Mul", out, xt, scalar(o, 0.5f), n);
-        return 0;
-    }
-    case OP_RELU6: {   /* Clip(x, 0, 6) */
-        if (!ins(o, n, 1, v)) return -1;
-        const char *c[3] = { v[0], scalar(o, 0.0f), scalar(o, 6.0f) };
-        node(o, "Clip", out, 3, c, n);
-        return 0;
-    }
-    case OP_HARDSIGMOID: case OP_HARDSWISH: {   /* relu6(x + 3) / 6 = max(0, min(1, x / 6 + 1/2)); HardSwish: x times that */
-        if (!ins(o, n, 1, v)) return -1;
-        Onnx__NodeProto *h = node(o, n->op == OP_HARDSIGMOID ? "HardSigmoid" : "HardSwish", out, 1, v, n);
-        if (n->op == OP_HARDSIGMOID) attr_float(o, h, "alpha", 1.0f / 6.0f), attr_float(o, h, "beta", 0.5f);
         return 0;
     }
     case OP_MAXPOOL: case OP_AVGPOOL: {   /* MaxPool (padding never the max); AveragePool with the padding counted, as PyTorch */

@@ -158,6 +158,65 @@ static int compile_pieces(char ***argvs, const int *logs, int n, int jobs, int w
     return failed;
 }
 
+/* The pieces' sources written into the work directory wdir (K.c, messages K.log, open in
+   logs[k]; file[k] their names and the object's, K.o) and each one's compiler command line
+   (argvs[k]: base's nb words, then -c -o K.o K.c). 0, or -1 with err. */
+static int write_pieces(const char *const *parts, int n, int wdir, const char *wpath, char *const *base, int nb,
+                        char (*file)[3][32], char ***argvs, int *logs, char *err, size_t err_size)
+{
+    for (int k = 0; k < n; k++) logs[k] = -1;
+    for (int k = 0; k < n; k++) {
+        snprintf(file[k][0], sizeof file[k][0], "%d.c", k);
+        snprintf(file[k][1], sizeof file[k][1], "%d.o", k);
+        snprintf(file[k][2], sizeof file[k][2], "%d.log", k);
+        int f = rt_cache_create(wdir, file[k][0]);
+        size_t len = strlen(parts[k]), done = 0;
+        while (f >= 0 && done < len) {
+            ssize_t w = write(f, parts[k] + done, len - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) break;
+            done += (size_t)w;
+        }
+        if (f < 0 || done < len || close(f) || (logs[k] = rt_cache_create(wdir, file[k][2])) < 0) {
+            snprintf(err, err_size, "cannot write kernel source '%s/%s': %s", wpath, file[k][0], errno ? strerror(errno) : "short write");
+            return -1;
+        }
+        char **argv = argvs[k] = calloc(48, sizeof *argv);
+        memcpy(argv, base, sizeof(char *) * (size_t)nb);
+        int a = nb;
+        argv[a++] = "-c";
+        argv[a++] = "-o";
+        argv[a++] = file[k][1];
+        argv[a++] = file[k][0];
+    }
+    return 0;
+}
+
+/* cc -shared -o kernels.so *.o in the work directory wdir, messages in its link.log. 0, or -1
+   with err (*keep_messages set where link.log holds the compiler's words). */
+static int link_pieces(const char *cc, int n, char (*file)[3][32], int wdir, const char *wpath, bool *keep_messages, char *err,
+                       size_t err_size)
+{
+    CcWords words_buf;
+    int link_log = rt_cache_create(wdir, "link.log");
+    char **argv = calloc((size_t)n + 24, sizeof *argv);
+    int a = compiler_words(cc, &words_buf, argv, 16);
+    argv[a++] = "-shared";
+    argv[a++] = "-o";
+    argv[a++] = "kernels.so";
+    for (int k = 0; k < n; k++) argv[a++] = file[k][1];
+    argv[a] = NULL;
+    pid_t pid = link_log >= 0 ? fork() : -1;
+    if (pid == 0) exec_child(argv, wdir, link_log);
+    int st = pid > 0 ? wait_child(pid) : -1;
+    free(argv);
+    if (link_log >= 0) close(link_log);
+    if (st == 0) return 0;
+    *keep_messages = link_log >= 0;
+    snprintf(err, err_size, "the C compiler could not link the compiled kernels (exit %d); messages %s/link.log", st, wpath);
+    return -1;
+}
+
 /* The cache entry HASH.so for these pieces, open (its descriptor in *so_fd),
    found in the cache or compiled: the pieces written to a private work
    directory in the cache (HASH.build.XXXX), compiled and linked there, and
@@ -225,33 +284,7 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, i
     int nb = compiler_words(cc, &words_buf, base, 16);
     snprintf(flags_buf, sizeof flags_buf, "%s", kernel_flags);
     for (char *w = strtok_r(flags_buf, " ", &save); w && nb < 40; w = strtok_r(NULL, " ", &save)) base[nb++] = w;
-    int rc = 0;
-    for (int k = 0; k < n; k++) logs[k] = -1;
-    for (int k = 0; k < n && !rc; k++) {
-        snprintf(file[k][0], sizeof file[k][0], "%d.c", k);
-        snprintf(file[k][1], sizeof file[k][1], "%d.o", k);
-        snprintf(file[k][2], sizeof file[k][2], "%d.log", k);
-        int f = rt_cache_create(wdir, file[k][0]);
-        size_t len = strlen(parts[k]), done = 0;
-        while (f >= 0 && done < len) {
-            ssize_t w = write(f, parts[k] + done, len - done);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) break;
-            done += (size_t)w;
-        }
-        if (f < 0 || done < len || close(f) || (logs[k] = rt_cache_create(wdir, file[k][2])) < 0) {
-            snprintf(err, err_size, "cannot write kernel source '%s/%s': %s", wpath, file[k][0], errno ? strerror(errno) : "short write");
-            rc = -1;
-            break;
-        }
-        char **argv = argvs[k] = calloc(48, sizeof *argv);
-        memcpy(argv, base, sizeof(char *) * (size_t)nb);
-        int a = nb;
-        argv[a++] = "-c";
-        argv[a++] = "-o";
-        argv[a++] = file[k][1];
-        argv[a++] = file[k][0];
-    }
+    int rc = write_pieces(parts, n, wdir, wpath, base, nb, file, argvs, logs, err, err_size);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!rc && n > 4 * rt_cores())   /* minutes, for a very large net: say so rather than seem to hang */
@@ -265,27 +298,8 @@ static int compile_kernels(const char *const *parts, int nparts, bool verbose, i
                  wpath, file[bad][0], wpath, file[bad][2]);
         rc = -1;
     }
-    int link_log = rc ? -1 : rt_cache_create(wdir, "link.log");
-    if (!rc) {   /* cc -shared -o kernels.so *.o */
-        char **argv = calloc((size_t)n + 24, sizeof *argv);
-        int a = compiler_words(cc, &words_buf, argv, 16);
-        argv[a++] = "-shared";
-        argv[a++] = "-o";
-        argv[a++] = "kernels.so";
-        for (int k = 0; k < n; k++) argv[a++] = file[k][1];
-        argv[a] = NULL;
-        pid_t pid = link_log >= 0 ? fork() : -1;
-        if (pid == 0) exec_child(argv, wdir, link_log);
-        int st = pid > 0 ? wait_child(pid) : -1;
-        free(argv);
-        if (st != 0) {
-            keep_messages = link_log >= 0;
-            snprintf(err, err_size, "the C compiler could not link the compiled kernels (exit %d); messages %s/link.log", st, wpath);
-            rc = -1;
-        }
-    }
+    if (!rc && link_pieces(cc, n, file, wdir, wpath, &keep_messages, err, err_size)) rc = -1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (link_log >= 0) close(link_log);
     for (int k = 0; k < n; k++) {
         if (logs[k] >= 0) close(logs[k]);
         free(argvs[k]);
