@@ -35,9 +35,15 @@ def main():
                     help="a net of tests/torch/models.py (path relative to the repository root)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="the net's --set variant, as given to mgc (repeatable)")
+    ap.add_argument("--resize", type=int, metavar="S",
+                    help="every image bilinear to S x S first, as mgc's --resize S (before training: not timed)")
     add_options(ap, epochs=2)
     a = ap.parse_args()
     g, train_set, test_set = setup(a)
+    if a.resize:
+        import torch.nn.functional as F
+        train_set, test_set = ((F.interpolate(x, size=(a.resize, a.resize), mode="bilinear", align_corners=False), y)
+                               for x, y in (train_set, test_set))
     try:
         model, shape = models.build(a.net, torch.float32, tuple(a.set))
     except KeyError:
