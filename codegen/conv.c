@@ -45,7 +45,7 @@
 **
 ** This file: the geometry, the choice of a form per layer (cg_conv_strategy,
 ** cg_choose_convs, and the reasons --emit kernels prints), the store every
-** form's forward ends in (cg_conv_store: the bias and a fused activation),
+** form's forward ends in (cg_store: the bias and a fused activation),
 ** and the dispatch through the table of forms (conv_forms.h). The forms:
 ** conv_direct.c (CONV_DIRECT, with its rows_vec and depthwise variants and
 ** the pooled weight gradient), conv_vector.c, conv_gemm.c (CONV_GEMM,
@@ -153,16 +153,6 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
 const char *cg_conv_act(Lower *L, int id, const char *v)
 {
     return L->dec->node[id].act >= 0 ? cg_fused_act(L, id, v) : v;
-}
-
-const char *cg_conv_store(Lower *L, int id, const char *ptr, const char *idx, const char *val)
-{
-    const CgNode *d = &L->dec->node[id];
-    Arena *a = L->p->arena;
-    if (d->act_out < 0) return arena_printf(a, "%s[%s] = %s;", ptr, idx, cg_conv_act(L, id, val));
-    const char *at = strcmp(ptr, "y") ? arena_printf(a, "%s - y + %s", ptr, idx) : idx;
-    const char *keep = strcmp(val, arena_printf(a, "%s[%s]", ptr, idx)) ? arena_printf(a, " %s[%s] = v_;", ptr, idx) : "";
-    return arena_printf(a, "{ const float v_ = %s;%s ya[%s] = %s; }", val, keep, at, cg_fused_act(L, id, "v_"));
 }
 
 Step *cg_conv_kernel(Lower *L, int id, const char *what, Dim work, int nargs, const int *b, const char *const *names)

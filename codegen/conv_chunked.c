@@ -221,7 +221,7 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                        "            float *yo = yn + o * %ldL;\n"
                        "            const float b = %s;\n"
                        "            for (int p = 0; p < %ld; p++) %s\n"
-                       "        }\n", O, P, bias ? "bias[o]" : "0.0f", P, cg_conv_store(L, id, "yo", "p", "yo[p] + b"));
+                       "        }\n", O, P, bias ? "bias[o]" : "0.0f", P, cg_store(L, id, "yo", "p", "yo[p] + b"));
         cg_body(L, "    }\n");
         cg_end_kernel(L);
         return;
@@ -252,7 +252,7 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                "                for (int p = 0; p < %ld; p++) %s\n"
                "            }\n",
             O, P, O, P, bias ? "bias[o]" : "0.0f", P,
-            cg_conv_store(L, id, "dst", "p", "src[p] + b"));
+            cg_store(L, id, "dst", "p", "src[p] + b"));
     if (stats >= 0)   /* each channel's row of t (nb*P values, in cache); the bias shifts the mean only */
         cg_chunk_stats(L, O, "t + o * ld", "1", "ld", bias ? "bias[o]" : "0.0");
     cg_body(L, "    }\n    free(col);\n");

@@ -121,7 +121,7 @@ static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bo
                        "          for (int ox = 0; ox < %d; ox++) %s }\n",
                     O, o, OH, r, OW, OW,
                     L->dec->node[id].act_out >= 0   /* a pool is fused only after ReLU, in place */
-                        ? cg_conv_store(L, id, "yr", "ox", arena_printf(L->p->arena, "t[%d][ox]", r))
+                        ? cg_store(L, id, "yr", "ox", arena_printf(L->p->arena, "t[%d][ox]", r))
                         : arena_printf(L->p->arena, "yr[ox] = t[%d][ox] = %s;", r, cg_conv_act(L, id, arena_printf(L->p->arena, "t[%d][ox]", r))));
         }
         if (pool >= 0)   /* a ReLU's output: no NaN, plain maxima */
@@ -206,7 +206,7 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
                "                const float v = b0 + %s;\n"
                "                %s\n"
                "            }\n        }\n    }\n",
-            OW, OW, window_sum(L, K, S, D, false), cg_conv_store(L, id, "yr", "ox", "v"));
+            OW, OW, window_sum(L, K, S, D, false), cg_store(L, id, "yr", "ox", "v"));
     cg_end_kernel(L);
 }
 
@@ -342,7 +342,7 @@ void cg_conv_direct_forward(Lower *L, int id, const ConvGeom *G)
                    "            float *yr = y + (i * %d + oy) * %d;\n"
                    "            for (int ox = 0; ox < %d; ox++) %s\n"
                    "        }\n    }\n", OH, OW, OW,
-                cg_conv_store(L, id, "yr", "ox", "acc[ox]"));
+                cg_store(L, id, "yr", "ox", "acc[ox]"));
         cg_end_kernel(L);
         return;
     }
@@ -371,7 +371,7 @@ void cg_conv_direct_forward(Lower *L, int id, const ConvGeom *G)
     if (L->dec->node[id].relu_out)
         cg_body(L, "        for (int k = 0; k < %d; k++) yp[k] = yp[k] > 0.0f ? yp[k] : 0.0f;   /* fused relu */\n", OH * OW);
     else if (L->dec->node[id].act >= 0)
-        cg_body(L, "        for (int k = 0; k < %d; k++) %s   /* fused %s */\n", OH * OW, cg_conv_store(L, id, "yp", "k", "yp[k]"),
+        cg_body(L, "        for (int k = 0; k < %d; k++) %s   /* fused %s */\n", OH * OW, cg_store(L, id, "yp", "k", "yp[k]"),
                 ir_op_name((Op)L->dec->node[id].act));
     cg_body(L, "    }\n");
     cg_end_kernel(L);

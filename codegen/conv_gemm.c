@@ -231,7 +231,7 @@ void cg_conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
         cg_body(L, "    /* t is [%d, N*%ld]; y is [N, %d, %ld]; one element per iteration, (n, o) planes */\n", O, P, O, P);
         cg_rows_body(L, dimn(O), P, arena_printf(L->p->arena, "        long n = row / %d, o = row %% %d;\n", O, O),
                      arena_printf(L->p->arena, "{ float v = t[(o * N + n) * %ldL + at] + %s; %s }", P,
-                                  bias ? "bias[o]" : "0.0f", cg_conv_store(L, id, "y", arena_printf(L->p->arena, "row * %ldL + at", P), "v")));
+                                  bias ? "bias[o]" : "0.0f", cg_store(L, id, "y", arena_printf(L->p->arena, "row * %ldL + at", P), "v")));
         cg_end_kernel(L);
         return;
     }
@@ -242,7 +242,7 @@ void cg_conv_gemm_forward(Lower *L, int id, const ConvGeom *G)
                "        const float b = %s;\n"
                "        for (int p = 0; p < %ld; p++) %s\n    }\n",
             cg_work_str(L, dimn(O)), O, O, P, P, bias ? "bias[o]" : "0.0f", P,
-            cg_conv_store(L, id, "dst", "p", "src[p] + b"));
+            cg_store(L, id, "dst", "p", "src[p] + b"));
     cg_end_kernel(L);
 }
 /* dy, x -> dw[O, CKK] = dyt . col^T (GEMM), with the forward's columns or new ones */
@@ -460,7 +460,7 @@ void cg_conv_dense_forward(Lower *L, int id, const ConvGeom *G)
         cg_rows_body(L, dimn(G->O), P, arena_printf(L->p->arena, "        float *yp = y + row * %ldL + at;\n", P),
                      arena_printf(L->p->arena, "float v = *yp + %s; %s",
                                   bias ? arena_printf(L->p->arena, "bias[row %% %d]", G->O) : "0.0f",
-                                  cg_conv_store(L, id, "yp", "0", "v")));
+                                  cg_store(L, id, "yp", "0", "v")));
         cg_end_kernel(L);
         return;
     }
@@ -469,7 +469,7 @@ void cg_conv_dense_forward(Lower *L, int id, const ConvGeom *G)
     cg_body(L, "    FOR_EACH(i, %s) {\n        float *yp = y + i * %ld;\n        const float b = %s;\n"
                "        for (int p = 0; p < %ld; p++) { float v = yp[p] + b; %s }\n    }\n",
             cg_work_str(L, dimn(G->O)), P, bias ? arena_printf(L->p->arena, "bias[i %% %d]", G->O) : "0.0f", P,
-            cg_conv_store(L, id, "yp", "p", "v"));
+            cg_store(L, id, "yp", "p", "v"));
     cg_end_kernel(L);
 }
 

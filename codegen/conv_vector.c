@@ -68,7 +68,7 @@ void cg_conv_vector_forward(Lower *L, int id, const ConvGeom *G)
                "            for (int o = 0; o < %d; o++) {\n"
                "                float *yr = y + ((n * %d + o) * %d + oy) * %d + ox0;\n", O, O, OH, OW);
     for (int j = 0; j < B; j++)
-        cg_body(L, "                %s\n", cg_conv_store(L, id, "yr", arena_printf(L->p->arena, "%d", j), arena_printf(L->p->arena, "a%d[o]", j)));
+        cg_body(L, "                %s\n", cg_store(L, id, "yr", arena_printf(L->p->arena, "%d", j), arena_printf(L->p->arena, "a%d[o]", j)));
     cg_body(L, "            }\n        }\n    }\n");
     cg_end_kernel(L);
 }

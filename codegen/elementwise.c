@@ -68,17 +68,18 @@ void cg_lower_activation_grad(Lower *L, int id)
     cg_end_kernel(L);
 }
 
-/* The store of a kernel's value v at index i of y: v itself, or v through the
-   fused activation (in place, or into a = the activation's own buffer, y
-   keeping v for the activation's gradient). */
-const char *cg_act_store(Lower *L, int id, const char *y, const char *a, const char *i)
+const char *cg_store(Lower *L, int id, const char *ptr, const char *idx, const char *val)
 {
     const CgNode *d = &L->dec->node[id];
-    if (d->act < 0) return arena_printf(L->p->arena, "%s[%s] = v;", y, i);
-    const char *f = cg_fused_act(L, id, "v");
-    if (d->act_out < 0) return arena_printf(L->p->arena, "%s[%s] = %s;", y, i, f);
-    return arena_printf(L->p->arena, "%s[%s] = v; %s[%s] = %s;   /* fused %s, stored beside its input */", y, i, a, i, f,
-                        ir_op_name((Op)d->act));
+    Arena *a = L->p->arena;
+    if (d->act < 0) return arena_printf(a, "%s[%s] = %s;", ptr, idx, val);
+    if (d->act_out < 0) return arena_printf(a, "%s[%s] = %s;", ptr, idx, cg_fused_act(L, id, val));
+    const char *at = strcmp(ptr, "y") ? arena_printf(a, "%s - y + %s", ptr, idx) : idx;
+    const char *note = arena_printf(a, "   /* fused %s, stored beside its input */", ir_op_name((Op)d->act));
+    bool plain = strspn(val, "abcdefghijklmnopqrstuvwxyz_0123456789") == strlen(val);   /* a variable: no temporary */
+    if (plain) return arena_printf(a, "%s[%s] = %s; ya[%s] = %s;%s", ptr, idx, val, at, cg_fused_act(L, id, val), note);
+    const char *keep = strcmp(val, arena_printf(a, "%s[%s]", ptr, idx)) ? arena_printf(a, " %s[%s] = v_;", ptr, idx) : "";
+    return arena_printf(a, "{ const float v_ = %s;%s ya[%s] = %s; }%s", val, keep, at, cg_fused_act(L, id, "v_"), note);
 }
 
 /* Node in's operand of an add's, mul's or sub's kernel as an expression: a
@@ -161,7 +162,7 @@ void cg_lower_binary(Lower *L, int id)
         const char *what = dn->ew_into_add >= 0 ? arena_printf(L->p->arena, "bn_apply_add_%s", ir_op_name(L->g->nodes[dn->ew_into_add].op))
                                                 : "bn_apply_add";
         const char *stmt = arena_printf(L->p->arena, "{ float v = (x[plane * %d + k] * scale + shift) + %s; %s }", HW, other,
-                                        cg_act_store(L, id, "y", "ya", arena_printf(L->p->arena, "plane * %d + k", HW)));
+                                        cg_store(L, id, "y", arena_printf(L->p->arena, "plane * %d + k", HW), "v"));
         if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
             cg_kernel_args(L, id, what, cg_rows_work(dimn(C), HW), &a);
             cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + %s; one element per iteration, planes [N*%d, %d] */\n",
@@ -219,7 +220,7 @@ void cg_lower_binary(Lower *L, int id)
     int e = dn->ew_into_add;
     for (int k = 0; e >= 0 && k < 2; k++) coords |= !ir_shape_eq(&L->g->nodes[L->g->nodes[e].in[k]].shape, &n->shape);
     if (coords) cg_coords(L, &n->shape, "i");
-    cg_body(L, "        float v = %s %c %s;\n        %s\n    }\n", lhs, op, rhs, cg_act_store(L, id, "y", "ya", "i"));
+    cg_body(L, "        float v = %s %c %s;\n        %s\n    }\n", lhs, op, rhs, cg_store(L, id, "y", "i", "v"));
     cg_end_kernel(L);
 }
 

@@ -28,16 +28,15 @@ void cg_lower_linear(Lower *L, int id)
         cg_kernel(L, id, kind, cg_rows_work(dimn(1), O), nb, b, names);
         cg_body(L, "    /* y is [N, %d]; an element per iteration */\n", O);
         cg_rows_body(L, dimn(1), O, arena_printf(L->p->arena, "        float v = y[row * %dL + at]%s;\n", O, bias ? " + bias[at]" : ""),
-                     cg_act_store(L, id, "y", "ya", arena_printf(L->p->arena, "row * %dL + at", O)));
+                     cg_store(L, id, "y", arena_printf(L->p->arena, "row * %dL + at", O), "v"));
         cg_end_kernel(L);
         return;
     }
     cg_kernel(L, id, kind, dimn(1), nb, b, names)->grain = O;
     cg_body(L, "    /* y is [N, %d]; one row per iteration */\n", O);
-    cg_body(L, "    FOR_EACH(r, N) {\n        float *yr = y + r * %d;%s\n        for (int o = 0; o < %d; o++) {\n"
+    cg_body(L, "    FOR_EACH(r, N) {\n        float *yr = y + r * %d;\n        for (int o = 0; o < %d; o++) {\n"
                "            float v = yr[o]%s;\n            %s\n        }\n    }\n",
-            O, act_out >= 0 ? arena_printf(L->p->arena, " float *ar = ya + r * %d;", O) : "", O, bias ? " + bias[o]" : "",
-            cg_act_store(L, id, "yr", "ar", "o"));
+            O, O, bias ? " + bias[o]" : "", cg_store(L, id, "yr", "o", "v"));
     cg_end_kernel(L);
 }
 

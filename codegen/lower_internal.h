@@ -185,15 +185,14 @@ const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's f
 /* A convolution's value v as its store writes it: through the activation fused into it (its ReLU, or in
    an evaluation graph any other: cg_fuse), else v (conv.c) */
 const char *cg_conv_act(Lower *L, int id, const char *v);
-/* A convolution's store of its value val at ptr[idx] (ptr: y, or a pointer into y), one statement:
-   through the fused activation in place; or, where the activation's gradient reads its input
-   (dec->act_out), val there and the activation at the same place of ya, the activation's own
-   buffer, which cg_conv_kernel adds to the kernel's arguments (conv.c) */
-const char *cg_conv_store(Lower *L, int id, const char *ptr, const char *idx, const char *val);
+/* The store every producer an activation can fuse into ends in (a convolution of any form, a linear
+   layer, BatchNorm, add, mul, sub): its value val at ptr[idx] (ptr: y, or a pointer into y), one
+   statement: val itself; through the fused activation in place; or, where the activation's gradient
+   reads its input (dec->act_out), val there and the activation at the same place of ya, the
+   activation's own buffer, which the kernel takes as "=ya" (cg_conv_kernel adds it for convolutions) */
+const char *cg_store(Lower *L, int id, const char *ptr, const char *idx, const char *val);
 /* cg_kernel for a convolution's forward kernel: its buffers, and "=ya" where dec->act_out says (conv.c) */
 Step *cg_conv_kernel(Lower *L, int id, const char *what, Dim work, int nargs, const int *b, const char *const *names);
-/* The store of the kernel's value v at y[i]: through id's fused activation, in place or into a[i] (dec->act_out) */
-const char *cg_act_store(Lower *L, int id, const char *y, const char *a, const char *i);
 void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */
 void cg_lower_binary(Lower *L, int id);            /* add, mul, sub (mul and sub broadcast) */
 void cg_lower_neg(Lower *L, int id);

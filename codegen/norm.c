@@ -216,7 +216,7 @@ void cg_lower_bn_apply(Lower *L, int id)
         cg_body(L, "    /* x, y are [N*%d planes, %d]; y = (x - mean) * invstd * gamma + beta; one element per iteration */\n", C, HW);
         cg_rows_body(L, dimn(C), HW, cg_bn_scale_shift_text(L, C, "row"),
                      arena_printf(L->p->arena, "{ long i = row * %d + at; float v = x[i] * scale + shift; %s }", HW,
-                                  L->dec->node[id].relu_out ? "y[i] = v > 0.0f ? v : 0.0f;   /* fused relu */" : cg_act_store(L, id, "y", "ya", "i")));
+                                  L->dec->node[id].relu_out ? "y[i] = v > 0.0f ? v : 0.0f;   /* fused relu */" : cg_store(L, id, "y", "i", "v")));
         cg_end_kernel(L);
         return;
     }
@@ -226,9 +226,9 @@ void cg_lower_bn_apply(Lower *L, int id)
     cg_body(L, "    FOR_EACH(plane, %s) {\n", cg_work_str(L, dimn(C)));
     cg_bn_scale_shift(L, C);
     if (act_out >= 0)
-        cg_body(L, "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d, *ap = ya + plane * %d;\n"
+        cg_body(L, "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
                    "        for (int k = 0; k < %d; k++) { float v = xp[k] * scale + shift; %s }\n",
-                HW, HW, HW, HW, cg_act_store(L, id, "yp", "ap", "k"));
+                HW, HW, HW, cg_store(L, id, "yp", "k", "v"));
     else
     cg_body(L, "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
                "        for (int k = 0; k < %d; k++) %s\n",
