@@ -144,7 +144,7 @@ bool cg_plane_indexable(const Shape *s, const Shape *out)
 }
 
 /* Whether node x's kernel ends in an epilogue an activation can be folded
-   into: a convolution's store (every form's: cg_conv_store), a linear layer's
+   into: a convolution's store (every form's: cg_store), a linear layer's
    bias, a BatchNorm's store, a sum of two, a product or a difference
    (broadcast or not). */
 static bool act_producer(const Graph *g, int x)
