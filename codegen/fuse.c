@@ -153,18 +153,6 @@ static bool act_producer(const Graph *g, int x)
     return op == OP_LINEAR || op == OP_BN_APPLY || op == OP_CONV2D || ((op == OP_ADD || op == OP_MUL || op == OP_SUB) && g->nodes[x].nin == 2);
 }
 
-/* The node whose kernel would apply activation a to x: x itself, or, where x is a
-   reshape that only a (and a's gradients) read, the reshape's input (a BatchNorm1d's
-   [N, C, 1, 1] output seen as [N, C]): a view's elements are its input's, in order. */
-static int through_view(const Graph *g, int x, int a)
-{
-    if (g->nodes[x].op != OP_RESHAPE) return x;
-    for (int id = x + 1; id < g->n; id++)
-        for (int k = 0; k < g->nodes[id].nin; k++)
-            if (g->nodes[id].in[k] == x && id != a && g->nodes[id].op != ir_activation_grad(g->nodes[a].op)) return x;
-    return g->nodes[x].in[0];
-}
-
 /* Whether x's users are the activation a and a's gradients reading x (their input 0). */
 static bool only_grads_read(const Graph *g, int x, int a, const int *uses)
 {
@@ -179,6 +167,14 @@ static bool only_grads_read(const Graph *g, int x, int a, const int *uses)
             }
     }
     return seen == uses[x];
+}
+
+/* The node whose kernel would apply activation a to x: x itself, or, where x is a
+   reshape that only a (and a's gradients) read, the reshape's input (a BatchNorm1d's
+   [N, C, 1, 1] output seen as [N, C]): a view's elements are its input's, in order. */
+static int through_view(const Graph *g, int x, int a, const int *uses)
+{
+    return g->nodes[x].op == OP_RESHAPE && only_grads_read(g, x, a, uses) ? g->nodes[x].in[0] : x;
 }
 
 /* The product or difference an add can compute as it reads (dec->ew_into_add):
@@ -216,7 +212,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
     for (int id = 0; opt->fuse && id < g->n; id++) {
         const Node *n = &g->nodes[id];
         if (n->op == OP_RELU) {
-            int x = through_view(g, n->in[0], id);
+            int x = through_view(g, n->in[0], id, uses);
             if (act_producer(g, x) && uses[x] == 1) {
                 d->node[id].fused = x;
                 d->node[x].relu_out = true;
@@ -231,7 +227,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
                applied in place: the input is never written. Otherwise its gradients
                read the input: the epilogue stores both, the input and the activation
                in a buffer of its own, one pass where two kernels made three. */
-            int v = n->in[0], x = through_view(g, v, id);   /* x == v, or a reshape v between */
+            int v = n->in[0], x = through_view(g, v, id, uses);   /* x == v, or a reshape v between */
             if (!act_producer(g, x) || d->node[x].act >= 0 || (x != v && uses[x] != 1)) continue;
             if (uses[v] == 1) {
                 d->node[id].fused = x;
