@@ -28,7 +28,8 @@ normalisation. Where a form cannot be had (no exporter for it in this mgc, no
 onnxruntime or torch 2.x under --python) its column says so.
 
 The C library's memory: its weights, what it makes once, and its activations
-at --batch (model.c's header says them, and the memory plan's peak).
+a thread for the images a thread runs together (MODEL_MAX_BATCH, mgc export's
+choice: model.c's header says them, and the memory plan's peak).
 
 Prints a table and a last line `JSON {...}`. Numbers mean little on a busy
 machine: on this project's 2 cores, another build or test halves them.
@@ -141,13 +142,16 @@ def main():
         # the C library
         lib = os.path.join(d, "c")
         shutil.rmtree(lib, ignore_errors=True)
-        sh([a.mgc, "export", ck, "--format", "c", "--batch-size", str(a.batch), "--out", lib], check=True)
+        sh([a.mgc, "export", ck, "--format", "c", "--out", lib], check=True)   # its own pieces (MODEL_MAX_BATCH)
         sh(["make", "-s", "-C", lib], check=True)
         blas = "-lopenblas" if "-lopenblas" in open(os.path.join(lib, "Makefile")).read() else ""
         sh(f"cc -O2 -I{lib} {ROOT}/bench/infer_main.c {lib}/libmodel.a {blas} -lm -lpthread -o {lib}/infer_main", shell=True, check=True)
         head = open(os.path.join(lib, "model.c")).read(3000)
-        m = re.search(r"memory +weights ([\d.]+ MB), made once ([\d.]+ MB), activations ([\d.]+ MB).*?([\d.]+ MB) live at once", head, re.S)
+        lane = re.search(r"#define MODEL_MAX_BATCH (\d+)", open(os.path.join(lib, "model.h")).read())
+        m = re.search(r"memory +weights ([\d.]+ MB), made once ([\d.]+ MB), activations ([\d.]+ MB(?: a thread)?).*?([\d.]+ MB) live at once", head, re.S)
         r["memory"] = dict(zip(["weights", "made_once", "activations", "live_peak"], m.groups())) if m else None
+        if r["memory"] and lane:
+            r["memory"]["images_a_thread"] = int(lane.group(1))
         forms = {"C": [f"{lib}/infer_main", f"{lib}/model.safetensors", str(a.threads), str(a.batch), str(a.seconds)]}
         if onnx_mgc and a.python:
             onnx = os.path.join(d, "model.onnx")
@@ -214,7 +218,7 @@ print(float(np.abs(c - y).max() / np.abs(c).max()))"""])
         if r.get("memory"):
             mm = r["memory"]
             print(f"{'':12} C library memory: weights {mm['weights']}, made once {mm['made_once']}, activations {mm['activations']} "
-                  f"at batch {a.batch} (at most {mm['live_peak']} live at once)")
+                  f"for {mm.get('images_a_thread', '?')} images (at most {mm['live_peak']} live at once)")
         for k in ("ORT", "PyTorch"):
             if r[k] and "max_rel_diff_vs_C" in r[k]:
                 print(f"{'':12} {k} logits against C's: {r[k]['max_rel_diff_vs_C']:.2g} of the largest")

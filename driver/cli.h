@@ -57,6 +57,7 @@ typedef struct Cli {
     bool inference;           /* drv_compile's evaluation form through the inference rewrite (export, --emit infer-ir) */
     bool no_fold;             /* --no-fold: that rewrite leaves BatchNorm apart from the layer before it */
     bool normalize_given, resize_given, precision_given;   /* said on the command line (against the checkpoint's) */
+    bool batch_size_given;    /* --batch-size was given (mgc export --format c: the images a thread runs together) */
 } Cli;
 
 /* The pipeline (pipeline/pipeline.c) for this command line: the training

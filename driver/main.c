@@ -463,7 +463,7 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
         if (!rc) ps->gpus = (int)v, c->gpus_arg = val;
         break;
     case O_EPOCHS: rc = parse_long(name, val, 0, 1000000, &v); t->epochs = (int)v; break;
-    case O_BATCH_SIZE: rc = parse_long(name, val, 1, 1 << 20, &v); t->batch_size = (int)v; break;
+    case O_BATCH_SIZE: rc = parse_long(name, val, 1, 1 << 20, &v); t->batch_size = (int)v; c->batch_size_given = true; break;
     case O_LR: rc = parse_float(name, val, 0, false, 1e30, false, &t->lr); break;
     case O_LR_SCHEDULE: rc = parse_schedule(val, t); break;
     case O_LR_GAMMA: rc = parse_float(name, val, 0, false, 1, false, &t->lr_gamma); ps->gamma_given = true; break;

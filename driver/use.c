@@ -159,7 +159,8 @@ static int export_model(Cli *c, const CkModel *m)
         fprintf(stderr, "mgc: cannot read the checkpoint: %s\n", err);
         status = 1;
     } else if (!status) {
-        ExModel x = { .graph = &g, .weights = &weights, .info = m, .net_name = g.net_name, .checkpoint = c->checkpoint };
+        ExModel x = { .graph = &g, .weights = &weights, .info = m, .net_name = g.net_name, .checkpoint = c->checkpoint,
+                      .batch_given = c->batch_size_given };
         int rc = c->format == FORMAT_ONNX ? ex_onnx(&x, c->out, err, sizeof err)
                  : c->format == FORMAT_PYTORCH ? ex_pytorch(&x, c->out, err, sizeof err)
                                                : ex_c(&x, &p, c->format == FORMAT_CUDA, c->out, err, sizeof err);

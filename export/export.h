@@ -28,6 +28,7 @@ typedef struct ExModel {
                                  normalize's mean and std), the source file */
     const char *net_name;
     const char *checkpoint;   /* its path, for the files' headers */
+    bool batch_given;         /* the program's plan batch was asked for (--batch-size): a CPU library's pieces, else chosen */
 } ExModel;
 
 int ex_onnx(const ExModel *m, const char *path, char *err, size_t err_size);

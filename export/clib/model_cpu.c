@@ -14,6 +14,7 @@
 
 struct mgc_pool {
     int nthreads;
+    bool serial;                      /* mgc_pool_serial's: no threads, a job's shares one after another */
     pthread_t *tid;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -98,6 +99,10 @@ mgc_pool *mgc_pool_new(int threads)
 void mgc_pool_free(mgc_pool *p)
 {
     if (!p) return;
+    if (p->serial) {
+        free(p);
+        return;
+    }
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->quit, true);
     atomic_fetch_add(&p->generation, 1);
@@ -112,11 +117,22 @@ void mgc_pool_free(mgc_pool *p)
 
 int mgc_pool_threads(const mgc_pool *p) { return p->nthreads; }
 
+mgc_pool *mgc_pool_serial(int nthreads)
+{
+    mgc_pool *p = calloc(1, sizeof *p);
+    if (p) p->nthreads = nthreads, p->serial = true;
+    return p;
+}
+
 void mgc_pool_run(mgc_pool *p, void (*job)(void *, int, int), void *ctx, bool parallel)
 {
     int nt = p->nthreads;
     if (nt == 1 || !parallel) {
         job(ctx, 0, 1);
+        return;
+    }
+    if (p->serial) {
+        for (int t = 0; t < nt; t++) job(ctx, t, nt);
         return;
     }
     p->job = job;

@@ -3,7 +3,9 @@
 ** CPU, as mgc's CPU device does (mgc's runtime/pool.c, device_cpu.c): a pool
 ** of threads per context; a kernel called once on every thread, each with
 ** its own a.thread of a.nthreads (FOR_EACH gives each a contiguous share),
-** or on the calling thread alone where the work is small; a GEMM through
+** or on the calling thread alone where the work is small (a serial pool:
+** every share on the calling thread, as a thread that runs a piece of the
+** images alone does); a GEMM through
 ** CBLAS (OpenBLAS, one thread: the pool splits the product by rows or
 ** columns of C). The same rules as mgc's give the same numbers.
 */
@@ -17,6 +19,9 @@ typedef struct mgc_pool mgc_pool;
 mgc_pool *mgc_pool_new(int threads);
 void mgc_pool_free(mgc_pool *p);
 int  mgc_pool_threads(const mgc_pool *p);
+/* A pool of no threads that runs a job's nthreads shares one after another on the calling thread: the same
+   numbers as a pool of nthreads threads (each GEMM split the same way), from one thread. */
+mgc_pool *mgc_pool_serial(int nthreads);
 /* job(ctx, t, nthreads) for t = 0 .. nthreads-1 (t = 0 on this thread), or job(ctx, 0, 1) alone when not parallel;
    returns when all are done */
 void mgc_pool_run(mgc_pool *p, void (*job)(void *ctx, int thread, int nthreads), void *ctx, bool parallel);
