@@ -159,7 +159,7 @@ $(BUILD)/unit_frontend: tests/unit_frontend.c $(FE_OBJ)
 $(BUILD)/unit_verify: tests/unit_verify.c $(FE_OBJ) $(CG_OBJ)
 	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) $(CG_OBJ) -lm
 # the runtime's data, checkpoint, store check and NVRTC pieces on their own (no CUDA headers: NVRTC is opened by name)
-UNIT_RT_SRC = data/data.c data/data_cifar.c data/data_st.c data/digest.c data/transform.c data/safetensors.c data/paths.c runtime/rng.c runtime/ptx.c \
+UNIT_RT_SRC = data/data.c data/data_cifar.c data/data_st.c data/digest.c data/transform.c data/safetensors.c data/json.c data/paths.c runtime/rng.c runtime/ptx.c \
               runtime/memlimit.c runtime/store.c ir/graph.c ir/arena.c
 $(BUILD)/unit_runtime: tests/unit_runtime.c $(UNIT_RT_SRC) $(wildcard runtime/*.h data/*.h)
 	@mkdir -p $(BUILD)

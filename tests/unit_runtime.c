@@ -7,7 +7,7 @@
 **   mkdir -p build && cc -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes \
 **     -Wno-missing-prototypes -Wno-unused-function -D_GNU_SOURCE -O2 -g -Iir -Icodegen -Iruntime -Idata \
 **     tests/unit_runtime.c data/data.c data/data_cifar.c data/data_st.c data/digest.c data/transform.c \
-**     data/safetensors.c data/paths.c runtime/rng.c runtime/ptx.c runtime/memlimit.c \
+**     data/safetensors.c data/json.c data/paths.c runtime/rng.c runtime/ptx.c runtime/memlimit.c \
 **     runtime/store.c ir/graph.c ir/arena.c -lz -lm -lpthread -ldl -o build/unit_runtime
 **   MGC_DATA=/path/to/fashion-mnist build/unit_runtime
 **
