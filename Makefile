@@ -18,14 +18,19 @@ CPPFLAGS = -D_GNU_SOURCE
 
 # The layers, enforced: each folder compiles with the include paths of the
 # folders below it only, so an include the wrong way fails to build.
-#   ir  <-  frontend, codegen  <-  pipeline (frontend, codegen)  <-  runtime (codegen)  <-  export (codegen, runtime)  <-  driver
+#   ir  <-  frontend, codegen  <-  pipeline (frontend, codegen)
+#   codegen  <-  runtime (codegen)  <-  data (runtime)  <-  train (codegen, runtime, data)
+#   data  <-  export (codegen, runtime, data)
+#   pipeline, train, export  <-  driver
 INC_ir       = -Iir
 INC_frontend = -Iir -Ifrontend -I$(BUILD)
 INC_codegen  = -Iir -Icodegen
 INC_pipeline = -Iir -Ifrontend -Icodegen -Ipipeline -I$(BUILD)
 INC_runtime  = -Iir -Icodegen -Iruntime
-INC_export   = -Iir -Icodegen -Iruntime -Iexport
-INC_driver   = -Iir -Ifrontend -Icodegen -Ipipeline -Iruntime -Iexport -I$(BUILD)
+INC_data     = -Iir -Icodegen -Iruntime -Idata
+INC_train    = -Iir -Icodegen -Iruntime -Idata -Itrain
+INC_export   = -Iir -Icodegen -Iruntime -Idata -Iexport
+INC_driver   = -Iir -Ifrontend -Icodegen -Ipipeline -Iruntime -Idata -Itrain -Iexport -I$(BUILD)
 INC_tests    = $(INC_driver)
 inc_of = $(INC_$(firstword $(subst /, ,$(1))))
 LDLIBS   = -lopenblas -lz -ldl -lm -lpthread
@@ -98,7 +103,7 @@ endif
 endif
 endif
 
-SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c pipeline/*.c runtime/*.c export/*.c driver/*.c)
+SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c pipeline/*.c runtime/*.c data/*.c train/*.c export/*.c driver/*.c)
 OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.o $(ONNX_OBJ)
 
 all: $(BIN)
@@ -154,11 +159,11 @@ $(BUILD)/unit_frontend: tests/unit_frontend.c $(FE_OBJ)
 $(BUILD)/unit_verify: tests/unit_verify.c $(FE_OBJ) $(CG_OBJ)
 	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) $(CG_OBJ) -lm
 # the runtime's data, checkpoint, store check and NVRTC pieces on their own (no CUDA headers: NVRTC is opened by name)
-UNIT_RT_SRC = runtime/data.c runtime/data_cifar.c runtime/data_st.c runtime/transform.c runtime/safetensors.c runtime/paths.c runtime/rng.c runtime/ptx.c \
+UNIT_RT_SRC = data/data.c data/data_cifar.c data/data_st.c data/digest.c data/transform.c data/safetensors.c data/json.c data/paths.c runtime/rng.c runtime/ptx.c \
               runtime/memlimit.c runtime/store.c ir/graph.c ir/arena.c
-$(BUILD)/unit_runtime: tests/unit_runtime.c $(UNIT_RT_SRC) $(wildcard runtime/*.h)
+$(BUILD)/unit_runtime: tests/unit_runtime.c $(UNIT_RT_SRC) $(wildcard runtime/*.h data/*.h)
 	@mkdir -p $(BUILD)
-	$(CC) -D_GNU_SOURCE -Iir -Icodegen -Iruntime $(CFLAGS) $(UNIT_WARN) -Wno-unused-function -o $@ tests/unit_runtime.c $(UNIT_RT_SRC) -lz -lm -lpthread -ldl
+	$(CC) -D_GNU_SOURCE $(INC_data) $(CFLAGS) $(UNIT_WARN) -Wno-unused-function -o $@ tests/unit_runtime.c $(UNIT_RT_SRC) -lz -lm -lpthread -ldl
 $(BUILD)/unit_comm: tests/unit_comm.c $(UNIT_OBJ)
 	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(UNIT_OBJ) $(LDLIBS)
 # the bf16 GEMM on its own (both of its paths where the CPU has AVX512_BF16)

@@ -1,6 +1,6 @@
 /*
 ** After training: mgc predict, mgc evaluate and mgc export, from a checkpoint
-** alone. A checkpoint of --save holds its model (runtime/ckmodel.h: the .net
+** alone. A checkpoint of --save holds its model (data/ckmodel.h: the .net
 ** file's text, the --set values, the input's shape, the transform with the
 ** training set's statistics, the precision); from it the evaluation form is
 ** compiled again, the parameters loaded, and the data transformed as in

@@ -524,7 +524,7 @@ static void emit_tables(const Lib *L, FILE *f)
     fprintf(f, "};\n#define WEIGHT_FLOATS %ldL\n#define KEEP_FLOATS %ldL\n#define WORKSPACE_BYTES ((size_t)%zu)   /* the plan's %d slots */\n"
                "#define NBUFS %d\n#define INPUT_FLOATS ((long)MODEL_INPUT_C * MODEL_INPUT_H * MODEL_INPUT_W)\n\n",
             L->weight_floats, L->keep_floats, L->workspace, q->nslots, q->nbufs);
-    fprintf(f, "/* the transform the model was trained with (mgc's runtime/transform.c: the same float operations) */\n");
+    fprintf(f, "/* the transform the model was trained with (mgc's data/transform.c: the same float operations) */\n");
     if (info->normalize) {
         fprintf(f, "static const float norm_mean[MODEL_INPUT_C] = {");
         for (int k = 0; k < info->nchannels; k++) fprintf(f, "%s%#.9gf", k ? ", " : " ", (double)info->mean[k]);

@@ -581,7 +581,7 @@ static const char *float_list(Ox *o, const float *v, int n)
 }
 
 /* The value the net's input is: images, or images normalised per channel
-   (Sub the mean, Div by the deviation, as runtime/transform.c). NULL, said,
+   (Sub the mean, Div by the deviation, as data/transform.c). NULL, said,
    where the checkpoint's statistics do not fit the input. */
 static const char *net_input(Ox *o, const Node *input, const char *images)
 {

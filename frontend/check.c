@@ -9,7 +9,8 @@
 */
 #include <stdio.h>
 #include <string.h>
-#include "elab_internal.h"
+#include "check.h"
+#include "layers.h"
 
 typedef struct Checker {
     Elab *E;

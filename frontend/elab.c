@@ -32,6 +32,8 @@
 #include "ast.h"
 #include "parser.tab.h"
 #include "elab_internal.h"
+#include "check.h"
+#include "layers.h"
 
 #define FE_MAX_ITERS   10000    /* loop iterations, all loops of one compilation together */
 #define FE_MAX_STEPS   200000   /* statements run plus stages applied, per compilation */
@@ -93,31 +95,9 @@ typedef struct Scope {
     Loc ret_loc;
 } Scope;
 
-FeDef *fe_find_block(FeDef *defs, const char *name)
-{
-    for (FeDef *d = defs; d; d = d->next)
-        if (!d->is_net && !strcmp(d->name, name)) return d;
-    return NULL;
-}
-
 /* ---- small helpers ---- */
 
 static const Loc no_loc = { 0 };
-
-/* The closest of cands[0..n) to name, if close enough to be a likely typo. */
-const char *fe_suggest(const char *name, const char *const *cands, int n)
-{
-    const char *best = NULL;
-    int bestd = 1 << 30;
-    int len = (int)strlen(name);
-    for (int i = 0; i < n; i++) {
-        if (!cands[i]) continue;
-        int dist = diag_edit_distance(name, cands[i]);
-        if (dist < bestd) { bestd = dist; best = cands[i]; }
-    }
-    if (best && bestd <= 2 && bestd < len) return best;
-    return NULL;
-}
 
 static const char *describe(Elab *E, Value v)
 {

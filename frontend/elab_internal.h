@@ -1,8 +1,9 @@
 /*
-** Declarations shared by the two halves of elaboration: the whole-file
-** checks (frontend/check.c) and the interpreter that runs the net
-** (frontend/elab.c). Not for use outside frontend/; the front end's public
-** interface is frontend.h.
+** The state of one elaboration, which the whole-file checks
+** (frontend/check.c, check.h), the built-in layers (frontend/layers.c,
+** layers.h) and the interpreter that runs the net (frontend/elab.c) share.
+** Not for use outside frontend/; the front end's public interface is
+** frontend.h. The calls go one way: elab.c -> check.c -> layers.c.
 */
 #ifndef MGC_FE_ELAB_INTERNAL_H
 #define MGC_FE_ELAB_INTERNAL_H
@@ -30,72 +31,5 @@ typedef struct Elab {
     int loss_node;
     int notes;               /* "in block instance" notes printed for the current error */
 } Elab;
-
-/* ---- built-in layers (frontend/layers.c) ---- */
-
-#define FE_MAX_SIZE (1 << 20)       /* largest channel count, feature count, kernel, input dim */
-#define FE_MAX_LAYER_ARGS 8
-
-typedef enum ArgType { A_INT, A_FLOAT, A_BOOL, A_TENSOR } ArgType;
-
-typedef struct LayerArg {
-    const char *name;
-    ArgType type;
-    bool required;
-    double def;              /* its default (ints, floats, bools as 0/1), or DEF_KERNEL, DEF_INFERRED */
-    double lo, hi;           /* the range a given value must be in (ints, floats) */
-    bool lo_open, hi_open;   /* floats: the range excludes lo, hi */
-} LayerArg;
-
-#define DEF_KERNEL (-12345.0)     /* default "= kernel" (a pool's stride) */
-#define DEF_INFERRED (-1.0)       /* default from the input (linear's in_features) */
-#define DEF_NONE (-1.0)           /* an optional tensor not given (concat's) */
-#define DEF_HEIGHT (-12346.0)     /* default "= height" (adaptive_avgpool's width) */
-
-/* A call of a built-in layer, its arguments bound, defaulted and checked. */
-typedef struct Layer Layer;
-typedef struct LayerCall {
-    const Layer *layer;      /* its row */
-    Elab *E;                 /* the checks that need the elaboration's state (one loss, ...) */
-    Graph *g;
-    Loc loc;                 /* the layer's name in the .net */
-    Loc where[FE_MAX_LAYER_ARGS];   /* each argument, where given (else the layer's) */
-    const char *prefix;      /* its parameters' names' prefix, or NULL */
-    int x;                   /* the input tensor's node */
-    long long i[FE_MAX_LAYER_ARGS];   /* ints, bools (0/1), tensors (their nodes) */
-    double f[FE_MAX_LAYER_ARGS];      /* numbers */
-} LayerCall;
-
-struct Layer {
-    const char *name;
-    bool has_params;         /* creates parameters: gets a name */
-    int nargs;
-    LayerArg args[FE_MAX_LAYER_ARGS];
-    int (*build)(const LayerCall *c);   /* the node it makes, or -1 (said) */
-    const char *checks;      /* what else it checks, in words (docs/language.md's table) */
-};
-
-extern const Layer fe_layers[];
-extern const int fe_nlayers;
-
-/* The index in fe_layers of the built-in layer called name, or -1. */
-int fe_find_layer(const char *name);
-/* "conv2d(out_channels, kernel, stride = 1, padding = 0, bias = true)" into buf. */
-const char *fe_layer_signature(const Layer *L, char *buf, size_t size);
-/* Argument k of L, given as iv (ints) or fv (numbers), within its range (a number also
-   after its rounding to float32, which is 0 only where fv is); else said at where. */
-bool fe_layer_arg_in_range(Elab *E, Loc where, const Layer *L, int k, long long iv, double fv);
-/* The block (not the net) called name among defs, or NULL. */
-FeDef *fe_find_block(FeDef *defs, const char *name);
-/* The closest of cands[0..n) to name, if close enough to be a likely typo. */
-const char *fe_suggest(const char *name, const char *const *cands, int n);
-
-/* ---- whole-file checks (check.c) ---- */
-
-/* Looks at the whole tree once, without running anything: one net, unique
-   definitions and parameters, every layer/block name known, no recursion
-   between blocks, 'input' only in the net, nothing after a 'return'. Sets
-   E->net. Returns the number of errors found (each reported through E->d). */
-int fe_check_file(Elab *E, const SourceFile *file);
 
 #endif

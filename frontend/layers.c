@@ -8,7 +8,7 @@
 ** --list-layers; tests/golden.sh holds the two together) come from the rows.
 ** A new layer is a row and its builder.
 */
-#include "elab_internal.h"
+#include "layers.h"
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -203,6 +203,28 @@ int fe_find_layer(const char *name)
     for (int i = 0; i < fe_nlayers; i++)
         if (!strcmp(fe_layers[i].name, name)) return i;
     return -1;
+}
+
+FeDef *fe_find_block(FeDef *defs, const char *name)
+{
+    for (FeDef *d = defs; d; d = d->next)
+        if (!d->is_net && !strcmp(d->name, name)) return d;
+    return NULL;
+}
+
+/* The closest of cands[0..n) to name, if close enough to be a likely typo. */
+const char *fe_suggest(const char *name, const char *const *cands, int n)
+{
+    const char *best = NULL;
+    int bestd = 1 << 30;
+    int len = (int)strlen(name);
+    for (int i = 0; i < n; i++) {
+        if (!cands[i]) continue;
+        int dist = diag_edit_distance(name, cands[i]);
+        if (dist < bestd) { bestd = dist; best = cands[i]; }
+    }
+    if (best && bestd <= 2 && bestd < len) return best;
+    return NULL;
 }
 
 /* An argument's default as the .net language writes it, into buf. */

@@ -412,3 +412,15 @@ float *rt_exec_fetch(Exec *x, int buf, long n)
     x->dev->ops->synchronize(x->dev);
     return x->host[buf];
 }
+
+const char *rt_commas(long v, char buf[32])
+{
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%ld", v), o = 0;
+    for (int k = 0; k < n; k++) {
+        if (k && (n - k) % 3 == 0 && tmp[k - 1] != '-') buf[o++] = ',';
+        buf[o++] = tmp[k];
+    }
+    buf[o] = 0;
+    return buf;
+}

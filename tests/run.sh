@@ -96,6 +96,7 @@ lane_a() {
 lane_b() {
     suite frontend sh -c "make -s build/unit_frontend && ./build/unit_frontend"
     suite verify sh -c "make -s build/unit_verify && ./build/unit_verify"
+    suite includes python3 tests/includes.py   # no two files of a folder need each other (make's objects, by nm)
     suite runtime sh -c "make -s build/unit_runtime && ./build/unit_runtime"
     suite comm sh -c "make -s build/unit_comm && ./build/unit_comm"
     suite bgemm sh -c "make -s build/unit_bgemm && ./build/unit_bgemm"

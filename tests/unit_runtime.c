@@ -1,13 +1,14 @@
 /*
-** Unit tests for runtime/data (IDX, CIFAR, safetensors data sets),
-** runtime/transform, runtime/safetensors, runtime/rng and runtime/memlimit
+** Unit tests for data/data (IDX, CIFAR, safetensors data sets),
+** data/transform, data/safetensors, runtime/rng and runtime/memlimit
 ** (a cgroup tree of its own).
 **
-** Build and run from the repository root:
+** Build and run from the repository root (make build/unit_runtime):
 **   mkdir -p build && cc -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes \
-**     -Wmissing-prototypes -D_GNU_SOURCE -O2 -g -I. -Iruntime -Iir tests/unit_runtime.c \
-**     runtime/data.c runtime/data_cifar.c runtime/data_st.c runtime/transform.c \
-**     runtime/safetensors.c runtime/rng.c runtime/memlimit.c -lz -lm -o build/unit_runtime
+**     -Wno-missing-prototypes -Wno-unused-function -D_GNU_SOURCE -O2 -g -Iir -Icodegen -Iruntime -Idata \
+**     tests/unit_runtime.c data/data.c data/data_cifar.c data/data_st.c data/digest.c data/transform.c \
+**     data/safetensors.c data/json.c data/paths.c runtime/rng.c runtime/ptx.c runtime/memlimit.c \
+**     runtime/store.c ir/graph.c ir/arena.c -lz -lm -lpthread -ldl -o build/unit_runtime
 **   MGC_DATA=/path/to/fashion-mnist build/unit_runtime
 **
 ** Without MGC_DATA the checks on the real Fashion-MNIST files are skipped

@@ -11,6 +11,7 @@
 ** class is the fine label; the coarse one is checked and dropped.
 */
 #include "data_formats.h"
+#include "digest.h"
 #include "errbuf.h"
 
 #include <errno.h>

@@ -4,7 +4,8 @@
 ** run had never stopped (the epoch, the steps, the seed, the batch, the
 ** rate's recipe). Rank 0 writes and reads; the others learn the outcome.
 */
-#include "train_internal.h"
+#include "checkpoint.h"
+#include "schedule.h"
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

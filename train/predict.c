@@ -13,7 +13,9 @@
 ** each written beside and renamed into place. With labels, the accuracy and
 ** the confusion matrix go to stdout.
 */
-#include "train_internal.h"
+#include "predict.h"
+#include "epoch.h"
+#include "safetensors.h"
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>

@@ -9,7 +9,9 @@
 ** its vote to two floats summed with the last gradient bucket (the
 ** program's control buffer), and all stop when the sum says so.
 */
-#include "train_internal.h"
+#include "epoch.h"
+#include "checkpoint.h"
+#include "pool.h"
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

@@ -21,11 +21,6 @@ typedef struct DataFiles {
     char path[DATA_MAX_FILES][DATA_PATH];
 } DataFiles;
 
-/* A digest begun for the file at path (its name, no bytes yet). */
-void data_digest_start(DataDigest *d, const char *path);
-/* n more bytes of it. */
-void data_digest_add(DataDigest *d, const void *bytes, size_t n);
-
 /* CIFAR-10 (hundred false) or CIFAR-100 binary batches; digest[i]: file i's. */
 int cifar_load(const DataFiles *f, bool hundred, Dataset *train, Dataset *test, DataDigest *digest, char *err, size_t err_size);
 /* The bytes CIFAR's batches will take once loaded (DataSize), and their records: 0, or -1. */

@@ -3,7 +3,7 @@
 ** epoch or once a step (--lr-schedule, --lr-per, --warmup), and the recipe
 ** in words that checkpoints keep.
 */
-#include "train_internal.h"
+#include "schedule.h"
 #include <math.h>
 #include <string.h>
 

@@ -14,6 +14,7 @@
 ** laid out as the Dataset keeps it is taken over, not copied.
 */
 #include "data_formats.h"
+#include "digest.h"
 #include "errbuf.h"
 #include "safetensors.h"
 

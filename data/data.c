@@ -16,6 +16,7 @@
 */
 #include "data.h"
 #include "data_formats.h"
+#include "digest.h"
 #include "errbuf.h"
 #include "paths.h"
 #include "rng.h"
@@ -84,23 +85,6 @@ static int find_file(const char *dir, int which, char *path, size_t size)
     if (other < 0) return 0;
     snprintf(path, size, "%s/%s%s", dir, file_names[which], other ? ".gz" : "");
     return -1;
-}
-
-void data_digest_start(DataDigest *d, const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    snprintf(d->file, sizeof d->file, "%s", slash ? slash + 1 : path);
-    d->bytes = 0;
-    d->crc = crc32(0L, Z_NULL, 0);
-}
-
-void data_digest_add(DataDigest *d, const void *bytes, size_t n)
-{
-    for (size_t at = 0; at < n; at += 1u << 30) {   /* in pieces that fit zlib's uInt */
-        size_t k = n - at < (1u << 30) ? n - at : (1u << 30);
-        d->crc = crc32(d->crc, (const Bytef *)bytes + at, (uInt)k);
-    }
-    d->bytes += (long long)n;
 }
 
 /* Reads up to len bytes, each piece into digest (when not NULL) as it comes;

@@ -4,7 +4,9 @@
 ** the losses, the first step's logits and gradients, the parameters, the
 ** evaluation logits and how far the replicas are apart, dumped.
 */
-#include "train_internal.h"
+#include "checkmode.h"
+#include "checkpoint.h"
+#include "safetensors.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
