@@ -84,8 +84,6 @@ typedef struct Step {
     int nargs;
     int args[CG_MAXARGS];     /* buffer ids, in the kernel's a.t[] order */
     unsigned outs;            /* bit j set: the kernel writes a.t[j] */
-    int nf;
-    float f[4];               /* run-time scalars (a.f[]): learning rate etc. */
     bool seeded;              /* needs a fresh random seed each run (dropout) */
     bool sgd;                 /* an optimizer's update: reads its scalars from Program.opt_scalars */
     long src_begin, src_end;  /* its text in Program.source: [begin, end) */
