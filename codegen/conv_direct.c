@@ -491,7 +491,7 @@ void cg_conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
 
 /* The weight (and bias) gradient of a convolution followed by ReLU and a 2x2 max
    pool, from the pool's gradient gy and input y (the ReLU's output), the fusion
-   pass's wgrad_pool: each window's gradient goes to its first maximum where that
+   pass's cg_wgrad_pool: each window's gradient goes to its first maximum where that
    is positive, so dw[o, c, ky, kx] = sum over the windows of g * x[n, c, ay + ky,
    ax + kx] with (ay, ax) the maximum's place: one multiply-add per window and
    tap, where the routed gradient would take four (three of them by zero).
