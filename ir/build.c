@@ -7,8 +7,8 @@
 ** layer's parameters (named "<prefix>.weight" / "<prefix>.bias", initialised
 ** as PyTorch initialises them) and returns the id of the layer's output. Its
 ** own checks are those a parameter's shape needs before the rule can run (the
-** input's rank, conv2d's groups, layernorm's [N, F] or [N, C, H, W]) and the
-** sizes that must fit an int (within).
+** input's rank, conv2d's groups, the logits' before the labels are made) and
+** the sizes that must fit an int (within).
 */
 #include "ir.h"
 #include <limits.h>
@@ -50,14 +50,16 @@ static bool shape_within(Graph *g, Loc loc, const char *layer, const char *what,
 
 static const char *shape_str(Graph *g, int id) { return ir_shape_str(g->arena, &g->nodes[id].shape); }
 
-/* Whether layer op's inputs in[0..nin) fit together, by op's shape rule (ir/shape.c):
-   where they do, the output's shape in *out; where they do not, the rule's message at
-   loc and (blame not NULL) the input it is about in *blame, or -1. */
-static bool rule_fits(Graph *g, Loc loc, Op op, int nin, const int *in, const IrAttrs *attr, Shape *out, int *blame)
+/* Whether inputs in[0..nin) fit together as op's, by its shape rule (ir/shape.c): where
+   they do, the output's shape in *out; where they do not, the rule's message at loc,
+   after the layer's name (NULL: the op's), and (blame not NULL) the input it is about
+   in *blame, or -1. */
+static bool rule_fits(Graph *g, Loc loc, const char *layer, Op op, int nin, const int *in, const IrAttrs *attr, Shape *out,
+                      int *blame)
 {
     char why[384];
     if (ir_rule_shape(g, op, nin, in, attr, out, why, sizeof why, blame)) return true;
-    diag_at(g->diag, loc, "%s: %s", ir_op_name(op), why);
+    diag_at(g->diag, loc, "%s: %s", layer ? layer : ir_op_name(op), why);
     return false;
 }
 
@@ -147,7 +149,8 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
     }
     IrAttrs at = { .stride = stride, .padding = padding, .groups = groups > 1 ? groups : 0, .dilation = dilation > 1 ? dilation : 0 };
     Shape out;   /* the kernel (dilated) must fit the padded input: the rule says where not */
-    if (!rule_fits(g, loc, OP_CONV2D, bias ? 3 : 2, in, &at, &out, NULL) || !shape_within(g, loc, "conv2d", "the output", &out)) return -1;
+    if (!rule_fits(g, loc, NULL, OP_CONV2D, bias ? 3 : 2, in, &at, &out, NULL)) return -1;
+    if (!shape_within(g, loc, "conv2d", "the output", &out)) return -1;
     return ir_op(g, OP_CONV2D, loc, bias ? 3 : 2, in, &at, NULL);
 }
 
@@ -214,13 +217,9 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
 
 int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps)
 {
-    if (x < 0) return -1;
-    const Shape *xs = &g->nodes[x].shape;
-    if (xs->nd != 2 && xs->nd != 4) {
-        diag_at(g->diag, loc, "layernorm expects [N, features] or [N, C, H, W], got %s", shape_str(g, x));
-        return -1;
-    }
-    int c = xs->d[1];
+    Shape stats_shape;   /* the statistics' rule says what the input must be */
+    if (x < 0 || !rule_fits(g, loc, "layernorm", OP_LN_STATS, 1, &x, NULL, &stats_shape, NULL)) return -1;
+    int c = g->nodes[x].shape.d[1];
     Shape cs = ir_shape_make(1, &c);
     int gamma = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), cs, INIT_ONES, 0);
     if (gamma < 0) return -1;
@@ -251,7 +250,7 @@ static int pool(Graph *g, Loc loc, Op op, int x, int kernel, int stride, int pad
     if (!need_rank(g, loc, x, 4, ir_op_name(op), "[N, C, H, W]")) return -1;
     IrAttrs at = { .kernel = kernel, .stride = stride, .padding = padding };
     Shape out;
-    if (!rule_fits(g, loc, op, 1, &x, &at, &out, NULL)) return -1;
+    if (!rule_fits(g, loc, NULL, op, 1, &x, &at, &out, NULL)) return -1;
     return unary(g, op, loc, x, &at);
 }
 int ir_maxpool2d(Graph *g, Loc loc, int x, int k, int s, int p) { return pool(g, loc, OP_MAXPOOL, x, k, s, p); }
@@ -332,7 +331,7 @@ int ir_add(Graph *g, Loc loc, int a, int b)
 {
     if (a < 0 || b < 0) return -1;
     Shape out;
-    if (!rule_fits(g, loc, OP_ADD, 2, (int[]){ a, b }, NULL, &out, NULL)) {
+    if (!rule_fits(g, loc, NULL, OP_ADD, 2, (int[]){ a, b }, NULL, &out, NULL)) {
         diag_note(g->diag, g->nodes[a].loc, "the first input, of shape %s, is made here", shape_str(g, a));
         diag_note(g->diag, g->nodes[b].loc, "the second input, of shape %s, is made here", shape_str(g, b));
         return -1;
@@ -346,7 +345,7 @@ int ir_concat(Graph *g, Loc loc, int n, const int *in)
         if (in[k] < 0) return -1;
     Shape out;
     int k;
-    if (!rule_fits(g, loc, OP_CONCAT, n, in, NULL, &out, &k)) {
+    if (!rule_fits(g, loc, NULL, OP_CONCAT, n, in, NULL, &out, &k)) {
         if (k > 0) diag_note(g->diag, g->nodes[in[k]].loc, "input %d, of shape %s, is made here", k, shape_str(g, in[k]));
         return -1;
     }
@@ -358,7 +357,7 @@ int ir_broadcast(Graph *g, Loc loc, Op op, int a, int b)
 {
     if (a < 0 || b < 0) return -1;
     Shape out;
-    if (!rule_fits(g, loc, op, 2, (int[]){ a, b }, NULL, &out, NULL)) {
+    if (!rule_fits(g, loc, NULL, op, 2, (int[]){ a, b }, NULL, &out, NULL)) {
         diag_note(g->diag, g->nodes[b].loc, "the second input, of shape %s, is made here", shape_str(g, b));
         return -1;
     }

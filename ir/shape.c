@@ -227,18 +227,23 @@ static int positions(const Shape *x)
     return p;
 }
 
+/* LayerNorm's input: [N, F] or [N, C, H, W] */
+static bool ln_input(Rule *r, const Shape *x)
+{
+    return x->nd == 2 || x->nd == 4 || no(r, "the input %s is not [N, features] or [N, C, H, W]", str(r, x));
+}
+
 static bool rule_ln_stats(Rule *r)   /* x[N,C,...] -> [N,2,P] */
 {
     const Shape *x = in(r, 0);
-    if (x->nd != 2 && x->nd != 4) return no(r, "input %s is not [N, F] or [N, C, H, W]", str(r, x));
-    return give(r, 3, (int[]){ x->d[0], 2, positions(x) });
+    return ln_input(r, x) && give(r, 3, (int[]){ x->d[0], 2, positions(x) });
 }
 
 /* x, stats[N,2,P], gamma[C] and beta[C] (the first k of them) of a LayerNorm */
 static bool ln_operands(Rule *r, int k)
 {
     const Shape *x = in(r, 0), *st = in(r, 1);
-    if (x->nd != 2 && x->nd != 4) return no(r, "input %s is not [N, F] or [N, C, H, W]", str(r, x));
+    if (!ln_input(r, x)) return false;
     if (!(st->nd == 3 && st->d[0] == x->d[0] && st->d[1] == 2 && st->d[2] == positions(x)))
         return no(r, "stats %s do not fit input %s", str(r, st), str(r, x));
     return k < 3 || channels(r, "gamma", in(r, 2), 0, x->d[1]);
