@@ -84,8 +84,6 @@ typedef struct Step {
     int nargs;
     int args[CG_MAXARGS];     /* buffer ids, in the kernel's a.t[] order */
     unsigned outs;            /* bit j set: the kernel writes a.t[j] */
-    int nf;
-    float f[4];               /* run-time scalars (a.f[]): learning rate etc. */
     bool seeded;              /* needs a fresh random seed each run (dropout) */
     bool sgd;                 /* an optimizer's update: reads its scalars from Program.opt_scalars */
     long src_begin, src_end;  /* its text in Program.source: [begin, end) */
@@ -111,31 +109,10 @@ typedef struct Step {
     int coll;                 /* index in Program.colls */
 } Step;
 
-/* What the passes before lowering decided for one node: what its kernel
-   does besides its own op (what it absorbs of others), and where it stores
-   (another's kernel computes it, in that kernel's buffer). */
-typedef struct CgNode {
-    int fused;                /* the node whose kernel computes it too (sharing its buffer), or -1 */
-    bool relu_out;            /* its kernel applies ReLU to what it writes (a fused relu follows) */
-    int act;                  /* the activation its kernel applies to what it writes (OP_RELU: relu_out too;
-                                 any other after a linear, bn_apply, add, mul or sub), or -1 */
-    int act_node;             /* with act: the activation node fused */
-    int act_out;              /* with act: the activation node whose own buffer receives act's output, the
-                                 kernel's own output stored as computed (the activation's gradient reads
-                                 it); -1: act applied in place */
-    bool relu_mask;           /* maxpool2d_grad: routes only where its input was positive (a fused relu_grad) */
-    signed char conv;         /* a convolution or its gradient: its ConvStrategy; others -1 */
-    const char *conv_why;     /* conv2d: the form chosen and why, for --emit kernels; others NULL */
-    int stats_of;             /* conv2d: the bn_stats whose partial sums its kernel writes, or -1 */
-    int stats_by;             /* bn_stats: that conv2d, or -1 */
-    int pool_of;              /* bn_apply or conv2d: the max pool its kernel computes too (of its ReLU output), or -1 */
-    int pool_by;              /* that maxpool2d: the bn_apply or conv2d, or -1 */
-    int bn_into_add;          /* add: the bn_apply input whose normalisation its kernel computes (fused), or -1 */
-    int ew_into_add;          /* add: the mul or sub input whose product or difference its kernel computes (fused), or -1 */
-    int wgrad_pool;           /* conv2d_grad_w: the 2x2 max-pool gradient (ReLU-masked) whose routing its
-                                 kernel does, reading the pool's input and gradient (fused), or -1 */
-    int wgrad_bias;           /* such a conv2d_grad_w: the bias_grad its kernel computes too (fused), or -1 */
-} CgNode;
+/* What the passes before lowering decided for one node (codegen/fuse.c keeps
+   the record; everyone else asks it through the cg_ functions after CgDecisions). */
+typedef struct CgNode CgNode;
+typedef struct CgDecisions CgDecisions;
 
 typedef struct Program {
     Arena *arena;
@@ -145,7 +122,7 @@ typedef struct Program {
     Step *steps;
     int nsteps, capsteps;
     int *node_buf;            /* node id -> buffer id holding its output (-1: none) */
-    const CgNode *decided;    /* per node id: the fusion and convolution passes' decisions (fused, conv_why, ...) */
+    const CgDecisions *decided;   /* the fusion and convolution passes' decisions (cg_fused_into, cg_conv_why, ...) */
     char *source;             /* all kernels' bodies, without prelude */
     const struct Program *kernels_from;   /* the program some kernels' code is compiled with (Step.shared), or NULL */
     int input, labels, loss, correct, logits;   /* buffer ids (-1 if absent) */
@@ -180,7 +157,7 @@ typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM, CONV_DENSE, CON
 /* Choices the driver makes for code generation (driver/main.c takes them
    from MGC_FUSE and MGC_CONV). Codegen reads no environment. */
 typedef struct CgOptions {
-    bool fuse;                /* ReLU fusion on */
+    bool fuse;                /* fusion on (cg_fuse, and the lowering's own merges) */
     int conv;                 /* -1: choose per layer, else a forced ConvStrategy */
     bool cpu_only;            /* the program runs on CPU devices only: its kernels may be C only
                                  (CONV_CHUNKED calls CBLAS; reductions in memory order); never for
@@ -188,16 +165,61 @@ typedef struct CgOptions {
 } CgOptions;
 
 
-/* The passes' decisions: one record per node (arena memory), read as
-   dec->node[id] (cg_node()). */
-typedef struct CgDecisions {
-    CgNode *node;             /* [graph's nodes] */
+/* The passes' decisions: one record per node (arena memory), asked through
+   the functions below, set through the setters after them (codegen/fuse.c). */
+struct CgDecisions {
+    CgNode *node;             /* [graph's nodes]: fuse.c's alone */
     bool cpu_only;            /* CgOptions.cpu_only, for the lowering: kernels may take C-only forms */
     bool fuse;                /* CgOptions.fuse, for the lowering's own merges (cg_fused_running) */
-} CgDecisions;
+};
 
-/* The decisions of node id. */
-static inline const CgNode *cg_node(const CgDecisions *d, int id) { return &d->node[id]; }
+/* ---- The questions. Each takes a node id and answers -1 (false, NULL) where
+   nothing was decided. "x's kernel" is the kernel lowered for node x. */
+
+/* The node whose kernel computes id too (id gets no kernel of its own; its value
+   is in that kernel's buffer, or in one of its own that kernel makes), or -1. Of
+   an SGD update: the first update of its group. */
+int cg_fused_into(const CgDecisions *d, int id);
+/* The activation (an Op) id's kernel applies to what it stores, its node, and
+   whether ReLU is that activation. */
+int cg_act(const CgDecisions *d, int id);
+int cg_act_node(const CgDecisions *d, int id);
+bool cg_relu_out(const CgDecisions *d, int id);
+/* With an activation whose gradient reads its input: the activation's node, whose
+   own buffer receives the activation while id's keeps the value as computed; -1
+   where the activation is applied in place (or there is none). */
+int cg_act_beside(const CgDecisions *d, int id);
+/* The node whose value id's buffer holds once id's kernel ran: the activation
+   applied in place, else id. */
+int cg_holds(const CgDecisions *d, int id);
+/* maxpool2d_grad: it routes only where its input was positive (a relu_grad fused). */
+bool cg_relu_mask(const CgDecisions *d, int id);
+/* A convolution or either gradient: its ConvStrategy (-1: not a convolution); conv2d:
+   the form chosen and why, for --emit kernels. */
+int cg_conv_form(const CgDecisions *d, int id);
+const char *cg_conv_why(const CgDecisions *d, int id);
+/* conv2d: the bn_stats whose partial sums its kernel writes; bn_stats: that conv2d. */
+int cg_stats_of(const CgDecisions *d, int conv);
+int cg_stats_by(const CgDecisions *d, int stats);
+/* bn_apply or conv2d: the max pool its kernel computes too (of its ReLU output);
+   maxpool2d: that bn_apply or conv2d. */
+int cg_pool_of(const CgDecisions *d, int producer);
+int cg_pool_by(const CgDecisions *d, int pool);
+/* add: the bn_apply input it normalises itself, and the mul or sub input whose
+   product or difference it computes as it reads (both fused into it). */
+int cg_bn_into_add(const CgDecisions *d, int add);
+int cg_ew_into_add(const CgDecisions *d, int add);
+/* conv2d_grad_w: the 2x2 max-pool gradient (ReLU-masked) whose routing its kernel
+   does, reading the pool's input and gradient, and the bias_grad it computes too. */
+int cg_wgrad_pool(const CgDecisions *d, int wgrad);
+int cg_wgrad_bias(const CgDecisions *d, int wgrad);
+
+/* ---- The setters, for the passes (fuse.c, conv.c); each sets both sides of a pair. */
+void cg_set_conv(CgDecisions *d, int id, ConvStrategy form, const char *why);
+/* Appends "; more" to conv2d id's why, if it has one (a on which it is made). */
+void cg_add_conv_why(CgDecisions *d, Arena *a, int id, const char *more);
+void cg_set_stats(CgDecisions *d, int conv, int stats);
+void cg_set_pool(CgDecisions *d, int producer, int pool);
 
 /* Whether a tensor of shape s broadcast to out ([N, C, H, W]) is indexed in a
    loop over out's (n, c) planes as ((n' * C' + c') * H'W' + k'): each of its
@@ -206,23 +228,24 @@ bool cg_plane_indexable(const Shape *s, const Shape *out);
 
 /* Nothing fused, no strategy chosen. */
 void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a);
-/* The fusion pass (codegen/fuse.c): element-wise ReLU and its gradient folded
-   into the kernel before them, a max pool after BatchNorm + ReLU into the
-   BatchNorm's, a BatchNorm whose only consumer is an add into the add's, and
-   (CPU programs) a 2x2 max pool's gradient into the weight gradient of the
-   convolution before it, when opt->fuse. Requires: a verified graph.
-   Produces: d->fused, d->relu_out, d->relu_mask, d->pool_of, d->pool_by, d->bn_into_add,
-   d->wgrad_pool, d->wgrad_bias. */
+/* The fusion pass (codegen/fuse.c): an activation folded into the kernel before it
+   (a convolution, a linear layer, BatchNorm, add, mul, sub), ReLU's gradient into a max
+   pool's gradient, a max pool after BatchNorm + ReLU into the BatchNorm's kernel, a
+   BatchNorm or a mul or sub whose only consumer is an add into the add's, (CPU
+   programs) a 2x2 max pool's gradient into the weight gradient of the convolution
+   before it, and the SGD updates of a bucket into groups, when opt->fuse. Requires: a
+   verified graph. Produces: what cg_fused_into, cg_act*, cg_relu_mask, cg_pool_of/by,
+   cg_bn_into_add, cg_ew_into_add and cg_wgrad_* answer. */
 void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d);
 /* The gradient bucket holding the gradient SGD node `sgd` reads (through slices and
    reshapes: BatchNorm's gamma and beta share a tensor), or -1 (codegen/fuse.c). */
 int cg_grad_bucket(const Graph *g, int sgd);
 /* The convolution pass (codegen/conv.c): how each convolution runs, forward
    and gradients alike (opt->conv forces one); with opt->fuse, the BatchNorm
-   statistics that a chunked convolution's kernel sums as it writes its output,
-   and the 2x2 max pool that a direct convolution's kernel takes of its rows.
-   Produces: d->conv, d->conv_why, d->stats_of, d->stats_by, and pool_of,
-   pool_by of direct convolutions. */
+   statistics that a chunked or Winograd convolution's kernel sums as it writes its
+   output, and the 2x2 max pool that a direct convolution's kernel takes of its rows.
+   Produces: what cg_conv_form, cg_conv_why, cg_stats_of/by answer, and cg_pool_of/by
+   of direct convolutions. */
 void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d);
 /* Lowers nodes [0, g->n) of g to steps and buffers; emits the kernel bodies.
    Requires: the fusion and convolution passes' decisions (NULL: both run

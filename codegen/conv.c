@@ -152,14 +152,14 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
 
 const char *cg_conv_act(Lower *L, int id, const char *v)
 {
-    return L->dec->node[id].act >= 0 ? cg_fused_act(L, id, v) : v;
+    return cg_act(L->dec, id) >= 0 ? cg_fused_act(L, id, v) : v;
 }
 
 Step *cg_conv_kernel(Lower *L, int id, const char *what, Dim work, int nargs, const int *b, const char *const *names)
 {
     CgArgs a = { 0 };
     for (int k = 0; k < nargs; k++) cg_arg(L, &a, b[k], "%s", names[k]);
-    if (L->dec->node[id].act_out >= 0) cg_arg(L, &a, cg_out_buf(L, L->dec->node[id].act_out), "=ya");
+    if (cg_act_beside(L->dec, id) >= 0) cg_arg(L, &a, cg_out_buf(L, cg_act_beside(L->dec, id)), "=ya");
     return cg_kernel_args(L, id, what, work, &a);
 }
 
@@ -316,9 +316,9 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
                columns in cache. Measured on LeNet, one thread: 2.15 -> 1.19 ms a step. */
             s = CONV_CHUNKED;
             int fwd = g->nodes[id].grad_of;
-            if (fwd >= 0 && d->node[fwd].conv_why)
-                d->node[fwd].conv_why = arena_printf(g->arena, "%s; its input gradient chunked (im2col + GEMM %d examples at a time, in cache)",
-                                                d->node[fwd].conv_why, cg_chunk_examples(&G));
+            if (fwd >= 0)
+                cg_add_conv_why(d, g->arena, fwd, arena_printf(g->arena, "its input gradient chunked (im2col + GEMM %d examples at a time, in cache)",
+                                                               cg_chunk_examples(&G)));
         }
         bool wg_more = 16 * cg_winograd_tiles(&G) * 2 > 9L * G.OH * G.OW;   /* more than half of im2col's */
         if (op == OP_CONV2D_BWD_W && s == CONV_WINOGRAD && (!cg_winograd_grad_w_fits(&G) || (opt->conv < 0 && wg_more))) {
@@ -330,42 +330,37 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
                the chunked form (which then splits dw's columns between threads). */
             s = CONV_CHUNKED;
             int fwd = g->nodes[id].grad_of;
-            if (fwd >= 0 && d->node[fwd].conv_why)
-                d->node[fwd].conv_why = arena_printf(g->arena, "%s; its weight gradient chunked (%s)", d->node[fwd].conv_why,
-                                                cg_winograd_grad_w_fits(&G) ? "Winograd's would do more than half of im2col's multiply-adds"
-                                                                            : "Winograd's partial sums per group would take too much memory");
+            if (fwd >= 0)
+                cg_add_conv_why(d, g->arena, fwd, cg_winograd_grad_w_fits(&G)
+                                                      ? "its weight gradient chunked (Winograd's would do more than half of im2col's multiply-adds)"
+                                                      : "its weight gradient chunked (Winograd's partial sums per group would take too much memory)");
         }
-        d->node[id].conv = (signed char)s;
-        if (op == OP_CONV2D) {
-            d->node[id].conv_why = conv_why(g->arena, opt, &G, s);
-            if (g->nodes[id].mm == DT_BF16)
-                d->node[id].conv_why = arena_printf(g->arena, "%s; bf16 operands, %s", d->node[id].conv_why,
-                                                    !d->cpu_only && s == CONV_GEMM ? "stored bf16 by im2col and the gradient's transposition "
-                                                                                     "as they pack them, the weights by a copy"
-                                                    : s == CONV_DIRECT || s == CONV_VECTOR ? "rounded into copies its fp32 loops read"
-                                                    : s == CONV_WINOGRAD ? "rounded as its GEMMs pack them (Winograd's: the transformed input and filter)"
-                                                                         : "rounded as its GEMMs pack them");
-        }
+        cg_set_conv(d, id, s, op == OP_CONV2D ? conv_why(g->arena, opt, &G, s) : NULL);
+        if (op == OP_CONV2D && g->nodes[id].mm == DT_BF16)
+            cg_add_conv_why(d, g->arena, id, arena_printf(g->arena, "bf16 operands, %s",
+                                                          !d->cpu_only && s == CONV_GEMM ? "stored bf16 by im2col and the gradient's transposition "
+                                                                                           "as they pack them, the weights by a copy"
+                                                          : s == CONV_DIRECT || s == CONV_VECTOR ? "rounded into copies its fp32 loops read"
+                                                          : s == CONV_WINOGRAD ? "rounded as its GEMMs pack them (Winograd's: the transformed input and filter)"
+                                                                               : "rounded as its GEMMs pack them"));
     }
     /* A 2x2 max pool of a ReLU'd direct convolution's output (LeNet's conv1): computed by
        the convolution's kernel from the two rows just summed (conv_rows_vec). */
     for (int id = 0; opt && opt->fuse && id < g->n; id++) {
         const Node *pn = &g->nodes[id];
         if (pn->op != OP_MAXPOOL || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0) continue;
-        int x = pn->in[0], c = d->node[x].fused >= 0 && g->nodes[x].op == OP_RELU ? d->node[x].fused : x;
-        if (g->nodes[c].op != OP_CONV2D || !d->node[c].relu_out || d->node[c].conv != CONV_DIRECT || d->node[c].pool_of >= 0) continue;
+        int x = pn->in[0], c = cg_fused_into(d, x) >= 0 && g->nodes[x].op == OP_RELU ? cg_fused_into(d, x) : x;
+        if (g->nodes[c].op != OP_CONV2D || !cg_relu_out(d, c) || cg_conv_form(d, c) != CONV_DIRECT || cg_pool_of(d, c) >= 0) continue;
         ConvGeom G = cg_conv_geom(g, c);
         if (!cg_conv_rows_vec_fits(d->cpu_only, &G, true) || G.OH != 2 * pn->shape.d[2] || G.OW != 2 * pn->shape.d[3]) continue;
-        d->node[c].pool_of = id;
-        d->node[id].pool_by = c;
-        if (d->node[c].conv_why)
-            d->node[c].conv_why = arena_printf(g->arena, "%s; its 2x2 max pool taken in the same kernel, two rows at a time", d->node[c].conv_why);
+        cg_set_pool(d, c, id);
+        cg_add_conv_why(d, g->arena, c, "its 2x2 max pool taken in the same kernel, two rows at a time");
     }
     for (int id = 0; id < g->n; id++) {
         int fwd = g->nodes[id].grad_of;
-        if (d->node[id].wgrad_pool >= 0 && fwd >= 0 && d->node[fwd].conv_why)
-            d->node[fwd].conv_why = arena_printf(g->arena, "%s; its weight gradient routes the 2x2 max pool's gradient itself "
-                                            "(one multiply-add per window and tap, not four)", d->node[fwd].conv_why);
+        if (cg_wgrad_pool(d, id) >= 0 && fwd >= 0)
+            cg_add_conv_why(d, g->arena, fwd, "its weight gradient routes the 2x2 max pool's gradient itself "
+                                              "(one multiply-add per window and tap, not four)");
     }
     /* BatchNorm statistics summed by the chunked convolution before them, chunk by
        chunk while its output is in cache (see conv_chunked_forward): bn_stats then
@@ -374,12 +369,10 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
         const Node *n = &g->nodes[id];
         if (n->op != OP_BN_STATS) continue;
         int c = n->in[0];
-        if (g->nodes[c].op == OP_CONV2D && (d->node[c].conv == CONV_CHUNKED || d->node[c].conv == CONV_WINOGRAD) && !d->node[c].relu_out &&
-            d->node[c].stats_of < 0) {
-            d->node[c].stats_of = id;
-            d->node[id].stats_by = c;
-            if (d->node[c].conv_why)
-                d->node[c].conv_why = arena_printf(g->arena, "%s; its BatchNorm's statistics summed chunk by chunk in the same kernel", d->node[c].conv_why);
+        if (g->nodes[c].op == OP_CONV2D && (cg_conv_form(d, c) == CONV_CHUNKED || cg_conv_form(d, c) == CONV_WINOGRAD) &&
+            !cg_relu_out(d, c) && cg_stats_of(d, c) < 0) {
+            cg_set_stats(d, c, id);
+            cg_add_conv_why(d, g->arena, c, "its BatchNorm's statistics summed chunk by chunk in the same kernel");
         }
     }
 }
@@ -412,7 +405,7 @@ static void lower_conv(Lower *L, int id);
 /* conv2d, conv2d_grad_x, conv2d_grad_w, each the way cg_conv_strategy() picks for the layer. */
 void cg_lower_conv(Lower *L, int id)
 {
-    ConvStrategy how = (ConvStrategy)L->dec->node[id].conv;
+    ConvStrategy how = (ConvStrategy)cg_conv_form(L->dec, id);
     if (L->g->nodes[id].mm != DT_BF16 || (how != CONV_DIRECT && how != CONV_VECTOR)) {
         lower_conv(L, id);
         return;
@@ -439,11 +432,11 @@ static void lower_conv(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     ConvGeom G = cg_conv_geom(L->g, id);
-    const ConvForm *f = &forms[L->dec->node[id].conv];   /* cg_choose_convs() */
+    const ConvForm *f = &forms[cg_conv_form(L->dec, id)];   /* cg_choose_convs() */
     if (n->op == OP_CONV2D)
         f->forward(L, id, &G);
     else if (n->op == OP_CONV2D_BWD_W)
-        (L->dec->node[id].wgrad_pool >= 0 ? cg_conv_pooled_grad_w : f->grad_w)(L, id, &G);
+        (cg_wgrad_pool(L->dec, id) >= 0 ? cg_conv_pooled_grad_w : f->grad_w)(L, id, &G);
     else   /* OP_CONV2D_BWD_X */
         f->grad_x(L, id, &G);
 }

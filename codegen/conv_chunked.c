@@ -194,7 +194,7 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, NB = cg_chunk_examples(G);
     long P = (long)G->OH * G->OW, CKK = (long)C * K * K;
     bool bias = n->nin == 3;
-    int stats = L->dec->node[id].stats_of;   /* the bn_stats node whose partial sums this kernel writes, or -1 */
+    int stats = cg_stats_of(L->dec, id);   /* the bn_stats node whose partial sums this kernel writes, or -1 */
     int b[5] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), -1, -1 };
     const char *names[5] = { "=y", "x", "w", NULL, NULL };
     int nargs = 3;
@@ -214,9 +214,9 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
                    "    FOR_EACH(n, N) {\n"
                    "        float *yn = y + n * %ldL;\n"
                    "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, %ld, %d, 1.0f, w, %d, x + n * %ldL, %ld, 0.0f, yn, %ld);\n",
-                C, P, O, C, O, P, bias || L->dec->node[id].act >= 0 ? ", then bias and activation in place" : "", (long)O * P, O, P, C, C,
+                C, P, O, C, O, P, bias || cg_act(L->dec, id) >= 0 ? ", then bias and activation in place" : "", (long)O * P, O, P, C, C,
                 (long)C * P, P, P);
-        if (bias || L->dec->node[id].act >= 0)
+        if (bias || cg_act(L->dec, id) >= 0)
             cg_body(L, "        for (int o = 0; o < %d; o++) {\n"
                        "            float *yo = yn + o * %ldL;\n"
                        "            const float b = %s;\n"
@@ -265,9 +265,9 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
    pairwise update), so the result does not depend on the threads. */
 void cg_lower_bn_stats_chunks(Lower *L, int id)
 {
-    int conv = L->dec->node[id].stats_by;
+    int conv = cg_stats_by(L->dec, id);
     ConvGeom G = cg_conv_geom(L->g, conv);
-    int C = G.O, NB = L->dec->node[conv].conv == CONV_WINOGRAD ? cg_winograd_examples(&G) : cg_chunk_examples(&G);
+    int C = G.O, NB = cg_conv_form(L->dec, conv) == CONV_WINOGRAD ? cg_winograd_examples(&G) : cg_chunk_examples(&G);
     long P = (long)G.OH * G.OW;
     Arena *a = L->p->arena;
     cg_bn_stats_combine(L, id, "bn_stats_chunks", C, L->part[id], arena_printf(a, "(N + %d) / %d", NB - 1, NB),

@@ -57,14 +57,14 @@ bool cg_conv_rows_vec_fits(bool cpu_only, const ConvGeom *G, bool pairs)
    every output channel and the O * pieces sums are independent (the plane-at-a-time form
    below waits on one chain of K*K additions per element). Stride 1, no padding: every
    load is inside the row (kx + OW <= W). LeNet's conv1: 1.07 -> 0.53 ms a step on one
-   thread. With a 2x2 max pool fused (dec->pool_of: the ReLU's output is still written,
+   thread. With a 2x2 max pool fused (cg_pool_of: the ReLU's output is still written,
    the pool's gradient reads it), two output rows per iteration: each input row read
    serves both (K + 1 rows for 2K row-taps), and the pool of the two rows is taken from
    the sums just stored, into the pool's buffer. */
 static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bool bias)
 {
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, OH = G->OH, OW = G->OW;
-    int pieces = OW / 16 + (OW % 16) / 8, pool = L->dec->node[id].pool_of, R = pool >= 0 ? 2 : 1;
+    int pieces = OW / 16 + (OW % 16) / 8, pool = cg_pool_of(L->dec, id), R = pool >= 0 ? 2 : 1;
     int b[5] = { b0[0], b0[1], b0[2], b0[3], -1 };
     const char *names[5] = { "=y", "x", "w", "bias", "=py" };
     int nargs = bias ? 4 : 3;
@@ -120,7 +120,7 @@ static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bo
             cg_body(L, "        { float *yr = y + ((n * %d + %d) * %d + oy + %d) * %d;\n"
                        "          for (int ox = 0; ox < %d; ox++) %s }\n",
                     O, o, OH, r, OW, OW,
-                    L->dec->node[id].act_out >= 0   /* a pool is fused only after ReLU, in place */
+                    cg_act_beside(L->dec, id) >= 0   /* a pool is fused only after ReLU, in place */
                         ? cg_store(L, id, "yr", "ox", arena_printf(L->p->arena, "t[%d][ox]", r))
                         : arena_printf(L->p->arena, "yr[ox] = t[%d][ox] = %s;", r, cg_conv_act(L, id, arena_printf(L->p->arena, "t[%d][ox]", r))));
         }
@@ -368,11 +368,11 @@ void cg_conv_direct_forward(Lower *L, int id, const ConvGeom *G)
                "                float *yr = yp + oy * %d;\n"
                "                for (int ox = ox0; ox < ox1; ox++) yr[ox] += wv * xr[ox * %d];\n"
                "            }\n            }\n        }\n", S, P, kyv, W, P, kxv, OW, S);
-    if (L->dec->node[id].relu_out)
+    if (cg_relu_out(L->dec, id))
         cg_body(L, "        for (int k = 0; k < %d; k++) yp[k] = yp[k] > 0.0f ? yp[k] : 0.0f;   /* fused relu */\n", OH * OW);
-    else if (L->dec->node[id].act >= 0)
+    else if (cg_act(L->dec, id) >= 0)
         cg_body(L, "        for (int k = 0; k < %d; k++) %s   /* fused %s */\n", OH * OW, cg_store(L, id, "yp", "k", "yp[k]"),
-                ir_op_name((Op)L->dec->node[id].act));
+                ir_op_name((Op)cg_act(L->dec, id)));
     cg_body(L, "    }\n");
     cg_end_kernel(L);
 }
@@ -491,7 +491,7 @@ void cg_conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
 
 /* The weight (and bias) gradient of a convolution followed by ReLU and a 2x2 max
    pool, from the pool's gradient gy and input y (the ReLU's output), the fusion
-   pass's wgrad_pool: each window's gradient goes to its first maximum where that
+   pass's cg_wgrad_pool: each window's gradient goes to its first maximum where that
    is positive, so dw[o, c, ky, kx] = sum over the windows of g * x[n, c, ay + ky,
    ax + kx] with (ay, ax) the maximum's place: one multiply-add per window and
    tap, where the routed gradient would take four (three of them by zero).
@@ -518,7 +518,7 @@ void cg_conv_pooled_grad_w(Lower *L, int id, const ConvGeom *G)
 {
     const Graph *g = L->g;
     const Node *n = &g->nodes[id];
-    int pool = L->dec->node[id].wgrad_pool, bg = L->dec->node[id].wgrad_bias;
+    int pool = cg_wgrad_pool(L->dec, id), bg = cg_wgrad_bias(L->dec, id);
     const Node *pn = &g->nodes[pool];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, OH = G->OH, OW = G->OW, PH = OH / 2, PW = OW / 2, PQ = PH * PW;
     int R = K * C;                          /* floats of one kernel row, (kx, c) */

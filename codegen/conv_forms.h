@@ -23,7 +23,7 @@ void cg_conv_direct_grad_w(Lower *L, int id, const ConvGeom *G);
    rows at a time, for a fused 2x2 max pool): C only, where cpu_only */
 bool cg_conv_depthwise_fits(bool cpu_only, const ConvGeom *G);
 bool cg_conv_rows_vec_fits(bool cpu_only, const ConvGeom *G, bool pairs);
-/* the weight gradient that routes a fused 2x2 max pool's gradient (dec->wgrad_pool), any form */
+/* the weight gradient that routes a fused 2x2 max pool's gradient (cg_wgrad_pool), any form */
 void cg_conv_pooled_grad_w(Lower *L, int id, const ConvGeom *G);
 /* conv_vector.c: CONV_VECTOR (its input gradient is conv_gemm.c's, channels last) */
 void cg_conv_vector_forward(Lower *L, int id, const ConvGeom *G);

@@ -25,10 +25,9 @@
 bool cg_stores_bf16(const Lower *L, int u)
 {
     const Graph *g = L->g;
-    const CgNode *d = &L->dec->node[u];
     Op pop = g->nodes[u].op;
     if (L->dec->cpu_only || (pop != OP_BN_BWD_X && pop != OP_BN_APPLY && pop != OP_ADD && pop != OP_RELU)) return false;
-    int t = d->act >= 0 && d->act_out < 0 && d->act_node >= 0 ? d->act_node : u;   /* the tensor the buffer holds */
+    int t = cg_holds(L->dec, u);   /* the tensor the buffer holds */
     Op uop = g->nodes[t].op;
     if (uop != OP_BN_BWD_X && uop != OP_RELU) return false;
     int readers = 0;
@@ -36,7 +35,7 @@ bool cg_stores_bf16(const Lower *L, int u)
         for (int k = 0; k < g->nodes[c].nin; k++) {
             if (g->nodes[c].in[k] != t) continue;
             Op op = g->nodes[c].op;
-            bool packs = L->dec->node[c].conv == CONV_GEMM && cg_packs_bf16(L, c);
+            bool packs = cg_conv_form(L->dec, c) == CONV_GEMM && cg_packs_bf16(L, c);
             bool rounds = uop == OP_BN_BWD_X
                               ? op == OP_BIAS_BWD   /* before a BatchNorm: exactly zero, dy unread (cg_lower_bias_grad) */
                                     || ((op == OP_CONV2D_BWD_X || op == OP_CONV2D_BWD_W) && k == 0 && packs)
@@ -176,7 +175,7 @@ static int im2col(Lower *L, int id, int x_node, const ConvGeom *G)
 static int takes_weights(Lower *L, int c)
 {
     const Node *n = &L->g->nodes[c];
-    if (n->op != OP_CONV2D || L->dec->node[c].conv != CONV_GEMM || !cg_packs_bf16(L, c)) return -1;
+    if (n->op != OP_CONV2D || cg_conv_form(L->dec, c) != CONV_GEMM || !cg_packs_bf16(L, c)) return -1;
     int w = n->in[1];
     return L->wbf[w] < 0 && (L->p->node_buf[w] >= 0 || L->g->nodes[w].op == OP_PARAM) ? w : -1;
 }
@@ -451,7 +450,7 @@ void cg_conv_dense_forward(Lower *L, int id, const ConvGeom *G)
     L->col[id] = wd;
     int y = cg_out_buf(L, id);
     cg_gemm(L, id, false, true, dimn(1), dimc(OP), dimc(CHW), buf_of(L, n->in[0]), dimc(CHW), wd, dimc(CHW), 0.0f, y, dimc(OP));
-    bool bias = n->nin == 3, act = L->dec->node[id].act >= 0;
+    bool bias = n->nin == 3, act = cg_act(L->dec, id) >= 0;
     if (!bias && !act) return;
     int b[2] = { y, bias ? buf_of(L, n->in[2]) : -1 };
     if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */

@@ -31,14 +31,14 @@ static const char *with_attrs(Lower *L, const char *e, const Node *n)
     return e;
 }
 
-/* The value v through node id's fused activation (d->act), as an expression:
+/* The value v through node id's fused activation (cg_act), as an expression:
    v itself when there is none; ReLU's text as it always was (a comment after it). */
 const char *cg_fused_act(Lower *L, int id, const char *v)
 {
-    int act = L->dec->node[id].act;
+    int act = cg_act(L->dec, id);
     if (act < 0) return v;
     if (act == OP_RELU) return arena_printf(L->p->arena, "%s > 0.0f ? %s : 0.0f   /* fused relu */", v, v);
-    const char *e = with_attrs(L, activations[act].fwd, &L->g->nodes[L->dec->node[id].act_node]), *at;
+    const char *e = with_attrs(L, activations[act].fwd, &L->g->nodes[cg_act_node(L->dec, id)]), *at;
     const char *paren = arena_printf(L->p->arena, "(%s)", v);
     while ((at = strstr(e, "x[i]"))) e = arena_printf(L->p->arena, "%.*s%s%s", (int)(at - e), e, paren, at + 4);
     return e;
@@ -70,12 +70,11 @@ void cg_lower_activation_grad(Lower *L, int id)
 
 const char *cg_store(Lower *L, int id, const char *ptr, const char *idx, const char *val)
 {
-    const CgNode *d = &L->dec->node[id];
     Arena *a = L->p->arena;
-    if (d->act < 0) return arena_printf(a, "%s[%s] = %s;", ptr, idx, val);
-    if (d->act_out < 0) return arena_printf(a, "%s[%s] = %s;", ptr, idx, cg_fused_act(L, id, val));
+    if (cg_act(L->dec, id) < 0) return arena_printf(a, "%s[%s] = %s;", ptr, idx, val);
+    if (cg_act_beside(L->dec, id) < 0) return arena_printf(a, "%s[%s] = %s;", ptr, idx, cg_fused_act(L, id, val));
     const char *at = strcmp(ptr, "y") ? arena_printf(a, "%s - y + %s", ptr, idx) : idx;
-    const char *note = arena_printf(a, "   /* fused %s, stored beside its input */", ir_op_name((Op)d->act));
+    const char *note = arena_printf(a, "   /* fused %s, stored beside its input */", ir_op_name((Op)cg_act(L->dec, id)));
     bool plain = strspn(val, "abcdefghijklmnopqrstuvwxyz_0123456789") == strlen(val);   /* a variable: no temporary */
     if (plain) return arena_printf(a, "%s[%s] = %s; ya[%s] = %s;%s", ptr, idx, val, at, cg_fused_act(L, id, val), note);
     const char *keep = strcmp(val, arena_printf(a, "%s[%s]", ptr, idx)) ? arena_printf(a, " %s[%s] = v_;", ptr, idx) : "";
@@ -83,7 +82,7 @@ const char *cg_store(Lower *L, int id, const char *ptr, const char *idx, const c
 }
 
 /* Node in's operand of an add's, mul's or sub's kernel as an expression: a
-   buffer (named name) or, fused into the add (dec->ew_into_add), a product or
+   buffer (named name) or, fused into the add (cg_ew_into_add), a product or
    difference of two (named name_l and name_r), each read at its index: idx(shape)
    gives it. Appends the buffers to a. */
 typedef const char *(*IndexOf)(Lower *L, const Shape *s, const Shape *out);
@@ -91,7 +90,7 @@ static const char *operand(Lower *L, int id, int in, const char *name, IndexOf i
 {
     const Graph *g = L->g;
     const Node *n = &g->nodes[id];
-    if (in != L->dec->node[id].ew_into_add) {
+    if (in != cg_ew_into_add(L->dec, id)) {
         cg_arg(L, a, buf_of(L, in), "%s", name);
         return arena_printf(L->p->arena, "%s[%s]", name, idx(L, &g->nodes[in].shape, &n->shape));
     }
@@ -123,20 +122,19 @@ static const char *plane_index(Lower *L, const Shape *s, const Shape *out)
 }
 
 /* y = lhs + rhs, y = lhs * rhs, y = lhs - rhs (PyTorch's broadcasting); an add may
-   normalise one input itself (a fused BatchNorm apply, dec->bn_into_add), one (n, c)
+   normalise one input itself (a fused BatchNorm apply, cg_bn_into_add), one (n, c)
    plane per iteration, and compute the product or difference that is the other
-   (dec->ew_into_add) as it reads; an activation may follow (dec->act, act_out) */
+   (cg_ew_into_add) as it reads; an activation may follow (cg_act, cg_act_beside) */
 void cg_lower_binary(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
-    const CgNode *dn = &L->dec->node[id];
-    int bn = dn->bn_into_add;
+    int bn = cg_bn_into_add(L->dec, id), ew = cg_ew_into_add(L->dec, id), act = cg_act(L->dec, id), beside = cg_act_beside(L->dec, id);
     char op = n->op == OP_ADD ? '+' : n->op == OP_SUB ? '-' : '*';
     CgArgs a = { 0 };
     int y = cg_out_buf(L, id);
     cg_arg(L, &a, y, "=y");
-    if (dn->act_out >= 0) cg_arg(L, &a, cg_out_buf(L, dn->act_out), "=ya");
-    if (bn >= 0 && dn->act_out < 0 && dn->ew_into_add < 0 && L->dec->cpu_only) {
+    if (beside >= 0) cg_arg(L, &a, cg_out_buf(L, beside), "=ya");
+    if (bn >= 0 && beside < 0 && ew < 0 && L->dec->cpu_only) {
         const Node *bnn = &L->g->nodes[bn];
         int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
         int other = n->in[0] == bn ? n->in[1] : n->in[0];
@@ -159,8 +157,8 @@ void cg_lower_binary(Lower *L, int id)
         int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
         for (int k = 0; k < 4; k++) cg_arg(L, &a, buf_of(L, bnn->in[k]), "%s", (const char *[]){ "x", "stats", "gamma", "beta" }[k]);
         const char *other = operand(L, id, n->in[0] == bn ? n->in[1] : n->in[0], "skip", plane_index, &a);
-        const char *what = dn->ew_into_add >= 0 ? arena_printf(L->p->arena, "bn_apply_add_%s", ir_op_name(L->g->nodes[dn->ew_into_add].op))
-                                                : "bn_apply_add";
+        const char *what = ew >= 0 ? arena_printf(L->p->arena, "bn_apply_add_%s", ir_op_name(L->g->nodes[ew].op))
+                                   : "bn_apply_add";
         const char *stmt = arena_printf(L->p->arena, "{ float v = (x[plane * %d + k] * scale + shift) + %s; %s }", HW, other,
                                         cg_store(L, id, "y", arena_printf(L->p->arena, "plane * %d + k", HW), "v"));
         if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
@@ -184,7 +182,7 @@ void cg_lower_binary(Lower *L, int id)
     const char *W = cg_work_str(L, work);
     const Shape *ls = &L->g->nodes[n->in[0]].shape, *rs = &L->g->nodes[n->in[1]].shape;
     bool same = ir_shape_eq(ls, &n->shape) && ir_shape_eq(rs, &n->shape);
-    if (dn->act_out < 0 && dn->ew_into_add < 0 && !same && dn->act < 0) {   /* broadcast: each input's index from the output's coordinates */
+    if (beside < 0 && ew < 0 && !same && act < 0) {   /* broadcast: each input's index from the output's coordinates */
         int b3[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
         cg_kernel(L, id, ir_op_name(n->op), work, 3, b3, (const char *const[]){ "=y", "lhs", "rhs" });
         cg_body(L, "    /* y %s = lhs %s %c rhs %s, broadcast */\n", ir_shape_str(L->p->arena, &n->shape), ir_shape_str(L->p->arena, ls), op,
@@ -195,13 +193,13 @@ void cg_lower_binary(Lower *L, int id)
         cg_end_kernel(L);
         return;
     }
-    if (dn->act_out < 0 && dn->ew_into_add < 0 && same && (dn->act < 0 || n->op == OP_ADD)) {
+    if (beside < 0 && ew < 0 && same && (act < 0 || n->op == OP_ADD)) {
         int b3[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
         cg_kernel(L, id, ir_op_name(n->op), work, 3, b3, (const char *const[]){ "=y", "lhs", "rhs" });
-        if (dn->act >= 0)
+        if (act >= 0)
             cg_body(L, "    FOR_EACH(i, %s) {\n        float v = lhs[i] + rhs[i];\n        y[i] = %s\n    }\n", W,
-                    dn->act == OP_RELU ? "v > 0.0f ? v : 0.0f;   /* fused relu */"
-                                       : arena_printf(L->p->arena, "%s;   /* fused %s */", cg_fused_act(L, id, "v"), ir_op_name((Op)dn->act)));
+                    act == OP_RELU ? "v > 0.0f ? v : 0.0f;   /* fused relu */"
+                                   : arena_printf(L->p->arena, "%s;   /* fused %s */", cg_fused_act(L, id, "v"), ir_op_name((Op)act)));
         else
             cg_body(L, "    FOR_EACH(i, %s) {\n        y[i] = lhs[i] %c rhs[i];\n    }\n", W, op);
         cg_end_kernel(L);
@@ -211,14 +209,13 @@ void cg_lower_binary(Lower *L, int id)
        each operand's index from the output's coordinates where its shape differs */
     const char *lhs = operand(L, id, n->in[0], "lhs", flat_index, &a);
     const char *rhs = operand(L, id, n->in[1], "rhs", flat_index, &a);
-    cg_kernel_args(L, id, dn->ew_into_add >= 0 ? arena_printf(L->p->arena, "%s_%s", ir_op_name(L->g->nodes[dn->ew_into_add].op), ir_op_name(n->op))
-                                               : ir_op_name(n->op),
+    cg_kernel_args(L, id, ew >= 0 ? arena_printf(L->p->arena, "%s_%s", ir_op_name(L->g->nodes[ew].op), ir_op_name(n->op))
+                                  : ir_op_name(n->op),
                    work, &a);
     cg_body(L, "    /* y %s = %s %c %s%s */\n", ir_shape_str(L->p->arena, &n->shape), lhs, op, rhs, same ? "" : ", broadcast");
     cg_body(L, "    FOR_EACH(i, %s) {\n", W);
     bool coords = !same;
-    int e = dn->ew_into_add;
-    for (int k = 0; e >= 0 && k < 2; k++) coords |= !ir_shape_eq(&L->g->nodes[L->g->nodes[e].in[k]].shape, &n->shape);
+    for (int k = 0; ew >= 0 && k < 2; k++) coords |= !ir_shape_eq(&L->g->nodes[L->g->nodes[ew].in[k]].shape, &n->shape);
     if (coords) cg_coords(L, &n->shape, "i");
     cg_body(L, "        float v = %s %c %s;\n        %s\n    }\n", lhs, op, rhs, cg_store(L, id, "y", "i", "v"));
     cg_end_kernel(L);

@@ -1,7 +1,9 @@
 /*
 ** The fusion pass: element-wise work folded into the kernel beside it, so it
-** costs no sweep over memory (or no launch) of its own. Lowering reads the
-** decisions: a fused node gets no kernel of its own.
+** costs no sweep over memory (or no launch) of its own. The decisions are one
+** record per node, kept here: the passes set them through the setters below
+** (each sets both sides of a pair), lowering asks them through the questions
+** (codegen.h); a fused node gets no kernel of its own.
 **
 **   ReLU and its gradient: folded into the kernel before them, whose buffer
 **   the fused node shares (cg_fuse's comment lists the pairs). Every other
@@ -41,6 +43,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One node's record. Each pair of fields names one relation from both of its
+   sides, set together by one setter below. */
+struct CgNode {
+    int fused;                /* the node whose kernel computes it too (sharing its buffer), or -1 */
+    int act;                  /* the activation (an Op) its kernel applies to what it stores, or -1 */
+    int act_node;             /* with act: the activation node fused (whose fused is this node) */
+    bool act_beside;          /* with act: stored into act_node's own buffer, the value as computed kept */
+    bool relu_mask;           /* maxpool2d_grad: routes only where its input was positive (a fused relu_grad) */
+    signed char conv;         /* a convolution or its gradient: its ConvStrategy; others -1 */
+    const char *conv_why;     /* conv2d: the form chosen and why, for --emit kernels; others NULL */
+    int stats_of, stats_by;   /* conv2d: the bn_stats whose partial sums its kernel writes; that bn_stats: the conv2d */
+    int pool_of, pool_by;     /* bn_apply or conv2d: the max pool its kernel computes too; that maxpool2d: the producer */
+    int bn_into_add;          /* add: the bn_apply input it normalises (its fused is the add), or -1 */
+    int ew_into_add;          /* add: the mul or sub input it computes as it reads (its fused is the add), or -1 */
+    int wgrad_pool;           /* conv2d_grad_w: the max-pool gradient whose routing its kernel does, or -1 */
+    int wgrad_bias;           /* such a conv2d_grad_w: the bias_grad its kernel computes too (fused into it), or -1 */
+};
+
 void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
 {
     d->node = arena_alloc(a, sizeof(CgNode) * (size_t)(g->n + 1));
@@ -49,7 +69,96 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     for (int id = 0; id <= g->n; id++)
         d->node[id] = (CgNode){ .fused = -1, .conv = -1, .stats_of = -1, .stats_by = -1, .pool_of = -1, .pool_by = -1,
                                 .bn_into_add = -1, .wgrad_pool = -1, .wgrad_bias = -1, .act = -1,
-                                .act_node = -1, .act_out = -1, .ew_into_add = -1 };
+                                .act_node = -1, .ew_into_add = -1 };
+}
+
+/* ------------------------------------------------------------ the questions */
+
+int cg_fused_into(const CgDecisions *d, int id) { return d->node[id].fused; }
+int cg_act(const CgDecisions *d, int id) { return d->node[id].act; }
+int cg_act_node(const CgDecisions *d, int id) { return d->node[id].act_node; }
+bool cg_relu_out(const CgDecisions *d, int id) { return d->node[id].act == OP_RELU; }
+int cg_act_beside(const CgDecisions *d, int id) { return d->node[id].act_beside ? d->node[id].act_node : -1; }
+int cg_holds(const CgDecisions *d, int id)
+{
+    return d->node[id].act >= 0 && !d->node[id].act_beside ? d->node[id].act_node : id;
+}
+bool cg_relu_mask(const CgDecisions *d, int id) { return d->node[id].relu_mask; }
+int cg_conv_form(const CgDecisions *d, int id) { return d->node[id].conv; }
+const char *cg_conv_why(const CgDecisions *d, int id) { return d->node[id].conv_why; }
+int cg_stats_of(const CgDecisions *d, int conv) { return d->node[conv].stats_of; }
+int cg_stats_by(const CgDecisions *d, int stats) { return d->node[stats].stats_by; }
+int cg_pool_of(const CgDecisions *d, int producer) { return d->node[producer].pool_of; }
+int cg_pool_by(const CgDecisions *d, int pool) { return d->node[pool].pool_by; }
+int cg_bn_into_add(const CgDecisions *d, int add) { return d->node[add].bn_into_add; }
+int cg_ew_into_add(const CgDecisions *d, int add) { return d->node[add].ew_into_add; }
+int cg_wgrad_pool(const CgDecisions *d, int wgrad) { return d->node[wgrad].wgrad_pool; }
+int cg_wgrad_bias(const CgDecisions *d, int wgrad) { return d->node[wgrad].wgrad_bias; }
+
+/* -------------------------------------------------------------- the setters */
+
+void cg_set_conv(CgDecisions *d, int id, ConvStrategy form, const char *why)
+{
+    d->node[id].conv = (signed char)form;
+    d->node[id].conv_why = why;
+}
+
+void cg_add_conv_why(CgDecisions *d, Arena *a, int id, const char *more)
+{
+    if (d->node[id].conv_why) d->node[id].conv_why = arena_printf(a, "%s; %s", d->node[id].conv_why, more);
+}
+
+void cg_set_stats(CgDecisions *d, int conv, int stats)
+{
+    d->node[conv].stats_of = stats;
+    d->node[stats].stats_by = conv;
+}
+
+void cg_set_pool(CgDecisions *d, int producer, int pool)
+{
+    d->node[producer].pool_of = pool;
+    d->node[pool].pool_by = producer;
+}
+
+/* Node id computed by into's kernel. */
+static void fuse_into(CgDecisions *d, int id, int into) { d->node[id].fused = into; }
+
+/* Activation node a (op) applied by x's kernel as it stores, in place or beside its input. */
+static void fuse_act(CgDecisions *d, int x, int a, Op op, bool beside)
+{
+    fuse_into(d, a, x);
+    d->node[x].act = (int)op;
+    d->node[x].act_node = a;
+    d->node[x].act_beside = beside;
+}
+
+/* relu_grad r's masking done by max-pool gradient pool's routing. */
+static void fuse_relu_mask(CgDecisions *d, int pool, int r)
+{
+    fuse_into(d, r, pool);
+    d->node[pool].relu_mask = true;
+}
+
+/* Max-pool gradient pool's routing done by weight gradient wg's kernel, and bias gradient
+   bg (or -1) computed by it too; the relu_grad r (or -1) that is then read by nothing else,
+   never written, and the pool gradient with it. */
+static void fuse_pooled_wgrad_into(CgDecisions *d, int wg, int pool, int bg, int r)
+{
+    d->node[wg].wgrad_pool = pool;
+    d->node[wg].wgrad_bias = bg;
+    if (bg >= 0) fuse_into(d, bg, wg);
+    if (r >= 0) {
+        fuse_into(d, pool, wg);
+        fuse_into(d, r, wg);
+    }
+}
+
+/* Input x of add normalised (a bn_apply) or computed (a mul or sub) by the add's kernel as it reads. */
+static void fuse_into_add(CgDecisions *d, const Graph *g, int add, int x)
+{
+    fuse_into(d, x, add);
+    if (g->nodes[x].op == OP_BN_APPLY) d->node[add].bn_into_add = x;
+    else d->node[add].ew_into_add = x;
 }
 
 int cg_grad_bucket(const Graph *g, int sgd)
@@ -61,7 +170,7 @@ int cg_grad_bucket(const Graph *g, int sgd)
 
 /* SGD updates of one bucket, in groups (the header says why of up to 7 or 14), and on GPUs
    (gpu) consecutive updates whose gradients are buffers of their own, in groups of up to 5
-   or 7: d->node[member].fused = the group's first update, for every member but the first. */
+   or 7: every member but the first fused into the group's first update. */
 static void fuse_sgd(const Graph *g, CgDecisions *d, bool gpu)
 {
     int first = -1, count = 0, bucket = -1;
@@ -80,7 +189,7 @@ static void fuse_sgd(const Graph *g, CgDecisions *d, bool gpu)
         if (f && b == bucket && n->nin == f->nin && count < most && n->attr.lr == f->attr.lr &&
             n->attr.momentum == f->attr.momentum && n->attr.weight_decay == f->attr.weight_decay &&
             n->attr.nesterov == f->attr.nesterov) {
-            d->node[id].fused = first;
+            fuse_into(d, id, first);
             count++;
         } else {
             first = id;
@@ -107,10 +216,10 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
 {
     for (int r = 0; r < g->n; r++) {
         const Node *rn = &g->nodes[r];
-        if (rn->op != OP_RELU_BWD || d->node[r].fused < 0) continue;
-        int pool = d->node[r].fused;
+        int pool = cg_fused_into(d, r);
+        if (rn->op != OP_RELU_BWD || pool < 0) continue;
         const Node *pn = &g->nodes[pool];
-        if (pn->op != OP_MAXPOOL_BWD || !d->node[pool].relu_mask || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0) continue;
+        if (pn->op != OP_MAXPOOL_BWD || !cg_relu_mask(d, pool) || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0) continue;
         const Shape *xs = &pn->shape, *ys = &g->nodes[pn->in[1]].shape;
         if (xs->d[2] != 2 * ys->d[2] || xs->d[3] != 2 * ys->d[3]) continue;
         int wg = -1, bg = -1, xg = -1, others = 0;
@@ -128,10 +237,7 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
         if (g->nodes[wg].mm == DT_BF16) continue;   /* its loops multiply in fp32; a bf16 layer's weight gradient is a GEMM form */
         const Node *wn = &g->nodes[wg];
         if (wn->attr.stride != 1 || wn->attr.padding != 0 || ir_groups(&wn->attr) > 1 || ir_dilation(&wn->attr) > 1 || wn->shape.d[2] > 8 || wn->shape.d[1] * wn->shape.d[2] > 32) continue;
-        d->node[wg].wgrad_pool = pool;
-        d->node[wg].wgrad_bias = bg;
-        if (bg >= 0) d->node[bg].fused = wg;
-        if (xg < 0) d->node[pool].fused = d->node[r].fused = wg;   /* the routed gradient: read by nothing else */
+        fuse_pooled_wgrad_into(d, wg, pool, bg, xg < 0 ? r : -1);
     }
 }
 
@@ -183,17 +289,17 @@ static int through_view(const Graph *g, int x, int a, const int *uses)
 static bool ew_into_add_fits(const Graph *g, const CgDecisions *d, int m, const int *uses)
 {
     Op op = g->nodes[m].op;
-    return (op == OP_MUL || op == OP_SUB) && uses[m] == 1 && d->node[m].act < 0 && d->node[m].fused < 0;
+    return (op == OP_MUL || op == OP_SUB) && uses[m] == 1 && cg_act(d, m) < 0 && cg_fused_into(d, m) < 0;
 }
 
-/* Requires: a verified graph. Produces: each node's record's fused, relu_out and relu_mask (d->node[id]).
+/* Requires: a verified graph. Produces: the records' activations, fused nodes, pools and adds' inputs.
      conv2d -> relu            the convolution's store applies max(0, .)
      linear -> relu            the bias epilogue after the GEMM applies it
      bn_apply -> relu          the normalisation's store applies it (BatchNorm, ReLU)
      add -> relu               the sum's store applies it (a residual block's end)
      mul, sub -> relu          the same
      linear, bn_apply, add, mul, sub -> any other activation
-                               the store applies it, in place or beside (act, act_out)
+                               the store applies it, in place or beside (cg_act_beside)
      conv2d -> any other activation
                                the convolution's store applies it, in place or beside
      mul, sub -> add           the add computes the product as it reads (ew_into_add)
@@ -213,12 +319,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
         const Node *n = &g->nodes[id];
         if (n->op == OP_RELU) {
             int x = through_view(g, n->in[0], id, uses);
-            if (act_producer(g, x) && uses[x] == 1) {
-                d->node[id].fused = x;
-                d->node[x].relu_out = true;
-                d->node[x].act = OP_RELU;
-                d->node[x].act_node = id;
-            }
+            if (act_producer(g, x) && uses[x] == 1) fuse_act(d, x, id, OP_RELU, false);
         } else if (ir_activation_grad(n->op) != OP_COUNT) {
             /* every other activation, where the kernel before it ends in a simple
                epilogue (a convolution's store, a linear layer's bias, a BatchNorm's
@@ -228,24 +329,13 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
                read the input: the epilogue stores both, the input and the activation
                in a buffer of its own, one pass where two kernels made three. */
             int v = n->in[0], x = through_view(g, v, id, uses);   /* x == v, or a reshape v between */
-            if (!act_producer(g, x) || d->node[x].act >= 0 || (x != v && uses[x] != 1)) continue;
-            if (uses[v] == 1) {
-                d->node[id].fused = x;
-                d->node[x].act = (int)n->op;
-                d->node[x].act_node = id;
-            } else if (only_grads_read(g, v, id, uses)) {
-                d->node[id].fused = x;
-                d->node[x].act = (int)n->op;
-                d->node[x].act_node = id;
-                d->node[x].act_out = id;
-            }
+            if (!act_producer(g, x) || cg_act(d, x) >= 0 || (x != v && uses[x] != 1)) continue;
+            if (uses[v] == 1) fuse_act(d, x, id, n->op, false);
+            else if (only_grads_read(g, v, id, uses)) fuse_act(d, x, id, n->op, true);
         } else if (n->op == OP_RELU_BWD) {
             int y = n->in[0], pool = n->in[1];
             const Node *dn = &g->nodes[pool];
-            if (dn->op == OP_MAXPOOL_BWD && uses[pool] == 1 && dn->in[0] == y) {
-                d->node[id].fused = pool;
-                d->node[pool].relu_mask = true;
-            }
+            if (dn->op == OP_MAXPOOL_BWD && uses[pool] == 1 && dn->in[0] == y) fuse_relu_mask(d, pool, id);
         }
     }
     /* A max pool of a BatchNorm + ReLU output (ResNet-18's stem): computed plane by
@@ -257,12 +347,10 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
     for (int id = 0; opt->fuse && id < g->n; id++) {
         const Node *n = &g->nodes[id];
         if (n->op != OP_MAXPOOL) continue;
-        int x = n->in[0], b = d->node[x].fused >= 0 && g->nodes[x].op == OP_RELU ? d->node[x].fused : x;
+        int x = n->in[0], b = cg_fused_into(d, x) >= 0 && g->nodes[x].op == OP_RELU ? cg_fused_into(d, x) : x;
         const Shape *xs = &g->nodes[x].shape;
-        if (opt->cpu_only && g->nodes[b].op == OP_BN_APPLY && d->node[b].relu_out && d->node[b].pool_of < 0 && (long)xs->d[2] * xs->d[3] <= 4096) {
-            d->node[b].pool_of = id;
-            d->node[id].pool_by = b;
-        }
+        if (opt->cpu_only && g->nodes[b].op == OP_BN_APPLY && cg_relu_out(d, b) && cg_pool_of(d, b) < 0 && (long)xs->d[2] * xs->d[3] <= 4096)
+            cg_set_pool(d, b, id);
     }
     /* A product or difference whose only consumer is an add (an SE block's gate
        times the branch, before the sum with the skip path): the add's kernel
@@ -274,8 +362,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
         if (n->op != OP_ADD || n->nin != 2) continue;
         for (int k = 0; k < 2; k++)
             if (ew_into_add_fits(g, d, n->in[k], uses)) {
-                d->node[id].ew_into_add = n->in[k];
-                d->node[n->in[k]].fused = id;
+                fuse_into_add(d, g, id, n->in[k]);
                 break;
             }
     }
@@ -289,13 +376,12 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
         if (n->op != OP_ADD || n->nin != 2 || n->shape.nd != 4) continue;
         for (int k = 0; k < 2; k++) {
             int b = n->in[k];
-            int e = d->node[id].ew_into_add;
+            int e = cg_ew_into_add(d, id);
             if (e >= 0 && !(cg_plane_indexable(&g->nodes[g->nodes[e].in[0]].shape, &n->shape) &&
                             cg_plane_indexable(&g->nodes[g->nodes[e].in[1]].shape, &n->shape)))
                 break;   /* the kernel walks planes: the product's inputs must be indexed per plane */
-            if (g->nodes[b].op == OP_BN_APPLY && uses[b] == 1 && d->node[b].act < 0 && d->node[b].pool_of < 0 && d->node[b].fused < 0) {
-                d->node[id].bn_into_add = b;
-                d->node[b].fused = id;
+            if (g->nodes[b].op == OP_BN_APPLY && uses[b] == 1 && cg_act(d, b) < 0 && cg_pool_of(d, b) < 0 && cg_fused_into(d, b) < 0) {
+                fuse_into_add(d, g, id, b);
                 break;
             }
         }

@@ -15,7 +15,6 @@
     F("N, the examples of this step on this replica", long batch)            \
     F("the examples of this step on every replica together", long global_batch) \
     F("this replica's first example within the global batch", long first)    \
-    F("run-time scalars (learning rate, ...)", float f[4])                   \
     F("fresh per run, for dropout", unsigned long long seed)                 \
     F("C only: this call's share of the FOR_EACH", int thread, nthreads)
 

@@ -14,11 +14,11 @@ void cg_lower_linear(Lower *L, int id)
     const Shape *ws = &L->g->nodes[n->in[1]].shape;
     int O = ws->d[0], F = ws->d[1];
     int y = cg_out_buf(L, id);
-    int act = L->dec->node[id].act;
+    int act = cg_act(L->dec, id);
     bool bias = n->nin == 3;
     cg_gemm(L, id, false, true, dimn(1), dimc(O), dimc(F), buf_of(L, n->in[0]), dimc(F), buf_of(L, n->in[1]), dimc(F), 0.0f, y, dimc(O));
     if (!bias && act < 0) return;
-    int act_out = L->dec->node[id].act_out;
+    int act_out = cg_act_beside(L->dec, id);
     int b[3] = { y, -1, -1 }, nb = 1;
     const char *names[3] = { "=y" };
     if (act_out >= 0) b[nb] = cg_out_buf(L, act_out), names[nb++] = "=ya";

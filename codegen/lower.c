@@ -403,7 +403,7 @@ static void lower_sgd_group(Lower *L, int first)
     Program *p = L->p;
     int members[CG_MAXARGS], nm = 0;
     for (int id = first; id < g->n; id++)
-        if (id == first || (g->nodes[id].op == OP_SGD && L->dec->node[id].fused == first)) members[nm++] = id;
+        if (id == first || (g->nodes[id].op == OP_SGD && cg_fused_into(L->dec, id) == first)) members[nm++] = id;
     const Node *n0 = &g->nodes[first];
     bool mom = n0->nin == 3;
     CgArgs a = { 0 };
@@ -514,9 +514,10 @@ void cg_lower_persistent(Lower *L, int id)
 void cg_lower_sgd(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
-    if (L->dec->node[id].fused >= 0) {   /* a member of a group of updates: its parameter; the group's last: its kernel */
+    int first = cg_fused_into(L->dec, id);
+    if (first >= 0) {   /* a member of a group of updates: its parameter; the group's last: its kernel */
         L->p->node_buf[id] = L->p->node_buf[n->in[0]];
-        if (L->sgd_last[L->dec->node[id].fused] == id) lower_sgd_group(L, L->dec->node[id].fused);
+        if (L->sgd_last[first] == id) lower_sgd_group(L, first);
     } else if (L->sgd_last[id] > id) {
         L->p->node_buf[id] = L->p->node_buf[n->in[0]];   /* a group's first: lowered at its last */
     } else {
@@ -545,7 +546,7 @@ static void lower_init(Lower *L, Arena *a)
     L->waited = arena_alloc(a, sizeof(bool) * (size_t)(g->nbuckets + 1));
     /* groups of SGD updates (fusion): first member -> last member */
     for (int id = 0; id < g->n; id++)
-        if (g->nodes[id].op == OP_SGD && L->dec->node[id].fused >= 0) L->sgd_last[L->dec->node[id].fused] = id;
+        if (g->nodes[id].op == OP_SGD && cg_fused_into(L->dec, id) >= 0) L->sgd_last[cg_fused_into(L->dec, id)] = id;
 }
 
 /* After the steps: what the runtime needs to know, so that it never reads the IR. */
@@ -609,7 +610,9 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     p->graph = g;
     p->node_buf = arena_alloc(a, sizeof(int) * (size_t)g->n);
     for (int id = 0; id < g->n; id++) p->node_buf[id] = -1;
-    p->decided = dec->node;
+    CgDecisions *kept = arena_alloc(a, sizeof *kept);   /* dec may be the caller's, or own above: the program's outlives both */
+    *kept = *dec;
+    p->decided = kept;
     p->control = -1;
     p->opt_scalars = -1;
     Lower L = { .g = g, .p = p, .dec = dec, .open_kernel = -1 };
@@ -622,10 +625,11 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     for (int id = 0; id < g->n; id++) {
         const Node *n = &g->nodes[id];
         cg_dp_before(&L, id);
-        if (dec->node[id].fused >= 0 && n->op != OP_SGD) {
+        int into = cg_fused_into(dec, id);
+        if (into >= 0 && n->op != OP_SGD) {
             /* computed by the kernel of the node it was fused into: in its buffer,
                or in one of its own that kernel made (a fused bias gradient) */
-            if (p->node_buf[id] < 0) p->node_buf[id] = p->node_buf[dec->node[id].fused];
+            if (p->node_buf[id] < 0) p->node_buf[id] = p->node_buf[into];
         } else if (n->op < OP_COUNT) {
             L.node_now = id;
             lowerings[n->op](&L, id);

@@ -25,7 +25,7 @@
 typedef struct Lower {
     const Graph *g;
     Program *p;
-    const CgDecisions *dec;   /* the fusion and convolution passes' (never NULL here) */
+    const CgDecisions *dec;   /* the fusion and convolution passes', asked through cg_fused_into, cg_act, ... (never NULL here) */
     FILE *src;        /* kernel bodies (open_memstream) */
     int *col;         /* conv node -> its im2col buffer (kept for the weight gradient) */
     int *dyt;         /* gradient node -> its [O, N*P] transposed copy, made once */
@@ -181,17 +181,17 @@ Step *cg_gemm(Lower *L, int node, bool ta, bool tb, Dim m, Dim n, Dim k, int a, 
 /* ---- the op families: one function per op (or per group of like ops) ---- */
 /* elementwise.c */
 void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
-const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's fused activation (dec->act) */
+const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's fused activation (cg_act) */
 /* A convolution's value v as its store writes it: through the activation fused into it (its ReLU, or in
    an evaluation graph any other: cg_fuse), else v (conv.c) */
 const char *cg_conv_act(Lower *L, int id, const char *v);
 /* The store every producer an activation can fuse into ends in (a convolution of any form, a linear
    layer, BatchNorm, add, mul, sub): its value val at ptr[idx] (ptr: y, or a pointer into y), one
    statement: val itself; through the fused activation in place; or, where the activation's gradient
-   reads its input (dec->act_out), val there and the activation at the same place of ya, the
+   reads its input (cg_act_beside), val there and the activation at the same place of ya, the
    activation's own buffer, which the kernel takes as "=ya" (cg_conv_kernel adds it for convolutions) */
 const char *cg_store(Lower *L, int id, const char *ptr, const char *idx, const char *val);
-/* cg_kernel for a convolution's forward kernel: its buffers, and "=ya" where dec->act_out says (conv.c) */
+/* cg_kernel for a convolution's forward kernel: its buffers, and "=ya" where cg_act_beside says (conv.c) */
 Step *cg_conv_kernel(Lower *L, int id, const char *what, Dim work, int nargs, const int *b, const char *const *names);
 void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */
 void cg_lower_binary(Lower *L, int id);            /* add, mul, sub (mul and sub broadcast) */

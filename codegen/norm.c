@@ -92,7 +92,7 @@ static const char *stats_combine_text(Lower *L, int id, int C, const char *slice
 /* x [N, C, H, W] -> stats [3, C]: mean, 1/sqrt(biased var + eps), biased var */
 void cg_lower_bn_stats(Lower *L, int id)
 {
-    if (L->dec->node[id].stats_by >= 0) {   /* summed by its convolution's kernel */
+    if (cg_stats_by(L->dec, id) >= 0) {   /* summed by its convolution's kernel */
         cg_lower_bn_stats_chunks(L, id);
         return;
     }
@@ -198,15 +198,15 @@ void cg_bn_scale_shift(Lower *L, int C)
 }
 
 /* y = (x - mean) * invstd * gamma + beta, one (n, c) plane per iteration; with a
-   max pool fused (dec->pool_of), the pool of each plane just written, into its own buffer */
+   max pool fused (cg_pool_of), the pool of each plane just written, into its own buffer */
 void cg_lower_bn_apply(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Shape *xs = &n->shape;
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int y = cg_out_buf(L, id);
-    int pool = L->dec->node[id].pool_of;
-    int act_out = L->dec->node[id].act_out;
+    int pool = cg_pool_of(L->dec, id);
+    int act_out = cg_act_beside(L->dec, id);
     int b[6] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]), -1 };
     if (pool >= 0) b[5] = cg_out_buf(L, pool);
     if (act_out >= 0) b[5] = cg_out_buf(L, act_out);   /* a pool is fused only after ReLU, in place */
@@ -216,7 +216,7 @@ void cg_lower_bn_apply(Lower *L, int id)
         cg_body(L, "    /* x, y are [N*%d planes, %d]; y = (x - mean) * invstd * gamma + beta; one element per iteration */\n", C, HW);
         cg_rows_body(L, dimn(C), HW, cg_bn_scale_shift_text(L, C, "row"),
                      arena_printf(L->p->arena, "{ long i = row * %d + at; float v = x[i] * scale + shift; %s }", HW,
-                                  L->dec->node[id].relu_out ? "y[i] = v > 0.0f ? v : 0.0f;   /* fused relu */" : cg_store(L, id, "y", "i", "v")));
+                                  cg_relu_out(L->dec, id) ? "y[i] = v > 0.0f ? v : 0.0f;   /* fused relu */" : cg_store(L, id, "y", "i", "v")));
         cg_end_kernel(L);
         return;
     }
@@ -233,10 +233,10 @@ void cg_lower_bn_apply(Lower *L, int id)
     cg_body(L, "        const float *xp = x + plane * %d;\n        float *yp = y + plane * %d;\n"
                "        for (int k = 0; k < %d; k++) %s\n",
             HW, HW, HW,
-            L->dec->node[id].relu_out ? "{ float v = xp[k] * scale + shift; yp[k] = v > 0.0f ? v : 0.0f; }   /* fused relu */"
-            : L->dec->node[id].act >= 0 ? arena_printf(L->p->arena, "{ float v = xp[k] * scale + shift; yp[k] = %s; }   /* fused %s */",
-                                                       cg_fused_act(L, id, "v"), ir_op_name((Op)L->dec->node[id].act))
-                                        : "yp[k] = xp[k] * scale + shift;");
+            cg_relu_out(L->dec, id) ? "{ float v = xp[k] * scale + shift; yp[k] = v > 0.0f ? v : 0.0f; }   /* fused relu */"
+            : cg_act(L->dec, id) >= 0 ? arena_printf(L->p->arena, "{ float v = xp[k] * scale + shift; yp[k] = %s; }   /* fused %s */",
+                                                     cg_fused_act(L, id, "v"), ir_op_name((Op)cg_act(L->dec, id)))
+                                      : "yp[k] = xp[k] * scale + shift;");
     if (pool >= 0) {
         const Node *pn = &L->g->nodes[pool];
         int OH = pn->shape.d[2], OW = pn->shape.d[3];

@@ -206,6 +206,7 @@ typedef struct PoolGeom {
     int K, S, P;              /* window, stride, padding */
     int C, H, Wd, OH, OW;     /* the forward input's channels and plane, the output's plane */
     bool mx;                  /* max (else average) */
+    bool relu;                /* a max pool's gradient routes only where its input was positive (cg_relu_mask) */
     int y;                    /* the output's buffer */
     Dim planes;               /* N * C: one per iteration */
     const char *W;            /* planes as C text */
@@ -213,9 +214,9 @@ typedef struct PoolGeom {
 } PoolGeom;
 
 #define POOL_GEOM(G) int K = G->K, S = G->S, P = G->P, C = G->C, H = G->H, Wd = G->Wd, OH = G->OH, OW = G->OW; \
-    bool mx = G->mx; int y = G->y; Dim planes = G->planes; const char *W = G->W, *scale = G->scale; \
+    bool mx = G->mx, relu = G->relu; int y = G->y; Dim planes = G->planes; const char *W = G->W, *scale = G->scale; \
     const Node *n = &L->g->nodes[id]; (void)K; (void)S; (void)P; (void)C; (void)H; (void)Wd; (void)OH; (void)OW; \
-    (void)mx; (void)y; (void)planes; (void)W; (void)scale; (void)n
+    (void)mx; (void)relu; (void)y; (void)planes; (void)W; (void)scale; (void)n
 
 /* max pool, separable, one plane per iteration (cg_max_pool_plane) */
 static void pool_forward_separable(Lower *L, int id, const PoolGeom *G)
@@ -227,7 +228,7 @@ static void pool_forward_separable(Lower *L, int id, const PoolGeom *G)
        test per tap had compiled to branches); LeNet's 2x2/2 pools 0.16 and 0.03 ms
        before, 0.16 and 0.06 now (the small 8x8 planes pay the row pass's setup). */
     int xin = n->in[0];
-    bool relu_in = g->nodes[xin].op == OP_RELU || L->dec->node[xin].relu_out;   /* mgc's ReLU writes no NaN */
+    bool relu_in = g->nodes[xin].op == OP_RELU || cg_relu_out(L->dec, xin);   /* mgc's ReLU writes no NaN */
     int b[2] = { y, buf_of(L, xin) };
     cg_kernel(L, id, "maxpool2d", planes, 2, b, (const char *const[]){ "=y", "x" })->grain = H * Wd;
     cg_body(L, "    /* x is [N*%d planes, %d, %d], y is [N*%d, %d, %d]; one plane per iteration */\n", C, H, Wd, C, OH, OW);
@@ -286,14 +287,14 @@ static void maxpool_grad_2x2(Lower *L, int id, const PoolGeom *G)
                "            for (int ox = 0; ox < %d; ox++) {\n"
                "                float a0 = r0[2 * ox], a1 = r0[2 * ox + 1], a2 = r1[2 * ox], a3 = r1[2 * ox + 1];\n",
             W, H * Wd, OH * OW, H * Wd, OH, 2 * Wd, Wd, OW, 2 * Wd, Wd, OW);
-    cg_first_max_2x2(L, 16, L->dec->node[id].relu_mask);
+    cg_first_max_2x2(L, 16, relu);
     cg_body(L, "                float g = %s;\n"
                "                d0[2 * ox] = mgc_keep(g, e0);\n"
                "                d0[2 * ox + 1] = mgc_keep(g, e1);\n"
                "                d1[2 * ox] = mgc_keep(g, e2);\n"
                "                d1[2 * ox + 1] = mgc_keep(g, e3);\n"
                "            }\n        }\n    }\n",
-            L->dec->node[id].relu_mask ? "mgc_keep(g0[ox], m > 0.0f)   /* fused relu_grad */" : "g0[ox]");
+            relu ? "mgc_keep(g0[ox], m > 0.0f)   /* fused relu_grad */" : "g0[ox]");
     cg_end_kernel(L);
 }
 
@@ -327,8 +328,8 @@ static void maxpool_grad_tiled(Lower *L, int id, const PoolGeom *G)
                "                    for (int kx = 0; kx < %d; kx++) d0[ky * %d + kx] = ky * %d + kx == at ? g : 0.0f;\n"
                "            }\n    }\n",
             W, H * Wd, OH * OW, H * Wd, OH, OW, K * Wd, K, K, K, Wd, K,
-            L->dec->node[id].relu_mask ? arena_printf(L->p->arena, "best > 0.0f ? dyp[oy * %d + ox] : 0.0f   /* fused relu_grad */", OW)
-                             : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW),
+            relu ? arena_printf(L->p->arena, "best > 0.0f ? dyp[oy * %d + ox] : 0.0f   /* fused relu_grad */", OW)
+                 : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW),
             K * Wd, K, K, K, Wd, K);
     cg_end_kernel(L);
 }
@@ -356,18 +357,18 @@ static void pool_grad_scatter(Lower *L, int id, const PoolGeom *G)
         if (inside_open(L, K, S, P, H, Wd, OH, OW)) {
             cg_body(L, "                    best = w0[0]; at = b0;\n");
             for (int t = 1; t < K * K; t++)
-                if (L->dec->node[id].relu_mask)   /* x is a ReLU's output: no NaN; branch-free selects */
+                if (relu)   /* x is a ReLU's output: no NaN; branch-free selects */
                     cg_body(L, "                    { float v = w0[%d]; int gt = v > best; best = gt ? v : best; at = gt ? b0 + %d : at; }\n",
                             t / K * Wd + t % K, t / K * Wd + t % K);
                 else
                     cg_body(L, "                    { float v = w0[%d]; if (v > best || (v != v && best == best)) { best = v; at = b0 + %d; } }\n",
                             t / K * Wd + t % K, t / K * Wd + t % K);
             cg_body(L, "                    dxp[at] += %s;\n                    continue;\n                }\n",
-                    L->dec->node[id].relu_mask ? arena_printf(L->p->arena, "mgc_keep(dyp[oy * %d + ox], best > 0.0f)   /* fused relu_grad, branch-free */", OW)
-                                     : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW));
+                    relu ? arena_printf(L->p->arena, "mgc_keep(dyp[oy * %d + ox], best > 0.0f)   /* fused relu_grad, branch-free */", OW)
+                         : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW));
         }
         window_open(L, K, S, P, H, Wd);
-        if (L->dec->node[id].relu_mask)
+        if (relu)
             cg_body(L, "                        float v = xp[iy * %d + ix];\n"
                        "                        int gt = (at < 0) | (v > best);   /* no NaN (a ReLU's output): branch-free */\n"
                        "                        best = gt ? v : best;\n"
@@ -377,7 +378,7 @@ static void pool_grad_scatter(Lower *L, int id, const PoolGeom *G)
                        "                        if (at < 0 || v > best || (v != v && best == best)) { best = v; at = iy * %d + ix; }\n",
                     Wd, Wd);
         window_close(L);
-        if (L->dec->node[id].relu_mask)
+        if (relu)
             cg_body(L, "                if (at >= 0) dxp[at] += mgc_keep(dyp[oy * %d + ox], best > 0.0f);   /* fused relu_grad: x is a relu output */\n", OW);
         else
             cg_body(L, "                if (at >= 0) dxp[at] += dyp[oy * %d + ox];\n", OW);
@@ -398,13 +399,13 @@ static void pool_grad_scatter(Lower *L, int id, const PoolGeom *G)
    the same sum). The gradients, one input each, gathering from the windows that hold
    it in the order the CPU's scatter adds them (oy, then ox): a max pool's window
    routes its gradient to its first maximum, found again per window as the forward
-   found it (a NaN wins, as PyTorch); with relu_mask, only where that maximum is
+   found it (a NaN wins, as PyTorch); with relu (cg_relu_mask), only where that maximum is
    positive (the fused relu_grad). The same numbers as the CPU's, a thread per plane
    there being 16,384 threads at ResNet-18's batch of 256. */
 static void pool_gpu(Lower *L, int id, const PoolGeom *G)
 {
     POOL_GEOM(G);
-    bool fwd = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL, relu = L->dec->node[id].relu_mask;
+    bool fwd = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL;
     Arena *a = L->p->arena;
     int b[3] = { y, buf_of(L, n->in[0]), n->nin > 1 ? buf_of(L, n->in[1]) : -1 };
     /* the window at (oy, ox): its first maximum's offset `bat` and value `best`, or the sum `acc` */
@@ -443,7 +444,7 @@ static void pool_gpu(Lower *L, int id, const PoolGeom *G)
                                              "                  %s\n"
                                              "                  if (bat == iy * %d + ix) s += %s",
                                           taps, Wd, relu ? arena_printf(a, "mgc_keep(%s, best > 0.0f);   /* fused relu_grad */", g) : arena_printf(a, "%s;", g))
-                           : arena_printf(a, "s += %s * %s;", g, scale);
+                                                         : arena_printf(a, "s += %s * %s;", g, scale);
     cg_rows_body(L, planes, (long)H * Wd,
                  arena_printf(a, "        const float *dyp = dy + row * %dL;%s\n", OH * OW,
                               mx ? arena_printf(a, " const float *xp = x + row * %dL;", H * Wd) : ""),
@@ -464,13 +465,14 @@ void cg_lower_window_pool(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Graph *g = L->g;
-    if (L->dec->node[id].pool_by >= 0) return;   /* computed, and its buffer made, by the BatchNorm's or convolution's kernel */
+    if (cg_pool_by(L->dec, id) >= 0) return;   /* computed, and its buffer made, by the BatchNorm's or convolution's kernel */
     bool fwd = n->op == OP_MAXPOOL || n->op == OP_AVGPOOL;
     /* xs: the forward input's shape; os: the forward output's shape */
     const Shape *xs = fwd ? &g->nodes[n->in[0]].shape : &n->shape;
     const Shape *os = fwd ? &n->shape : &g->nodes[n->op == OP_MAXPOOL_BWD ? n->in[1] : n->in[0]].shape;
     PoolGeom G = { .K = n->attr.kernel, .S = n->attr.stride, .P = n->attr.padding, .C = xs->d[1], .H = xs->d[2],
                    .Wd = xs->d[3], .OH = os->d[2], .OW = os->d[3], .mx = n->op == OP_MAXPOOL || n->op == OP_MAXPOOL_BWD,
+                   .relu = cg_relu_mask(L->dec, id),
                    .y = cg_out_buf(L, id), .planes = dimn(xs->d[1]) };
     G.W = cg_work_str(L, G.planes);
     G.scale = cg_f32(L, 1.0 / (G.K * G.K));
@@ -483,7 +485,7 @@ void cg_lower_window_pool(Lower *L, int id)
     else if (fwd) pool_forward(L, id, &G);
     else if (G.mx && K == 2 && S == 2 && P == 0 && H == OH * 2 && Wd == OW * 2) maxpool_grad_2x2(L, id, &G);
     else if (G.mx && S == K && P == 0 && H == OH * K && Wd == OW * K) maxpool_grad_tiled(L, id, &G);
-    else if (G.mx && L->dec->node[id].relu_mask && L->dec->cpu_only && S == 2 && OW <= 8 && K <= 4 && P < K && H + 2 * P <= 64)
+    else if (G.mx && G.relu && L->dec->cpu_only && S == 2 && OW <= 8 && K <= 4 && P < K && H + 2 * P <= 64)
         max_pool_grad_rows(L, id, K, P, G.C, H, Wd, OH, OW);
     else pool_grad_scatter(L, id, &G);
 }

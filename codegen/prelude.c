@@ -543,7 +543,7 @@ void cg_print_steps(const Program *p, FILE *out)
     const Graph *g = p->graph;
     bool head = false;
     for (int id = 0; p->decided && id < g->n; id++) {
-        if (!p->decided[id].conv_why) continue;
+        if (!cg_conv_why(p->decided, id)) continue;
         if (!head) fprintf(out, "  convolutions: how each runs (its gradients too) and why\n");
         head = true;
         const Node *n = &g->nodes[id];
@@ -551,7 +551,7 @@ void cg_print_steps(const Program *p, FILE *out)
         fprintf(out, "    %%%-4d %dx%dx%d -> %d on %dx%d", id, ws->d[1], ws->d[2], ws->d[3], ws->d[0],
                 g->nodes[n->in[0]].shape.d[2], g->nodes[n->in[0]].shape.d[3]);
         if (n->loc.file) fprintf(out, " (%s:%d)", n->loc.file->name, n->loc.line);
-        fprintf(out, ": %s\n", p->decided[id].conv_why);
+        fprintf(out, ": %s\n", cg_conv_why(p->decided, id));
     }
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];

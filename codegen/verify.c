@@ -129,8 +129,6 @@ static int check_steps(const Program *p, char *err, size_t size)
                     return fail(err, size, "step %d (%s): argument %d is buffer %d, not one of the %d buffers", k, s->fn, j,
                                 s->args[j], p->nbufs);
             }
-            if (s->nf < 0 || s->nf > (int)(sizeof s->f / sizeof s->f[0]))
-                return fail(err, size, "step %d (%s): %d scalars", k, s->fn, s->nf);
             if (s->work.c < 0 || s->grain < 0) return fail(err, size, "step %d (%s): negative work", k, s->fn);
             /* its head within its own text (searching only there: linear in the source, not quadratic) */
             char head[160];

@@ -184,8 +184,8 @@ static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
     int O = G->O, C = G->C, H = G->H, W = G->W, TH = tiles_h(G), TW = tiles_w(G), NB = cg_winograd_examples(G);
     int cin = transposed ? O : C, cout = transposed ? C : O;
     long HW = (long)H * W, T = (long)TH * TW, OC = (long)O * C;
-    bool bias = !transposed && n->nin == 3, relu = !transposed && L->dec->node[id].relu_out;
-    int stats = transposed ? -1 : L->dec->node[id].stats_of;
+    bool bias = !transposed && n->nin == 3, relu = !transposed && cg_relu_out(L->dec, id);
+    int stats = transposed ? -1 : cg_stats_of(L->dec, id);
     int u = transposed ? L->col[n->grad_of] : -1;
     if (u < 0) u = winograd_weights(L, id, n->in[1], G);
     if (!transposed) L->col[id] = u;   /* for the input gradient */
@@ -258,10 +258,10 @@ static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
             cout, dst, cout, HW, T, bias ? "bias[o]" : "0.0f", T, T, T, TH, TW, TW);
     if (relu)
         cg_body(L, "                        for (int k = 0; k < 4; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;   /* fused relu */\n");
-    bool beside = !transposed && L->dec->node[id].act_out >= 0;   /* the activation into ya, v kept in y */
-    if (!transposed && L->dec->node[id].act >= 0 && !relu)
+    bool beside = !transposed && cg_act_beside(L->dec, id) >= 0;   /* the activation into ya, v kept in y */
+    if (!transposed && cg_act(L->dec, id) >= 0 && !relu)
         cg_body(L, "                        %sfor (int k = 0; k < 4; k++) %s[k] = %s;   /* fused %s%s */\n", beside ? "float va[4];\n                        " : "",
-                beside ? "va" : "v", cg_conv_act(L, id, "v[k]"), ir_op_name((Op)L->dec->node[id].act), beside ? ", stored beside its input" : "");
+                beside ? "va" : "v", cg_conv_act(L, id, "v[k]"), ir_op_name((Op)cg_act(L->dec, id)), beside ? ", stored beside its input" : "");
     cg_body(L, "                        float *yo = yp + 2 * ty * %d + 2 * tx;\n", W);
     if (odd)
         cg_body(L, "                        const int ry = 2 * ty + 1 < %d, rx = 2 * tx + 1 < %d;   /* the tile's second row, column on the map */\n",

@@ -853,7 +853,7 @@ static int dump_kernels(const Graph *g, const Program *p, const char *dir)
         /* fused nodes come after the step's node (a ReLU) or before it (a BatchNorm
            normalised by the add after it, a pool gradient routed by a weight gradient) */
         for (int id = 0, said = 0; id < g->n; id++)
-            if (id != s->node && p->decided[id].fused == s->node) {
+            if (id != s->node && cg_fused_into(p->decided, id) == s->node) {
                 if (!said++) fprintf(h, "   and, fused into it:\n");
                 ir_print(g, h, id, id + 1);
             }

@@ -1,9 +1,14 @@
 /*
 ** Layer builders: the front end's way into the IR. Their arguments are the
 ** front end's, checked there against the layer table's ranges (frontend/
-** layers.c); each builder checks its input shapes, reports a mismatch at the
-** layer's .net location, creates the layer's parameters (named "<prefix>.weight" / "<prefix>.bias", initialised
-** as PyTorch initialises them) and returns the id of the layer's output.
+** layers.c). Each builder checks its inputs' shapes by the op's shape rule
+** (ir/shape.c, through rule_fits: a rule is written once, and its message is
+** the user's), reports a mismatch at the layer's .net location, creates the
+** layer's parameters (named "<prefix>.weight" / "<prefix>.bias", initialised
+** as PyTorch initialises them) and returns the id of the layer's output. Its
+** own checks are those a parameter's shape needs before the rule can run (the
+** input's rank, conv2d's groups, the logits' before the labels are made) and
+** the sizes that must fit an int (within).
 */
 #include "ir.h"
 #include <limits.h>
@@ -44,6 +49,19 @@ static bool shape_within(Graph *g, Loc loc, const char *layer, const char *what,
 }
 
 static const char *shape_str(Graph *g, int id) { return ir_shape_str(g->arena, &g->nodes[id].shape); }
+
+/* Whether inputs in[0..nin) fit together as op's, by its shape rule (ir/shape.c): where
+   they do, the output's shape in *out; where they do not, the rule's message at loc,
+   after the layer's name (NULL: the op's), and (blame not NULL) the input it is about
+   in *blame, or -1. */
+static bool rule_fits(Graph *g, Loc loc, const char *layer, Op op, int nin, const int *in, const IrAttrs *attr, Shape *out,
+                      int *blame)
+{
+    char why[384];
+    if (ir_rule_shape(g, op, nin, in, attr, out, why, sizeof why, blame)) return true;
+    diag_at(g->diag, loc, "%s: %s", layer ? layer : ir_op_name(op), why);
+    return false;
+}
 
 static int unary(Graph *g, Op op, Loc loc, int x, const IrAttrs *attr)
 {
@@ -106,23 +124,6 @@ int ir_input(Graph *g, Loc loc, Shape s)
     return id;
 }
 
-/* Output size of a sliding window, or reports and returns 0. */
-static int window_out(Graph *g, Loc loc, const char *layer, int in, int k, int s, int p, const char *dim)
-{
-    long long span = (long long)in + 2LL * p;
-    if (k > span) {
-        diag_at(g->diag, loc, "%s: kernel %d is larger than the padded input %s %lld (input %d + 2x padding %d)",
-                layer, k, dim, span, in, p);
-        return 0;
-    }
-    long long out = (span - k) / s + 1;
-    if (out > INT_MAX) {
-        diag_at(g->diag, loc, "%s: the output %s %lld is too large", layer, dim, out);
-        return 0;
-    }
-    return (int)out;
-}
-
 int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
               int kernel, int stride, int padding, int groups, int dilation, bool bias)
 {
@@ -134,26 +135,9 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
                 "(each group convolves its own C/groups inputs into O/groups outputs)", groups, c, out_channels);
         return -1;
     }
-    /* dilated, the kernel spans dilation * (kernel - 1) + 1 inputs */
-    long long span = (long long)dilation * (kernel - 1) + 1;
-    if (dilation < 1 || span > INT_MAX) {
-        diag_at(g->diag, loc, "conv2d: dilation %d with kernel %d spans too far", dilation, kernel);
-        return -1;
-    }
-    for (int d = 2; d < 4 && dilation > 1; d++)
-        if (span > (long long)xs->d[d] + 2LL * padding) {
-            diag_at(g->diag, loc, "conv2d: kernel %d with dilation %d spans %lld inputs, more than the padded input %s %lld "
-                    "(input %d + 2x padding %d)", kernel, dilation, span, d == 2 ? "height" : "width",
-                    (long long)xs->d[d] + 2LL * padding, xs->d[d], padding);
-            return -1;
-        }
-    int oh = window_out(g, loc, "conv2d", xs->d[2], (int)span, stride, padding, "height");
-    if (!oh) return -1;
-    int ow = window_out(g, loc, "conv2d", xs->d[3], (int)span, stride, padding, "width");
-    if (!ow) return -1;
     int cg = c / groups;
-    long long wl[4] = { out_channels, cg, kernel, kernel }, ol[4] = { IR_BATCH, out_channels, oh, ow };
-    if (!within(g, loc, "conv2d", "the weight", 4, wl) || !within(g, loc, "conv2d", "the output", 4, ol)) return -1;
+    long long wl[4] = { out_channels, cg, kernel, kernel };
+    if (!within(g, loc, "conv2d", "the weight", 4, wl)) return -1;
     int fan_in = cg * kernel * kernel;   /* at most the weight's elements; PyTorch's, from the weight's shape */
     int wd[4] = { out_channels, cg, kernel, kernel };
     int w = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), ir_shape_make(4, wd), INIT_UNIFORM_FAN_IN, fan_in);
@@ -163,9 +147,11 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
         in[2] = persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), ir_shape_make(1, &out_channels), INIT_UNIFORM_FAN_IN, fan_in);
         if (in[2] < 0) return -1;
     }
-    return ir_op(g, OP_CONV2D, loc, bias ? 3 : 2, in,
-                 &(IrAttrs){ .stride = stride, .padding = padding, .groups = groups > 1 ? groups : 0,
-                             .dilation = dilation > 1 ? dilation : 0 }, NULL);
+    IrAttrs at = { .stride = stride, .padding = padding, .groups = groups > 1 ? groups : 0, .dilation = dilation > 1 ? dilation : 0 };
+    Shape out;   /* the kernel (dilated) must fit the padded input: the rule says where not */
+    if (!rule_fits(g, loc, NULL, OP_CONV2D, bias ? 3 : 2, in, &at, &out, NULL)) return -1;
+    if (!shape_within(g, loc, "conv2d", "the output", &out)) return -1;
+    return ir_op(g, OP_CONV2D, loc, bias ? 3 : 2, in, &at, NULL);
 }
 
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias)
@@ -231,13 +217,9 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
 
 int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps)
 {
-    if (x < 0) return -1;
-    const Shape *xs = &g->nodes[x].shape;
-    if (xs->nd != 2 && xs->nd != 4) {
-        diag_at(g->diag, loc, "layernorm expects [N, features] or [N, C, H, W], got %s", shape_str(g, x));
-        return -1;
-    }
-    int c = xs->d[1];
+    Shape stats_shape;   /* the statistics' rule says what the input must be */
+    if (x < 0 || !rule_fits(g, loc, "layernorm", OP_LN_STATS, 1, &x, NULL, &stats_shape, NULL)) return -1;
+    int c = g->nodes[x].shape.d[1];
     Shape cs = ir_shape_make(1, &c);
     int gamma = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), cs, INIT_ONES, 0);
     if (gamma < 0) return -1;
@@ -265,14 +247,11 @@ int ir_activation(Graph *g, Loc loc, Op op, int x, const IrAttrs *attr)
 
 static int pool(Graph *g, Loc loc, Op op, int x, int kernel, int stride, int padding)
 {
-    const char *layer = ir_op_name(op);
-    if (!need_rank(g, loc, x, 4, layer, "[N, C, H, W]")) return -1;
-    const Shape *xs = &g->nodes[x].shape;
-    int oh = window_out(g, loc, layer, xs->d[2], kernel, stride, padding, "height");
-    if (!oh) return -1;
-    int ow = window_out(g, loc, layer, xs->d[3], kernel, stride, padding, "width");
-    if (!ow) return -1;
-    return unary(g, op, loc, x, &(IrAttrs){ .kernel = kernel, .stride = stride, .padding = padding });
+    if (!need_rank(g, loc, x, 4, ir_op_name(op), "[N, C, H, W]")) return -1;
+    IrAttrs at = { .kernel = kernel, .stride = stride, .padding = padding };
+    Shape out;
+    if (!rule_fits(g, loc, NULL, op, 1, &x, &at, &out, NULL)) return -1;
+    return unary(g, op, loc, x, &at);
 }
 int ir_maxpool2d(Graph *g, Loc loc, int x, int k, int s, int p) { return pool(g, loc, OP_MAXPOOL, x, k, s, p); }
 int ir_avgpool2d(Graph *g, Loc loc, int x, int k, int s, int p) { return pool(g, loc, OP_AVGPOOL, x, k, s, p); }
@@ -351,8 +330,8 @@ int ir_dropout(Graph *g, Loc loc, int x, float p)
 int ir_add(Graph *g, Loc loc, int a, int b)
 {
     if (a < 0 || b < 0) return -1;
-    if (!ir_shape_eq(&g->nodes[a].shape, &g->nodes[b].shape)) {
-        diag_at(g->diag, loc, "add: the two inputs have different shapes, %s and %s", shape_str(g, a), shape_str(g, b));
+    Shape out;
+    if (!rule_fits(g, loc, NULL, OP_ADD, 2, (int[]){ a, b }, NULL, &out, NULL)) {
         diag_note(g->diag, g->nodes[a].loc, "the first input, of shape %s, is made here", shape_str(g, a));
         diag_note(g->diag, g->nodes[b].loc, "the second input, of shape %s, is made here", shape_str(g, b));
         return -1;
@@ -364,35 +343,21 @@ int ir_concat(Graph *g, Loc loc, int n, const int *in)
 {
     for (int k = 0; k < n; k++)
         if (in[k] < 0) return -1;
-    const Shape *a = &g->nodes[in[0]].shape;
-    long long channels = a->nd >= 2 ? a->d[1] : 0;
-    for (int k = 1; k < n; k++) {
-        const Shape *b = &g->nodes[in[k]].shape;
-        bool alike = b->nd == a->nd && a->nd >= 2;
-        for (int d = 0; alike && d < a->nd; d++) alike = d == 1 || b->d[d] == a->d[d];
-        if (!alike) {
-            diag_at(g->diag, loc, "concat: input %d has shape %s, input 0 %s: they must be alike but in dimension 1 "
-                    "(the channels of [N, C, H, W], the features of [N, F])", k, shape_str(g, in[k]), shape_str(g, in[0]));
-            diag_note(g->diag, g->nodes[in[k]].loc, "input %d, of shape %s, is made here", k, shape_str(g, in[k]));
-            return -1;
-        }
-        channels += b->d[1];
+    Shape out;
+    int k;
+    if (!rule_fits(g, loc, NULL, OP_CONCAT, n, in, NULL, &out, &k)) {
+        if (k > 0) diag_note(g->diag, g->nodes[in[k]].loc, "input %d, of shape %s, is made here", k, shape_str(g, in[k]));
+        return -1;
     }
-    long long d[IR_MAXDIM];
-    for (int k = 0; k < a->nd; k++) d[k] = k == 1 ? channels : a->d[k];
-    if (!within(g, loc, "concat", "the output", a->nd, d)) return -1;
+    if (!shape_within(g, loc, "concat", "the output", &out)) return -1;
     return ir_op(g, OP_CONCAT, loc, n, in, NULL, NULL);
 }
 
 int ir_broadcast(Graph *g, Loc loc, Op op, int a, int b)
 {
     if (a < 0 || b < 0) return -1;
-    const Shape *as = &g->nodes[a].shape, *bs = &g->nodes[b].shape;
-    bool ok = as->nd == bs->nd;
-    for (int k = 0; ok && k < as->nd; k++) ok = as->d[k] == bs->d[k] || as->d[k] == 1 || bs->d[k] == 1;
-    if (!ok) {
-        diag_at(g->diag, loc, "%s: the shapes %s and %s do not broadcast: each dimension must be equal, or 1 in one of them "
-                "([N, C, H, W] against [N, C, 1, 1], say)", ir_op_name(op), shape_str(g, a), shape_str(g, b));
+    Shape out;
+    if (!rule_fits(g, loc, NULL, op, 2, (int[]){ a, b }, NULL, &out, NULL)) {
         diag_note(g->diag, g->nodes[b].loc, "the second input, of shape %s, is made here", shape_str(g, b));
         return -1;
     }

@@ -138,6 +138,11 @@ int         ir_op_find(const char *name);
    "weight [6,2,5,5] has 2 input channels, the input [N,1,28,28] has 1")
    when they do not fit together. */
 bool        ir_op_shape(const Graph *g, const Node *n, Shape *out, char *why, size_t size);
+/* The same for a node not made yet: op over inputs in[0..nin) with attr (NULL: none).
+   *blame: the input why is about, or -1. The builders (ir/build.c) check their
+   layers' inputs with it, so a rule's message is the user's. */
+bool        ir_rule_shape(const Graph *g, Op op, int nin, const int *in, const IrAttrs *attr, Shape *out,
+                          char *why, size_t size, int *blame);
 /* A node of op with its inputs and attributes (NULL: none), its shape set by
    the op's rule: its id, or -1 after an internal error (the rule refused).
    given: the shape it must have (the rules of input gradients take it), or NULL. */

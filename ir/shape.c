@@ -7,7 +7,10 @@
 ** the rule takes the node's own and checks it against the rest.
 **
 ** ir_op() (ir/graph.c) shapes every node it makes through its rule; ir_verify
-** (ir/verify.c) checks every node of a graph against it.
+** (ir/verify.c) checks every node of a graph against it; the layer builders
+** (ir/build.c) check a layer's inputs with it (ir_rule_shape) before they make
+** the node, so these messages are the ones a user reads: they say what does
+** not fit and, where there is one, the rule it breaks.
 */
 #include "ir.h"
 #include <limits.h>
@@ -22,6 +25,7 @@ typedef struct Rule {
     Shape *out;
     char *why;
     size_t size;
+    int blame;                /* the input the message is about, or -1 */
     Arena tmp;                /* shape strings of the messages */
 } Rule;
 
@@ -64,27 +68,28 @@ static bool channels(Rule *r, const char *what, const Shape *s, int rows, int n)
     return no(r, "%s %s should be [%d]", what, str(r, s), n);
 }
 
-/* The output size of a sliding window of k, stride s, padding p over in (0: none fits). */
-static int window(int in_size, int k, int s, int p)
-{
-    long long span = (long long)in_size + 2LL * p;
-    if (s <= 0 || k > span) return 0;
-    long long o = (span - k) / s + 1;
-    return o > INT_MAX ? 0 : (int)o;
-}
-
-/* x [N,C,H,W] through a window of k (the node's stride and padding): [N,O,OH,OW]
-   into *y; o < 0: O = C. */
+/* x [N,C,H,W] through a window of k (the node's stride, padding and dilation):
+   [N,O,OH,OW] into *y; o < 0: O = C. */
 static bool windowed(Rule *r, const Shape *x, int o, int k, Shape *y)
 {
     int s = r->n->attr.stride, p = r->n->attr.padding, dil = ir_dilation(&r->n->attr);
     if (!rank(r, "input", x, 4)) return false;
     if (k < 1 || s < 1 || p < 0) return no(r, "has kernel %d, stride %d, padding %d", k, s, p);
-    if ((long long)dil * (k - 1) + 1 > INT_MAX) return no(r, "has kernel %d with dilation %d", k, dil);
-    k = dil * (k - 1) + 1;   /* the inputs a dilated kernel spans */
-    int oh = window(x->d[2], k, s, p), ow = window(x->d[3], k, s, p);
-    if (!oh || !ow) return no(r, "a %dx%d window with stride %d and padding %d does not fit %s", k, k, s, p, str(r, x));
-    int d[4] = { x->d[0], o < 0 ? x->d[1] : o, oh, ow };
+    long long span = (long long)dil * (k - 1) + 1;   /* the inputs a dilated kernel spans */
+    if (span > INT_MAX) return no(r, "kernel %d with dilation %d spans too far", k, dil);
+    int d[4] = { x->d[0], o < 0 ? x->d[1] : o, 0, 0 };
+    for (int axis = 2; axis < 4; axis++) {
+        const char *dim = axis == 2 ? "height" : "width";
+        long long padded = (long long)x->d[axis] + 2LL * p;
+        if (span > padded && dil > 1)
+            return no(r, "kernel %d with dilation %d spans %lld inputs, more than the padded input %s %lld (input %d + 2x padding %d)",
+                      k, dil, span, dim, padded, x->d[axis], p);
+        if (span > padded)
+            return no(r, "kernel %d is larger than the padded input %s %lld (input %d + 2x padding %d)", k, dim, padded, x->d[axis], p);
+        long long out = (padded - span) / s + 1;
+        if (out > INT_MAX) return no(r, "the output %s %lld is too large", dim, out);
+        d[axis] = (int)out;
+    }
     *y = ir_shape_make(4, d);
     return true;
 }
@@ -222,18 +227,23 @@ static int positions(const Shape *x)
     return p;
 }
 
+/* LayerNorm's input: [N, F] or [N, C, H, W] */
+static bool ln_input(Rule *r, const Shape *x)
+{
+    return x->nd == 2 || x->nd == 4 || no(r, "the input %s is not [N, features] or [N, C, H, W]", str(r, x));
+}
+
 static bool rule_ln_stats(Rule *r)   /* x[N,C,...] -> [N,2,P] */
 {
     const Shape *x = in(r, 0);
-    if (x->nd != 2 && x->nd != 4) return no(r, "input %s is not [N, F] or [N, C, H, W]", str(r, x));
-    return give(r, 3, (int[]){ x->d[0], 2, positions(x) });
+    return ln_input(r, x) && give(r, 3, (int[]){ x->d[0], 2, positions(x) });
 }
 
 /* x, stats[N,2,P], gamma[C] and beta[C] (the first k of them) of a LayerNorm */
 static bool ln_operands(Rule *r, int k)
 {
     const Shape *x = in(r, 0), *st = in(r, 1);
-    if (x->nd != 2 && x->nd != 4) return no(r, "input %s is not [N, F] or [N, C, H, W]", str(r, x));
+    if (!ln_input(r, x)) return false;
     if (!(st->nd == 3 && st->d[0] == x->d[0] && st->d[1] == 2 && st->d[2] == positions(x)))
         return no(r, "stats %s do not fit input %s", str(r, st), str(r, x));
     return k < 3 || channels(r, "gamma", in(r, 2), 0, x->d[1]);
@@ -275,7 +285,9 @@ static bool rule_same(Rule *r)   /* element-wise over one input */
 static bool rule_same2(Rule *r)   /* element-wise over two inputs of one shape */
 {
     *r->out = *in(r, 0);
-    return same(r, "input 1", in(r, 1), "input 0", in(r, 0));
+    r->blame = 1;
+    return ir_shape_eq(in(r, 0), in(r, 1)) ||
+           no(r, "the two inputs have different shapes, %s and %s", str(r, in(r, 0)), str(r, in(r, 1)));
 }
 
 
@@ -283,14 +295,18 @@ static bool rule_same2(Rule *r)   /* element-wise over two inputs of one shape *
 static bool rule_concat(Rule *r)
 {
     const Shape *a = in(r, 0);
-    if (a->nd < 2) return no(r, "input %s has no dimension 1 to join along", str(r, a));
+    if (a->nd < 2) return no(r, "input 0 %s has no dimension 1 to join along", str(r, a));
     Shape o = *a;
     for (int k = 1; k < r->n->nin; k++) {
         const Shape *b = in(r, k);
         bool alike = b->nd == a->nd;
         for (int d = 0; alike && d < a->nd; d++) alike = d == 1 || b->d[d] == a->d[d];
-        if (!alike) return no(r, "input %d %s is not like input 0 %s but in dimension 1", k, str(r, b), str(r, a));
-        if ((long long)o.d[1] + b->d[1] > INT_MAX) return no(r, "joins more than %d channels", INT_MAX);
+        r->blame = alike ? -1 : k;
+        if (!alike)
+            return no(r, "input %d has shape %s, input 0 %s: they must be alike but in dimension 1 "
+                         "(the channels of [N, C, H, W], the features of [N, F])", k, str(r, b), str(r, a));
+        if ((long long)o.d[1] + b->d[1] > INT_MAX)
+            return no(r, "the output would have more than %d channels; make the layer or its inputs smaller", INT_MAX);
         o.d[1] += b->d[1];
     }
     *r->out = o;
@@ -313,11 +329,14 @@ static bool rule_channel_slice(Rule *r)
 static bool rule_broadcast2(Rule *r)
 {
     const Shape *a = in(r, 0), *b = in(r, 1);
-    if (a->nd != b->nd) return no(r, "inputs %s and %s differ in rank", str(r, a), str(r, b));
+    const char *rule = "each dimension must be equal, or 1 in one of them ([N, C, H, W] against [N, C, 1, 1], say)";
+    r->blame = 1;
+    if (a->nd != b->nd) return no(r, "the shapes %s and %s do not broadcast: they differ in rank; %s", str(r, a), str(r, b), rule);
     Shape o = *a;
     for (int k = 0; k < a->nd; k++) {
         if (a->d[k] == b->d[k]) continue;
-        if (a->d[k] != 1 && b->d[k] != 1) return no(r, "inputs %s and %s do not broadcast in dimension %d", str(r, a), str(r, b), k);
+        if (a->d[k] != 1 && b->d[k] != 1)
+            return no(r, "the shapes %s and %s do not broadcast in dimension %d: %s", str(r, a), str(r, b), k, rule);
         o.d[k] = a->d[k] == 1 ? b->d[k] : a->d[k];
     }
     *r->out = o;
@@ -533,9 +552,10 @@ static bool (*const rules[OP_COUNT])(Rule *r) = {
 #undef X
 };
 
-bool ir_op_shape(const Graph *g, const Node *n, Shape *out, char *why, size_t size)
+static bool run_rule(const Graph *g, const Node *n, Shape *out, char *why, size_t size, int *blame)
 {
-    Rule r = { .g = g, .n = n, .out = out, .why = why, .size = size };
+    Rule r = { .g = g, .n = n, .out = out, .why = why, .size = size, .blame = -1 };
+    if (blame) *blame = -1;
     if (n->op >= OP_COUNT) {
         snprintf(why, size, "has no valid op");
         return false;
@@ -544,7 +564,21 @@ bool ir_op_shape(const Graph *g, const Node *n, Shape *out, char *why, size_t si
     why[0] = 0;
     bool ok = rules[n->op](&r);
     arena_free(&r.tmp);
+    if (!ok && blame) *blame = r.blame;
     return ok;
+}
+
+bool ir_op_shape(const Graph *g, const Node *n, Shape *out, char *why, size_t size)
+{
+    return run_rule(g, n, out, why, size, NULL);
+}
+
+bool ir_rule_shape(const Graph *g, Op op, int nin, const int *in, const IrAttrs *attr, Shape *out, char *why, size_t size, int *blame)
+{
+    Node n = { .op = op, .nin = nin, .grad_of = -1 };
+    for (int k = 0; k < nin; k++) n.in[k] = in[k];
+    if (attr) n.attr = *attr;
+    return run_rule(g, &n, out, why, size, blame);
 }
 
 int ir_op(Graph *g, Op op, Loc loc, int nin, const int *in_ids, const IrAttrs *attr, const Shape *given)
