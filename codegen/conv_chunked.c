@@ -7,9 +7,10 @@
 **   grad    per chunk: t = dy's planes; dcol = W^T . t; col2im into dx
 **           dW: CG_WGROUPS groups of examples, each dWg += t . col^T chunk
 **           after chunk, then dW = their sum in group order (a second kernel)
-** In an evaluation program a 1x1 layer (stride 1, no padding) on maps of 128
-** positions or more is a GEMM per example straight from x into y, the bias and
-** the fused activation applied in place (conv2d_pointwise): no columns to copy.
+** In an evaluation program a 1x1 layer (stride 1, no padding) on maps of 16
+** positions or more is a GEMM per example straight from x into y (mgc_gemm_nn,
+** nothing packed), the bias and the fused activation applied in place
+** (conv2d_pointwise): no columns to copy.
 ** Grouped convolutions (w [O, C/groups, K, K]) run one GEMM per group on
 ** the group's rows of the same columns (im2col's rows are channel-major, so a
 ** group's are contiguous); dilation D spaces the taps D apart in im2col and
@@ -176,14 +177,14 @@ void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const ch
 }
 
 /* Whether convolution id runs as a pointwise GEMM per example (cg_conv_chunked_forward): 1x1, stride 1, no
-   padding, groups or dilation, in an evaluation graph (no statistics summed), on at least 128 positions (a
-   GEMM of fewer columns is better batched, as the chunks do). MobileNetV2, one thread, batch 256: see
-   docs/benchmarks.md. */
+   padding, groups or dilation, in an evaluation graph (no statistics summed), with at least 8 output
+   channels and 16 positions (mgc_gemm_nn's blocks; on fewer, a GEMM is better batched, as the chunks
+   do). MobileNetV2: see docs/benchmarks.md. */
 static bool pointwise_forward(const Lower *L, int id, const ConvGeom *G, int stats)
 {
     (void)id;
     return !L->g->training && stats < 0 && G->K == 1 && G->S == 1 && G->P == 0 && G->groups == 1 && G->D == 1 &&
-           (long)G->OH * G->OW >= 128;
+           (long)G->OH * G->OW >= 16 && G->O >= 8;
 }
 
 /* x, w, bias? -> y: per chunk of examples, im2col into scratch, t[O, nb*P] = w . col
@@ -210,10 +211,11 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
            fused activation in place while y is in cache */
         Step *sp = cg_conv_kernel(L, id, "conv2d_pointwise", dimn(1), nargs, b, names);
         sp->heavy = sp->c_only = true;
-        cg_body(L, "    /* x [N, %d, %ld], w [%d, %d], y [N, %d, %ld]: per example y = w . x (CBLAS on this thread)%s */\n"
+        cg_body(L, "    /* x [N, %d, %ld], w [%d, %d], y [N, %d, %ld]: per example y = w . x (mgc_gemm_nn: x's rows\n"
+                   "       read in place, nothing packed)%s */\n"
                    "    FOR_EACH(n, N) {\n"
                    "        float *yn = y + n * %ldL;\n"
-                   "        cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, %d, %ld, %d, 1.0f, w, %d, x + n * %ldL, %ld, 0.0f, yn, %ld);\n",
+                   "        mgc_gemm_nn(%d, %ld, %d, w, %d, x + n * %ldL, %ld, yn, %ld);\n",
                 C, P, O, C, O, P, bias || cg_act(L->dec, id) >= 0 ? ", then bias and activation in place" : "", (long)O * P, O, P, C, C,
                 (long)C * P, P, P);
         if (bias || cg_act(L->dec, id) >= 0)

@@ -151,16 +151,21 @@ bool cg_conv_depthwise_fits(bool cpu_only, const ConvGeom *G)
            ((long)G->H + 2 * G->P) * ((long)G->W + 2 * G->P) <= CG_DW_MAX_PAD_FLOATS;
 }
 
-/* The body's copy of plane `src` (H x W) into `pad` ((H + 2B) x (W + 2B), B zeros around). */
-static void padded_plane(Lower *L, const char *src, int H, int W, int B)
+/* The body's copy of plane `src` (H x W) into `pad` ((H + 2B) x (W + 2B), B zeros around, and `extra`
+   zeros after it). */
+static void padded_plane(Lower *L, const char *src, int H, int W, int B, int extra)
 {
     long Wp = (long)W + 2 * B, Hp = (long)H + 2 * B;
-    cg_body(L, "        float pad[%ld];   /* the plane with %d zeros around */\n"
+    cg_body(L, "        float pad[%ld];   /* the plane with %d zeros around%s */\n"
                "        for (long k = 0; k < %ldL; k++) pad[k] = 0.0f;\n"
                "        for (int iy = 0; iy < %d; iy++)\n"
                "            for (int ix = 0; ix < %d; ix++) pad[(iy + %d) * %ldL + %d + ix] = %s[iy * %d + ix];\n",
-            Hp * Wp, B, Hp * Wp, H, W, B, Wp, B, src, W);
+            Hp * Wp + extra, B, extra ? arena_printf(L->p->arena, ", %d after it", extra) : "", Hp * Wp + extra, H, W, B, Wp, B,
+            src, W);
 }
+
+/* Output rows narrower than this (stride 1) are summed as one run over the padded width (below). */
+#define CG_DW_NARROW 16
 
 /* The body's sum over a K x K window of `pad` (Wp wide) at row `row0` and column
    `col0` + ox * S, taps D apart, with the weights w<ky>_<kx> ("flip": the taps
@@ -194,12 +199,29 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
                "        long n = i / %d, o = i %% %d;\n"
                "        const float *xp = x + (n * %d + o / %d) * %d;\n",
             cg_work_str(L, dimn(O)), O, O, C, Og, H * W);
-    padded_plane(L, "xp", H, W, P);
+    bool narrow = S == 1 && OW < CG_DW_NARROW;
+    padded_plane(L, "xp", H, W, P, narrow ? (K - 1) * D : 0);
     cg_body(L, "        const float *wp = w + o * %d, b0 = %s;\n", K * K, bias ? "bias[o]" : "0.0f");
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
-    cg_body(L, "        float *yp = y + i * %d;\n"
-               "        for (int oy = 0; oy < %d; oy++) {\n", OH * OW, OH);
+    cg_body(L, "        float *yp = y + i * %d;\n", OH * OW);
+    if (narrow) {
+        /* rows too short to vectorise: every output over the padded width as one run (t[oy * Wp + ox]; the
+           last Wp - OW of a row are thrown away), its taps at fixed offsets, then the row's first OW stored */
+        cg_body(L, "        float t[%ldL];   /* the outputs over the padded width, %ld a row, the first %d kept */\n", OH * Wp, Wp, OW);
+        for (int ky = 0; ky < K; ky++) cg_body(L, "        const float *r%d = pad + %ldL;\n", ky, ky * D * Wp);
+        cg_body(L, "        for (int ox = 0; ox < %ld; ox++) t[ox] = b0 + %s;\n"
+                   "        for (int oy = 0; oy < %d; oy++) {\n"
+                   "            float *yr = yp + oy * %d;\n"
+                   "            for (int ox = 0; ox < %d; ox++) {\n"
+                   "                const float v = t[oy * %ldL + ox];\n"
+                   "                %s\n"
+                   "            }\n        }\n    }\n",
+                OH * Wp, window_sum(L, K, 1, D, false), OH, OW, OW, Wp, cg_store(L, id, "yr", "ox", "v"));
+        cg_end_kernel(L);
+        return;
+    }
+    cg_body(L, "        for (int oy = 0; oy < %d; oy++) {\n", OH);
     for (int ky = 0; ky < K; ky++) cg_body(L, "            const float *r%d = pad + (oy * %d + %d) * %ldL;\n", ky, S, ky * D, Wp);
     cg_body(L, "            float *yr = yp + oy * %d;\n"
                "            for (int ox = 0; ox < %d; ox++) {\n"
@@ -239,7 +261,7 @@ static void conv_depthwise_grad_x(Lower *L, int id, const ConvGeom *G, const int
                "        const long o = c * %d + j;\n"
                "        const float *dyp = dy + (n * %d + o) * %d;\n",
             cg_work_str(L, dimn(C)), C, C, H * W, Og, Og, O, OH * OW);
-    padded_plane(L, "dyp", OH, OW, B);
+    padded_plane(L, "dyp", OH, OW, B, 0);
     cg_body(L, "        const float *wp = w + o * %d;\n", K * K);
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
@@ -279,7 +301,7 @@ static void conv_depthwise_grad_w(Lower *L, int id, const ConvGeom *G, const int
                "        BLOCK_LOOP(n, N) {\n"
                "        const float *xp = x + (n * %d + o / %d) * %d, *dyp = dy + (n * %d + o) * %d;\n",
             O, K * K, OW, K * K, OW, C, Og, H * W, O, OH * OW);
-    padded_plane(L, "xp", H, W, P);
+    padded_plane(L, "xp", H, W, P, 0);
     cg_body(L, "        for (int oy = 0; oy < %d; oy++) {\n", OH);
     for (int ky = 0; ky < K; ky++) cg_body(L, "            const float *r%d = pad + (oy * %d + %d) * %ldL;\n", ky, S, ky * D, Wp);
     cg_body(L, "            const float *g = dyp + oy * %d;\n"

@@ -16,7 +16,8 @@
 **                    the data mispredict); CUDA: a select
 **   C only, for kernels whose steps are c_only: mgc_f8, mgc_f16 (8 and 16 floats
 **   as one vector), mgc_load8/16, mgc_store16; mgc_gemm_tn(M, N, K, A, lda, B, ldb,
-**   C, ldc), C = A^T . B for a short K
+**   C, ldc), C = A^T . B for a short K; mgc_gemm_nn(...), C = A . B, nothing packed
+**   (M >= 8, N >= 16)
 **
 ** Reductions (a kernel whose step has `blocks` set): one reduction per
 ** iteration of FOR_EACH_BLOCK, its inner loop shared by a block of threads.
@@ -207,6 +208,42 @@ static const char prelude_c[] =
     "            for (int k = 0; k < K; k++) s += A[(long)k * lda + m] * B[(long)k * ldb + j];\n"
     "            C[(long)m * ldc + j] = s;\n"
     "        }\n"
+    "}\n"
+    "/* C[M, N] = A . B, A [M, K] (row stride lda) and B [K, N] (ldb) read in place, C (ldc): a GEMM\n"
+    "   on one example's map (a 1x1 convolution of an evaluation program, y = w . x) with nothing\n"
+    "   packed: blocks of 8 rows by 32 or 16 columns in registers, each A element broadcast; the\n"
+    "   last rows and columns as a block ending at the edge (computed twice, the same values).\n"
+    "   M >= 8 and N >= 16 (the callers' condition). Each C element one sum over k in order */\n"
+    "static inline void mgc_gemm_nn_block(int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc, int cols)\n"
+    "{\n"
+    "    mgc_f16 c[8], d[8];\n"
+    "    for (int r = 0; r < 8; r++) c[r] = (mgc_f16){ 0 }, d[r] = (mgc_f16){ 0 };\n"
+    "    if (cols == 32)\n"
+    "        for (int k = 0; k < K; k++) {\n"
+    "            const mgc_f16 b0 = mgc_load16(B + (long)k * ldb), b1 = mgc_load16(B + (long)k * ldb + 16);\n"
+    "            for (int r = 0; r < 8; r++) c[r] += A[(long)r * lda + k] * b0, d[r] += A[(long)r * lda + k] * b1;\n"
+    "        }\n"
+    "    else\n"
+    "        for (int k = 0; k < K; k++) {\n"
+    "            const mgc_f16 b0 = mgc_load16(B + (long)k * ldb);\n"
+    "            for (int r = 0; r < 8; r++) c[r] += A[(long)r * lda + k] * b0;\n"
+    "        }\n"
+    "    for (int r = 0; r < 8; r++) {\n"
+    "        mgc_store16(C + (long)r * ldc, c[r]);\n"
+    "        if (cols == 32) mgc_store16(C + (long)r * ldc + 16, d[r]);\n"
+    "    }\n"
+    "}\n"
+    "static inline void mgc_gemm_nn(int M, int N, int K, const float *A, int lda, const float *B, int ldb, float *C, int ldc)\n"
+    "{\n"
+    "    for (int mb = 0; mb < M; mb += 8) {\n"
+    "        const int m = mb + 8 <= M ? mb : M - 8;\n"
+    "        int j = 0;\n"
+    "        for (; j + 32 <= N; j += 32) mgc_gemm_nn_block(K, A + (long)m * lda, lda, B + j, ldb, C + (long)m * ldc + j, ldc, 32);\n"
+    "        for (; j < N; j += 16) {\n"
+    "            const int at = j + 16 <= N ? j : N - 16;\n"
+    "            mgc_gemm_nn_block(K, A + (long)m * lda, lda, B + at, ldb, C + (long)m * ldc + at, ldc, 16);\n"
+    "        }\n"
+    "    }\n"
     "}\n"
     "static inline float mgc_keep(float v, int k)\n"
     "{\n"

@@ -140,6 +140,15 @@ def op_conv_depthwise():
                ("dw3", nn.Conv2d(6, 6, 3, stride=2, padding=1, groups=6, bias=False)), *head(6 * 2 * 8))
 
 
+def op_conv_depthwise_narrow():
+    return seq(("c0", nn.Conv2d(4, 8, 1)),
+               ("dw1", nn.Conv2d(8, 8, 3, padding=1, groups=8)), relu6(),
+               ("dw2", nn.Conv2d(8, 16, 3, padding=2, dilation=2, groups=8, bias=False)), relu(),
+               ("dw3", nn.Conv2d(16, 16, 5, padding=1, groups=16)),
+               ("dw4", nn.Conv2d(16, 16, 3, padding=1, groups=16)), hardswish(),
+               ("dw5", nn.Conv2d(16, 16, 5, groups=16)), *head(16 * 1 * 1))
+
+
 def op_conv_stride2():
     return seq(("conv", nn.Conv2d(3, 5, 3, stride=2, padding=1)), *head(5 * 5 * 5))
 
@@ -486,6 +495,7 @@ BUILDERS = {
     "tests/nets/op_conv_groups.net": (op_conv_groups, (4, 9, 8)),
     "tests/nets/op_conv_groups_wide.net": (op_conv_groups_wide, (8, 6, 6)),
     "tests/nets/op_conv_depthwise.net": (op_conv_depthwise, (3, 6, 18)),
+    "tests/nets/op_conv_depthwise_narrow.net": (op_conv_depthwise_narrow, (4, 7, 7)),
     "tests/nets/op_layernorm.net": (op_layernorm, (3, 5, 4)),
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
