@@ -1,7 +1,8 @@
 /*
-** The command line, as the driver's two files share it: main.c parses it and
+** The command line, as the driver's files share it: main.c parses it and
 ** trains (mgc NET.net ...); use.c runs what uses a trained checkpoint (mgc
-** predict, mgc evaluate, mgc export).
+** predict, mgc evaluate, mgc export); run.c (run.h) compiles and runs what
+** both ask for.
 */
 #ifndef MGC_CLI_H
 #define MGC_CLI_H
@@ -60,17 +61,6 @@ typedef struct Cli {
     bool batch_size_given;    /* --batch-size was given (mgc export --format c: the images a thread runs together) */
 } Cli;
 
-/* The pipeline (pipeline/pipeline.c) for this command line: the training
-   or evaluation form, with or without the backward graph and the update,
-   with the input's gradient (check mode); p NULL: the graph only. 0, or -1
-   (said through d). */
-int  drv_compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward, bool input_grad, Graph *g, Program *p);
-/* The GPUs c asks for are there (said when not): 0, or -1. */
-int  drv_check_gpus(const Cli *c, World *w);
-/* Checks what c asks for (preflight), compiles the net and runs the job:
-   training, or the evaluation of a checkpoint (mgc predict, evaluate). The
-   exit status. */
-int  drv_run(Cli *c, World *w);
 /* mgc NET.net --evaluate --load CK (mgc evaluate's older form): the
    checkpoint's transform (with its statistics) and precision, as mgc
    evaluate takes them. 0, 1 or 2 said. */

@@ -13,7 +13,7 @@
 ** named. --precision may differ (fp32 weights run in bf16, or the other
 ** way): said in a note.
 */
-#include "cli.h"
+#include "run.h"
 #include "ckmodel.h"
 #include "export.h"
 #include <errno.h>

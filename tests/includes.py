@@ -24,8 +24,6 @@ KNOWN = {
     # each other, norm.c and elementwise.c each other (issue 37)
     'codegen': {'conv', 'conv_chunked', 'conv_direct', 'conv_gemm', 'conv_vector', 'dp', 'elementwise', 'layernorm',
                 'layout', 'linear', 'loss', 'lower', 'norm', 'pool', 'winograd'},
-    # main() runs use.c's commands, which compile and run through main.c's drv_compile and drv_run
-    'driver': {'main', 'use'},
 }
 build = sys.argv[1] if len(sys.argv) > 1 else 'build'
 os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
