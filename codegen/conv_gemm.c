@@ -41,27 +41,6 @@ static int transposed_grad(Lower *L, int id, int dy_node)
     return t;
 }
 
-/* [N, O, P] -> [N, P, O] (channels last), once per buffer: a gradient (the vector
-   weight gradient's) or an input (the pooled weight gradient's). */
-int cg_conv_channels_last(Lower *L, int id, int dy_node)
-{
-    if (L->dyc[dy_node] >= 0) return L->dyc[dy_node];
-    const Shape *ds = &L->g->nodes[dy_node].shape;
-    int O = ds->d[1], P = ds->d[2] * ds->d[3];
-    int t = cg_new_buf(L, BUF_WORK, dimn((long)P * O), "channels-last copy", dy_node);
-    int b[2] = { t, buf_of(L, dy_node) };
-    cg_kernel(L, id, "pack_channels_last", dimn(1), 2, b, (const char *const[]){ "=t", "dy" })->grain = (long)O * P;
-    cg_body(L, "    /* dy is [N, %d, %d] (%s); t is [N, %d, %d]: one example per iteration */\n", O, P,
-            L->g->nodes[dy_node].grad_of >= 0 ? "a gradient" : "an input", P, O);
-    cg_body(L, "    FOR_EACH(n, N) {\n"
-               "        for (int o = 0; o < %d; o++)\n"
-               "            for (int p = 0; p < %d; p++) t[(n * %d + p) * %d + o] = dy[(n * %d + o) * %d + p];\n    }\n",
-            O, P, P, O, O, P);
-    cg_end_kernel(L);
-    L->dyc[dy_node] = t;
-    return t;
-}
-
 /* A grouped convolution's GEMM as a batch of one per group (Step.batch: cuBLAS's strided
    batched GEMM on GPUs, one GEMM after another on CPUs), each operand's groups sa, sb, sc
    floats apart: weights [O, C/G*K*K] by rows, im2col's columns [C*K*K, N*P] by rows,

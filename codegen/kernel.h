@@ -74,7 +74,7 @@ static inline bool cg_packs_bf16(const Lower *L, int node)
    in bf16 where cg_stores_bf16). */
 int   cg_out_buf(Lower *L, int node);
 /* GPUs under --precision bf16: the node's output stored in bf16, every reader
-   rounding it to bf16 anyway (codegen/conv_gemm.c says which). */
+   rounding it to bf16 anyway (kernel.c says which). */
 bool  cg_stores_bf16(const Lower *L, int u);
 /* Starts a kernel: the step, and the function header with its buffer
    arguments named as given ("y", "x", ...; a leading '=' marks an output).
@@ -125,7 +125,7 @@ const char *cg_work_str(Lower *L, Dim d);
 Dim cg_rows_work(Dim rows, long len);
 void cg_rows_body(Lower *L, Dim rows, long len, const char *setup, const char *stmt);
 /* Sums over each channel c of an [N, C, HW] tensor, in independent lanes
-   (see lower.c): the reductions' inner loop, written once. */
+   (see kernel.c): the reductions' inner loop, written once. */
 void  cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, int nacc, const char *const *accs,
                    const char *reads, const char *body);
 /* GPUs: the slices of the batch a per-channel reduction over C channels is split

@@ -1,12 +1,16 @@
 /*
-** Lowering's shared internals, private to codegen/: the lowering context and
-** the helpers every op family uses to make buffers, steps and kernel text.
+** Lowering's shared internals, private to codegen/: the op families'
+** functions, on the kernel builder (codegen/kernel.h: the lowering context and
+** the helpers every op family uses to make buffers, steps and kernel text).
 **
 ** The driver (codegen/lower.c) walks the graph and calls one lowering function
 ** per op; the op families live beside their gradients:
-**   elementwise.c  relu/sigmoid/tanh, add/mul, const, dropout, and their gradients
-**   conv.c         convolutions: the choice among every form, the store every form
-**                  ends in, and the dispatch through the table of forms (conv_forms.h)
+**   elementwise.c  relu/sigmoid/tanh, add/mul, const, dropout, and their gradients;
+**                  the store every producer ends in (cg_store), BatchNorm's scale and shift
+**   conv.c         convolutions: the choice among every form, and the dispatch
+**                  through the table of forms (conv_forms.h)
+**   conv_common.c  what the forms share: the geometry, the forward kernel's start,
+**                  groups and dilation, the channels-last copy, the chunked loops
 **   conv_direct.c  the direct form (loops over planes; rows_vec, depthwise)
 **   conv_vector.c  the channel-vectorised form
 **   conv_gemm.c    im2col + GEMM, dense over the map, and the packing they share
@@ -17,11 +21,15 @@
 **   norm.c         BatchNorm: batch statistics, apply, gradients, running update
 **   loss.c         softmax cross-entropy, its gradient, the accuracy count
 **   dp.c           data parallelism: gradient buckets and the collectives' steps
+**
+** No file calls one that calls it back (tests/includes.py fails a circle); from
+** the bottom: kernel.c; pool.c, elementwise.c, layout.c, layernorm.c, loss.c,
+** dp.c; linear.c, conv_common.c; the forms; conv.c and norm.c (which combines the
+** statistics the chunked forms sum); lower.c, the driver, above them all.
 */
 #ifndef MGC_LOWER_INTERNAL_H
 #define MGC_LOWER_INTERNAL_H
 #include "kernel.h"
-
 
 /* The geometry of one convolution, the same for conv2d, conv2d_grad_x and
    conv2d_grad_w: x [N, C, H, W], w [O, C, K, K], y [N, O, OH, OW]. */
@@ -47,17 +55,12 @@ typedef struct ConvGeom {
 /* elementwise.c */
 void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
 const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's fused activation (cg_act) */
-/* A convolution's value v as its store writes it: through the activation fused into it (its ReLU, or in
-   an evaluation graph any other: cg_fuse), else v (conv.c) */
-const char *cg_conv_act(Lower *L, int id, const char *v);
 /* The store every producer an activation can fuse into ends in (a convolution of any form, a linear
    layer, BatchNorm, add, mul, sub): its value val at ptr[idx] (ptr: y, or a pointer into y), one
    statement: val itself; through the fused activation in place; or, where the activation's gradient
    reads its input (cg_act_beside), val there and the activation at the same place of ya, the
    activation's own buffer, which the kernel takes as "=ya" (cg_conv_kernel adds it for convolutions) */
 const char *cg_store(Lower *L, int id, const char *ptr, const char *idx, const char *val);
-/* cg_kernel for a convolution's forward kernel: its buffers, and "=ya" where cg_act_beside says (conv.c) */
-Step *cg_conv_kernel(Lower *L, int id, const char *what, Dim work, int nargs, const int *b, const char *const *names);
 void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */
 void cg_lower_binary(Lower *L, int id);            /* add, mul, sub (mul and sub broadcast) */
 void cg_lower_neg(Lower *L, int id);
@@ -65,29 +68,43 @@ void cg_lower_concat(Lower *L, int id);            /* layout.c */
 void cg_lower_channel_slice(Lower *L, int id);
 void cg_lower_sum_to(Lower *L, int id);            /* a broadcast's gradient */
 void cg_lower_const(Lower *L, int id);
+/* elementwise.c: in a loop over (n, c) planes, c and channel c's BatchNorm as y = x * scale + shift
+   (the add's fused BatchNorm apply, and norm.c's bn_apply) */
+void cg_bn_scale_shift(Lower *L, int C);
+/* The same statements as text, of the plane index named `plane` (c, scale, shift declared) */
+const char *cg_bn_scale_shift_text(Lower *L, int C, const char *plane);
 /* lower.c: the table's other entries */
 void cg_lower_input(Lower *L, int id);             /* input, labels: filled by the host */
 void cg_lower_view(Lower *L, int id);              /* reshape, slice: their input's buffer */
 void cg_lower_sgd(Lower *L, int id);               /* one parameter's update, or a fused group's */
 void cg_lower_adamw(Lower *L, int id);
 void cg_lower_dropout_mask(Lower *L, int id);
-/* conv.c */
-void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */
+/* conv_common.c: what the convolution forms share */
 ConvGeom cg_conv_geom(const Graph *g, int id);     /* the geometry of any of the three */
-/* conv_direct.c: a tap's offset, "k" or "(k * D)"; ", 8 groups, dilation 2" for kernels' comments ("" for neither) */
+/* A convolution's value v as its store writes it: through the activation fused into it (its ReLU, or in
+   an evaluation graph any other: cg_fuse), else v */
+const char *cg_conv_act(Lower *L, int id, const char *v);
+/* cg_kernel for a convolution's forward kernel: its buffers, and "=ya" where cg_act_beside says */
+Step *cg_conv_kernel(Lower *L, int id, const char *what, Dim work, int nargs, const int *b, const char *const *names);
+/* a tap's offset, "k" or "(k * D)"; ", 8 groups, dilation 2" for kernels' comments ("" for neither) */
 const char *cg_dilated(Lower *L, const char *k, int D);
 const char *cg_groups_dilation(Lower *L, const ConvGeom *G);
+/* dy [N, O, P] -> [N*P, O], once per gradient buffer (the vector form's weight gradient and
+   input gradient share it; the pooled weight gradient takes its input so) */
+int cg_conv_channels_last(Lower *L, int id, int dy_node);
+/* a weight gradient's loop over CG_WGROUPS groups of examples and their chunks (chunked, Winograd) */
+void cg_group_chunks(Lower *L, long per_group, int NB, long cols);
+/* in a chunked forward's loop, the chunk's BatchNorm partial sums per channel
+   (its mean and sum of squared deviations) over nseg runs of len floats at seg (chunked, Winograd) */
+void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const char *len, const char *shift);
+/* conv.c */
+void cg_lower_conv(Lower *L, int id);              /* conv2d, conv2d_grad_x, conv2d_grad_w */
 /* conv_chunked.c: CONV_CHUNKED's three ops; examples per chunk */
 void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G);
 void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G);
 void cg_conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G);
 int  cg_chunk_examples(const ConvGeom *G);
 bool cg_chunked_wgroups_fit(const ConvGeom *G);
-/* conv_chunked.c: a weight gradient's loop over CG_WGROUPS groups of examples and their chunks */
-void cg_group_chunks(Lower *L, long per_group, int NB, long cols);
-/* conv_chunked.c: in a chunked forward's loop, the chunk's BatchNorm partial sums per channel
-   (its mean and sum of squared deviations) over nseg runs of len floats at seg */
-void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const char *len, const char *shift);
 /* winograd.c: CONV_WINOGRAD's three ops; where it applies (3x3, stride 1, padding 1);
    whether its weight gradient's groups fit in CG_WGROUPS_MAX_FLOATS; examples per chunk */
 void cg_lower_conv_winograd(Lower *L, int id, const ConvGeom *G);
@@ -112,16 +129,12 @@ void cg_lower_upsample(Lower *L, int id);
 void cg_lower_upsample_grad(Lower *L, int id);
 /* norm.c */
 void cg_lower_bn_stats(Lower *L, int id);
-/* norm.c: in a loop over (n, c) planes, c and channel c's BatchNorm as y = x * scale + shift */
-void cg_bn_scale_shift(Lower *L, int C);
-/* The same statements as text, of the plane index named `plane` (c, scale, shift declared) */
-const char *cg_bn_scale_shift_text(Lower *L, int C, const char *plane);
 /* norm.c: the bn_running_update its statistics' kernel does too, or -1 */
 int cg_fused_running(const Lower *L, int stats);
 /* norm.c: stats [3, C] from per-slice means and sums of squared deviations (the kernel) */
 Step *cg_bn_stats_combine(Lower *L, int id, const char *what, int C, int part, const char *slices, const char *count,
                           const char *how);
-/* conv_chunked.c: bn_stats from a chunked convolution's partial sums */
+/* norm.c: bn_stats from a chunked convolution's partial sums */
 void cg_lower_bn_stats_chunks(Lower *L, int id);
 /* pool.c: the max pool of one plane src [H, W] -> dst [OH, OW], inside a kernel's loop. */
 void cg_max_pool_plane(Lower *L, const char *src, const char *dst, int K, int S, int P, int H, int W, int OH, int OW,

@@ -19,11 +19,6 @@ import sys
 
 FOLDERS = ['ir', 'frontend', 'codegen', 'pipeline', 'runtime', 'data', 'train', 'export', 'driver']
 KNOWN = {
-    # lower.c calls every emitter, and the emitters call lower.c's kernel
-    # builder (cg_kernel, cg_body, ...); the convolution forms call conv.c and
-    # each other, norm.c and elementwise.c each other (issue 37)
-    'codegen': {'conv', 'conv_chunked', 'conv_direct', 'conv_gemm', 'conv_vector', 'dp', 'elementwise', 'layernorm',
-                'layout', 'linear', 'loss', 'lower', 'norm', 'pool', 'winograd'},
     # main() runs use.c's commands, which compile and run through main.c's drv_compile and drv_run
     'driver': {'main', 'use'},
 }
