@@ -1,6 +1,6 @@
 /*
 ** Convolutions, forward and both gradients, six ways. Every strategy reads
-** one geometry, ConvGeom (cg_conv_geom() below), whichever of the three ops it
+** one geometry, ConvGeom (cg_conv_geom(), conv_common.c), whichever of the three ops it
 ** lowers:
 **
 **   x [N, C, H, W], w [O, C, K, K], y [N, O, OH, OW]; stride S, padding P.
@@ -43,38 +43,19 @@
 ** thread's. Their CUDA reads are not coalesced (a thread walks its own rows)
 ** and each result is one BLOCK_SUM; CONV_GEMM is the way on a GPU.
 **
-** This file: the geometry, the choice of a form per layer (cg_conv_strategy,
-** cg_choose_convs, and the reasons --emit kernels prints), the store every
-** form's forward ends in (cg_store: the bias and a fused activation),
-** and the dispatch through the table of forms (conv_forms.h). The forms:
+** This file: the choice of a form per layer (cg_conv_strategy,
+** cg_choose_convs, and the reasons --emit kernels prints) and the dispatch
+** through the table of forms (conv_forms.h). The forms:
 ** conv_direct.c (CONV_DIRECT, with its rows_vec and depthwise variants and
 ** the pooled weight gradient), conv_vector.c, conv_gemm.c (CONV_GEMM,
-** CONV_DENSE and the packing they share), conv_chunked.c, winograd.c.
+** CONV_DENSE and the packing they share), conv_chunked.c, winograd.c; what
+** they share, below them all: conv_common.c (the geometry, cg_conv_geom();
+** the forward kernel's start and fused activation; the chunked forms' loops).
+** The store every form's forward ends in is elementwise.c's cg_store.
 */
 #include "conv_forms.h"
 #include <limits.h>
 #include <string.h>
-
-/* Where each op keeps x, w and y (dy for the gradients):
-     conv2d         x = in[0], w = in[1], y = the node
-     conv2d_grad_x  dy = in[0], w = in[1], dx = the node (the shape of x)
-     conv2d_grad_w  dy = in[0], x = in[1], dw = the node (the shape of w)
-   Stride, padding, groups and dilation are the same on all three (autodiff copies them). */
-ConvGeom cg_conv_geom(const Graph *g, int id)
-{
-    const Node *n = &g->nodes[id];
-    const Shape *xs, *ws, *ys;
-    if (n->op == OP_CONV2D) {
-        xs = &g->nodes[n->in[0]].shape, ws = &g->nodes[n->in[1]].shape, ys = &n->shape;
-    } else if (n->op == OP_CONV2D_BWD_X) {
-        xs = &n->shape, ws = &g->nodes[n->in[1]].shape, ys = &g->nodes[n->in[0]].shape;
-    } else {   /* OP_CONV2D_BWD_W */
-        xs = &g->nodes[n->in[1]].shape, ws = &n->shape, ys = &g->nodes[n->in[0]].shape;
-    }
-    return (ConvGeom){ .C = xs->d[1], .H = xs->d[2], .W = xs->d[3], .O = ws->d[0], .K = ws->d[2],
-                       .S = n->attr.stride, .P = n->attr.padding, .OH = ys->d[2], .OW = ys->d[3],
-                       .groups = ir_groups(&n->attr), .D = ir_dilation(&n->attr) };
-}
 
 /* Three ways to run a convolution, chosen per layer by cg_conv_strategy():
      CONV_DIRECT  loops over whole (n, channel) planes: for few channels and
@@ -148,19 +129,6 @@ ConvStrategy cg_conv_strategy(const CgOptions *opt, int c, int k, int o, int out
        MobileNetV2 9.7 -> 8.6) */
     if (k > 1 && padding == 0 && k <= 7 && o % 8 == 0 && o <= 64 && (long)c * k * k <= 1152) return CONV_VECTOR;
     return chunked ? CONV_CHUNKED : CONV_GEMM;
-}
-
-const char *cg_conv_act(Lower *L, int id, const char *v)
-{
-    return cg_act(L->dec, id) >= 0 ? cg_fused_act(L, id, v) : v;
-}
-
-Step *cg_conv_kernel(Lower *L, int id, const char *what, Dim work, int nargs, const int *b, const char *const *names)
-{
-    CgArgs a = { 0 };
-    for (int k = 0; k < nargs; k++) cg_arg(L, &a, b[k], "%s", names[k]);
-    if (cg_act_beside(L->dec, id) >= 0) cg_arg(L, &a, cg_out_buf(L, cg_act_beside(L->dec, id)), "=ya");
-    return cg_kernel_args(L, id, what, work, &a);
 }
 
 /* ------------------------------------------------------------------- dispatch */

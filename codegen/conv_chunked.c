@@ -16,7 +16,7 @@
 ** group's are contiguous); dilation D spaces the taps D apart in im2col and
 ** col2im. Nothing whole-batch is materialised. With fusion, a forward followed by
 ** BatchNorm also sums each chunk's statistics while its output is in cache
-** (cg_lower_bn_stats_chunks).
+** (cg_chunk_stats; norm.c's cg_lower_bn_stats_chunks combines them).
 */
 #include "lower_internal.h"
 
@@ -142,40 +142,6 @@ static void chunk_loop(Lower *L, const ConvGeom *G, const char *fn, const char *
             NB - 1, NB, NB, NB, NB, P);
 }
 
-/* In a chunked forward's loop (chunk `ch`, `part` the BatchNorm's partial sums):
-   per output channel o < O the mean and the sum of squared deviations of its
-   values in this chunk, `nseg` runs of `len` floats from `seg` (C expressions
-   of o and of the run j), two passes in double in lanes the compiler
-   vectorises; `shift` is added to the mean (a bias not in the values). */
-void cg_chunk_stats(Lower *L, int O, const char *seg, const char *nseg, const char *len, const char *shift)
-{
-    cg_body(L, "        double *pd = (double *)part + ch * %dL * 2;   /* this chunk's partial statistics */\n"
-               "        for (int o = 0; o < %d; o++) {\n"
-               "            double s_l[MGC_DLANES] = { 0 }, q_l[MGC_DLANES] = { 0 };\n"
-               "            for (long j = 0; j < (%s); j++) {\n"
-               "                const float *r = %s;\n"
-               "                long q = 0;\n"
-               "                for (; q + MGC_DLANES <= (%s); q += MGC_DLANES)\n"
-               "                    for (int l = 0; l < MGC_DLANES; l++) s_l[l] += r[q + l];\n"
-               "                for (; q < (%s); q++) s_l[0] += r[q];\n"
-               "            }\n"
-               "            double s = 0;\n"
-               "            for (int l = 0; l < MGC_DLANES; l++) s += s_l[l];\n"
-               "            const double mean = s / ((double)(%s) * (%s));\n"
-               "            for (long j = 0; j < (%s); j++) {\n"
-               "                const float *r = %s;\n"
-               "                long q = 0;\n"
-               "                for (; q + MGC_DLANES <= (%s); q += MGC_DLANES)\n"
-               "                    for (int l = 0; l < MGC_DLANES; l++) { double d = r[q + l] - mean; q_l[l] += d * d; }\n"
-               "                for (; q < (%s); q++) { double d = r[q] - mean; q_l[0] += d * d; }\n"
-               "            }\n"
-               "            double m2 = 0;\n"
-               "            for (int l = 0; l < MGC_DLANES; l++) m2 += q_l[l];\n"
-               "            pd[2 * o] = mean + %s;\n"
-               "            pd[2 * o + 1] = m2;\n"
-               "        }\n", O, O, nseg, seg, len, len, nseg, len, nseg, seg, len, len, shift);
-}
-
 /* Whether convolution id runs as a pointwise GEMM per example (cg_conv_chunked_forward): 1x1, stride 1, no
    padding, groups or dilation, in an evaluation graph (no statistics summed), with at least 8 output
    channels and 16 positions (mgc_gemm_nn's blocks; on fewer, a GEMM is better batched, as the chunks
@@ -259,22 +225,6 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
         cg_chunk_stats(L, O, "t + o * ld", "1", "ld", bias ? "bias[o]" : "0.0");
     cg_body(L, "    }\n    free(col);\n");
     cg_end_kernel(L);
-}
-
-/* The statistics of a BatchNorm whose chunked convolution summed them chunk by
-   chunk (its kernel's `part`: per chunk and channel the mean and the sum of
-   squared deviations, in double): combined in chunk order (Chan et al.'s
-   pairwise update), so the result does not depend on the threads. */
-void cg_lower_bn_stats_chunks(Lower *L, int id)
-{
-    int conv = cg_stats_by(L->dec, id);
-    ConvGeom G = cg_conv_geom(L->g, conv);
-    int C = G.O, NB = cg_conv_form(L->dec, conv) == CONV_WINOGRAD ? cg_winograd_examples(&G) : cg_chunk_examples(&G);
-    long P = (long)G.OH * G.OW;
-    Arena *a = L->p->arena;
-    cg_bn_stats_combine(L, id, "bn_stats_chunks", C, L->part[id], arena_printf(a, "(N + %d) / %d", NB - 1, NB),
-                        arena_printf(a, "(double)(N - k * %d < %d ? N - k * %d : %d) * %ld", NB, NB, NB, NB, P),
-                        arena_printf(a, "a chunk of %d examples, %ld values a channel, summed by the convolution's kernel", NB, NB * P))->c_only = true;
 }
 
 /* dy, w -> dx: per chunk, t = dy's planes, dcol[CKK, nb*P] = w^T . t (CBLAS), col2im into dx */
@@ -476,19 +426,4 @@ void cg_conv_chunked_grad_w(Lower *L, int id, const ConvGeom *G)
 bool cg_chunked_wgroups_fit(const ConvGeom *G)
 {
     return (long)G->O * (G->C / G->groups) * G->K * G->K * CG_WGROUPS <= CG_WGROUPS_MAX_FLOATS;
-}
-
-/* A weight gradient's loop over its CG_WGROUPS groups of examples (FOR_EACH
-   g), each writing its partial sum pg (`per_group` floats of `part`; zeros
-   for a group with no examples), and in it the loop over the group's chunks
-   of NB examples n0 .. n0+nb-1, ld = nb * cols; the body closes both. */
-void cg_group_chunks(Lower *L, long per_group, int NB, long cols)
-{
-    cg_body(L, "    FOR_EACH(g, %dL) {\n"
-               "        float *pg = part + g * %ldL;\n"
-               "        const long e0 = N * g / %d, e1 = N * (g + 1) / %d;\n"
-               "        if (e0 == e1) for (long q = 0; q < %ldL; q++) pg[q] = 0.0f;   /* no examples (N < %d) */\n"
-               "        for (long n0 = e0; n0 < e1; n0 += %d) {\n"
-               "            int nb = e1 - n0 < %d ? (int)(e1 - n0) : %d, ld = nb * %ld;\n",
-            CG_WGROUPS, per_group, CG_WGROUPS, CG_WGROUPS, per_group, CG_WGROUPS, NB, NB, NB, cols);
 }

@@ -11,23 +11,11 @@
 
 /* ------------------------------------------------------------ direct convolution */
 
-/* Groups and dilation in the generated code (the direct and chunked forms take them,
-   cg_choose_convs()): a tap's offset, k or (k * D); the first input channel of output
-   o's group, "" or "(o / (O/groups)) * (C/groups) + "; the header comment's words. */
-const char *cg_dilated(Lower *L, const char *k, int D)
-{
-    return D > 1 ? arena_printf(L->p->arena, "(%s * %d)", k, D) : k;
-}
-
+/* The first input channel of output o's group in the generated code, "" or
+   "(o / (O/groups)) * (C/groups) + " (cg_dilated has the rest). */
 static const char *group_base(Lower *L, const ConvGeom *G, const char *o)
 {
     return G->groups > 1 ? arena_printf(L->p->arena, "(%s / %d) * %d + ", o, G->O / G->groups, G->C / G->groups) : "";
-}
-
-const char *cg_groups_dilation(Lower *L, const ConvGeom *G)
-{
-    return arena_printf(L->p->arena, "%s%s", G->groups > 1 ? arena_printf(L->p->arena, ", %d groups", G->groups) : "",
-                        G->D > 1 ? arena_printf(L->p->arena, ", dilation %d", G->D) : "");
 }
 
 /* Emits the loop header for output rows/columns whose input index

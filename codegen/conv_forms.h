@@ -1,9 +1,10 @@
 /*
 ** The convolution forms, as codegen/conv.c's dispatch calls them: each
 ** form's forward and two gradients (conv_direct.c, conv_vector.c,
-** conv_gemm.c, conv_chunked.c, winograd.c), and what the forms share.
-** conv.c chooses a form per layer (cg_choose_convs) and lowers through the
-** table of forms; a form's file knows nothing of the others but this.
+** conv_gemm.c, conv_chunked.c, winograd.c). conv.c chooses a form per layer
+** (cg_choose_convs) and lowers through the table of forms; what the forms
+** share is conv_common.c's (declared in lower_internal.h), and a form's
+** file calls no other form.
 */
 #ifndef MGC_CONV_FORMS_H
 #define MGC_CONV_FORMS_H
@@ -36,8 +37,5 @@ void cg_conv_gemm_grad_w(Lower *L, int id, const ConvGeom *G);
 void cg_conv_dense_forward(Lower *L, int id, const ConvGeom *G);
 void cg_conv_dense_grad_x(Lower *L, int id, const ConvGeom *G);
 void cg_conv_dense_grad_w(Lower *L, int id, const ConvGeom *G);
-/* dy [N, O, P] -> [N*P, O], once per gradient buffer (the vector form's weight gradient and
-   input gradient share it) */
-int cg_conv_channels_last(Lower *L, int id, int dy_node);
 
 #endif

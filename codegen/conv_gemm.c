@@ -9,44 +9,6 @@
 
 /* ------------------------------------------------------- packing, shared by the strategies */
 
-/* GPUs under --precision bf16: whether node u's output is stored in bf16 by the kernel that
-   makes it, because every reader rounds it to bf16 anyway or reads only its sign:
-   - a BatchNorm's input gradient that only convolutions' gradients in the GEMM form read,
-     as the output gradient they pack (transposed_grad; the zero gradient of a bias before
-     the BatchNorm reads nothing);
-   - a ReLU's output that only convolutions in the GEMM form read, through im2col (the
-     forward's, and the weight gradient's when it makes the columns again), and the ReLU's
-     gradient, for its sign (rounding keeps a sign; only a positive value under 2^-134,
-     half bf16's smallest subnormal, would become zero: after a BatchNorm, never seen).
-   The same numbers, half the bytes written and read. u's buffer may hold its fused ReLU's
-   output (applied in place: a BatchNorm's, an add's): then those are the readers. Only
-   where a kernel stores u (a GEMM's output, such as a linear layer's or the dense
-   convolution's before their epilogues, stays fp32). */
-bool cg_stores_bf16(const Lower *L, int u)
-{
-    const Graph *g = L->g;
-    Op pop = g->nodes[u].op;
-    if (L->dec->cpu_only || (pop != OP_BN_BWD_X && pop != OP_BN_APPLY && pop != OP_ADD && pop != OP_RELU)) return false;
-    int t = cg_holds(L->dec, u);   /* the tensor the buffer holds */
-    Op uop = g->nodes[t].op;
-    if (uop != OP_BN_BWD_X && uop != OP_RELU) return false;
-    int readers = 0;
-    for (int c = t + 1; c < g->n; c++)
-        for (int k = 0; k < g->nodes[c].nin; k++) {
-            if (g->nodes[c].in[k] != t) continue;
-            Op op = g->nodes[c].op;
-            bool packs = cg_conv_form(L->dec, c) == CONV_GEMM && cg_packs_bf16(L, c);
-            bool rounds = uop == OP_BN_BWD_X
-                              ? op == OP_BIAS_BWD   /* before a BatchNorm: exactly zero, dy unread (cg_lower_bias_grad) */
-                                    || ((op == OP_CONV2D_BWD_X || op == OP_CONV2D_BWD_W) && k == 0 && packs)
-                              : (op == OP_CONV2D && k == 0 && packs) || (op == OP_CONV2D_BWD_W && k == 1 && packs) ||
-                                    (op == OP_RELU_BWD && k == 0);
-            if (!rounds) return false;
-            readers++;
-        }
-    return readers > 0;
-}
-
 /* [N, O, P] -> [O, N*P], once per gradient buffer (GPUs, --precision bf16: rounded to
    bf16 as it is stored, cg_packs_bf16; a reader that multiplies in fp32 gets its own). */
 static int transposed_grad(Lower *L, int id, int dy_node)
@@ -76,27 +38,6 @@ static int transposed_grad(Lower *L, int id, int dy_node)
                "        for (int p = 0; p < %d; p++) dst[p] = src[p];\n    }\n", cg_work_str(L, dimn(O)), O, P, P, P);
     cg_end_kernel(L);
     L->dyt[dy_node] = t;
-    return t;
-}
-
-/* [N, O, P] -> [N, P, O] (channels last), once per buffer: a gradient (the vector
-   weight gradient's) or an input (the pooled weight gradient's). */
-int cg_conv_channels_last(Lower *L, int id, int dy_node)
-{
-    if (L->dyc[dy_node] >= 0) return L->dyc[dy_node];
-    const Shape *ds = &L->g->nodes[dy_node].shape;
-    int O = ds->d[1], P = ds->d[2] * ds->d[3];
-    int t = cg_new_buf(L, BUF_WORK, dimn((long)P * O), "channels-last copy", dy_node);
-    int b[2] = { t, buf_of(L, dy_node) };
-    cg_kernel(L, id, "pack_channels_last", dimn(1), 2, b, (const char *const[]){ "=t", "dy" })->grain = (long)O * P;
-    cg_body(L, "    /* dy is [N, %d, %d] (%s); t is [N, %d, %d]: one example per iteration */\n", O, P,
-            L->g->nodes[dy_node].grad_of >= 0 ? "a gradient" : "an input", P, O);
-    cg_body(L, "    FOR_EACH(n, N) {\n"
-               "        for (int o = 0; o < %d; o++)\n"
-               "            for (int p = 0; p < %d; p++) t[(n * %d + p) * %d + o] = dy[(n * %d + o) * %d + p];\n    }\n",
-            O, P, P, O, O, P);
-    cg_end_kernel(L);
-    L->dyc[dy_node] = t;
     return t;
 }
 

@@ -81,6 +81,20 @@ const char *cg_store(Lower *L, int id, const char *ptr, const char *idx, const c
     return arena_printf(a, "{ const float v_ = %s;%s ya[%s] = %s; }%s", val, keep, at, cg_fused_act(L, id, "v_"), note);
 }
 
+/* In a loop over (n, c) planes: c, and the normalisation of channel c as one
+   multiply-add, y = x * scale + shift (the add that applies a BatchNorm itself,
+   below, and bn_apply, norm.c: the same arithmetic, written once). */
+const char *cg_bn_scale_shift_text(Lower *L, int C, const char *plane)
+{
+    return arena_printf(L->p->arena, "        long c = %s %% %d;\n"
+                                     "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n", plane, C, C);
+}
+
+void cg_bn_scale_shift(Lower *L, int C)
+{
+    cg_body(L, "%s", cg_bn_scale_shift_text(L, C, "plane"));
+}
+
 /* Node in's operand of an add's, mul's or sub's kernel as an expression: a
    buffer (named name) or, fused into the add (cg_ew_into_add), a product or
    difference of two (named name_l and name_r), each read at its index: idx(shape)

@@ -169,6 +169,22 @@ Step *cg_bn_stats_combine(Lower *L, int id, const char *what, int C, int part, c
     return st;
 }
 
+/* The statistics of a BatchNorm whose chunked convolution summed them chunk by
+   chunk (its kernel's `part`: per chunk and channel the mean and the sum of
+   squared deviations, in double): combined in chunk order (Chan et al.'s
+   pairwise update), so the result does not depend on the threads. */
+void cg_lower_bn_stats_chunks(Lower *L, int id)
+{
+    int conv = cg_stats_by(L->dec, id);
+    ConvGeom G = cg_conv_geom(L->g, conv);
+    int C = G.O, NB = cg_conv_form(L->dec, conv) == CONV_WINOGRAD ? cg_winograd_examples(&G) : cg_chunk_examples(&G);
+    long P = (long)G.OH * G.OW;
+    Arena *a = L->p->arena;
+    cg_bn_stats_combine(L, id, "bn_stats_chunks", C, L->part[id], arena_printf(a, "(N + %d) / %d", NB - 1, NB),
+                        arena_printf(a, "(double)(N - k * %d < %d ? N - k * %d : %d) * %ld", NB, NB, NB, NB, P),
+                        arena_printf(a, "a chunk of %d examples, %ld values a channel, summed by the convolution's kernel", NB, NB * P))->c_only = true;
+}
+
 /* running_mean [C], running_var [C] -> stats [3, C], as bn_stats (evaluation mode) */
 void cg_lower_bn_eval_stats(Lower *L, int id)
 {
@@ -181,20 +197,6 @@ void cg_lower_bn_eval_stats(Lower *L, int id)
                "        stats[%d + c] = 1.0f / sqrtf(running_var[c] + %s);\n"
                "        stats[%d + c] = running_var[c];\n    }\n", c, c, cg_f32(L, n->attr.eps), 2 * c);
     cg_end_kernel(L);
-}
-
-/* In a loop over (n, c) planes: c, and the normalisation of channel c as one
-   multiply-add, y = x * scale + shift (bn_apply and the add that applies a
-   BatchNorm itself, elementwise.c: the same arithmetic, written once). */
-const char *cg_bn_scale_shift_text(Lower *L, int C, const char *plane)
-{
-    return arena_printf(L->p->arena, "        long c = %s %% %d;\n"
-                                     "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n", plane, C, C);
-}
-
-void cg_bn_scale_shift(Lower *L, int C)
-{
-    cg_body(L, "%s", cg_bn_scale_shift_text(L, C, "plane"));
 }
 
 /* y = (x - mean) * invstd * gamma + beta, one (n, c) plane per iteration; with a

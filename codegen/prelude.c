@@ -47,7 +47,7 @@
 **                          prefetcher does not foresee across a stride); CUDA:
 **                          nothing
 **
-** The bodies (codegen/lower.c and the op families beside it) are the same
+** The bodies (codegen/kernel.c and the op families above it) are the same
 ** text for both targets.
 */
 #include "codegen.h"
