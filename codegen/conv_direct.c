@@ -249,10 +249,22 @@ static void conv_depthwise_grad_x(Lower *L, int id, const ConvGeom *G, const int
                "        const long o = c * %d + j;\n"
                "        const float *dyp = dy + (n * %d + o) * %d;\n",
             cg_work_str(L, dimn(C)), C, C, H * W, Og, Og, O, OH * OW);
-    padded_plane(L, "dyp", OH, OW, B, 0);
+    bool narrow = W < CG_DW_NARROW;
+    padded_plane(L, "dyp", OH, OW, B, narrow ? (K - 1) * D : 0);
     cg_body(L, "        const float *wp = w + o * %d;\n", K * K);
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
+    if (narrow) {   /* as the forward's narrow rows: one run over the padded width, each row's first W kept */
+        cg_body(L, "        float t[%ldL];   /* over the padded width, %ld a row, the first %d kept */\n", H * Wp, Wp, W);
+        for (int ky = 0; ky < K; ky++) cg_body(L, "        const float *r%d = pad + %ldL;\n", ky, ky * D * Wp);
+        cg_body(L, "        for (int ox = 0; ox < %ld; ox++) t[ox] = %s;\n"
+                   "        for (int iy = 0; iy < %d; iy++)\n"
+                   "            for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = j ? dxp[iy * %d + ix] + t[iy * %ldL + ix] : t[iy * %ldL + ix];\n"
+                   "        }\n    }\n",
+                H * Wp, window_sum(L, K, 1, D, true), H, W, W, W, Wp, Wp);
+        cg_end_kernel(L);
+        return;
+    }
     cg_body(L, "        for (int iy = 0; iy < %d; iy++) {\n", H);
     for (int ky = 0; ky < K; ky++) cg_body(L, "            const float *r%d = pad + (iy + %d) * %ldL;\n", ky, ky * D, Wp);
     cg_body(L, "            float *xr = dxp + iy * %d;\n"
