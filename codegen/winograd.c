@@ -178,6 +178,48 @@ static void tile_store(Lower *L, const char *ptr, const char *val, bool odd, int
 
 /* The forward (transposed: the input gradient): src [N, cin, H, W] -> dst [N,
    cout, H, W] through u (the forward's, [16, O, C]). */
+/* The kernel's output transform (winograd_apply): per plane, A^T down the rows for all its
+   tiles at once (vectors), then across: each tile's four outputs, the bias and the fused
+   activation, stored into the plane of dst */
+static void output_transform(Lower *L, int id, const ConvGeom *G, bool transposed, bool bias, bool relu, const char *dst, int cout)
+{
+    int H = G->H, W = G->W, TH = tiles_h(G), TW = tiles_w(G);
+    long HW = (long)H * W, T = (long)TH * TW;
+    bool odd = H % 2 || W % 2;
+    cg_body(L, "        for (int j = 0; j < nb; j++)   /* output transform: A^T M A */\n"
+               "            for (int o = 0; o < %d; o++) {\n"
+               "                float *yp = %s + ((n0 + j) * %d + o) * %ldL;\n"
+               "                const float *mb = M + o * (long)ld + j * %ldL;\n"
+               "                const float b = %s;\n"
+               "                float s0[4][%ld], s1[4][%ld];\n"
+               "                for (int c = 0; c < 4; c++) {\n"
+               "                    const float *m0 = mb + c * ms, *m1 = m0 + 4 * ms, *m2 = m0 + 8 * ms, *m3 = m0 + 12 * ms;\n"
+               "                    for (int t = 0; t < %ld; t++) { s0[c][t] = m0[t] + m1[t] + m2[t]; s1[c][t] = m1[t] - m2[t] - m3[t]; }\n"
+               "                }\n"
+               "                for (int ty = 0; ty < %d; ty++)\n"
+               "                    for (int tx = 0; tx < %d; tx++) {\n"
+               "                        const int t = ty * %d + tx;\n"
+               "                        float v[4] = { s0[0][t] + s0[1][t] + s0[2][t] + b, s0[1][t] - s0[2][t] - s0[3][t] + b,\n"
+               "                                       s1[0][t] + s1[1][t] + s1[2][t] + b, s1[1][t] - s1[2][t] - s1[3][t] + b };\n",
+            cout, dst, cout, HW, T, bias ? "bias[o]" : "0.0f", T, T, T, TH, TW, TW);
+    if (relu)
+        cg_body(L, "                        for (int k = 0; k < 4; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;   /* fused relu */\n");
+    bool beside = !transposed && cg_act_beside(L->dec, id) >= 0;   /* the activation into ya, v kept in y */
+    if (!transposed && cg_act(L->dec, id) >= 0 && !relu)
+        cg_body(L, "                        %sfor (int k = 0; k < 4; k++) %s[k] = %s;   /* fused %s%s */\n", beside ? "float va[4];\n                        " : "",
+                beside ? "va" : "v", cg_conv_act(L, id, "v[k]"), ir_op_name((Op)cg_act(L->dec, id)), beside ? ", stored beside its input" : "");
+    cg_body(L, "                        float *yo = yp + 2 * ty * %d + 2 * tx;\n", W);
+    if (odd)
+        cg_body(L, "                        const int ry = 2 * ty + 1 < %d, rx = 2 * tx + 1 < %d;   /* the tile's second row, column on the map */\n",
+                H, W);
+    tile_store(L, "yo", "v", odd, W);
+    if (beside) {
+        cg_body(L, "                        float *ao = ya + (yo - y);\n");
+        tile_store(L, "ao", "va", odd, W);
+    }
+    cg_body(L, "                    }\n            }\n");
+}
+
 static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
 {
     const Node *n = &L->g->nodes[id];
@@ -237,41 +279,7 @@ static void winograd_apply(Lower *L, int id, const ConvGeom *G, bool transposed)
     else
         cg_body(L, "%s        for (int xi = 0; xi < 16; xi++)\n"
                    "            %s                        V + xi * vs, ld, 0.0f, M + xi * ms, ld);\n", pi, product);
-    /* output transform: per plane, A^T down the rows for all its tiles at once (vectors),
-       then across: each tile's four outputs, stored into the plane */
-    bool odd = H % 2 || W % 2;
-    cg_body(L, "        for (int j = 0; j < nb; j++)   /* output transform: A^T M A */\n"
-               "            for (int o = 0; o < %d; o++) {\n"
-               "                float *yp = %s + ((n0 + j) * %d + o) * %ldL;\n"
-               "                const float *mb = M + o * (long)ld + j * %ldL;\n"
-               "                const float b = %s;\n"
-               "                float s0[4][%ld], s1[4][%ld];\n"
-               "                for (int c = 0; c < 4; c++) {\n"
-               "                    const float *m0 = mb + c * ms, *m1 = m0 + 4 * ms, *m2 = m0 + 8 * ms, *m3 = m0 + 12 * ms;\n"
-               "                    for (int t = 0; t < %ld; t++) { s0[c][t] = m0[t] + m1[t] + m2[t]; s1[c][t] = m1[t] - m2[t] - m3[t]; }\n"
-               "                }\n"
-               "                for (int ty = 0; ty < %d; ty++)\n"
-               "                    for (int tx = 0; tx < %d; tx++) {\n"
-               "                        const int t = ty * %d + tx;\n"
-               "                        float v[4] = { s0[0][t] + s0[1][t] + s0[2][t] + b, s0[1][t] - s0[2][t] - s0[3][t] + b,\n"
-               "                                       s1[0][t] + s1[1][t] + s1[2][t] + b, s1[1][t] - s1[2][t] - s1[3][t] + b };\n",
-            cout, dst, cout, HW, T, bias ? "bias[o]" : "0.0f", T, T, T, TH, TW, TW);
-    if (relu)
-        cg_body(L, "                        for (int k = 0; k < 4; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;   /* fused relu */\n");
-    bool beside = !transposed && cg_act_beside(L->dec, id) >= 0;   /* the activation into ya, v kept in y */
-    if (!transposed && cg_act(L->dec, id) >= 0 && !relu)
-        cg_body(L, "                        %sfor (int k = 0; k < 4; k++) %s[k] = %s;   /* fused %s%s */\n", beside ? "float va[4];\n                        " : "",
-                beside ? "va" : "v", cg_conv_act(L, id, "v[k]"), ir_op_name((Op)cg_act(L->dec, id)), beside ? ", stored beside its input" : "");
-    cg_body(L, "                        float *yo = yp + 2 * ty * %d + 2 * tx;\n", W);
-    if (odd)
-        cg_body(L, "                        const int ry = 2 * ty + 1 < %d, rx = 2 * tx + 1 < %d;   /* the tile's second row, column on the map */\n",
-                H, W);
-    tile_store(L, "yo", "v", odd, W);
-    if (beside) {
-        cg_body(L, "                        float *ao = ya + (yo - y);\n");
-        tile_store(L, "ao", "va", odd, W);
-    }
-    cg_body(L, "                    }\n            }\n");
+    output_transform(L, id, G, transposed, bias, relu, dst, cout);
     if (stats >= 0)   /* each channel's nb planes of y, in cache */
         cg_chunk_stats(L, O, arena_printf(L->p->arena, "y + ((n0 + j) * %dL + o) * %ldL", O, HW), "nb",
                        arena_printf(L->p->arena, "%ldL", HW), "0.0");
