@@ -267,13 +267,18 @@ static int unknown_name(Elab *E, Env *env, const Ast *e)
 static bool is_num(Value v) { return v.k == V_INT || v.k == V_FLOAT; }
 static double num(Value v) { return v.k == V_INT ? (double)v.i : v.f; }
 
+static const char *num_text(Elab *E, Value v)
+{
+    return v.k == V_INT ? arena_printf(E->a, "%lld", v.i) : arena_printf(E->a, "%g", v.f);
+}
+
 static const char *op_text(int op)
 {
     switch (op) {
     case '+': return "+"; case '-': return "-"; case '*': return "*"; case '/': return "/";
     case '%': return "%"; case '<': return "<"; case '>': return ">";
     case EQ: return "=="; case NE: return "!="; case LE: return "<="; case GE: return ">=";
-    case AND: return "and"; case OR: return "or"; case NOT: return "not";
+    case AND: return "and"; case OR: return "or"; case NOT: return "not"; case POW: return "**";
     }
     return "?";
 }
@@ -283,6 +288,43 @@ static int want_bool(Elab *E, const Ast *e, Value v, const char *what)
     if (v.k == V_BOOL) return 0;
     diag_at(E->d, e->loc, "%s must be 'true' or 'false', not %s", what, describe(E, v));
     return -1;
+}
+
+/* a ** b on numbers: an integer where both are integers and b >= 0 (as
+   Python: 2 ** 3 == 8, 2 ** -1 == 0.5), else a float. */
+static int eval_pow(Elab *E, const Ast *e, Value a, Value b, Value *out)
+{
+    if (num(a) == 0 && num(b) < 0) {
+        diag_at(E->d, e->loc, "zero to a negative power (%s ** %s) is a division by zero; the exponent "
+                "must be at least 0 where the base is 0", num_text(E, a), num_text(E, b));
+        return -1;
+    }
+    if (a.k == V_INT && b.k == V_INT && b.i >= 0) {
+        long long r = 1;
+        if (a.i == 0 || a.i == 1) r = b.i == 0 ? 1 : a.i;
+        else if (a.i == -1) r = b.i % 2 ? -1 : 1;
+        else
+            for (long long k = 0; k < b.i; k++)   /* |a| >= 2: past 31 steps it has overflowed */
+                if (__builtin_mul_overflow(r, a.i, &r) || r > INT_MAX || r < -(long long)INT_MAX) {
+                    diag_at(E->d, e->loc, "integer overflow in '**': %lld ** %lld is beyond %d; write %lld.0 ** %lld "
+                            "for a float", a.i, b.i, INT_MAX, a.i, b.i);
+                    return -1;
+                }
+        *out = vint(r);
+        return 0;
+    }
+    double r = pow(num(a), num(b));
+    if (isnan(r)) {
+        diag_at(E->d, e->loc, "(%g) ** %g is not a real number: a negative base needs an integer exponent",
+                num(a), num(b));
+        return -1;
+    }
+    if (!isfinite(r)) {
+        diag_at(E->d, e->loc, "the result of '**' is not a finite number (%g ** %g)", num(a), num(b));
+        return -1;
+    }
+    *out = vfloat(r);
+    return 0;
 }
 
 static int eval_binary(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
@@ -323,6 +365,7 @@ static int eval_binary(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
     case '>': *out = vbool(a.k == V_INT && b.k == V_INT ? a.i > b.i : num(a) > num(b)); return 0;
     case LE:  *out = vbool(a.k == V_INT && b.k == V_INT ? a.i <= b.i : num(a) <= num(b)); return 0;
     case GE:  *out = vbool(a.k == V_INT && b.k == V_INT ? a.i >= b.i : num(a) >= num(b)); return 0;
+    case POW: return eval_pow(E, e, a, b, out);
     default: break;
     }
     if ((e->op == '/' || e->op == '%') && num(b) == 0) {
@@ -455,6 +498,44 @@ static void leave(Elab *E) { E->nesting--; }
 
 static int eval_node(Elab *E, Scope *S, Env *env, const Ast *e, Value *out);
 
+/* max(a, b, ...), min(a, b, ...) of numbers: an integer where all are
+   integers, else a float. */
+static int eval_function(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
+{
+    bool is_max = !strcmp(e->name, "max");
+    int n = 0;
+    if (e->label) {
+        diag_at(E->d, e->label->loc, "'%s' is a function of numbers, not a layer: it takes no label", e->name);
+        return -1;
+    }
+    for (const Ast *a = e->args; a; a = a->next, n++) {
+        if (a->name) {
+            diag_at(E->d, a->name_loc, "'%s' takes numbers, not named arguments: %s(a, b, ...)", e->name, e->name);
+            return -1;
+        }
+        Value v;
+        if (eval(E, S, env, a->lhs, &v)) return -1;
+        if (!is_num(v)) {
+            diag_at(E->d, a->loc, "'%s' takes numbers, not %s%s", e->name, describe(E, v),
+                    v.k == V_TENSOR ? "; an element-wise maximum or minimum of tensors is not a layer yet" : "");
+            return -1;
+        }
+        if (n == 0) *out = v;
+        else {
+            bool take = is_max ? num(v) > num(*out) : num(v) < num(*out);
+            bool fl = v.k == V_FLOAT || out->k == V_FLOAT;
+            if (take) *out = v;
+            if (fl) *out = vfloat(num(*out));
+        }
+    }
+    if (n < 2) {
+        diag_at(E->d, e->name_loc, "'%s' needs at least two numbers, e.g. %s(1, x.channels / 4); it has %d",
+                e->name, e->name, n);
+        return -1;
+    }
+    return 0;
+}
+
 static int eval(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
 {
     if (enter(E, e->loc)) return -1;
@@ -517,6 +598,7 @@ static int eval_node(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
         return 0;
     }
     case AST_CALL: {
+        if (fe_is_function(e->name)) return eval_function(E, S, env, e, out);
         /* f(x, args...) == x -> f(args...) */
         const Ast *first = e->args;
         if (!first || first->name) {

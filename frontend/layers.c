@@ -205,6 +205,11 @@ int fe_find_layer(const char *name)
     return -1;
 }
 
+bool fe_is_function(const char *name)
+{
+    return !strcmp(name, "max") || !strcmp(name, "min");
+}
+
 FeDef *fe_find_block(FeDef *defs, const char *name)
 {
     for (FeDef *d = defs; d; d = d->next)
