@@ -327,6 +327,40 @@ static int eval_pow(Elab *E, const Ast *e, Value a, Value b, Value *out)
     return 0;
 }
 
+static int apply_layer_values(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value in,
+                              const Value *vals, const bool *given, const Loc *where, Value *out);
+
+/* An arithmetic operator with a tensor operand. Two tensors: '+', '-' and '*'
+   are the layers add, sub and mul, as if written a -> add(b) (the same checks,
+   broadcasting, messages and automatic names); anything else is said. */
+static int eval_tensor_op(Elab *E, Scope *S, Env *env, const Ast *e, Value a, Value b, Value *out)
+{
+    const char *layer = e->op == '+' ? "add" : e->op == '-' ? "sub" : e->op == '*' ? "mul" : NULL;
+    if (a.k == V_TENSOR && b.k == V_TENSOR && layer) {
+        if (step(E, e->loc)) return -1;
+        Ast *st = arena_alloc(E->a, sizeof *st);
+        st->kind = AST_STAGE;
+        st->loc = st->name_loc = e->loc;
+        st->name = layer;
+        Value vals[1] = { b };
+        bool given[1] = { true };
+        Loc where[1] = { e->rhs->loc };
+        return apply_layer_values(E, S, env, st, fe_find_layer(layer), a, vals, given, where, out);
+    }
+    if (a.k == V_TENSOR && b.k == V_TENSOR)
+        diag_at(E->d, e->loc, "operator '%s' is not defined on two tensors; only '+', '-' and '*' are "
+                "(the layers add, sub and mul)", op_text(e->op));
+    else if (is_num(a) || is_num(b))
+        diag_at(E->d, e->loc, "operator '%s' between a tensor and a number (%s) is not supported: there is no "
+                "layer that scales or shifts a tensor by a constant yet. With two tensors, '+', '-' and '*' are the "
+                "layers add, sub and mul; a constant factor or offset can be left to the layer before it "
+                "(its weights and bias learn it)", op_text(e->op), describe(E, is_num(a) ? a : b));
+    else
+        diag_at(E->d, (a.k == V_TENSOR ? e->rhs : e->lhs)->loc, "operator '%s' needs numbers or two tensors, not %s",
+                op_text(e->op), describe(E, a.k == V_TENSOR ? b : a));
+    return -1;
+}
+
 static int eval_binary(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
 {
     Value a, b;
@@ -354,6 +388,8 @@ static int eval_binary(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
         *out = vbool(e->op == EQ ? eq : !eq);
         return 0;
     }
+    bool arith = e->op == '+' || e->op == '-' || e->op == '*' || e->op == '/' || e->op == '%' || e->op == POW;
+    if (arith && (a.k == V_TENSOR || b.k == V_TENSOR)) return eval_tensor_op(E, S, env, e, a, b, out);
     if (!is_num(a) || !is_num(b)) {
         const Ast *bad = !is_num(a) ? e->lhs : e->rhs;
         diag_at(E->d, bad->loc, "operator '%s' needs numbers, not %s", op_text(e->op),
@@ -752,7 +788,7 @@ static int check_range(Elab *E, Loc loc, const char *layer, const char *arg, lon
 }
 
 /* A built-in layer (frontend/layers.c): its arguments bound by its row,
-   defaulted, their types and ranges checked, then its builder. */
+   then apply_layer_values. */
 static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value in, const Ast *args, Value *out)
 {
     const Layer *L = &fe_layers[id];
@@ -761,11 +797,25 @@ static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value
     const char *names[FE_MAX_LAYER_ARGS];
     Value vals[FE_MAX_LAYER_ARGS];
     bool given[FE_MAX_LAYER_ARGS] = { 0 };
-    LayerCall c = { .layer = L, .E = E, .g = E->g, .loc = st->name_loc, .x = in.node };
-    for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; c.where[i] = st->name_loc; }
+    Loc where[FE_MAX_LAYER_ARGS];
+    for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; where[i] = st->name_loc; }
     if (want_tensor_input(E, st, in)) return -1;
-    c.x = in.node;
-    if (bind_args(E, S, env, st, sig, names, L->nargs, args, vals, given, c.where)) return -1;
+    if (bind_args(E, S, env, st, sig, names, L->nargs, args, vals, given, where)) return -1;
+    return apply_layer_values(E, S, env, st, id, in, vals, given, where, out);
+}
+
+/* The layer of fe_layers[id] on the tensor in, its arguments evaluated
+   (vals[k] where given[k], written at where[k]): defaulted, their types
+   and ranges checked, then its builder. */
+static int apply_layer_values(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value in,
+                              const Value *vals, const bool *given, const Loc *where, Value *out)
+{
+    const Layer *L = &fe_layers[id];
+    char sigbuf[256];
+    const char *sig = fe_layer_signature(L, sigbuf, sizeof sigbuf);
+    LayerCall c = { .layer = L, .E = E, .g = E->g, .loc = st->name_loc, .x = in.node };
+    for (int i = 0; i < L->nargs; i++) c.where[i] = where[i];
+    if (want_tensor_input(E, st, in)) return -1;
     for (int i = 0; i < L->nargs; i++) {
         const LayerArg *a = &L->args[i];
         if (!given[i]) {

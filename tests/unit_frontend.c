@@ -165,6 +165,34 @@ static void test_expressions(void)
     }
 }
 
+/* a + b, a - b, a * b on tensors are the layers add, sub and mul: the same
+   nodes and parameter names as the net written with the layers. */
+static void test_tensor_operators(void)
+{
+    static const char *const nets[2] = {
+        "net n() {\n  input x[N, 8, 4, 4]\n  y = x -> conv2d(8, 3, padding = 1)\n"
+        "  g = x -> global_avgpool -> conv2d(8, 1)\n  z = x + y * g - y\n"
+        "  return z -> flatten -> linear(10) -> softmax_cross_entropy\n}\n",
+        "net n() {\n  input x[N, 8, 4, 4]\n  y = x -> conv2d(8, 3, padding = 1)\n"
+        "  g = x -> global_avgpool -> conv2d(8, 1)\n  z = x -> add(y -> mul(g)) -> sub(y)\n"
+        "  return z -> flatten -> linear(10) -> softmax_cross_entropy\n}\n",
+    };
+    Run r[2];
+    for (int k = 0; k < 2; k++) run(&r[k], nets[k], NULL, 0);
+    CHECK(r[0].rc == 0 && r[1].rc == 0, "tensor operators: %s %s", r[0].msg, r[1].msg);
+    if (r[0].rc == 0 && r[1].rc == 0) {
+        bool same = r[0].g.n == r[1].g.n;
+        for (int i = 0; same && i < r[0].g.n; i++)
+            same = r[0].g.nodes[i].op == r[1].g.nodes[i].op && r[0].g.nodes[i].nin == r[1].g.nodes[i].nin &&
+                   !memcmp(r[0].g.nodes[i].in, r[1].g.nodes[i].in, sizeof r[0].g.nodes[i].in) &&
+                   !memcmp(ir_shape(&r[0].g, i), ir_shape(&r[1].g, i), sizeof(Shape));
+        CHECK(same, "tensor operators: the graphs differ from add/mul/sub's");
+        CHECK(ir_find_param(&r[0].g, "conv2d_1.weight") >= 0 && ir_find_param(&r[0].g, "linear_0.bias") >= 0,
+              "tensor operators: automatic names");
+    }
+    for (int k = 0; k < 2; k++) done(&r[k]);
+}
+
 /* Prefixes of a valid net, and byte flips: errors, never crashes. */
 static void test_robust(void)
 {
@@ -203,6 +231,7 @@ int main(void)
     test_blocks();
     test_errors();
     test_expressions();
+    test_tensor_operators();
     test_robust();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
