@@ -801,6 +801,9 @@ static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value
     for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; where[i] = st->name_loc; }
     if (want_tensor_input(E, st, in)) return -1;
     if (bind_args(E, S, env, st, sig, names, L->nargs, args, vals, given, where)) return -1;
+    /* layernorm(64), PyTorch's LayerNorm(64): a size where eps goes */
+    if (args && !args->name && vals[0].k == V_INT && fe_layer_size_for_eps(E, where[0], L, in.node, vals[0].i))
+        return -1;
     return apply_layer_values(E, S, env, st, id, in, vals, given, where, out);
 }
 
