@@ -22,6 +22,13 @@ static void check_expr(Checker *C, const Ast *e);
 static void check_callee(Checker *C, const Ast *e)
 {
     Elab *E = C->E;
+    if (fe_is_function(e->name)) {
+        if (e->kind == AST_CALL) return;
+        diag_at(E->d, e->name_loc, "'%s' is a function of numbers, not a layer; write %s(a, b, ...) in an "
+                "expression, e.g. %s(1, x.channels / 4)", e->name, e->name, e->name);
+        C->errors++;
+        return;
+    }
     if (fe_find_layer(e->name) >= 0 || fe_find_block(E->defs, e->name)) return;
     const char *cands[64 + 256];
     int n = 0;
@@ -261,9 +268,9 @@ int fe_check_file(Elab *E, const SourceFile *file)
             }
         } else {
             nblocks++;
-            if (fe_find_layer(def->name) >= 0) {
-                diag_at(d, def->name_loc, "block '%s' has the name of a built-in layer; choose another name",
-                        def->name);
+            if (fe_find_layer(def->name) >= 0 || fe_is_function(def->name)) {
+                diag_at(d, def->name_loc, "block '%s' has the name of a built-in %s; choose another name",
+                        def->name, fe_is_function(def->name) ? "function" : "layer");
                 C.errors++;
             }
         }

@@ -267,13 +267,18 @@ static int unknown_name(Elab *E, Env *env, const Ast *e)
 static bool is_num(Value v) { return v.k == V_INT || v.k == V_FLOAT; }
 static double num(Value v) { return v.k == V_INT ? (double)v.i : v.f; }
 
+static const char *num_text(Elab *E, Value v)
+{
+    return v.k == V_INT ? arena_printf(E->a, "%lld", v.i) : arena_printf(E->a, "%g", v.f);
+}
+
 static const char *op_text(int op)
 {
     switch (op) {
     case '+': return "+"; case '-': return "-"; case '*': return "*"; case '/': return "/";
     case '%': return "%"; case '<': return "<"; case '>': return ">";
     case EQ: return "=="; case NE: return "!="; case LE: return "<="; case GE: return ">=";
-    case AND: return "and"; case OR: return "or"; case NOT: return "not";
+    case AND: return "and"; case OR: return "or"; case NOT: return "not"; case POW: return "**";
     }
     return "?";
 }
@@ -282,6 +287,77 @@ static int want_bool(Elab *E, const Ast *e, Value v, const char *what)
 {
     if (v.k == V_BOOL) return 0;
     diag_at(E->d, e->loc, "%s must be 'true' or 'false', not %s", what, describe(E, v));
+    return -1;
+}
+
+/* a ** b on numbers: an integer where both are integers and b >= 0 (as
+   Python: 2 ** 3 == 8, 2 ** -1 == 0.5), else a float. */
+static int eval_pow(Elab *E, const Ast *e, Value a, Value b, Value *out)
+{
+    if (num(a) == 0 && num(b) < 0) {
+        diag_at(E->d, e->loc, "zero to a negative power (%s ** %s) is a division by zero; the exponent "
+                "must be at least 0 where the base is 0", num_text(E, a), num_text(E, b));
+        return -1;
+    }
+    if (a.k == V_INT && b.k == V_INT && b.i >= 0) {
+        long long r = 1;
+        if (a.i == 0 || a.i == 1) r = b.i == 0 ? 1 : a.i;
+        else if (a.i == -1) r = b.i % 2 ? -1 : 1;
+        else
+            for (long long k = 0; k < b.i; k++)   /* |a| >= 2: past 31 steps it has overflowed */
+                if (__builtin_mul_overflow(r, a.i, &r) || r > INT_MAX || r < -(long long)INT_MAX) {
+                    diag_at(E->d, e->loc, "integer overflow in '**': %lld ** %lld is beyond %d; write %lld.0 ** %lld "
+                            "for a float", a.i, b.i, INT_MAX, a.i, b.i);
+                    return -1;
+                }
+        *out = vint(r);
+        return 0;
+    }
+    double r = pow(num(a), num(b));
+    if (isnan(r)) {
+        diag_at(E->d, e->loc, "(%g) ** %g is not a real number: a negative base needs an integer exponent",
+                num(a), num(b));
+        return -1;
+    }
+    if (!isfinite(r)) {
+        diag_at(E->d, e->loc, "the result of '**' is not a finite number (%g ** %g)", num(a), num(b));
+        return -1;
+    }
+    *out = vfloat(r);
+    return 0;
+}
+
+static int apply_layer_values(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value in,
+                              const Value *vals, const bool *given, const Loc *where, Value *out);
+
+/* An arithmetic operator with a tensor operand. Two tensors: '+', '-' and '*'
+   are the layers add, sub and mul, as if written a -> add(b) (the same checks,
+   broadcasting, messages and automatic names); anything else is said. */
+static int eval_tensor_op(Elab *E, Scope *S, Env *env, const Ast *e, Value a, Value b, Value *out)
+{
+    const char *layer = e->op == '+' ? "add" : e->op == '-' ? "sub" : e->op == '*' ? "mul" : NULL;
+    if (a.k == V_TENSOR && b.k == V_TENSOR && layer) {
+        if (step(E, e->loc)) return -1;
+        Ast *st = arena_alloc(E->a, sizeof *st);
+        st->kind = AST_STAGE;
+        st->loc = st->name_loc = e->loc;
+        st->name = layer;
+        Value vals[1] = { b };
+        bool given[1] = { true };
+        Loc where[1] = { e->rhs->loc };
+        return apply_layer_values(E, S, env, st, fe_find_layer(layer), a, vals, given, where, out);
+    }
+    if (a.k == V_TENSOR && b.k == V_TENSOR)
+        diag_at(E->d, e->loc, "operator '%s' is not defined on two tensors; only '+', '-' and '*' are "
+                "(the layers add, sub and mul)", op_text(e->op));
+    else if (is_num(a) || is_num(b))
+        diag_at(E->d, e->loc, "operator '%s' between a tensor and a number (%s) is not supported: there is no "
+                "layer that scales or shifts a tensor by a constant yet. With two tensors, '+', '-' and '*' are the "
+                "layers add, sub and mul; a constant factor or offset can be left to the layer before it "
+                "(its weights and bias learn it)", op_text(e->op), describe(E, is_num(a) ? a : b));
+    else
+        diag_at(E->d, (a.k == V_TENSOR ? e->rhs : e->lhs)->loc, "operator '%s' needs numbers or two tensors, not %s",
+                op_text(e->op), describe(E, a.k == V_TENSOR ? b : a));
     return -1;
 }
 
@@ -312,6 +388,8 @@ static int eval_binary(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
         *out = vbool(e->op == EQ ? eq : !eq);
         return 0;
     }
+    bool arith = e->op == '+' || e->op == '-' || e->op == '*' || e->op == '/' || e->op == '%' || e->op == POW;
+    if (arith && (a.k == V_TENSOR || b.k == V_TENSOR)) return eval_tensor_op(E, S, env, e, a, b, out);
     if (!is_num(a) || !is_num(b)) {
         const Ast *bad = !is_num(a) ? e->lhs : e->rhs;
         diag_at(E->d, bad->loc, "operator '%s' needs numbers, not %s", op_text(e->op),
@@ -323,6 +401,7 @@ static int eval_binary(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
     case '>': *out = vbool(a.k == V_INT && b.k == V_INT ? a.i > b.i : num(a) > num(b)); return 0;
     case LE:  *out = vbool(a.k == V_INT && b.k == V_INT ? a.i <= b.i : num(a) <= num(b)); return 0;
     case GE:  *out = vbool(a.k == V_INT && b.k == V_INT ? a.i >= b.i : num(a) >= num(b)); return 0;
+    case POW: return eval_pow(E, e, a, b, out);
     default: break;
     }
     if ((e->op == '/' || e->op == '%') && num(b) == 0) {
@@ -455,6 +534,44 @@ static void leave(Elab *E) { E->nesting--; }
 
 static int eval_node(Elab *E, Scope *S, Env *env, const Ast *e, Value *out);
 
+/* max(a, b, ...), min(a, b, ...) of numbers: an integer where all are
+   integers, else a float. */
+static int eval_function(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
+{
+    bool is_max = !strcmp(e->name, "max");
+    int n = 0;
+    if (e->label) {
+        diag_at(E->d, e->label->loc, "'%s' is a function of numbers, not a layer: it takes no label", e->name);
+        return -1;
+    }
+    for (const Ast *a = e->args; a; a = a->next, n++) {
+        if (a->name) {
+            diag_at(E->d, a->name_loc, "'%s' takes numbers, not named arguments: %s(a, b, ...)", e->name, e->name);
+            return -1;
+        }
+        Value v;
+        if (eval(E, S, env, a->lhs, &v)) return -1;
+        if (!is_num(v)) {
+            diag_at(E->d, a->loc, "'%s' takes numbers, not %s%s", e->name, describe(E, v),
+                    v.k == V_TENSOR ? "; an element-wise maximum or minimum of tensors is not a layer yet" : "");
+            return -1;
+        }
+        if (n == 0) *out = v;
+        else {
+            bool take = is_max ? num(v) > num(*out) : num(v) < num(*out);
+            bool fl = v.k == V_FLOAT || out->k == V_FLOAT;
+            if (take) *out = v;
+            if (fl) *out = vfloat(num(*out));
+        }
+    }
+    if (n < 2) {
+        diag_at(E->d, e->name_loc, "'%s' needs at least two numbers, e.g. %s(1, x.channels / 4); it has %d",
+                e->name, e->name, n);
+        return -1;
+    }
+    return 0;
+}
+
 static int eval(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
 {
     if (enter(E, e->loc)) return -1;
@@ -517,6 +634,7 @@ static int eval_node(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
         return 0;
     }
     case AST_CALL: {
+        if (fe_is_function(e->name)) return eval_function(E, S, env, e, out);
         /* f(x, args...) == x -> f(args...) */
         const Ast *first = e->args;
         if (!first || first->name) {
@@ -670,7 +788,7 @@ static int check_range(Elab *E, Loc loc, const char *layer, const char *arg, lon
 }
 
 /* A built-in layer (frontend/layers.c): its arguments bound by its row,
-   defaulted, their types and ranges checked, then its builder. */
+   then apply_layer_values. */
 static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value in, const Ast *args, Value *out)
 {
     const Layer *L = &fe_layers[id];
@@ -679,11 +797,28 @@ static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value
     const char *names[FE_MAX_LAYER_ARGS];
     Value vals[FE_MAX_LAYER_ARGS];
     bool given[FE_MAX_LAYER_ARGS] = { 0 };
-    LayerCall c = { .layer = L, .E = E, .g = E->g, .loc = st->name_loc, .x = in.node };
-    for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; c.where[i] = st->name_loc; }
+    Loc where[FE_MAX_LAYER_ARGS];
+    for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; where[i] = st->name_loc; }
     if (want_tensor_input(E, st, in)) return -1;
-    c.x = in.node;
-    if (bind_args(E, S, env, st, sig, names, L->nargs, args, vals, given, c.where)) return -1;
+    if (bind_args(E, S, env, st, sig, names, L->nargs, args, vals, given, where)) return -1;
+    /* layernorm(64), PyTorch's LayerNorm(64): a size where eps goes */
+    if (args && !args->name && vals[0].k == V_INT && fe_layer_size_for_eps(E, where[0], L, in.node, vals[0].i))
+        return -1;
+    return apply_layer_values(E, S, env, st, id, in, vals, given, where, out);
+}
+
+/* The layer of fe_layers[id] on the tensor in, its arguments evaluated
+   (vals[k] where given[k], written at where[k]): defaulted, their types
+   and ranges checked, then its builder. */
+static int apply_layer_values(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value in,
+                              const Value *vals, const bool *given, const Loc *where, Value *out)
+{
+    const Layer *L = &fe_layers[id];
+    char sigbuf[256];
+    const char *sig = fe_layer_signature(L, sigbuf, sizeof sigbuf);
+    LayerCall c = { .layer = L, .E = E, .g = E->g, .loc = st->name_loc, .x = in.node };
+    for (int i = 0; i < L->nargs; i++) c.where[i] = where[i];
+    if (want_tensor_input(E, st, in)) return -1;
     for (int i = 0; i < L->nargs; i++) {
         const LayerArg *a = &L->args[i];
         if (!given[i]) {

@@ -205,6 +205,26 @@ int fe_find_layer(const char *name)
     return -1;
 }
 
+bool fe_is_function(const char *name)
+{
+    return !strcmp(name, "max") || !strcmp(name, "min");
+}
+
+/* PyTorch's habit LayerNorm(C), BatchNorm2d(C): a size given where mgc's first
+   argument is eps. A size is an integer of at least 2, or the input's dimension 1
+   (what these layers normalise); mgc takes it from the input. */
+bool fe_layer_size_for_eps(Elab *E, Loc where, const Layer *L, int x, long long v)
+{
+    if (L->nargs < 1 || strcmp(L->args[0].name, "eps")) return false;
+    const Shape *s = ir_shape(E->g, x);
+    long long size = s->nd >= 2 ? s->d[1] : -1;
+    if (v < 2 && v != size) return false;
+    diag_at(E->d, where, "%s: the first argument is 'eps', not a size (%lld); the size comes from the input "
+            "(%s), so write '%s', or '%s(eps = 1e-5)' to set eps",
+            L->name, v, ir_shape_str(E->a, s), L->name, L->name);
+    return true;
+}
+
 FeDef *fe_find_block(FeDef *defs, const char *name)
 {
     for (FeDef *d = defs; d; d = d->next)

@@ -61,6 +61,12 @@ const char *fe_layer_signature(const Layer *L, char *buf, size_t size);
    after its rounding to float32, which is 0 only where fv is); else said at where. */
 bool fe_layer_arg_in_range(Elab *E, Loc where, const Layer *L, int k, long long iv, double fv);
 
+/* name is a built-in function of numbers (max, min), called as max(a, b, ...). */
+bool fe_is_function(const char *name);
+/* A positional integer v given as L's first argument where that is eps and v
+   looks like a size (PyTorch's LayerNorm(C)): said at where, true; else false. */
+bool fe_layer_size_for_eps(Elab *E, Loc where, const Layer *L, int x, long long v);
+
 /* The block (not the net) called name among defs, or NULL. */
 FeDef *fe_find_block(FeDef *defs, const char *name);
 /* The closest of cands[0..n) to name, if close enough to be a likely typo. */

@@ -132,13 +132,13 @@ static void add_def(void *scanner, FeDef *d)
 %token <ival> INT   "integer"
 %token <fval> FLOAT "number"
 %token <ival> BOOL  "'true' or 'false'"
-%token ARROW "'->'" DOTDOT "'..'" EQ "'=='" NE "'!='" LE "'<='" GE "'>='"
+%token ARROW "'->'" DOTDOT "'..'" EQ "'=='" NE "'!='" LE "'<='" GE "'>='" POW "'**'"
 %token NET "'net'" BLOCK "'block'" INPUT "'input'" RETURN "'return'"
 %token IF "'if'" THEN "'then'" ELSE "'else'" FOR "'for'" IN "'in'"
 %token AND "'and'" OR "'or'" NOT "'not'"
 
 %type <ast> stmt if_stmt else_part expr cond_expr or_expr and_expr not_expr cmp_expr
-%type <ast> add_expr mul_expr unary postfix primary stage callee arg
+%type <ast> add_expr mul_expr unary power postfix primary stage callee arg
 %type <list> stmts args arg_list
 %type <param> param
 %type <params> params param_list net_params
@@ -406,6 +406,13 @@ unary
             $$->lhs = $2;
             DEPTH($$);
         }
+    | power
+    ;
+
+/* power: postfix [ '**' unary ]   (right to left; binds tighter than a unary
+   minus on its left, looser on its right, as in Python: -2 ** 2 == -4, 2 ** -1 == 0.5) */
+power
+    : postfix POW unary     { $$ = binary(scanner, @2, POW, $1, $3); DEPTH($$); }
     | postfix
     ;
 
@@ -517,7 +524,7 @@ static void describe_token(FeParse *fp, yysymbol_kind_t k, char *buf, size_t n)
 static bool is_operator(const char *name)
 {
     static const char *const ops[] = {
-        "'+'", "'-'", "'*'", "'/'", "'%'", "'<'", "'>'", "'=='", "'!='", "'<='", "'>='",
+        "'+'", "'-'", "'*'", "'/'", "'%'", "'**'", "'<'", "'>'", "'=='", "'!='", "'<='", "'>='",
         "'and'", "'or'", "'.'",
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)

@@ -295,6 +295,42 @@ expect schedule-gamma 2 "--lr-gamma is the factor of --lr-schedule step:E1,E2,..
 expect lr-per 2 "--lr-per expects step or epoch, got 'batch'" -- $L --lr-per batch
 expect warmup-negative 2 "--warmup must be in 0..1000000000, got -3" -- $L --warmup -3
 expect schedule-gamma-range 2 "--lr-gamma must be in [0, 1], got 2" -- $L --lr-schedule step:1 --lr-gamma 2
+# Tensor operators: 'a + b', 'a - b', 'a * b' on tensors are the layers add, sub
+# and mul. The nets of tests/nets/op_add.net and op_mul_sub.net written with
+# them (and an unlabelled conv2d, for the automatic names) print the same IR as
+# written with the layers, up to the source positions.
+ir_of() { "$MGC" "$1" --emit ir 2>&1 | sed -E 's/ +[^ ]+:[0-9]+:[0-9]+$//'; }
+cat > "$tmp/add_op.net" <<'NET'
+net op_add(classes = 10) {
+    input x[N, 3, 6, 6]
+    y = x -> a: conv2d(3, kernel = 3, padding = 1) -> relu -> b: conv2d(3, kernel = 3, padding = 1)
+    return y + x -> relu -> flatten -> fc: linear(classes) -> softmax_cross_entropy
+}
+NET
+cat > "$tmp/mul_sub_op.net" <<'NET'
+# mul and sub with PyTorch's broadcasting, as tests/nets/op_mul_sub.net
+net op_mul_sub(classes = 10) {
+    input x[N, 3, 6, 6]
+    g = x -> global_avgpool -> c1: conv2d(3, kernel = 1) -> sigmoid
+    m = x -> c2: conv2d(1, kernel = 3, padding = 1) -> tanh
+    return (x * g - g) * m -> flatten -> fc: linear(classes) -> softmax_cross_entropy
+}
+NET
+sed 's/-> mul(g) -> sub(g) -> mul(m)/-> mul(g) -> sub(g) -> mul(m) -> conv2d(3, kernel = 1)/' tests/nets/op_mul_sub.net > "$tmp/mul_sub_layers.net"
+sed 's/(x \* g - g) \* m/((x * g - g) * m -> conv2d(3, kernel = 1))/' "$tmp/mul_sub_op.net" > "$tmp/mul_sub_op2.net"
+for pair in "tests/nets/op_add.net $tmp/add_op.net" "tests/nets/op_mul_sub.net $tmp/mul_sub_op.net" \
+            "$tmp/mul_sub_layers.net $tmp/mul_sub_op2.net"; do
+    set -- $pair
+    if ir_of "$1" > "$tmp/ir_layers" && ir_of "$2" > "$tmp/ir_ops" && grep -q '= add\|= mul' "$tmp/ir_ops" &&
+       cmp -s "$tmp/ir_layers" "$tmp/ir_ops"; then
+        ok "tensor operators: $(basename "$2") prints the IR of $(basename "$1")"
+    else
+        bad "tensor operators: $(basename "$2") and $(basename "$1") print different IR"
+        diff "$tmp/ir_layers" "$tmp/ir_ops" | head -5
+    fi
+done
+grep -q 'conv2d_0.weight' "$tmp/ir_ops" && ok "tensor operators: an unlabelled layer after them is conv2d_0" ||
+    bad "tensor operators: the automatic name after them is not conv2d_0"
 # --resume on a checkpoint that holds the epochs asked for trains nothing; on
 # one that is not --save's (a check-mode dump has no epoch) it says so
 "$MGC" $L --epochs 0 --save "$tmp/e0.st" > /dev/null 2>&1

@@ -4,6 +4,7 @@
 ** names, two compilations side by side, and that errors come back as -1
 ** with a file:line:col message. Prints "N passed, M failed"; exit 1 on failure.
 */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,70 @@ static void test_errors(void)
     done(&r);
 }
 
+/* max, min and ** in number expressions: value and type (an integer is
+   accepted as an input dimension, a float is refused there). */
+static void test_expressions(void)
+{
+    static const struct { const char *expr; double want; int is_int; } cases[] = {
+        { "2 ** 3", 8, 1 },                { "2 ** 3 ** 2", 512, 1 },      /* right to left */
+        { "-2 ** 2", -4, 1 },              { "(-2) ** 2", 4, 1 },          /* ** before unary minus */
+        { "(-2) ** 3", -8, 1 },            { "2 ** 0", 1, 1 },
+        { "0 ** 0", 1, 1 },                { "(-1) ** 2147483647", -1, 1 },
+        { "1 ** 2147483647", 1, 1 },       { "2 ** 30 / 2 ** 11", 524288, 1 },
+        { "3 * 2 ** 2", 12, 1 },           { "2 ** -1", 0.5, 0 },          /* a negative exponent: a float */
+        { "2 ** -2 * 4", 1, 0 },           { "4.0 ** 0.5", 2, 0 },
+        { "2 ** 2.0", 4, 0 },              { "max(1, 16 / 4)", 4, 1 },
+        { "max(1, 2 / 4)", 1, 1 },         { "min(3, 5, -1, 2)", -1, 1 },
+        { "max(1, 2.5)", 2.5, 0 },         { "max(3, 2.5)", 3, 0 },        /* any float: a float */
+        { "min(2 ** 4, max(3, 7) * 2)", 14, 1 }, { "max(-1, -2) + min(10, 20)", 9, 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        Run r;
+        snprintf(text, sizeof text, "net n() {\n  input x[N, if (%s) == %.17g then 1 else 2]\n"
+                 "  return x -> linear(3) -> softmax_cross_entropy\n}\n", cases[i].expr, cases[i].want);
+        run(&r, text, NULL, 0);
+        CHECK(r.rc == 0 && ir_shape(&r.g, r.g.input)->d[1] == 1, "%s == %g: rc %d, %s", cases[i].expr,
+              cases[i].want, r.rc, r.msg);
+        done(&r);
+        snprintf(text, sizeof text, "net n() {\n  input x[N, 1000 + (%s)]\n"
+                 "  return x -> linear(3) -> softmax_cross_entropy\n}\n", cases[i].expr);
+        run(&r, text, NULL, 0);
+        bool ok = cases[i].is_int ? r.rc == 0 : r.rc == -1 && strstr(r.msg, "must be an integer, not the number");
+        CHECK(ok, "%s should be %s: rc %d, %s", cases[i].expr, cases[i].is_int ? "an integer" : "a float",
+              r.rc, r.msg);
+        done(&r);
+    }
+}
+
+/* a + b, a - b, a * b on tensors are the layers add, sub and mul: the same
+   nodes and parameter names as the net written with the layers. */
+static void test_tensor_operators(void)
+{
+    static const char *const nets[2] = {
+        "net n() {\n  input x[N, 8, 4, 4]\n  y = x -> conv2d(8, 3, padding = 1)\n"
+        "  g = x -> global_avgpool -> conv2d(8, 1)\n  z = x + y * g - y\n"
+        "  return z -> flatten -> linear(10) -> softmax_cross_entropy\n}\n",
+        "net n() {\n  input x[N, 8, 4, 4]\n  y = x -> conv2d(8, 3, padding = 1)\n"
+        "  g = x -> global_avgpool -> conv2d(8, 1)\n  z = x -> add(y -> mul(g)) -> sub(y)\n"
+        "  return z -> flatten -> linear(10) -> softmax_cross_entropy\n}\n",
+    };
+    Run r[2];
+    for (int k = 0; k < 2; k++) run(&r[k], nets[k], NULL, 0);
+    CHECK(r[0].rc == 0 && r[1].rc == 0, "tensor operators: %s %s", r[0].msg, r[1].msg);
+    if (r[0].rc == 0 && r[1].rc == 0) {
+        bool same = r[0].g.n == r[1].g.n;
+        for (int i = 0; same && i < r[0].g.n; i++)
+            same = r[0].g.nodes[i].op == r[1].g.nodes[i].op && r[0].g.nodes[i].nin == r[1].g.nodes[i].nin &&
+                   !memcmp(r[0].g.nodes[i].in, r[1].g.nodes[i].in, sizeof r[0].g.nodes[i].in) &&
+                   !memcmp(ir_shape(&r[0].g, i), ir_shape(&r[1].g, i), sizeof(Shape));
+        CHECK(same, "tensor operators: the graphs differ from add/mul/sub's");
+        CHECK(ir_find_param(&r[0].g, "conv2d_1.weight") >= 0 && ir_find_param(&r[0].g, "linear_0.bias") >= 0,
+              "tensor operators: automatic names");
+    }
+    for (int k = 0; k < 2; k++) done(&r[k]);
+}
+
 /* Prefixes of a valid net, and byte flips: errors, never crashes. */
 static void test_robust(void)
 {
@@ -165,6 +230,8 @@ int main(void)
     test_lenet();
     test_blocks();
     test_errors();
+    test_expressions();
+    test_tensor_operators();
     test_robust();
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
