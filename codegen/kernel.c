@@ -159,6 +159,96 @@ void cg_body(Lower *L, const char *fmt, ...)
     va_end(ap);
 }
 
+/* ------------------------------------------------------------ named holes */
+
+CgHole cg_hole_int(const char *name, int v)
+{
+    CgHole h = { name, NULL, { 0 } };
+    snprintf(h.num, sizeof h.num, "%d", v);
+    return h;
+}
+
+CgHole cg_hole_long(const char *name, long v)
+{
+    CgHole h = { name, NULL, { 0 } };
+    snprintf(h.num, sizeof h.num, "%ld", v);
+    return h;
+}
+
+CgHole cg_s(const char *name, const char *text) { return (CgHole){ name, text, { 0 } }; }
+
+enum { CG_MAXHOLES = 64 };
+
+/* The binding of the hole name[0..len), or -1 */
+static int hole_of(const CgHole *holes, const char *name, size_t len)
+{
+    for (int k = 0; holes[k].name; k++)
+        if (strlen(holes[k].name) == len && memcmp(holes[k].name, name, len) == 0) return k;
+    return -1;
+}
+
+static bool hole_name_char(char c) { return c == '_' || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+bool cg_fill(FILE *f, const char *tmpl, const CgHole *holes, char *err, size_t errlen)
+{
+    bool used[CG_MAXHOLES] = { false };
+    int nholes = 0;
+    for (; holes[nholes].name; nholes++) {
+        if (nholes == CG_MAXHOLES) { snprintf(err, errlen, "more than %d bindings", CG_MAXHOLES); return false; }
+        if (hole_of(holes, holes[nholes].name, strlen(holes[nholes].name)) != nholes) {
+            snprintf(err, errlen, "the hole $%s is bound twice", holes[nholes].name);
+            return false;
+        }
+    }
+    for (const char *t = tmpl; *t; ) {
+        const char *dollar = strchr(t, '$');
+        if (!dollar) { fputs(t, f); break; }
+        fwrite(t, 1, (size_t)(dollar - t), f);
+        const char *name = dollar + 1, *end;
+        if (*name == '$') { fputc('$', f); t = name + 1; continue; }
+        bool braced = *name == '{';
+        if (braced) name++;
+        for (end = name; hole_name_char(*end); end++) {}
+        if (end == name || (braced && *end != '}')) {
+            snprintf(err, errlen, "a '$' that names no hole: \"%.20s\"", dollar);
+            return false;
+        }
+        int k = hole_of(holes, name, (size_t)(end - name));
+        if (k < 0) { snprintf(err, errlen, "the hole $%.*s has no binding", (int)(end - name), name); return false; }
+        fputs(holes[k].text ? holes[k].text : holes[k].num, f);
+        used[k] = true;
+        t = braced ? end + 1 : end;
+    }
+    for (int k = 0; k < nholes; k++)
+        if (!used[k]) { snprintf(err, errlen, "the binding %s fills no hole", holes[k].name); return false; }
+    return true;
+}
+
+/* cg_fill into f, or mgc's bug said and stopped */
+static void fill_or_die(Lower *L, FILE *f, const char *tmpl, const CgHole *holes)
+{
+    char err[160];
+    if (cg_fill(f, tmpl, holes, err, sizeof err)) return;
+    fprintf(stderr, "mgc: internal error: kernel %s: %s (node %%%d)\n",
+            L->open_kernel >= 0 ? L->p->steps[L->open_kernel].fn : "(none open)", err, L->node_now);
+    abort();
+}
+
+void cg_text_holes(Lower *L, const char *tmpl, const CgHole *holes) { fill_or_die(L, L->src, tmpl, holes); }
+
+const char *cg_str_holes(Lower *L, const char *tmpl, const CgHole *holes)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) { perror("mgc: open_memstream"); abort(); }
+    fill_or_die(L, f, tmpl, holes);
+    fclose(f);
+    const char *s = arena_strndup(L->p->arena, buf, len);
+    free(buf);
+    return s;
+}
+
 void cg_end_kernel(Lower *L)
 {
     fputs("}\n", L->src);

@@ -105,6 +105,34 @@ int   cg_take_ahead(Lower *L, int from, int first, int max, int (*take)(Lower *L
 Step *cg_group_kernel(Lower *L, int node, const char *what, const CgArgs *a, const long *count, int n);
 void  cg_group_piece(Lower *L, long count, int node, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void  cg_body(Lower *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Kernel text with named holes, for a body whose values a positional printf list
+   would hide. The template is the kernel's C text as it reads, each value a hole:
+   `$name` (a name is letters, digits and '_') or `${name}` where a letter or digit
+   follows (`${len}L`); `$$` is a '$'. Everything else is text: C's braces, and '%'
+   (a template is no printf format: `i % $C`). The values are bindings, listed after
+   the template: cg_n(name, v) a number, formatted as printf's "%d" for an int or
+   "%ld" for a long (its type picks, so the text is what a format would have made);
+   cg_s(name, text) a string. cg_text writes the filled template into the open
+   kernel, cg_str returns it (the arena's). A hole no binding fills, a binding no
+   hole uses, or a name bound twice is a bug of the lowering: an internal error that
+   names it and the kernel. cg_fill is the filling itself: the text to f, or false
+   and the error in err (the tests ask it).
+     cg_text(L, "    for (int o = 0; o < $O; o++) { y[plane * ${len}L + o] = 0.0f; }\n",
+             cg_n("O", O), cg_n("len", (long)H * W));  */
+typedef struct CgHole {
+    const char *name;   /* NULL: the end of the list */
+    const char *text;   /* cg_s's string, or NULL: num */
+    char num[24];       /* cg_n's number, formatted */
+} CgHole;
+CgHole cg_hole_int(const char *name, int v);
+CgHole cg_hole_long(const char *name, long v);
+CgHole cg_s(const char *name, const char *text);
+#define cg_n(name, v) _Generic((v), int: cg_hole_int, long: cg_hole_long)(name, v)
+#define cg_text(L, tmpl, ...) cg_text_holes(L, tmpl, (const CgHole[]){ __VA_ARGS__, { NULL, NULL, { 0 } } })
+#define cg_str(L, tmpl, ...) cg_str_holes(L, tmpl, (const CgHole[]){ __VA_ARGS__, { NULL, NULL, { 0 } } })
+void        cg_text_holes(Lower *L, const char *tmpl, const CgHole *holes);
+const char *cg_str_holes(Lower *L, const char *tmpl, const CgHole *holes);
+bool        cg_fill(FILE *f, const char *tmpl, const CgHole *holes, char *err, size_t errlen);
 void  cg_end_kernel(Lower *L);
 /* A number as a literal of the kernels' text: a float's ("0.100000001f", 9 digits:
    every float32 reads back as itself), or a double's ("1.00000001e-05"). Never

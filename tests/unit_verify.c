@@ -2,13 +2,18 @@
 ** Unit tests of the verifiers: cg_verify (codegen/verify.c) accepts the
 ** programs of real nets and rejects each kind of damage done to a copy of
 ** one; ir_verify (ir/verify.c) accepts the graphs and rejects damaged nodes.
+** Also the kernel text's named holes (cg_fill, codegen/kernel.h), which every
+** kernel is written through and a wrong template would break silently.
 ** Prints "N passed, M failed"; exit 1 on failure.
 */
 #include <glob.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "pipeline.h"
+#include "kernel.h"
 
 static int passed, failed;
 
@@ -387,8 +392,70 @@ static void test_share_programs(void)
     arena_free(&ev.arena);
 }
 
+/* The template filled (cg_fill), or NULL and the error in err */
+static char *filled(const char *tmpl, const CgHole *holes, char *err, size_t errlen)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    bool ok = cg_fill(f, tmpl, holes, err, errlen);
+    fclose(f);
+    if (ok) return buf;
+    free(buf);
+    return NULL;
+}
+
+#define HOLES(...) ((const CgHole[]){ __VA_ARGS__, { NULL, NULL, { 0 } } })
+
+/* Named holes: filled as printf would have, C's braces and '%' kept, a wrong
+   name or an unused binding refused with its name; cg_str stops mgc on one. */
+static void test_holes(void)
+{
+    char err[160] = "";
+    char *t = filled("for (int o = 0; o < $O; o++) { y[$plane * n + o] = x[o % $O] + ${len}L; } $$ $s\n",
+                     HOLES(cg_n("O", 7), cg_n("plane", 1L << 40), cg_n("len", -3), cg_s("s", "{ }")), err, sizeof err);
+    CHECK(t && !strcmp(t, "for (int o = 0; o < 7; o++) { y[1099511627776 * n + o] = x[o % 7] + -3L; } $ { }\n"),
+          "holes filled, braces and %% kept: %s", t ? t : err);
+    free(t);
+    t = filled("no holes {}", HOLES(cg_s("unused", "1")), err, sizeof err);
+    CHECK(!t && strstr(err, "unused") && strstr(err, "fills no hole"), "an unused binding named: %s", err);
+    free(t);
+    t = filled("a[$C * $Cx]", HOLES(cg_n("C", 2)), err, sizeof err);
+    CHECK(!t && strstr(err, "$Cx has no binding"), "an unknown hole named: %s", err);
+    free(t);
+    t = filled("a[${C]", HOLES(cg_n("C", 2)), err, sizeof err);
+    CHECK(!t && strstr(err, "names no hole"), "an unclosed ${ refused: %s", err);
+    free(t);
+    t = filled("$C $C", HOLES(cg_n("C", 2), cg_n("C", 3)), err, sizeof err);
+    CHECK(!t && strstr(err, "$C is bound twice"), "a name bound twice refused: %s", err);
+    free(t);
+    /* through cg_str: an internal error naming the hole, and mgc stops */
+    int fd[2];
+    if (pipe(fd) != 0) { CHECK(false, "pipe"); return; }
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        Arena a;
+        arena_init(&a);
+        Program p = { .arena = &a };
+        Lower L = { .p = &p, .open_kernel = -1 };
+        cg_str(&L, "x[$missing]", cg_n("C", 1));
+        _exit(0);
+    }
+    close(fd[1]);
+    char msg[256] = "";
+    ssize_t got = read(fd[0], msg, sizeof msg - 1);
+    close(fd[0]);
+    msg[got > 0 ? got : 0] = 0;
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && strstr(msg, "internal error") && strstr(msg, "$missing"),
+          "cg_str stops on an unknown hole, naming it: %s", msg);
+}
+
 int main(void)
 {
+    test_holes();
     test_cg_verify();
     test_ir_verify();
     test_source_parts();
