@@ -85,26 +85,27 @@ static int im2col(Lower *L, int id, int x_node, const ConvGeom *G)
     cg_kernel(L, id, "im2col", dimn(CKK), 2, b, (const char *const[]){ "=col", "x" })->grain = P;
     cg_body(L, "    /* x is [N, %d, %d, %d]; col is [%d*%d*%d, N*%d*%d], row (c, ky, kx), column (n, oy, ox);\n"
                "       one (row, n) stretch of %ld columns per iteration */\n", C, H, W, C, K, K, OH, OW, P);
-    cg_body(L, "    FOR_EACH(i, %s) {\n"
-               "        long r = i / N, n = i %% N;\n"
-               "        int c = (int)(r / %d), ky = (int)(r / %d) %% %d, kx = (int)(r %% %d);\n"
-               "        const float *xp = x + (n * %d + c) * %d;\n"
-               "        float *cp = col + i * %ld;\n"
-               "        for (int oy = 0; oy < %d; oy++) {\n"
-               "            int iy = oy * %d - %d + %s;\n"
-               "            float *row = cp + oy * %d;\n"
-               "            if (iy < 0 || iy >= %d) { for (int ox = 0; ox < %d; ox++) row[ox] = 0.0f; continue; }\n"
-               "%s"
+    cg_text(L, "    FOR_EACH(i, $rows) {\n"
+               "        long r = i / N, n = i % N;\n"
+               "        int c = (int)(r / $KK), ky = (int)(r / $K) % $K, kx = (int)(r % $K);\n"
+               "        const float *xp = x + (n * $C + c) * $HW;\n"
+               "        float *cp = col + i * $P;\n"
+               "        for (int oy = 0; oy < $OH; oy++) {\n"
+               "            int iy = oy * $S - $Pd + $ky;\n"
+               "            float *row = cp + oy * $OW;\n"
+               "            if (iy < 0 || iy >= $H) { for (int ox = 0; ox < $OW; ox++) row[ox] = 0.0f; continue; }\n"
+               "$copy"
                "        }\n    }\n",
-            cg_work_str(L, dimn(CKK)), K * K, K, K, K, C, H * W, P, OH, S, Pd, ky_d, OW, H, OW,
-            Pd == 0 && S == 1
+            cg_s("rows", cg_work_str(L, dimn(CKK))), cg_n("KK", K * K), cg_n("K", K), cg_n("C", C), cg_n("HW", H * W), cg_n("P", P),
+            cg_n("OH", OH), cg_n("S", S), cg_n("Pd", Pd), cg_s("ky", ky_d), cg_n("OW", OW), cg_n("H", H),
+            cg_s("copy", Pd == 0 && S == 1
                 /* no padding, stride 1: every row is a plain copy of OW inputs */
                 ? arena_printf(L->p->arena, "            const float *xr = xp + iy * %d + %s;\n"
                                             "            for (int ox = 0; ox < %d; ox++) row[ox] = xr[ox];\n", W, kx_d, OW)
                 : arena_printf(L->p->arena, "            for (int ox = 0; ox < %d; ox++) {\n"
                                             "                int ix = ox * %d - %d + %s;\n"
                                             "                row[ox] = ix >= 0 && ix < %d ? xp[iy * %d + ix] : 0.0f;\n"
-                                            "            }\n", OW, S, Pd, kx_d, W, W));
+                                            "            }\n", OW, S, Pd, kx_d, W, W)));
     cg_end_kernel(L);
     return col;
 }
@@ -223,18 +224,19 @@ static void gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy how)
         cg_kernel(L, id, "col2im_rows", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" })->grain = (long)H * W * K * K;
         cg_body(L, "    /* dcol is [N*%d*%d, %d*%d*%d]; dx is [N, %d, %d, %d]; stride %d, no padding;\n"
                    "       each iteration owns one (n, c) plane of dx */\n", OH, OW, C, K, K, C, H, W, S);
-        cg_body(L, "    FOR_EACH(plane, %s) {\n"
-                   "        long n = plane / %d, c = plane %% %d;\n"
-                   "        float *dxp = dx + plane * %d;\n"
-                   "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
-                   "        for (int oy = 0; oy < %d; oy++)\n"
-                   "            for (int ox = 0; ox < %d; ox++) {\n"
-                   "                const float *cp = dcol + ((n * %d + oy) * %d + ox) * %ldL + c * %d;\n"
-                   "                float *xp = dxp + (oy * %d) * %d + ox * %d;\n"
-                   "                for (int ky = 0; ky < %d; ky++)\n"
-                   "                    for (int kx = 0; kx < %d; kx++) xp[ky * %d + kx] += cp[ky * %d + kx];\n"
+        cg_text(L, "    FOR_EACH(plane, $planes) {\n"
+                   "        long n = plane / $C, c = plane % $C;\n"
+                   "        float *dxp = dx + plane * $HW;\n"
+                   "        for (int k = 0; k < $HW; k++) dxp[k] = 0.0f;\n"
+                   "        for (int oy = 0; oy < $OH; oy++)\n"
+                   "            for (int ox = 0; ox < $OW; ox++) {\n"
+                   "                const float *cp = dcol + ((n * $OH + oy) * $OW + ox) * ${CKK}L + c * $KK;\n"
+                   "                float *xp = dxp + (oy * $S) * $W + ox * $S;\n"
+                   "                for (int ky = 0; ky < $K; ky++)\n"
+                   "                    for (int kx = 0; kx < $K; kx++) xp[ky * $W + kx] += cp[ky * $K + kx];\n"
                    "            }\n    }\n",
-                cg_work_str(L, dimn(C)), C, C, H * W, H * W, OH, OW, OH, OW, CKK, K * K, S, W, S, K, K, W, K);
+                cg_s("planes", cg_work_str(L, dimn(C))), cg_n("C", C), cg_n("HW", H * W), cg_n("OH", OH), cg_n("OW", OW),
+                cg_n("CKK", CKK), cg_n("KK", K * K), cg_n("S", S), cg_n("W", W), cg_n("K", K));
         cg_end_kernel(L);
         return;
     }
@@ -255,37 +257,37 @@ static void gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy how)
         cg_body(L, "    /* dcol is [%d*%d*%d, N*%d*%d]; dx is [N, %d, %d, %d]; one element of dx per iteration, (n, c) planes */\n",
                 C, K, K, OH, OW, C, H, W);
         cg_rows_body(L, dimn(C), (long)H * W, arena_printf(L->p->arena, "        long n = row / %d, c = row %% %d;\n", C, C),
-                     arena_printf(L->p->arena,
-                                  "{ int iy = at / %d, ix = at %% %d;\n"
-                                  "          float s = 0.0f;\n"
-                                  "          for (int ky = 0; ky < %d; ky++) {\n"
-                                  "              int ty = iy + %d - %s;\n"
-                                  "              if (ty < 0 || ty %% %d || ty / %d >= %d) continue;\n"
-                                  "              for (int kx = 0; kx < %d; kx++) {\n"
-                                  "                  int tx = ix + %d - %s;\n"
-                                  "                  if (tx < 0 || tx %% %d || tx / %d >= %d) continue;\n"
-                                  "                  s += dcol[((c * %d + ky) * %d + kx) * (N * %ldL) + n * %ldL + (ty / %d) * %d + tx / %d];\n"
-                                  "              }\n"
-                                  "          }\n"
-                                  "          dx[row * %dL + at] = s; }",
-                                  W, W, K, Pd, ky_d, S, S, OH, K, Pd, kx_d, S, S, OW, K, K, P, P, S, OW, S, H * W));
+                     cg_str(L, "{ int iy = at / $W, ix = at % $W;\n"
+                               "          float s = 0.0f;\n"
+                               "          for (int ky = 0; ky < $K; ky++) {\n"
+                               "              int ty = iy + $Pd - $ky;\n"
+                               "              if (ty < 0 || ty % $S || ty / $S >= $OH) continue;\n"
+                               "              for (int kx = 0; kx < $K; kx++) {\n"
+                               "                  int tx = ix + $Pd - $kx;\n"
+                               "                  if (tx < 0 || tx % $S || tx / $S >= $OW) continue;\n"
+                               "                  s += dcol[((c * $K + ky) * $K + kx) * (N * ${P}L) + n * ${P}L + (ty / $S) * $OW + tx / $S];\n"
+                               "              }\n"
+                               "          }\n"
+                               "          dx[row * ${HW}L + at] = s; }",
+                            cg_n("W", W), cg_n("K", K), cg_n("Pd", Pd), cg_s("ky", ky_d), cg_s("kx", kx_d), cg_n("S", S), cg_n("OH", OH),
+                            cg_n("OW", OW), cg_n("P", P), cg_n("HW", H * W)));
         cg_end_kernel(L);
         return;
     }
     cg_kernel(L, id, "col2im", dimn(C), 2, b, (const char *const[]){ "=dx", "dcol" })->grain = (long)H * W * K * K;
     cg_body(L, "    /* dcol is [%d*%d*%d, N*%d*%d]; dx is [N, %d, %d, %d]; each iteration owns one (n, c) plane of dx */\n",
             C, K, K, OH, OW, C, H, W);
-    cg_body(L, "    FOR_EACH(plane, %s) {\n"
-               "        long n = plane / %d, c = plane %% %d;\n"
-               "        float *dxp = dx + plane * %d;\n"
-               "        for (int k = 0; k < %d; k++) dxp[k] = 0.0f;\n"
-               "        for (int ky = 0; ky < %d; ky++)\n"
-               "            for (int kx = 0; kx < %d; kx++) {\n"
-               "                const float *cp = dcol + ((c * %d + ky) * %d + kx) * (N * %ld) + n * %ld;\n"
-               "%s"
+    cg_text(L, "    FOR_EACH(plane, $planes) {\n"
+               "        long n = plane / $C, c = plane % $C;\n"
+               "        float *dxp = dx + plane * $HW;\n"
+               "        for (int k = 0; k < $HW; k++) dxp[k] = 0.0f;\n"
+               "        for (int ky = 0; ky < $K; ky++)\n"
+               "            for (int kx = 0; kx < $K; kx++) {\n"
+               "                const float *cp = dcol + ((c * $K + ky) * $K + kx) * (N * $P) + n * $P;\n"
+               "$rows"
                "            }\n    }\n",
-            cg_work_str(L, dimn(C)), C, C, H * W, H * W, K, K, K, K, P, P,
-            Pd == 0 && S == 1
+            cg_s("planes", cg_work_str(L, dimn(C))), cg_n("C", C), cg_n("HW", H * W), cg_n("K", K), cg_n("P", P),
+            cg_s("rows", Pd == 0 && S == 1
                 /* no padding, stride 1: every row adds into a contiguous stretch of dx */
                 ? arena_printf(L->p->arena, "                for (int oy = 0; oy < %d; oy++) {\n"
                                             "                    float *xr = dxp + (oy + %s) * %d + %s;\n"
@@ -299,7 +301,7 @@ static void gemm_grad_x(Lower *L, int id, const ConvGeom *G, ConvStrategy how)
                                             "                        int ix = ox * %d - %d + %s;\n"
                                             "                        if (ix >= 0 && ix < %d) dxp[iy * %d + ix] += cp[oy * %d + ox];\n"
                                             "                    }\n"
-                                            "                }\n", OH, S, Pd, ky_d, H, OW, S, Pd, kx_d, W, W, OW));
+                                            "                }\n", OH, S, Pd, ky_d, H, OW, S, Pd, kx_d, W, W, OW)));
     cg_end_kernel(L);
 }
 
@@ -343,14 +345,15 @@ static int dense_weights(Lower *L, int id, int w_node, const ConvGeom *G)
         cg_kernel(L, id, "conv2d_dense_weights", dimc(CHW * O * P), 2, b, (const char *const[]){ "=wd", "w" });
         cg_body(L, "    /* w [%d, %d, %d, %d] -> wd [%d*%ld, %d*%ld]; stride %d, padding %d; one element per iteration */\n", O, C, K, K, O, P, C,
                 HW, S, Pd);
-        cg_body(L, "    FOR_EACH(e, %ldL) {\n"
-                   "        long r = e / %ldL, j = e %% %ldL;   /* row (o, oy, ox), column (c, iy, ix) */\n"
-                   "        long o = r / %ld, oy = (r %% %ld) / %d, ox = r %% %d;\n"
-                   "        long c = j / %ld, iy = (j %% %ld) / %d, ix = j %% %d;\n"
-                   "        long ky = iy - oy * %d + %d, kx = ix - ox * %d + %d;\n"
-                   "        wd[e] = ky >= 0 && ky < %d && kx >= 0 && kx < %d ? w[(o * %d + c) * %d + ky * %d + kx] : 0.0f;\n"
+        cg_text(L, "    FOR_EACH(e, ${all}L) {\n"
+                   "        long r = e / ${CHW}L, j = e % ${CHW}L;   /* row (o, oy, ox), column (c, iy, ix) */\n"
+                   "        long o = r / $P, oy = (r % $P) / $OW, ox = r % $OW;\n"
+                   "        long c = j / $HW, iy = (j % $HW) / $W, ix = j % $W;\n"
+                   "        long ky = iy - oy * $S + $Pd, kx = ix - ox * $S + $Pd;\n"
+                   "        wd[e] = ky >= 0 && ky < $K && kx >= 0 && kx < $K ? w[(o * $C + c) * $KK + ky * $K + kx] : 0.0f;\n"
                    "    }\n",
-                CHW * O * P, CHW, CHW, P, P, OW, OW, HW, HW, W, W, S, Pd, S, Pd, K, K, C, K * K, K);
+                cg_n("all", CHW * O * P), cg_n("CHW", CHW), cg_n("P", P), cg_n("OW", OW), cg_n("HW", HW), cg_n("W", W), cg_n("S", S),
+                cg_n("Pd", Pd), cg_n("K", K), cg_n("C", C), cg_n("KK", K * K));
         cg_end_kernel(L);
         return wd;
     }
@@ -360,24 +363,24 @@ static int dense_weights(Lower *L, int id, int w_node, const ConvGeom *G)
     /* Zero the row, then store each tap that lands on the plane: a conditional load
        per element (row[j] = tap in bounds ? w[...] : 0) was vectorised by GCC 12 at
        -O3 -march=native into wrong values (checked on a stride-2 layer); stores need no gather. */
-    cg_body(L, "    FOR_EACH(r, %ldL) {\n"
-               "        long o = r / %ld, oy = (r %% %ld) / %d, ox = r %% %d;\n"
-               "        float *row = wd + r * %ldL;\n"
-               "        const float *wc = w + o * %ldL;\n"
-               "%s"
-               "        for (int c = 0; c < %d; c++, row += %ld, wc += %d)\n"
-               "            for (int ky = 0; ky < %d; ky++) {\n"
-               "                long iy = oy * %d - %d + ky;\n"
-               "                if (iy < 0 || iy >= %d) continue;\n"
-               "                for (int kx = 0; kx < %d; kx++) {\n"
-               "                    long ix = ox * %d - %d + kx;\n"
-               "                    if (ix >= 0 && ix < %d) row[iy * %d + ix] = wc[ky * %d + kx];\n"
+    cg_text(L, "    FOR_EACH(r, ${OP}L) {\n"
+               "        long o = r / $P, oy = (r % $P) / $OW, ox = r % $OW;\n"
+               "        float *row = wd + r * ${CHW}L;\n"
+               "        const float *wc = w + o * ${CKK}L;\n"
+               "$zero"
+               "        for (int c = 0; c < $C; c++, row += $HW, wc += $KK)\n"
+               "            for (int ky = 0; ky < $K; ky++) {\n"
+               "                long iy = oy * $S - $Pd + ky;\n"
+               "                if (iy < 0 || iy >= $H) continue;\n"
+               "                for (int kx = 0; kx < $K; kx++) {\n"
+               "                    long ix = ox * $S - $Pd + kx;\n"
+               "                    if (ix >= 0 && ix < $W) row[iy * $W + ix] = wc[ky * $K + kx];\n"
                "                }\n"
                "            }\n    }\n",
-            O * P, P, P, OW, OW, CHW, (long)C * K * K,
-            all_joined(G) ? "        /* every tap of every output lands on the plane: each element is written below */\n"
-                          : arena_printf(L->p->arena, "        for (long j = 0; j < %ldL; j++) row[j] = 0.0f;\n", CHW),
-            C, HW, K * K, K, S, Pd, H, K, S, Pd, W, W, K);
+            cg_n("OP", O * P), cg_n("P", P), cg_n("OW", OW), cg_n("CHW", CHW), cg_n("CKK", (long)C * K * K),
+            cg_s("zero", all_joined(G) ? "        /* every tap of every output lands on the plane: each element is written below */\n"
+                                       : cg_str(L, "        for (long j = 0; j < ${CHW}L; j++) row[j] = 0.0f;\n", cg_n("CHW", CHW))),
+            cg_n("C", C), cg_n("HW", HW), cg_n("KK", K * K), cg_n("K", K), cg_n("S", S), cg_n("Pd", Pd), cg_n("H", H), cg_n("W", W));
     cg_end_kernel(L);
     return wd;
 }
@@ -438,45 +441,47 @@ void cg_conv_dense_grad_w(Lower *L, int id, const ConvGeom *G)
         cg_kernel(L, id, "conv2d_dense_grad_w", dimc((long)O * C * K * K), 2, b, (const char *const[]){ "=dw", "dwd" })->grain = P;
         cg_body(L, "    /* dwd [%d*%ld, %d*%ld] -> dw [%d, %d, %d, %d]: each tap's sum over the output positions it reaches\n"
                    "       (in their order); a tap per iteration */\n", O, P, C, HW, O, C, K, K);
-        cg_body(L, "    FOR_EACH(e_, %ldL) {\n"
-                   "        long i = e_ / %d, o = i / %d, c = i %% %d;\n"
-                   "        int ky = (int)(e_ %% %d) / %d, kx = (int)(e_ %% %d) %% %d;\n"
+        cg_text(L, "    FOR_EACH(e_, ${taps}L) {\n"
+                   "        long i = e_ / $KK, o = i / $C, c = i % $C;\n"
+                   "        int ky = (int)(e_ % $KK) / $K, kx = (int)(e_ % $KK) % $K;\n"
                    "        float acc = 0.0f;\n"
-                   "        for (int oy = 0; oy < %d; oy++) {\n"
-                   "            int iy = oy * %d - %d + ky;\n"
-                   "            if (iy < 0 || iy >= %d) continue;\n"
-                   "            for (int ox = 0; ox < %d; ox++) {\n"
-                   "                int ix = ox * %d - %d + kx;\n"
-                   "                if (ix >= 0 && ix < %d) acc += dwd[(o * %ldL + oy * %d + ox) * %ldL + c * %ldL + iy * %d + ix];\n"
+                   "        for (int oy = 0; oy < $OH; oy++) {\n"
+                   "            int iy = oy * $S - $Pd + ky;\n"
+                   "            if (iy < 0 || iy >= $H) continue;\n"
+                   "            for (int ox = 0; ox < $OW; ox++) {\n"
+                   "                int ix = ox * $S - $Pd + kx;\n"
+                   "                if (ix >= 0 && ix < $W) acc += dwd[(o * ${P}L + oy * $OW + ox) * ${CHW}L + c * ${HW}L + iy * $W + ix];\n"
                    "            }\n"
                    "        }\n"
                    "        dw[e_] = acc;\n"
                    "    }\n",
-                (long)O * C * K * K, K * K, C, C, K * K, K, K * K, K, OH, S, Pd, H, OW, S, Pd, W, P, OW, CHW, HW, W);
+                cg_n("taps", (long)O * C * K * K), cg_n("KK", K * K), cg_n("C", C), cg_n("K", K), cg_n("OH", OH), cg_n("S", S),
+                cg_n("Pd", Pd), cg_n("H", H), cg_n("OW", OW), cg_n("W", W), cg_n("P", P), cg_n("CHW", CHW), cg_n("HW", HW));
         cg_end_kernel(L);
         return;
     }
     cg_kernel(L, id, "conv2d_dense_grad_w", dimc((long)O * C), 2, b, (const char *const[]){ "=dw", "dwd" })->grain = (long)K * K * P;
     cg_body(L, "    /* dwd [%d*%ld, %d*%ld] -> dw [%d, %d, %d, %d]: each tap's sum over the output positions it reaches\n"
                "       (in their order); one (o, c) pair per iteration, its rows of dwd read once */\n", O, P, C, HW, O, C, K, K);
-    cg_body(L, "    FOR_EACH(i, %dL) {\n"
-               "        long o = i / %d, c = i %% %d;\n"
-               "        float acc[%d] = { 0.0f };\n"
-               "        for (int oy = 0; oy < %d; oy++)\n"
-               "            for (int ox = 0; ox < %d; ox++) {\n"
-               "                const float *drow = dwd + (o * %ldL + oy * %d + ox) * %ldL + c * %ldL;\n"
-               "                for (int iy = 0; iy < %d; iy++) {\n"
-               "                    int ky = iy - oy * %d + %d;\n"
-               "                    if (ky < 0 || ky >= %d) continue;\n"
-               "                    for (int ix = 0; ix < %d; ix++) {\n"
-               "                        int kx = ix - ox * %d + %d;\n"
-               "                        if (kx >= 0 && kx < %d) acc[ky * %d + kx] += drow[iy * %d + ix];\n"
+    cg_text(L, "    FOR_EACH(i, ${OC}L) {\n"
+               "        long o = i / $C, c = i % $C;\n"
+               "        float acc[$KK] = { 0.0f };\n"
+               "        for (int oy = 0; oy < $OH; oy++)\n"
+               "            for (int ox = 0; ox < $OW; ox++) {\n"
+               "                const float *drow = dwd + (o * ${P}L + oy * $OW + ox) * ${CHW}L + c * ${HW}L;\n"
+               "                for (int iy = 0; iy < $H; iy++) {\n"
+               "                    int ky = iy - oy * $S + $Pd;\n"
+               "                    if (ky < 0 || ky >= $K) continue;\n"
+               "                    for (int ix = 0; ix < $W; ix++) {\n"
+               "                        int kx = ix - ox * $S + $Pd;\n"
+               "                        if (kx >= 0 && kx < $K) acc[ky * $K + kx] += drow[iy * $W + ix];\n"
                "                    }\n"
                "                }\n"
                "            }\n"
-               "        for (int k = 0; k < %d; k++) dw[i * %d + k] = acc[k];\n"
+               "        for (int k = 0; k < $KK; k++) dw[i * $KK + k] = acc[k];\n"
                "    }\n",
-            O * C, C, C, K * K, OH, OW, P, OW, CHW, HW, H, S, Pd, K, W, S, Pd, K, K, W, K * K, K * K);
+            cg_n("OC", O * C), cg_n("C", C), cg_n("KK", K * K), cg_n("OH", OH), cg_n("OW", OW), cg_n("P", P), cg_n("CHW", CHW),
+            cg_n("HW", HW), cg_n("H", H), cg_n("S", S), cg_n("Pd", Pd), cg_n("K", K), cg_n("W", W));
     cg_end_kernel(L);
 }
 
