@@ -115,30 +115,31 @@ static void input_transform(Lower *L, const ConvGeom *G, const char *src, int CH
 {
     int H = G->H, W = G->W, TH = tiles_h(G), TW = tiles_w(G), Hp = 2 * TH + 2, Wp = 2 * TW + 2;
     long HW = (long)H * W, T = (long)TH * TW, HS = (long)(TH + 1) * TW;
-    cg_body(L, "        for (int j = 0; j < nb; j++)   /* input transform: V = B^T d B */\n"
-               "            for (int c = 0; c < %d; c++) {\n"
-               "                const float *xp = %s + ((n0 + j) * %d + c) * %ldL;\n"
-               "                for (int iy = 0; iy < %d; iy++)\n"
-               "                    for (int ix = 0; ix < %d; ix++) pad[(iy + 1) * %d + 1 + ix] = xp[iy * %d + ix];\n"
-               "                for (int r = 0; r < %d; r++) {   /* d B: per padded row, each tile column's 4 */\n"
-               "                    const float *row = pad + r * %d;\n"
-               "                    float *h = hb + (r & 1) * %ldL + (r >> 1) * %d;\n"
-               "                    for (int tx = 0; tx < %d; tx++) {\n"
+    cg_text(L, "        for (int j = 0; j < nb; j++)   /* input transform: V = B^T d B */\n"
+               "            for (int c = 0; c < $CH; c++) {\n"
+               "                const float *xp = $src + ((n0 + j) * $CH + c) * ${HW}L;\n"
+               "                for (int iy = 0; iy < $H; iy++)\n"
+               "                    for (int ix = 0; ix < $W; ix++) pad[(iy + 1) * $Wp + 1 + ix] = xp[iy * $W + ix];\n"
+               "                for (int r = 0; r < $Hp; r++) {   /* d B: per padded row, each tile column's 4 */\n"
+               "                    const float *row = pad + r * $Wp;\n"
+               "                    float *h = hb + (r & 1) * ${HS}L + (r >> 1) * $TW;\n"
+               "                    for (int tx = 0; tx < $TW; tx++) {\n"
                "                        const float e0 = row[2 * tx], o0 = row[2 * tx + 1], e1 = row[2 * tx + 2], o1 = row[2 * tx + 3];\n"
-               "                        h[tx] = e0 - e1; h[%ld + tx] = o0 + e1; h[%ld + tx] = e1 - o0; h[%ld + tx] = o0 - o1;\n"
+               "                        h[tx] = e0 - e1; h[$HS2 + tx] = o0 + e1; h[$HS4 + tx] = e1 - o0; h[$HS6 + tx] = o0 - o1;\n"
                "                    }\n"
                "                }\n"
-               "                float *vb = V + c * (long)ld + j * %ldL;\n"
-               "                for (int b = 0; b < 4; b++) {   /* B^T: down the rows, the plane's %ld tiles at once */\n"
-               "                    const float *E = hb + b * %ldL, *O = E + %ldL;\n"
+               "                float *vb = V + c * (long)ld + j * ${T}L;\n"
+               "                for (int b = 0; b < 4; b++) {   /* B^T: down the rows, the plane's $T tiles at once */\n"
+               "                    const float *E = hb + b * ${HS2}L, *O = E + ${HS}L;\n"
                "                    float *v0 = vb + b * vs, *v1 = v0 + 4 * vs, *v2 = v0 + 8 * vs, *v3 = v0 + 12 * vs;\n"
-               "                    for (int t = 0; t < %ld; t++) {\n"
-               "                        v0[t] = E[t] - E[t + %d]; v1[t] = O[t] + E[t + %d];\n"
-               "                        v2[t] = E[t + %d] - O[t]; v3[t] = O[t] - O[t + %d];\n"
+               "                    for (int t = 0; t < $T; t++) {\n"
+               "                        v0[t] = E[t] - E[t + $TW]; v1[t] = O[t] + E[t + $TW];\n"
+               "                        v2[t] = E[t + $TW] - O[t]; v3[t] = O[t] - O[t + $TW];\n"
                "                    }\n"
                "                }\n"
                "            }\n",
-            CH, src, CH, HW, H, W, Wp, W, Hp, Wp, HS, TW, TW, 2 * HS, 4 * HS, 6 * HS, T, T, 2 * HS, HS, T, TW, TW, TW, TW);
+            cg_n("CH", CH), cg_s("src", src), cg_n("HW", HW), cg_n("H", H), cg_n("W", W), cg_n("Wp", Wp), cg_n("Hp", Hp), cg_n("HS", HS),
+            cg_n("TW", TW), cg_n("HS2", 2 * HS), cg_n("HS4", 4 * HS), cg_n("HS6", 6 * HS), cg_n("T", T));
 }
 
 /* The 16 matrices of V (and of M) lie WG_SKEW floats more than their size
@@ -186,22 +187,23 @@ static void output_transform(Lower *L, int id, const ConvGeom *G, bool transpose
     int H = G->H, W = G->W, TH = tiles_h(G), TW = tiles_w(G);
     long HW = (long)H * W, T = (long)TH * TW;
     bool odd = H % 2 || W % 2;
-    cg_body(L, "        for (int j = 0; j < nb; j++)   /* output transform: A^T M A */\n"
-               "            for (int o = 0; o < %d; o++) {\n"
-               "                float *yp = %s + ((n0 + j) * %d + o) * %ldL;\n"
-               "                const float *mb = M + o * (long)ld + j * %ldL;\n"
-               "                const float b = %s;\n"
-               "                float s0[4][%ld], s1[4][%ld];\n"
+    cg_text(L, "        for (int j = 0; j < nb; j++)   /* output transform: A^T M A */\n"
+               "            for (int o = 0; o < $cout; o++) {\n"
+               "                float *yp = $dst + ((n0 + j) * $cout + o) * ${HW}L;\n"
+               "                const float *mb = M + o * (long)ld + j * ${T}L;\n"
+               "                const float b = $bias;\n"
+               "                float s0[4][$T], s1[4][$T];\n"
                "                for (int c = 0; c < 4; c++) {\n"
                "                    const float *m0 = mb + c * ms, *m1 = m0 + 4 * ms, *m2 = m0 + 8 * ms, *m3 = m0 + 12 * ms;\n"
-               "                    for (int t = 0; t < %ld; t++) { s0[c][t] = m0[t] + m1[t] + m2[t]; s1[c][t] = m1[t] - m2[t] - m3[t]; }\n"
+               "                    for (int t = 0; t < $T; t++) { s0[c][t] = m0[t] + m1[t] + m2[t]; s1[c][t] = m1[t] - m2[t] - m3[t]; }\n"
                "                }\n"
-               "                for (int ty = 0; ty < %d; ty++)\n"
-               "                    for (int tx = 0; tx < %d; tx++) {\n"
-               "                        const int t = ty * %d + tx;\n"
+               "                for (int ty = 0; ty < $TH; ty++)\n"
+               "                    for (int tx = 0; tx < $TW; tx++) {\n"
+               "                        const int t = ty * $TW + tx;\n"
                "                        float v[4] = { s0[0][t] + s0[1][t] + s0[2][t] + b, s0[1][t] - s0[2][t] - s0[3][t] + b,\n"
                "                                       s1[0][t] + s1[1][t] + s1[2][t] + b, s1[1][t] - s1[2][t] - s1[3][t] + b };\n",
-            cout, dst, cout, HW, T, bias ? "bias[o]" : "0.0f", T, T, T, TH, TW, TW);
+            cg_n("cout", cout), cg_s("dst", dst), cg_n("HW", HW), cg_n("T", T), cg_s("bias", bias ? "bias[o]" : "0.0f"), cg_n("TH", TH),
+            cg_n("TW", TW));
     if (relu)
         cg_body(L, "                        for (int k = 0; k < 4; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;   /* fused relu */\n");
     bool beside = !transposed && cg_act_beside(L->dec, id) >= 0;   /* the activation into ya, v kept in y */
