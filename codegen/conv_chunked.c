@@ -278,27 +278,29 @@ void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
         cg_body(L, "        for (int j = 0; j < nb; j++) {\n");
     }
     if (two_pass) {
-        cg_body(L, "            /* col2im, two passes */\n"
-                   "            for (int c = 0; c < %d; c++) {\n"
-                   "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n"
-                   "                for (int kx = 0; kx < %d; kx++) {\n"
-                   "                    float *qk = pad + kx * %ldL + %d;\n"
-                   "                    for (long iy = 0; iy < %ldL; iy++)\n"
-                   "                        for (int ox = 0; ox < %d; ox++) qk[iy * %ldL + ox] = 0.0f;\n"
-                   "                    for (int ky = 0; ky < %d; ky++) {\n"
-                   "                        const float *cp = dcol + (c * %d + ky * %d + kx) * %s;\n"
-                   "                        for (int oy = 0; oy < %d; oy++) {\n"
-                   "                            float *qr = qk + (oy + ky) * %ldL;\n"
-                   "                            const float *sp = cp + oy * %d;\n"
-                   "                            for (int ox = 0; ox < %d; ox++) qr[ox] += sp[ox];\n"
+        cg_text(L, "            /* col2im, two passes */\n"
+                   "            for (int c = 0; c < $C; c++) {\n"
+                   "                float *dxp = dx + ((n0 + j) * $C + c) * $HW;\n"
+                   "                for (int kx = 0; kx < $K; kx++) {\n"
+                   "                    float *qk = pad + kx * ${HpR}L + $K1;\n"
+                   "                    for (long iy = 0; iy < ${Hp}L; iy++)\n"
+                   "                        for (int ox = 0; ox < $OW; ox++) qk[iy * ${R}L + ox] = 0.0f;\n"
+                   "                    for (int ky = 0; ky < $K; ky++) {\n"
+                   "                        const float *cp = dcol + (c * $KK + ky * $K + kx) * $cp_at;\n"
+                   "                        for (int oy = 0; oy < $OH; oy++) {\n"
+                   "                            float *qr = qk + (oy + ky) * ${R}L;\n"
+                   "                            const float *sp = cp + oy * $OW;\n"
+                   "                            for (int ox = 0; ox < $OW; ox++) qr[ox] += sp[ox];\n"
                    "                        }\n"
                    "                    }\n"
                    "                }\n"
-                   "                for (int iy = 0; iy < %d; iy++) {\n"
-                   "                    const float *q0 = pad + (iy + %d) * %ldL + %d;\n"
-                   "                    float *dr = dxp + iy * %d;\n"
-                   "                    for (int ix = 0; ix < %d; ix++) dr[ix] = q0[ix]",
-                C, C, H * W, K, Hp * R, K - 1, Hp, OW, R, K, K * K, K, cp_at, OH, R, OW, OW, H, Pd, R, K - 1 + Pd, W, W);
+                   "                for (int iy = 0; iy < $H; iy++) {\n"
+                   "                    const float *q0 = pad + (iy + $Pd) * ${R}L + $K1Pd;\n"
+                   "                    float *dr = dxp + iy * $W;\n"
+                   "                    for (int ix = 0; ix < $W; ix++) dr[ix] = q0[ix]",
+                cg_n("C", C), cg_n("HW", H * W), cg_n("K", K), cg_n("HpR", Hp * R), cg_n("K1", K - 1), cg_n("Hp", Hp), cg_n("OW", OW),
+                cg_n("R", R), cg_n("KK", K * K), cg_s("cp_at", cp_at), cg_n("OH", OH), cg_n("H", H), cg_n("Pd", Pd),
+                cg_n("K1Pd", K - 1 + Pd), cg_n("W", W));
         for (int kx = 1; kx < K; kx++) cg_body(L, " + q0[%ld + ix]", kx * Hp * R - kx);
         cg_body(L, ";\n                }\n");
     } else {
@@ -307,18 +309,18 @@ void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                    "            for (int c = 0; c < %d; c++) {\n"
                    "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);
         if (Pd == 0) cg_body(L, "                float *pad = dxp;\n");
-        cg_body(L, "                for (long i = 0; i < %ldL; i++) pad[i] = 0.0f;\n"
-                   "                for (int t = 0; t < %d; t++) {\n"
-                   "                    int ky = t / %d, kx = t %% %d;\n"
-                   "                    const float *cp = dcol + (c * %d + t) * %s;\n"
-                   "                    for (int oy = 0; oy < %d; oy++) {\n"
-                   "                        float *dp = pad + (oy * %d + %s) * %ldL + %s;\n"
-                   "                        const float *sp = cp + oy * %d;\n"
-                   "                        for (int ox = 0; ox < %d; ox++) dp[ox * %d] += sp[ox];\n"
+        cg_text(L, "                for (long i = 0; i < ${pad}L; i++) pad[i] = 0.0f;\n"
+                   "                for (int t = 0; t < $KK; t++) {\n"
+                   "                    int ky = t / $K, kx = t % $K;\n"
+                   "                    const float *cp = dcol + (c * $KK + t) * $cp_at;\n"
+                   "                    for (int oy = 0; oy < $OH; oy++) {\n"
+                   "                        float *dp = pad + (oy * $S + $ky_d) * ${Wp}L + $kx_d;\n"
+                   "                        const float *sp = cp + oy * $OW;\n"
+                   "                        for (int ox = 0; ox < $OW; ox++) dp[ox * $S] += sp[ox];\n"
                    "                    }\n"
                    "                }\n",
-                Pd > 0 ? pad_floats(G) : (long)H * W, K * K, K, K, K * K, cp_at, OH, S, cg_dilated(L, "ky", D), Wp, cg_dilated(L, "kx", D),
-                OW, OW, S);
+                cg_n("pad", Pd > 0 ? pad_floats(G) : (long)H * W), cg_n("KK", K * K), cg_n("K", K), cg_s("cp_at", cp_at), cg_n("OH", OH),
+                cg_n("S", S), cg_s("ky_d", cg_dilated(L, "ky", D)), cg_n("Wp", Wp), cg_s("kx_d", cg_dilated(L, "kx", D)), cg_n("OW", OW));
         if (Pd > 0)
             cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
                        "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ldL + %d + ix];\n",

@@ -307,30 +307,30 @@ static void maxpool_grad_tiled(Lower *L, int id, const PoolGeom *G)
     cg_kernel(L, id, "maxpool2d_grad_tiled", planes, 3, b, (const char *const[]){ "=dx", "x", "dy" })->grain = H * Wd;
     cg_body(L, "    /* dx, x are [N*%d planes, %d, %d], dy is [N*%d, %d, %d]; %dx%d windows tile the plane */\n",
             C, H, Wd, C, OH, OW, K, K);
-    cg_body(L, "    FOR_EACH(plane, %s) {\n"
-               "        const float *xp = x + plane * %d, *dyp = dy + plane * %d;\n"
-               "        float *dxp = dx + plane * %d;\n"
-               "        for (int oy = 0; oy < %d; oy++)\n"
-               "            for (int ox = 0; ox < %d; ox++) {\n"
+    cg_text(L, "    FOR_EACH(plane, $planes) {\n"
+               "        const float *xp = x + plane * $HW, *dyp = dy + plane * $OHW;\n"
+               "        float *dxp = dx + plane * $HW;\n"
+               "        for (int oy = 0; oy < $OH; oy++)\n"
+               "            for (int ox = 0; ox < $OW; ox++) {\n"
                "                /* the window's first maximum, as the forward pass (and PyTorch) chose it */\n"
-               "                const float *w0 = xp + oy * %d + ox * %d;\n"
+               "                const float *w0 = xp + oy * $KW + ox * $K;\n"
                "                float best = w0[0]; int at = 0;\n"
-               "                for (int ky = 0; ky < %d; ky++)\n"
-               "                    for (int kx = 0; kx < %d; kx++) {\n"
-               "                        float v = w0[ky * %d + kx];\n"
+               "                for (int ky = 0; ky < $K; ky++)\n"
+               "                    for (int kx = 0; kx < $K; kx++) {\n"
+               "                        float v = w0[ky * $Wd + kx];\n"
                "                        int better = (v > best) | (v != v);   /* branch-free: the data decide */\n"
                "                        best = better ? v : best;\n"
-               "                        at = better ? ky * %d + kx : at;\n"
+               "                        at = better ? ky * $K + kx : at;\n"
                "                    }\n"
-               "                float g = %s;\n"
-               "                float *d0 = dxp + oy * %d + ox * %d;\n"
-               "                for (int ky = 0; ky < %d; ky++)\n"
-               "                    for (int kx = 0; kx < %d; kx++) d0[ky * %d + kx] = ky * %d + kx == at ? g : 0.0f;\n"
+               "                float g = $g;\n"
+               "                float *d0 = dxp + oy * $KW + ox * $K;\n"
+               "                for (int ky = 0; ky < $K; ky++)\n"
+               "                    for (int kx = 0; kx < $K; kx++) d0[ky * $Wd + kx] = ky * $K + kx == at ? g : 0.0f;\n"
                "            }\n    }\n",
-            W, H * Wd, OH * OW, H * Wd, OH, OW, K * Wd, K, K, K, Wd, K,
-            relu ? arena_printf(L->p->arena, "best > 0.0f ? dyp[oy * %d + ox] : 0.0f   /* fused relu_grad */", OW)
-                 : arena_printf(L->p->arena, "dyp[oy * %d + ox]", OW),
-            K * Wd, K, K, K, Wd, K);
+            cg_s("planes", W), cg_n("HW", H * Wd), cg_n("OHW", OH * OW), cg_n("OH", OH), cg_n("OW", OW), cg_n("KW", K * Wd), cg_n("K", K),
+            cg_n("Wd", Wd),
+            cg_s("g", relu ? cg_str(L, "best > 0.0f ? dyp[oy * $OW + ox] : 0.0f   /* fused relu_grad */", cg_n("OW", OW))
+                           : cg_str(L, "dyp[oy * $OW + ox]", cg_n("OW", OW))));
     cg_end_kernel(L);
 }
 
