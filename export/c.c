@@ -56,7 +56,8 @@ typedef struct Lib {
 } Lib;
 
 /* The activations a lane of a CPU library aims at: near a core's cache (MobileNetV2 at 28x28, 1.2 MB an image:
-   3 images a lane, 1,056 images/s against 984 at 8, 517 at 16 and 843 with both threads on every kernel of 256) */
+   3 images a lane; lanes of 2 to 8 measured 984 to 1,056 images/s, against 843 with both threads on every
+   kernel of one piece of 256, 2 threads) */
 #define LANE_BYTES (4.0 * 1048576)
 #define LANE_MAX 32   /* and pieces enough to share out: 256 images, 8 pieces at most */
 
@@ -403,11 +404,11 @@ static int write_header(Lib *L)
                    "** takes a lock).\n");
     else
         fprintf(f, "** A context owns its threads and memory; contexts are independent (no state outside them),\n"
-                   "** and one context may be shared by threads (predict takes a lock). On at least as many images\n"
-                   "** as threads, each thread runs pieces of its own (a lane: MODEL_MAX_BATCH images at a time,\n"
-                   "** chosen by mgc export to keep a piece's activations near a core's cache; --batch-size caps\n"
-                   "** it); on fewer, the threads share each kernel. The library sets OpenBLAS to one thread of\n"
-                   "** its own where OpenBLAS is linked.\n");
+                   "** and one context may be shared by threads (predict takes a lock). Given more than\n"
+                   "** MODEL_MAX_BATCH images, each thread runs pieces of its own (a lane: MODEL_MAX_BATCH images\n"
+                   "** at a time, chosen by mgc export to keep a piece's activations near a core's cache;\n"
+                   "** --batch-size sets it); given fewer, the threads share each kernel of the one piece. The\n"
+                   "** library sets OpenBLAS to one thread of its own where OpenBLAS is linked.\n");
     fprintf(f, "*/\n#ifndef MGC_MODEL_H\n#define MGC_MODEL_H\n#include <stddef.h>\n\n"
                "#define MODEL_INPUT_C %d\n#define MODEL_INPUT_H %d\n#define MODEL_INPUT_W %d\n#define MODEL_CLASSES %d\n"
                "#define MODEL_MAX_BATCH %ld   /* images %s; predict takes any n, in pieces of at most this many */\n"
