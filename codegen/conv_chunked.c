@@ -175,21 +175,38 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
         /* a 1x1 layer of an evaluation program on maps of at least 128 positions: each example's y = w . x
            straight from x into y (im2col of a 1x1 layer is a copy, and t another), then the bias and the
            fused activation in place while y is in cache */
-        Step *sp = cg_conv_kernel(L, id, "conv2d_pointwise", dimn(1), nargs, b, names);
+        /* in blocks of 8 output channels where they divide O: a block's weights (8 x C) stay in cache
+           for every example of the run, and one example's threads share its channels (a run of one image
+           on every thread); the bias and activation on the block's rows, just written */
+        bool rows = O % 8 == 0;
+        int M = rows ? 8 : O;
+        Step *sp = cg_conv_kernel(L, id, "conv2d_pointwise", dimn(rows ? O / 8 : 1), nargs, b, names);
         sp->heavy = sp->c_only = true;
-        cg_body(L, "    /* x [N, %d, %ld], w [%d, %d], y [N, %d, %ld]: per example y = w . x (mgc_gemm_nn: x's rows\n"
-                   "       read in place, nothing packed)%s */\n"
-                   "    FOR_EACH(n, N) {\n"
-                   "        float *yn = y + n * %ldL;\n"
-                   "        mgc_gemm_nn(%d, %ld, %d, w, %d, x + n * %ldL, %ld, yn, %ld);\n",
-                C, P, O, C, O, P, bias || cg_act(L->dec, id) >= 0 ? ", then bias and activation in place" : "", (long)O * P, O, P, C, C,
-                (long)C * P, P, P);
+        cg_text(L, "    /* x [N, $C, $P], w [$O, $C], y [N, $O, $P]: per example y = w . x (mgc_gemm_nn: x's rows\n"
+                   "       read in place, nothing packed)$what$then */\n",
+                cg_n("C", C), cg_n("P", P), cg_n("O", O),
+                cg_s("what", rows ? ",\n       in blocks of 8 channels, each block for every example in turn" : ""),
+                cg_s("then", bias || cg_act(L->dec, id) >= 0 ? ", then bias and activation in place" : ""));
+        if (rows)
+            cg_text(L, "    FOR_EACH(i, $work) {\n"
+                       "        const long ob = i / N, n = i % N;\n"
+                       "        float *yn = y + n * ${OP}L + ob * ${MP}L;\n"
+                       "        mgc_gemm_nn(8, $P, $C, w + ob * ${MC}L, $C, x + n * ${CP}L, $P, yn, $P);\n",
+                    cg_s("work", cg_work_str(L, dimn(O / 8))), cg_n("OP", (long)O * P), cg_n("MP", 8L * P), cg_n("P", P), cg_n("C", C),
+                    cg_n("MC", 8L * C), cg_n("CP", (long)C * P));
+        else
+            cg_text(L, "    FOR_EACH(n, N) {\n"
+                       "        float *yn = y + n * ${OP}L;\n"
+                       "        mgc_gemm_nn($O, $P, $C, w, $C, x + n * ${CP}L, $P, yn, $P);\n",
+                    cg_n("OP", (long)O * P), cg_n("O", O), cg_n("P", P), cg_n("C", C), cg_n("CP", (long)C * P));
         if (bias || cg_act(L->dec, id) >= 0)
-            cg_body(L, "        for (int o = 0; o < %d; o++) {\n"
-                       "            float *yo = yn + o * %ldL;\n"
-                       "            const float b = %s;\n"
-                       "            for (int p = 0; p < %ld; p++) %s\n"
-                       "        }\n", O, P, bias ? "bias[o]" : "0.0f", P, cg_store(L, id, "yo", "p", "yo[p] + b"));
+            cg_text(L, "        for (int o = 0; o < $M; o++) {\n"
+                       "            float *yo = yn + o * ${P}L;\n"
+                       "            const float b = $b;\n"
+                       "            for (int p = 0; p < $P; p++) $store\n"
+                       "        }\n",
+                    cg_n("M", M), cg_n("P", P), cg_s("b", !bias ? "0.0f" : rows ? "bias[ob * 8 + o]" : "bias[o]"),
+                    cg_s("store", cg_store(L, id, "yo", "p", "yo[p] + b")));
         cg_body(L, "    }\n");
         cg_end_kernel(L);
         return;

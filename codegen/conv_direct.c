@@ -155,6 +155,82 @@ static void padded_plane(Lower *L, const char *src, int H, int W, int B, int ext
 /* Output rows narrower than this (stride 1) are summed as one run over the padded width (below). */
 #define CG_DW_NARROW 16
 
+/* Same-size planes (stride 1, OH = H, OW = W) narrower than CG_DW_NARROW, of at least 16 positions: the
+   plane as one flat run of H*W outputs, 16 at a time (one mgc_f16), each tap a load at a fixed offset from
+   the output's own index, its lanes whose tap falls outside the plane (a row above or below, a column beside)
+   zeroed by a mask: no padded copy, nothing computed that is thrown away. The plane's neighbours in memory
+   are read (and masked); the first and last plane of the tensor, which have none on one side, go through a
+   zero-bordered copy. The sums are the padded forms' to the bit (a masked lane adds w * +0, as a zero border
+   does). The masks are per tap and position, K*K*ceil16(H*W) ints, at most CG_DW_FLAT_MASKS. */
+#define CG_DW_FLAT_MASKS 4096
+
+static long ceil16(long v) { return (v + 15) / 16 * 16; }
+
+static bool flat_plane_fits(const ConvGeom *G)
+{
+    long HW = (long)G->H * G->W, R = (long)G->P * G->W + G->P;   /* R: the farthest tap's distance */
+    return G->S == 1 && G->OH == G->H && G->OW == G->W && 2L * G->P == (long)(G->K - 1) * G->D && G->W < CG_DW_NARROW &&
+           HW >= 16 && (long)G->K * G->K * ceil16(HW) <= CG_DW_FLAT_MASKS && ceil16(HW) - HW + R <= HW;
+}
+
+/* The flat form's tap masks, written before the kernel's FOR_EACH. */
+static void flat_masks(Lower *L, const ConvGeom *G)
+{
+    long HW = (long)G->H * G->W;
+    cg_text(L, "    /* mt[tap][p]: all ones where output p's tap lies inside the plane, else 0 */\n"
+               "    int mt[$KK][$HW16];\n"
+               "    for (int ky = 0; ky < $K; ky++)\n"
+               "        for (int kx = 0; kx < $K; kx++)\n"
+               "            for (int p = 0; p < $HW16; p++) {\n"
+               "                const int py = p / $W + ky * $D - $P, px = p % $W + kx * $D - $P;\n"
+               "                mt[ky * $K + kx][p] = -(p < $HW && py >= 0 && py < $H && px >= 0 && px < $W);\n"
+               "            }\n",
+            cg_n("KK", G->K * G->K), cg_n("HW16", ceil16(HW)), cg_n("K", G->K), cg_n("W", G->W), cg_n("D", G->D),
+            cg_n("P", G->P), cg_n("HW", HW), cg_n("H", G->H));
+}
+
+/* The flat form's text for one plane: `src` (a const float * the text may repoint), plane `plane` of the
+   tensor's `planes`, summed into each output's v, which `store` (a statement of o0 + l and v) keeps.
+   `flip`: the taps mirrored (the input gradient); `b0`: the sum's first term ("" for none). */
+static void flat_plane(Lower *L, const ConvGeom *G, const char *src, const char *plane, const char *planes, bool flip,
+                       const char *b0, const char *store)
+{
+    Arena *a = L->p->arena;
+    int K = G->K, W = G->W, D = G->D, P = G->P;
+    long HW = (long)G->H * W, R = (long)P * W + P;
+    const char *sum = b0;
+    for (int ky = 0; ky < K; ky++)
+        for (int kx = 0; kx < K; kx++) {
+            long off = (long)(ky * D - P) * W + kx * D - P;
+            int wy = flip ? K - 1 - ky : ky, wx = flip ? K - 1 - kx : kx;
+            const char *ld = off ? arena_printf(a, "(mgc_f16)((mgc_i16)mgc_load16(q %c %ld) & mgc_load16i(mt[%d] + o0))",
+                                                off < 0 ? '-' : '+', off < 0 ? -off : off, ky * K + kx)
+                                 : "mgc_load16(q)";
+            sum = arena_printf(a, "%s%sw%d_%d * %s", sum, *sum ? " + " : "", wy, wx, ld);
+        }
+    cg_text(L, "        float pad[$padn];   /* the first and last plane: a copy with $R zeros around */\n"
+               "        if ($plane == 0 || $plane == $planes - 1) {\n"
+               "            for (int k = 0; k < $R; k++) pad[k] = 0.0f;\n"
+               "            for (int k = 0; k < $HW; k++) pad[$R + k] = ${src}[k];\n"
+               "            for (int k = $R + $HW; k < $padn; k++) pad[k] = 0.0f;\n"
+               "            $src = pad + $R;\n"
+               "        }\n",
+            cg_n("padn", 2 * R + ceil16(HW)), cg_n("R", R), cg_s("plane", plane), cg_s("planes", planes), cg_n("HW", HW),
+            cg_s("src", src));
+    cg_text(L, "        for (int o0 = 0; o0 < $HW; o0 += 16) {\n"
+               "            const float *q = $src + o0;\n"
+               "            float t[16];\n"
+               "            mgc_store16(t, $sum);\n"
+               "            const int len = $len;\n"
+               "            _Pragma(\"GCC unroll 1\") for (int l = 0; l < len; l++) {   /* vectorised, not unrolled into branches */\n"
+               "                const float v = t[l];\n"
+               "                $store\n"
+               "            }\n"
+               "        }\n",
+            cg_n("HW", HW), cg_s("src", src), cg_s("sum", sum),
+            cg_s("len", HW % 16 ? arena_printf(a, "%ld - o0 < 16 ? %ld - o0 : 16", HW, HW) : "16"), cg_s("store", store));
+}
+
 /* The body's sum over a K x K window of `pad` (Wp wide) at row `row0` and column
    `col0` + ox * S, taps D apart, with the weights w<ky>_<kx> ("flip": the taps
    mirrored, for the input gradient): "w0_0 * r0[...] + ...". */
@@ -183,16 +259,24 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
                "       one (n, o) plane per iteration: its input plane once into a zero-bordered copy,\n"
                "       each output the sum of its %d taps, the weights in registers */\n",
             C, H, W, O, K, K, O, OH, OW, S, P, cg_groups_dilation(L, G), K * K);
+    bool flat = flat_plane_fits(G), narrow = !flat && S == 1 && OW < CG_DW_NARROW;
+    if (flat) flat_masks(L, G);
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, o = i %% %d;\n"
                "        const float *xp = x + (n * %d + o / %d) * %d;\n",
             cg_work_str(L, dimn(O)), O, O, C, Og, H * W);
-    bool narrow = S == 1 && OW < CG_DW_NARROW;
-    padded_plane(L, "xp", H, W, P, narrow ? (K - 1) * D : 0);
+    if (!flat) padded_plane(L, "xp", H, W, P, narrow ? (K - 1) * D : 0);
     cg_body(L, "        const float *wp = w + o * %d, b0 = %s;\n", K * K, bias ? "bias[o]" : "0.0f");
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
     cg_body(L, "        float *yp = y + i * %d;\n", OH * OW);
+    if (flat) {
+        flat_plane(L, G, "xp", arena_printf(L->p->arena, "(n * %d + o / %d)", C, Og), arena_printf(L->p->arena, "%ldL * N", (long)C),
+                   false, "b0", cg_store(L, id, "yp", "o0 + l", "v"));
+        cg_body(L, "    }\n");
+        cg_end_kernel(L);
+        return;
+    }
     if (narrow) {
         /* rows too short to vectorise: every output over the padded width as one run (t[oy * Wp + ox]; the
            last Wp - OW of a row are thrown away), its taps at fixed offsets, then the row's first OW stored */
@@ -242,6 +326,8 @@ static void conv_depthwise_grad_x(Lower *L, int id, const ConvGeom *G, const int
                "       one (n, c) plane of dx per iteration: for each of its %d output%s, dy's plane with %d zeros\n"
                "       around, correlated with the mirrored kernel (the weights in registers) */\n",
             O, OH, OW, O, K, K, C, H, W, P, cg_groups_dilation(L, G), Og, Og == 1 ? "" : "s", B);
+    bool flat = flat_plane_fits(G), narrow = !flat && W < CG_DW_NARROW;
+    if (flat) flat_masks(L, G);
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, c = i %% %d;\n"
                "        float *dxp = dx + i * %d;\n"
@@ -249,11 +335,17 @@ static void conv_depthwise_grad_x(Lower *L, int id, const ConvGeom *G, const int
                "        const long o = c * %d + j;\n"
                "        const float *dyp = dy + (n * %d + o) * %d;\n",
             cg_work_str(L, dimn(C)), C, C, H * W, Og, Og, O, OH * OW);
-    bool narrow = W < CG_DW_NARROW;
-    padded_plane(L, "dyp", OH, OW, B, narrow ? (K - 1) * D : 0);
+    if (!flat) padded_plane(L, "dyp", OH, OW, B, narrow ? (K - 1) * D : 0);
     cg_body(L, "        const float *wp = w + o * %d;\n", K * K);
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
+    if (flat) {   /* the forward's flat form over dy's plane (the same size), the taps mirrored */
+        flat_plane(L, G, "dyp", arena_printf(L->p->arena, "(n * %d + o)", O), arena_printf(L->p->arena, "%ldL * N", (long)O), true, "",
+                   "dxp[o0 + l] = j ? dxp[o0 + l] + v : v;");
+        cg_body(L, "        }\n    }\n");
+        cg_end_kernel(L);
+        return;
+    }
     if (narrow) {   /* as the forward's narrow rows: one run over the padded width, each row's first W kept */
         cg_body(L, "        float t[%ldL];   /* over the padded width, %ld a row, the first %d kept */\n", H * Wp, Wp, W);
         for (int ky = 0; ky < K; ky++) cg_body(L, "        const float *r%d = pad + %ldL;\n", ky, ky * D * Wp);

@@ -15,7 +15,7 @@
 **                    (a float select on data-dependent conditions may become a branch that
 **                    the data mispredict); CUDA: a select
 **   C only, for kernels whose steps are c_only: mgc_f8, mgc_f16 (8 and 16 floats
-**   as one vector), mgc_load8/16, mgc_store16; mgc_gemm_tn(M, N, K, A, lda, B, ldb,
+**   as one vector), mgc_load8/16, mgc_store16, mgc_i16 and mgc_load16i (16 ints: lane masks); mgc_gemm_tn(M, N, K, A, lda, B, ldb,
 **   C, ldc), C = A^T . B for a short K; mgc_gemm_nn(...), C = A . B, nothing packed
 **   (M >= 8, N >= 16)
 **
@@ -162,6 +162,8 @@ static const char prelude_c[] =
     "typedef float mgc_f16 __attribute__((vector_size(64)));\n"
     "static inline mgc_f16 mgc_load16(const float *p) { mgc_f16 v; __builtin_memcpy(&v, p, sizeof v); return v; }\n"
     "static inline void mgc_store16(float *p, mgc_f16 v) { __builtin_memcpy(p, &v, sizeof v); }\n"
+    "typedef int mgc_i16 __attribute__((vector_size(64)));   /* 16 ints: a lane mask (all ones or 0) */\n"
+    "static inline mgc_i16 mgc_load16i(const int *p) { mgc_i16 v; __builtin_memcpy(&v, p, sizeof v); return v; }\n"
     "/* C[M, N] = A^T . B, A [K, M] (row stride lda), B [K, N] (ldb), C (ldc): a GEMM with a short K\n"
     "   (a convolution's input gradient with few output channels), where a BLAS's packing costs\n"
     "   more than the multiply-adds: blocks of 6 rows by 32 columns in registers */\n"
