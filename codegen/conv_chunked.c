@@ -185,8 +185,27 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
         cg_text(L, "    /* x [N, $C, $P], w [$O, $C], y [N, $O, $P]: per example y = w . x (mgc_gemm_nn: x's rows\n"
                    "       read in place, nothing packed)$what$then */\n",
                 cg_n("C", C), cg_n("P", P), cg_n("O", O),
-                cg_s("what", rows ? ",\n       in blocks of 8 channels, each block for every example in turn" : ""),
-                cg_s("then", bias || cg_act(L->dec, id) >= 0 ? ", then bias and activation in place" : ""));
+                cg_s("what", rows ? ", in blocks of 8\n       channels, each block for every example in turn" : ""),
+                cg_s("then", !(bias || cg_act(L->dec, id) >= 0) ? ""
+                             : rows && cg_store_vec(L, id) ? ";\n       bias and activation on the sums in registers"
+                                                           : ";\n       then bias and activation in place"));
+        const char *vec = rows ? cg_store_vec(L, id) : NULL;
+        if (vec) {   /* the bias and activation on each block's sums in registers, before its store */
+            cg_text(L, "    FOR_EACH(i, $work) {\n"
+                       "        const long ob = i / N, n = i % N;\n"
+                       "        float *yn = y + n * ${OP}L + ob * ${MP}L;\n"
+                       "#define MGC_ACT(v) ($vec)\n"
+                       "#define MGC_EPI(s, r) MGC_ACT($sum)\n"
+                       "        MGC_GEMM_NN_EPI(8, $P, $C, w + ob * ${MC}L, $C, x + n * ${CP}L, $P, yn, $P, MGC_EPI);\n"
+                       "#undef MGC_EPI\n"
+                       "#undef MGC_ACT\n"
+                       "    }\n",
+                    cg_s("work", cg_work_str(L, dimn(O / 8))), cg_n("OP", (long)O * P), cg_n("MP", 8L * P), cg_s("vec", vec),
+                    cg_s("sum", bias ? "((s) + bias[ob * 8 + (r)])" : "(s)"), cg_n("P", P), cg_n("C", C), cg_n("MC", 8L * C),
+                    cg_n("CP", (long)C * P));
+            cg_end_kernel(L);
+            return;
+        }
         if (rows)
             cg_text(L, "    FOR_EACH(i, $work) {\n"
                        "        const long ob = i / N, n = i % N;\n"

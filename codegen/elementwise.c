@@ -11,8 +11,8 @@
 
 /* The activations' expressions (ir/activations.def), by op: the forward's
    and the gradient's, and whether the gradient reads y (else x). */
-static const struct { const char *fwd, *bwd; bool reads_y; } activations[OP_COUNT] = {
-#define ACT(e, name, at, reads, f, b) [OP_##e] = { f, b, #reads[0] == 'Y' }, [OP_##e##_BWD] = { f, b, #reads[0] == 'Y' },
+static const struct { const char *fwd, *bwd, *vec; bool reads_y; } activations[OP_COUNT] = {
+#define ACT(e, name, at, reads, f, b, v) [OP_##e] = { f, b, v, #reads[0] == 'Y' }, [OP_##e##_BWD] = { f, b, v, #reads[0] == 'Y' },
 #include "activations.def"
 #undef ACT
 };
@@ -42,6 +42,17 @@ const char *cg_fused_act(Lower *L, int id, const char *v)
     const char *paren = arena_printf(L->p->arena, "(%s)", v);
     while ((at = strstr(e, "x[i]"))) e = arena_printf(L->p->arena, "%.*s%s%s", (int)(at - e), e, paren, at + 4);
     return e;
+}
+
+/* Node id's store (cg_store) as a vector form of v (an mgc_f16, ir/activations.def's third expression):
+   "v" with no fused activation; NULL where the store is more than the activation (stored beside its
+   input) or the activation has no vector form. */
+const char *cg_store_vec(Lower *L, int id)
+{
+    int act = cg_act(L->dec, id);
+    if (act < 0) return "v";
+    if (cg_act_beside(L->dec, id) >= 0 || !*activations[act].vec) return NULL;
+    return with_attrs(L, activations[act].vec, &L->g->nodes[cg_act_node(L->dec, id)]);
 }
 
 /* y = f(x): an activation's kernel, one element per iteration */

@@ -61,6 +61,7 @@ const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's f
    reads its input (cg_act_beside), val there and the activation at the same place of ya, the
    activation's own buffer, which the kernel takes as "=ya" (cg_conv_kernel adds it for convolutions) */
 const char *cg_store(Lower *L, int id, const char *ptr, const char *idx, const char *val);
+const char *cg_store_vec(Lower *L, int id);   /* the store as a vector form of v (mgc_f16), or NULL: none */
 void cg_lower_activation_grad(Lower *L, int id);   /* relu_grad, sigmoid_grad, tanh_grad */
 void cg_lower_binary(Lower *L, int id);            /* add, mul, sub (mul and sub broadcast) */
 void cg_lower_neg(Lower *L, int id);

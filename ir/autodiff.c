@@ -116,7 +116,7 @@ static void grad_ln_apply(Ad *ad, int y, const Node *n, int dy)
 /* The activations (ir/activations.def): each its gradient op, reading the
    forward's input or its output, and dy. */
 static const struct { Op bwd; bool reads_y; } activations[OP_COUNT] = {
-#define ACT(e, name, at, reads, fwd, bwd) [OP_##e] = { OP_##e##_BWD, #reads[0] == 'Y' },
+#define ACT(e, name, at, reads, fwd, bwd, vec) [OP_##e] = { OP_##e##_BWD, #reads[0] == 'Y' },
 #include "activations.def"
 #undef ACT
 };

@@ -149,6 +149,16 @@ def op_conv_depthwise_narrow():
                ("dw5", nn.Conv2d(16, 16, 5, groups=16)), *head(16 * 1 * 1))
 
 
+def op_pointwise_act():
+    return seq(("p1", nn.Conv2d(4, 8, 1)), relu(),
+               ("p2", nn.Conv2d(8, 16, 1)), relu6(),
+               ("p3", nn.Conv2d(16, 8, 1, bias=False)), leaky_relu(0.2),
+               ("p4", nn.Conv2d(8, 8, 1)), hardsigmoid(),
+               ("p5", nn.Conv2d(8, 8, 1)), hardswish(),
+               ("p6", nn.Conv2d(8, 12, 1)), silu(),
+               ("p7", nn.Conv2d(12, 8, 1)), *head(8 * 5 * 8))
+
+
 def op_conv_stride2():
     return seq(("conv", nn.Conv2d(3, 5, 3, stride=2, padding=1)), *head(5 * 5 * 5))
 
@@ -496,6 +506,7 @@ BUILDERS = {
     "tests/nets/op_conv_groups_wide.net": (op_conv_groups_wide, (8, 6, 6)),
     "tests/nets/op_conv_depthwise.net": (op_conv_depthwise, (3, 6, 18)),
     "tests/nets/op_conv_depthwise_narrow.net": (op_conv_depthwise_narrow, (4, 7, 7)),
+    "tests/nets/op_pointwise_act.net": (op_pointwise_act, (4, 5, 8)),
     "tests/nets/op_layernorm.net": (op_layernorm, (3, 5, 4)),
     "tests/nets/op_relu6.net": (op_act2(relu6), (3, 6, 6)),
     "tests/nets/op_hardsigmoid.net": (op_act2(hardsigmoid), (3, 6, 6)),
