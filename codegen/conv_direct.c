@@ -255,12 +255,23 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
     Step *st = cg_conv_kernel(L, id, "conv2d_depthwise", dimn(O), bias ? 4 : 3, b, (const char *const[]){ "=y", "x", "w", "bias" });
     st->grain = (long)OH * OW * K * K;
     st->c_only = true;
+    /* stride 2 on a plane the flat form takes: the stride-1 layer's outputs (the flat form's), every other
+       row and column kept: the same taps summed in the same order, in vectors, where the stride-2 loads
+       of a row are not */
+    ConvGeom G1 = *G;
+    G1.S = 1, G1.OH = H, G1.OW = W;
+    bool half = S == 2 && D == 1 && flat_plane_fits(&G1) && OH == (H + 1) / 2 && OW == (W + 1) / 2;
+    bool flat = half || flat_plane_fits(G), narrow = !flat && S == 1 && OW < CG_DW_NARROW;
     cg_body(L, "    /* x [N, %d, %d, %d], w [%d, 1, %d, %d], y [N, %d, %d, %d]; stride %d, padding %d%s;\n"
-               "       one (n, o) plane per iteration: its input plane once into a zero-bordered copy,\n"
+               "       one (n, o) plane per iteration: %s,\n"
                "       each output the sum of its %d taps, the weights in registers */\n",
-            C, H, W, O, K, K, O, OH, OW, S, P, cg_groups_dilation(L, G), K * K);
-    bool flat = flat_plane_fits(G), narrow = !flat && S == 1 && OW < CG_DW_NARROW;
-    if (flat) flat_masks(L, G);
+            C, H, W, O, K, K, O, OH, OW, S, P, cg_groups_dilation(L, G),
+            !flat  ? "its input plane once into a zero-bordered copy"
+            : half ? "the stride-1 outputs as one flat run (taps off the\n"
+                     "       plane masked), every other row and column kept"
+                   : "the outputs as one flat run, 16 a vector (taps off the plane masked)",
+            K * K);
+    if (flat) flat_masks(L, half ? &G1 : G);
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, o = i %% %d;\n"
                "        const float *xp = x + (n * %d + o / %d) * %d;\n",
@@ -270,6 +281,20 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
     cg_body(L, "        float *yp = y + i * %d;\n", OH * OW);
+    if (half) {
+        cg_body(L, "        float full[%ld];   /* the stride-1 outputs */\n", ceil16((long)H * W));
+        flat_plane(L, &G1, "xp", arena_printf(L->p->arena, "(n * %d + o / %d)", C, Og), arena_printf(L->p->arena, "%ldL * N", (long)C),
+                   false, "b0", "full[o0 + l] = v;");
+        cg_text(L, "        for (int oy = 0; oy < $OH; oy++)\n"
+                   "            for (int ox = 0; ox < $OW; ox++) {\n"
+                   "                const float v = full[oy * ${W2}L + ox * 2];\n"
+                   "                $store\n"
+                   "            }\n"
+                   "    }\n",
+                cg_n("OH", OH), cg_n("OW", OW), cg_n("W2", 2L * W), cg_s("store", cg_store(L, id, "yp", arena_printf(L->p->arena, "oy * %d + ox", OW), "v")));
+        cg_end_kernel(L);
+        return;
+    }
     if (flat) {
         flat_plane(L, G, "xp", arena_printf(L->p->arena, "(n * %d + o / %d)", C, Og), arena_printf(L->p->arena, "%ldL * N", (long)C),
                    false, "b0", cg_store(L, id, "yp", "o0 + l", "v"));
