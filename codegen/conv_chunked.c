@@ -153,6 +153,84 @@ static bool pointwise_forward(const Lower *L, int id, const ConvGeom *G, int sta
            (long)G->OH * G->OW >= 16 && G->O >= 8;
 }
 
+/* The pointwise form's kernel: each example's y = w . x straight from x into y (im2col of a 1x1 layer
+   is a copy, and t another), mgc_gemm_nn's blocks, the work split one of three ways:
+   - panels, where the weights are at most CG_PW_SMALL floats (w stays in cache whole) and the map has
+     CG_PW_PANEL positions or more: an example's columns in panels of CG_PW_PANEL (the last takes the
+     rest), each panel all O rows, so that a panel of x is read from cache by every block of rows (a
+     block of rows a pass over the whole map read x from memory again); the threads share one
+     example's panels;
+   - rows, larger weights and O a multiple of 8: blocks of 8 output channels, each for every example
+     in turn (its 8 x C weights stay in cache); the threads share one example's blocks;
+   - else the whole GEMM an example.
+   The bias and activation on each block's sums in registers (MGC_GEMM_NN_EPI) where the activation
+   has a vector form (cg_store_vec), else a pass over the rows just stored. */
+#define CG_PW_SMALL 8192
+#define CG_PW_PANEL 64
+
+static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, const int *b, const char *const *names, bool bias)
+{
+    Arena *a = L->p->arena;
+    int C = G->C, O = G->O;
+    long P = (long)G->OH * G->OW;
+    bool panels = (long)O * C <= CG_PW_SMALL && P >= CG_PW_PANEL, rows = !panels && O % 8 == 0;
+    bool epi = bias || cg_act(L->dec, id) >= 0;
+    const char *vec = epi ? cg_store_vec(L, id) : NULL;
+    long np = panels ? P / CG_PW_PANEL : 1;
+    Step *sp = cg_conv_kernel(L, id, "conv2d_pointwise", dimn(panels ? np : rows ? O / 8 : 1), nargs, b, names);
+    sp->heavy = sp->c_only = true;
+    cg_text(L, "    /* x [N, $C, $P], w [$O, $C], y [N, $O, $P]: per example y = w . x (mgc_gemm_nn: x's rows\n"
+               "       read in place, nothing packed), $how$then */\n",
+            cg_n("C", C), cg_n("P", P), cg_n("O", O),
+            cg_s("how", panels ? arena_printf(a, "in panels of %d columns, each all %d rows", CG_PW_PANEL, O)
+                        : rows ? "in blocks of 8 channels,\n       each block for every example in turn"
+                               : "the whole GEMM an example"),
+            cg_s("then", !epi ? "" : vec ? ";\n       bias and activation on the sums in registers" : ";\n       then bias and activation in place"));
+    /* the loop's head: the block's rows M and columns cols, its A, B and C, the bias's first row */
+    const char *M = "8", *cols = arena_printf(a, "%ld", P), *A = "w", *B = arena_printf(a, "x + n * %ldL", (long)C * P),
+               *Cp = "yn", *row0 = "0";
+    if (panels) {
+        cg_text(L, "    FOR_EACH(i, $work) {\n"
+                   "        const long n = i / $np, j0 = i % $np * $PANEL;\n"
+                   "        const int cols = i % $np == $np - 1 ? (int)($P - j0) : $PANEL;\n"
+                   "        float *yn = y + n * ${OP}L + j0;\n",
+                cg_s("work", cg_work_str(L, dimn(np))), cg_n("np", np), cg_n("PANEL", CG_PW_PANEL), cg_n("P", P),
+                cg_n("OP", (long)O * P));
+        M = arena_printf(a, "%d", O), cols = "cols", B = arena_printf(a, "x + n * %ldL + j0", (long)C * P);
+    } else if (rows) {
+        cg_text(L, "    FOR_EACH(i, $work) {\n"
+                   "        const long ob = i / N, n = i % N;\n"
+                   "        float *yn = y + n * ${OP}L + ob * ${MP}L;\n",
+                cg_s("work", cg_work_str(L, dimn(O / 8))), cg_n("OP", (long)O * P), cg_n("MP", 8L * P));
+        A = arena_printf(a, "w + ob * %ldL", 8L * C), row0 = "ob * 8";
+    } else {
+        cg_text(L, "    FOR_EACH(n, N) {\n"
+                   "        float *yn = y + n * ${OP}L;\n", cg_n("OP", (long)O * P));
+        M = arena_printf(a, "%d", O);
+    }
+    if (vec)
+        cg_text(L, "#define MGC_ACT(v) ($vec)\n"
+                   "#define MGC_EPI(s, r) MGC_ACT($sum)\n"
+                   "        MGC_GEMM_NN_EPI($M, $cols, $C, $A, $C, $B, $P, $Cp, $P, MGC_EPI);\n"
+                   "#undef MGC_EPI\n"
+                   "#undef MGC_ACT\n",
+                cg_s("vec", vec), cg_s("sum", bias ? arena_printf(a, "((s) + bias[%s + (r)])", row0) : "(s)"), cg_s("M", M),
+                cg_s("cols", cols), cg_n("C", C), cg_s("A", A), cg_s("B", B), cg_n("P", P), cg_s("Cp", Cp));
+    else
+        cg_text(L, "        mgc_gemm_nn($M, $cols, $C, $A, $C, $B, $P, $Cp, $P);\n", cg_s("M", M), cg_s("cols", cols), cg_n("C", C),
+                cg_s("A", A), cg_s("B", B), cg_n("P", P), cg_s("Cp", Cp));
+    if (epi && !vec)
+        cg_text(L, "        for (int o = 0; o < $M; o++) {\n"
+                   "            float *yo = yn + o * ${P}L;\n"
+                   "            const float b = $b;\n"
+                   "            for (int p = 0; p < $cols; p++) $store\n"
+                   "        }\n",
+                cg_s("M", M), cg_n("P", P), cg_s("b", bias ? arena_printf(a, "bias[%s + o]", row0) : "0.0f"), cg_s("cols", cols),
+                cg_s("store", cg_store(L, id, "yo", "p", "yo[p] + b")));
+    cg_body(L, "    }\n");
+    cg_end_kernel(L);
+}
+
 /* x, w, bias? -> y: per chunk of examples, im2col into scratch, t[O, nb*P] = w . col
    (CBLAS, this thread), and y = t + bias (and a fused relu) */
 void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
@@ -172,62 +250,7 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
         b[nargs] = L->part[stats], names[nargs++] = "=part";
     }
     if (pointwise_forward(L, id, G, stats)) {
-        /* a 1x1 layer of an evaluation program on maps of at least 128 positions: each example's y = w . x
-           straight from x into y (im2col of a 1x1 layer is a copy, and t another), then the bias and the
-           fused activation in place while y is in cache */
-        /* in blocks of 8 output channels where they divide O: a block's weights (8 x C) stay in cache
-           for every example of the run, and one example's threads share its channels (a run of one image
-           on every thread); the bias and activation on the block's rows, just written */
-        bool rows = O % 8 == 0;
-        int M = rows ? 8 : O;
-        Step *sp = cg_conv_kernel(L, id, "conv2d_pointwise", dimn(rows ? O / 8 : 1), nargs, b, names);
-        sp->heavy = sp->c_only = true;
-        cg_text(L, "    /* x [N, $C, $P], w [$O, $C], y [N, $O, $P]: per example y = w . x (mgc_gemm_nn: x's rows\n"
-                   "       read in place, nothing packed)$what$then */\n",
-                cg_n("C", C), cg_n("P", P), cg_n("O", O),
-                cg_s("what", rows ? ", in blocks of 8\n       channels, each block for every example in turn" : ""),
-                cg_s("then", !(bias || cg_act(L->dec, id) >= 0) ? ""
-                             : rows && cg_store_vec(L, id) ? ";\n       bias and activation on the sums in registers"
-                                                           : ";\n       then bias and activation in place"));
-        const char *vec = rows ? cg_store_vec(L, id) : NULL;
-        if (vec) {   /* the bias and activation on each block's sums in registers, before its store */
-            cg_text(L, "    FOR_EACH(i, $work) {\n"
-                       "        const long ob = i / N, n = i % N;\n"
-                       "        float *yn = y + n * ${OP}L + ob * ${MP}L;\n"
-                       "#define MGC_ACT(v) ($vec)\n"
-                       "#define MGC_EPI(s, r) MGC_ACT($sum)\n"
-                       "        MGC_GEMM_NN_EPI(8, $P, $C, w + ob * ${MC}L, $C, x + n * ${CP}L, $P, yn, $P, MGC_EPI);\n"
-                       "#undef MGC_EPI\n"
-                       "#undef MGC_ACT\n"
-                       "    }\n",
-                    cg_s("work", cg_work_str(L, dimn(O / 8))), cg_n("OP", (long)O * P), cg_n("MP", 8L * P), cg_s("vec", vec),
-                    cg_s("sum", bias ? "((s) + bias[ob * 8 + (r)])" : "(s)"), cg_n("P", P), cg_n("C", C), cg_n("MC", 8L * C),
-                    cg_n("CP", (long)C * P));
-            cg_end_kernel(L);
-            return;
-        }
-        if (rows)
-            cg_text(L, "    FOR_EACH(i, $work) {\n"
-                       "        const long ob = i / N, n = i % N;\n"
-                       "        float *yn = y + n * ${OP}L + ob * ${MP}L;\n"
-                       "        mgc_gemm_nn(8, $P, $C, w + ob * ${MC}L, $C, x + n * ${CP}L, $P, yn, $P);\n",
-                    cg_s("work", cg_work_str(L, dimn(O / 8))), cg_n("OP", (long)O * P), cg_n("MP", 8L * P), cg_n("P", P), cg_n("C", C),
-                    cg_n("MC", 8L * C), cg_n("CP", (long)C * P));
-        else
-            cg_text(L, "    FOR_EACH(n, N) {\n"
-                       "        float *yn = y + n * ${OP}L;\n"
-                       "        mgc_gemm_nn($O, $P, $C, w, $C, x + n * ${CP}L, $P, yn, $P);\n",
-                    cg_n("OP", (long)O * P), cg_n("O", O), cg_n("P", P), cg_n("C", C), cg_n("CP", (long)C * P));
-        if (bias || cg_act(L->dec, id) >= 0)
-            cg_text(L, "        for (int o = 0; o < $M; o++) {\n"
-                       "            float *yo = yn + o * ${P}L;\n"
-                       "            const float b = $b;\n"
-                       "            for (int p = 0; p < $P; p++) $store\n"
-                       "        }\n",
-                    cg_n("M", M), cg_n("P", P), cg_s("b", !bias ? "0.0f" : rows ? "bias[ob * 8 + o]" : "bias[o]"),
-                    cg_s("store", cg_store(L, id, "yo", "p", "yo[p] + b")));
-        cg_body(L, "    }\n");
-        cg_end_kernel(L);
+        pointwise_kernel(L, id, G, nargs, b, names, bias);
         return;
     }
     Step *st = cg_conv_kernel(L, id, "conv2d_chunked", dimn(1), nargs, b, names);
