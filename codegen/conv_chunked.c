@@ -183,6 +183,7 @@ static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, con
                "       read in place, nothing packed), $how$then */\n",
             cg_n("C", C), cg_n("P", P), cg_n("O", O),
             cg_s("how", panels ? arena_printf(a, "in panels of %d columns, each all %d rows", CG_PW_PANEL, O)
+                        : rows && (vec || !epi) ? "in blocks of 8 channels,\n       each block for every example in turn, two examples at once"
                         : rows ? "in blocks of 8 channels,\n       each block for every example in turn"
                                : "the whole GEMM an example"),
             cg_s("then", !epi ? "" : vec ? ";\n       bias and activation on the sums in registers" : ";\n       then bias and activation in place"));
@@ -197,6 +198,22 @@ static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, con
                 cg_s("work", cg_work_str(L, dimn(np))), cg_n("np", np), cg_n("PANEL", CG_PW_PANEL), cg_n("P", P),
                 cg_n("OP", (long)O * P));
         M = arena_printf(a, "%d", O), cols = "cols", B = arena_printf(a, "x + n * %ldL + j0", (long)C * P);
+    } else if (rows && (vec || !epi)) {   /* two examples at once (MGC_GEMM_NN_EPI2) */
+        cg_text(L, "    FOR_EACH(i, ${blocks}L * ((N + 1) / 2)) {\n"
+                   "        const long ob = i / ((N + 1) / 2), n = i % ((N + 1) / 2) * 2;\n"
+                   "        float *yn = y + n * ${OP}L + ob * ${MP}L, *yn2 = n + 1 < N ? yn + ${OP}L : 0;\n"
+                   "        const float *xn2 = n + 1 < N ? x + (n + 1) * ${CP}L : 0;\n",
+                cg_n("blocks", O / 8), cg_n("OP", (long)O * P), cg_n("MP", 8L * P), cg_n("CP", (long)C * P));
+        cg_text(L, "#define MGC_ACT(v) ($vec)\n"
+                   "#define MGC_EPI(s, r) MGC_ACT($sum)\n"
+                   "        MGC_GEMM_NN_EPI2(8, $P, $C, w + ob * ${MC}L, $C, x + n * ${CP}L, xn2, $P, yn, yn2, $P, MGC_EPI);\n"
+                   "#undef MGC_EPI\n"
+                   "#undef MGC_ACT\n"
+                   "    }\n",
+                cg_s("vec", vec ? vec : "v"), cg_s("sum", bias ? "((s) + bias[ob * 8 + (r)])" : "(s)"), cg_n("P", P), cg_n("C", C),
+                cg_n("MC", 8L * C), cg_n("CP", (long)C * P));
+        cg_end_kernel(L);
+        return;
     } else if (rows) {
         cg_text(L, "    FOR_EACH(i, $work) {\n"
                    "        const long ob = i / N, n = i % N;\n"
