@@ -184,10 +184,12 @@ static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, con
             cg_n("C", C), cg_n("P", P), cg_n("O", O),
             cg_s("how", panels ? arena_printf(a, "in panels of %d columns, each all %d rows", CG_PW_PANEL, O)
                         : rows && (vec || !epi) ? "in blocks of 8 channels,\n       each block for every example in turn, two examples at once"
-                        : rows ? "in blocks of 8 channels,\n       each block for every example in turn"
+                        : rows                  ? "in blocks of 8 channels,\n       each block for every example in turn"
                                : "the whole GEMM an example"),
             cg_s("then", !epi ? "" : vec ? ";\n       bias and activation on the sums in registers" : ";\n       then bias and activation in place"));
-    /* the loop's head: the block's rows M and columns cols, its A, B and C, the bias's first row */
+    /* the loop's head: the block's rows M and columns cols, its A, B and C, the bias's first row (a pair's
+       second example: xn2 and yn2) */
+    bool pair = rows && (vec || !epi);   /* two examples at once (MGC_GEMM_NN_EPI2) */
     const char *M = "8", *cols = arena_printf(a, "%ld", P), *A = "w", *B = arena_printf(a, "x + n * %ldL", (long)C * P),
                *Cp = "yn", *row0 = "0";
     if (panels) {
@@ -198,22 +200,13 @@ static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, con
                 cg_s("work", cg_work_str(L, dimn(np))), cg_n("np", np), cg_n("PANEL", CG_PW_PANEL), cg_n("P", P),
                 cg_n("OP", (long)O * P));
         M = arena_printf(a, "%d", O), cols = "cols", B = arena_printf(a, "x + n * %ldL + j0", (long)C * P);
-    } else if (rows && (vec || !epi)) {   /* two examples at once (MGC_GEMM_NN_EPI2) */
+    } else if (pair) {
         cg_text(L, "    FOR_EACH(i, ${blocks}L * ((N + 1) / 2)) {\n"
                    "        const long ob = i / ((N + 1) / 2), n = i % ((N + 1) / 2) * 2;\n"
                    "        float *yn = y + n * ${OP}L + ob * ${MP}L, *yn2 = n + 1 < N ? yn + ${OP}L : 0;\n"
                    "        const float *xn2 = n + 1 < N ? x + (n + 1) * ${CP}L : 0;\n",
                 cg_n("blocks", O / 8), cg_n("OP", (long)O * P), cg_n("MP", 8L * P), cg_n("CP", (long)C * P));
-        cg_text(L, "#define MGC_ACT(v) ($vec)\n"
-                   "#define MGC_EPI(s, r) MGC_ACT($sum)\n"
-                   "        MGC_GEMM_NN_EPI2(8, $P, $C, w + ob * ${MC}L, $C, x + n * ${CP}L, xn2, $P, yn, yn2, $P, MGC_EPI);\n"
-                   "#undef MGC_EPI\n"
-                   "#undef MGC_ACT\n"
-                   "    }\n",
-                cg_s("vec", vec ? vec : "v"), cg_s("sum", bias ? "((s) + bias[ob * 8 + (r)])" : "(s)"), cg_n("P", P), cg_n("C", C),
-                cg_n("MC", 8L * C), cg_n("CP", (long)C * P));
-        cg_end_kernel(L);
-        return;
+        A = arena_printf(a, "w + ob * %ldL", 8L * C), row0 = "ob * 8";
     } else if (rows) {
         cg_text(L, "    FOR_EACH(i, $work) {\n"
                    "        const long ob = i / N, n = i % N;\n"
@@ -225,25 +218,26 @@ static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, con
                    "        float *yn = y + n * ${OP}L;\n", cg_n("OP", (long)O * P));
         M = arena_printf(a, "%d", O);
     }
-    if (vec)
+    if (vec || !epi)
         cg_text(L, "#define MGC_ACT(v) ($vec)\n"
                    "#define MGC_EPI(s, r) MGC_ACT($sum)\n"
-                   "        MGC_GEMM_NN_EPI($M, $cols, $C, $A, $C, $B, $P, $Cp, $P, MGC_EPI);\n"
+                   "        $call;\n"
                    "#undef MGC_EPI\n"
                    "#undef MGC_ACT\n",
-                cg_s("vec", vec), cg_s("sum", bias ? arena_printf(a, "((s) + bias[%s + (r)])", row0) : "(s)"), cg_s("M", M),
-                cg_s("cols", cols), cg_n("C", C), cg_s("A", A), cg_s("B", B), cg_n("P", P), cg_s("Cp", Cp));
+                cg_s("vec", vec ? vec : "v"), cg_s("sum", bias ? arena_printf(a, "((s) + bias[%s + (r)])", row0) : "(s)"),
+                cg_s("call", pair ? arena_printf(a, "MGC_GEMM_NN_EPI2(%s, %s, %d, %s, %d, %s, xn2, %ld, %s, yn2, %ld, MGC_EPI)", M, cols, C,
+                                                 A, C, B, P, Cp, P)
+                                  : arena_printf(a, "MGC_GEMM_NN_EPI(%s, %s, %d, %s, %d, %s, %ld, %s, %ld, MGC_EPI)", M, cols, C, A, C, B,
+                                                 P, Cp, P)));
     else
-        cg_text(L, "        mgc_gemm_nn($M, $cols, $C, $A, $C, $B, $P, $Cp, $P);\n", cg_s("M", M), cg_s("cols", cols), cg_n("C", C),
-                cg_s("A", A), cg_s("B", B), cg_n("P", P), cg_s("Cp", Cp));
-    if (epi && !vec)
-        cg_text(L, "        for (int o = 0; o < $M; o++) {\n"
+        cg_text(L, "        mgc_gemm_nn($M, $cols, $C, $A, $C, $B, $P, $Cp, $P);\n"
+                   "        for (int o = 0; o < $M; o++) {\n"
                    "            float *yo = yn + o * ${P}L;\n"
                    "            const float b = $b;\n"
                    "            for (int p = 0; p < $cols; p++) $store\n"
                    "        }\n",
-                cg_s("M", M), cg_n("P", P), cg_s("b", bias ? arena_printf(a, "bias[%s + o]", row0) : "0.0f"), cg_s("cols", cols),
-                cg_s("store", cg_store(L, id, "yo", "p", "yo[p] + b")));
+                cg_s("M", M), cg_s("cols", cols), cg_n("C", C), cg_s("A", A), cg_s("B", B), cg_n("P", P), cg_s("Cp", Cp),
+                cg_s("b", bias ? arena_printf(a, "bias[%s + o]", row0) : "0.0f"), cg_s("store", cg_store(L, id, "yo", "p", "yo[p] + b")));
     cg_body(L, "    }\n");
     cg_end_kernel(L);
 }
