@@ -133,23 +133,39 @@ static void conv_rows_vec(Lower *L, int id, const ConvGeom *G, const int *b0, bo
    element, one store. Kernels up to 7x7, planes up to 64 KB padded. */
 #define CG_DW_MAX_PAD_FLOATS 16384
 
-bool cg_conv_depthwise_fits(bool cpu_only, const ConvGeom *G)
+static bool dw_plane_fits(const ConvGeom *G)
 {
-    return cpu_only && G->groups > 1 && G->C == G->groups && G->K <= 7 &&
-           ((long)G->H + 2 * G->P) * ((long)G->W + 2 * G->P) <= CG_DW_MAX_PAD_FLOATS;
+    return G->K <= 7 && ((long)G->H + 2 * G->P) * ((long)G->W + 2 * G->P) <= CG_DW_MAX_PAD_FLOATS;
 }
 
-/* The body's copy of plane `src` (H x W) into `pad` ((H + 2B) x (W + 2B), B zeros around, and `extra`
-   zeros after it). */
-static void padded_plane(Lower *L, const char *src, int H, int W, int B, int extra)
+bool cg_conv_depthwise_fits(bool cpu_only, const ConvGeom *G)
 {
-    long Wp = (long)W + 2 * B, Hp = (long)H + 2 * B;
-    cg_body(L, "        float pad[%ld];   /* the plane with %d zeros around%s */\n"
-               "        for (long k = 0; k < %ldL; k++) pad[k] = 0.0f;\n"
-               "        for (int iy = 0; iy < %d; iy++)\n"
-               "            for (int ix = 0; ix < %d; ix++) pad[(iy + %d) * %ldL + %d + ix] = %s[iy * %d + ix];\n",
-            Hp * Wp + extra, B, extra ? arena_printf(L->p->arena, ", %d after it", extra) : "", Hp * Wp + extra, H, W, B, Wp, B,
-            src, W);
+    return cpu_only && G->groups > 1 && G->C == G->groups && dw_plane_fits(G);
+}
+
+/* The kernel's scratch plane `pad` ((H + 2B) x (W + 2B), and `extra` floats after it), written before its
+   FOR_EACH: zeroed once, a thread's planes each copied inside the zero border (padded_plane), which no copy
+   touches. */
+static void padded_scratch(Lower *L, int H, int W, int B, int extra)
+{
+    long n = ((long)H + 2 * B) * ((long)W + 2 * B) + extra;
+    cg_text(L, "    float pad[$n];   /* a plane with $B zeros around$extra: the border zeroed once */\n"
+               "    for (long k = 0; k < ${n}L; k++) pad[k] = 0.0f;\n",
+            cg_n("n", n), cg_n("B", B), cg_s("extra", extra ? arena_printf(L->p->arena, " and %d after it", extra) : ""));
+}
+
+/* The body's copy of plane `src` (H x W) into pad's inside (padded_scratch): rows of 16 or more a vector
+   at a time, the last ending at the row's end. */
+static void padded_plane(Lower *L, const char *src, int H, int W, int B)
+{
+    cg_text(L, W >= 16 ? "        for (int iy = 0; iy < $H; iy++)\n"
+                         "            for (int i0 = 0; i0 < $W; i0 += 16) {\n"
+                         "                const int ix = i0 + 16 <= $W ? i0 : $W - 16;\n"
+                         "                mgc_store16(pad + (iy + $B) * ${Wp}L + $B + ix, mgc_load16($src + iy * $W + ix));\n"
+                         "            }\n"
+                       : "        for (int iy = 0; iy < $H; iy++)\n"
+                         "            for (int ix = 0; ix < $W; ix++) pad[(iy + $B) * ${Wp}L + $B + ix] = ${src}[iy * $W + ix];\n",
+            cg_n("H", H), cg_n("W", W), cg_n("B", B), cg_n("Wp", (long)W + 2 * B), cg_s("src", src));
 }
 
 /* Output rows narrower than this (stride 1) are summed as one run over the padded width (below). */
@@ -233,18 +249,50 @@ static void flat_plane(Lower *L, const ConvGeom *G, const char *src, const char 
 
 /* The body's sum over a K x K window of `pad` (Wp wide) at row `row0` and column
    `col0` + ox * S, taps D apart, with the weights w<ky>_<kx> ("flip": the taps
-   mirrored, for the input gradient): "w0_0 * r0[...] + ...". */
-static const char *window_sum(Lower *L, int K, int S, int D, bool flip)
+   mirrored, for the input gradient): "w0_0 * r0[...] + ...". `vec`: of the 16
+   outputs from ox, "w0_0 * mgc_load16(r0 + ox + 0) + ..." (stride 1). */
+static const char *window_sum(Lower *L, int K, int S, int D, bool flip, bool vec)
 {
     Arena *a = L->p->arena;
     const char *sum = "";
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++) {
             int wy = flip ? K - 1 - ky : ky, wx = flip ? K - 1 - kx : kx;
-            sum = arena_printf(a, "%s%sw%d_%d * r%d[ox%s + %d]", sum, *sum ? " + " : "", wy, wx, ky,
-                               S > 1 ? arena_printf(a, " * %d", S) : "", kx * D);
+            const char *w = arena_printf(a, "%s%sw%d_%d * ", sum, *sum ? " + " : "", wy, wx);
+            sum = vec ? arena_printf(a, "%smgc_load16(r%d + ox + %d)", w, ky, kx * D)
+                      : arena_printf(a, "%sr%d[ox%s + %d]", w, ky, S > 1 ? arena_printf(a, " * %d", S) : "", kx * D);
         }
     return sum;
+}
+
+/* Stride-1 rows of at least 16 outputs (`rows` of `width`) over `pad` (rows `ld` apart), 16 a vector:
+   each row's vectors from its start, the last one ending at the row's end (it overlaps the one before:
+   those outputs are computed again, to the same bits). `first`: the sum's first term ("" for none). The
+   vector v stored whole at `dst` + the output's index as `vec` (an mgc_f16 expression of v; where storing
+   an output twice is harmless), or, vec NULL, each output v not stored before by `store` (a statement
+   of row or_, column ox + l and v). The sums are the scalar rows' to the bit (the same terms in the
+   same order). */
+static void vector_rows(Lower *L, const ConvGeom *G, int rows, int width, long ld, bool flip, const char *first, const char *vec,
+                        const char *dst, const char *store)
+{
+    int K = G->K, D = G->D;
+    const char *sum = window_sum(L, K, 1, D, flip, true);
+    cg_text(L, "        for (int or_ = 0; or_ < $rows; or_++) {\n", cg_n("rows", rows));
+    for (int ky = 0; ky < K; ky++)
+        cg_text(L, "            const float *r$ky = pad + (or_ + $kyD) * ${ld}L;\n", cg_n("ky", ky), cg_n("kyD", ky * D), cg_n("ld", ld));
+    cg_text(L, "            for (int o0 = 0; o0 < $width; o0 += 16) {\n"
+               "                const int ox = o0 + 16 <= $width ? o0 : $last;   /* the last 16 end at the row's end */\n"
+               "                const mgc_f16 v = $sum;\n",
+            cg_n("width", width), cg_n("last", width - 16), cg_s("sum", *first ? arena_printf(L->p->arena, "%s + %s", first, sum) : sum));
+    if (vec)
+        cg_text(L, "                mgc_store16($dst + or_ * $width + ox, $vec);\n", cg_s("dst", dst), cg_n("width", width), cg_s("vec", vec));
+    else
+        cg_text(L, "                for (int l = o0 - ox; l < 16; l++) {\n"
+                   "                    const float vl = v[l];\n"
+                   "                    $store\n"
+                   "                }\n",
+                cg_s("store", store));
+    cg_body(L, "            }\n        }\n");
 }
 
 static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const int *b, bool bias)
@@ -272,11 +320,12 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
                    : "the outputs as one flat run, 16 a vector (taps off the plane masked)",
             K * K);
     if (flat) flat_masks(L, half ? &G1 : G);
+    else padded_scratch(L, H, W, P, narrow ? (K - 1) * D : 0);
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, o = i %% %d;\n"
                "        const float *xp = x + (n * %d + o / %d) * %d;\n",
             cg_work_str(L, dimn(O)), O, O, C, Og, H * W);
-    if (!flat) padded_plane(L, "xp", H, W, P, narrow ? (K - 1) * D : 0);
+    if (!flat) padded_plane(L, "xp", H, W, P);
     cg_body(L, "        const float *wp = w + o * %d, b0 = %s;\n", K * K, bias ? "bias[o]" : "0.0f");
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
@@ -314,7 +363,14 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
                    "                const float v = t[oy * %ldL + ox];\n"
                    "                %s\n"
                    "            }\n        }\n    }\n",
-                OH * Wp, window_sum(L, K, 1, D, false), OH, OW, OW, Wp, cg_store(L, id, "yr", "ox", "v"));
+                OH * Wp, window_sum(L, K, 1, D, false, false), OH, OW, OW, Wp, cg_store(L, id, "yr", "ox", "v"));
+        cg_end_kernel(L);
+        return;
+    }
+    if (S == 1 && OW >= 16) {   /* rows of 16 outputs a vector */
+        vector_rows(L, G, OH, OW, Wp, false, "b0", cg_store_vec(L, id), "yp",
+                    cg_store(L, id, "yp", arena_printf(L->p->arena, "or_ * %d + ox + l", OW), "vl"));
+        cg_body(L, "    }\n");
         cg_end_kernel(L);
         return;
     }
@@ -325,7 +381,7 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
                "                const float v = b0 + %s;\n"
                "                %s\n"
                "            }\n        }\n    }\n",
-            OW, OW, window_sum(L, K, S, D, false), cg_store(L, id, "yr", "ox", "v"));
+            OW, OW, window_sum(L, K, S, D, false, false), cg_store(L, id, "yr", "ox", "v"));
     cg_end_kernel(L);
 }
 
@@ -353,6 +409,7 @@ static void conv_depthwise_grad_x(Lower *L, int id, const ConvGeom *G, const int
             O, OH, OW, O, K, K, C, H, W, P, cg_groups_dilation(L, G), Og, Og == 1 ? "" : "s", B);
     bool flat = flat_plane_fits(G), narrow = !flat && W < CG_DW_NARROW;
     if (flat) flat_masks(L, G);
+    else padded_scratch(L, OH, OW, B, narrow ? (K - 1) * D : 0);
     cg_body(L, "    FOR_EACH(i, %s) {\n"
                "        long n = i / %d, c = i %% %d;\n"
                "        float *dxp = dx + i * %d;\n"
@@ -360,7 +417,7 @@ static void conv_depthwise_grad_x(Lower *L, int id, const ConvGeom *G, const int
                "        const long o = c * %d + j;\n"
                "        const float *dyp = dy + (n * %d + o) * %d;\n",
             cg_work_str(L, dimn(C)), C, C, H * W, Og, Og, O, OH * OW);
-    if (!flat) padded_plane(L, "dyp", OH, OW, B, narrow ? (K - 1) * D : 0);
+    if (!flat) padded_plane(L, "dyp", OH, OW, B);
     cg_body(L, "        const float *wp = w + o * %d;\n", K * K);
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
@@ -378,7 +435,14 @@ static void conv_depthwise_grad_x(Lower *L, int id, const ConvGeom *G, const int
                    "        for (int iy = 0; iy < %d; iy++)\n"
                    "            for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = j ? dxp[iy * %d + ix] + t[iy * %ldL + ix] : t[iy * %ldL + ix];\n"
                    "        }\n    }\n",
-                H * Wp, window_sum(L, K, 1, D, true), H, W, W, W, Wp, Wp);
+                H * Wp, window_sum(L, K, 1, D, true, false), H, W, W, W, Wp, Wp);
+        cg_end_kernel(L);
+        return;
+    }
+    if (W >= 16) {   /* rows of 16 a vector */
+        vector_rows(L, G, H, W, Wp, true, "", Og == 1 ? "v" : NULL, "dxp",
+                    arena_printf(L->p->arena, "dxp[or_ * %d + ox + l] = j ? dxp[or_ * %d + ox + l] + vl : vl;", W, W));
+        cg_body(L, "        }\n    }\n");
         cg_end_kernel(L);
         return;
     }
@@ -389,7 +453,7 @@ static void conv_depthwise_grad_x(Lower *L, int id, const ConvGeom *G, const int
                "                const float v = %s;\n"
                "                xr[ox] = j ? xr[ox] + v : v;\n"
                "            }\n        }\n        }\n    }\n",
-            W, W, window_sum(L, K, 1, D, true));
+            W, W, window_sum(L, K, 1, D, true, false));
     cg_end_kernel(L);
 }
 
@@ -412,13 +476,14 @@ static void conv_depthwise_grad_w(Lower *L, int id, const ConvGeom *G, const int
                "       one output channel per iteration: over the batch, its input plane once into a\n"
                "       zero-bordered copy, and per output row every tap's partial sums per column */\n",
             O, OH, OW, C, H, W, O, K, K, S, P, cg_groups_dilation(L, G));
+    padded_scratch(L, H, W, P, 0);
     cg_body(L, "    FOR_EACH_BLOCK(o, %dL) {\n"
                "        float part[%d][%d];\n"
                "        for (int k = 0; k < %d; k++) for (int j = 0; j < %d; j++) part[k][j] = 0.0f;\n"
                "        BLOCK_LOOP(n, N) {\n"
                "        const float *xp = x + (n * %d + o / %d) * %d, *dyp = dy + (n * %d + o) * %d;\n",
             O, K * K, OW, K * K, OW, C, Og, H * W, O, OH * OW);
-    padded_plane(L, "xp", H, W, P, 0);
+    padded_plane(L, "xp", H, W, P);
     cg_body(L, "        for (int oy = 0; oy < %d; oy++) {\n", OH);
     for (int ky = 0; ky < K; ky++) cg_body(L, "            const float *r%d = pad + (oy * %d + %d) * %ldL;\n", ky, S, ky * D, Wp);
     cg_body(L, "            const float *g = dyp + oy * %d;\n"
@@ -450,7 +515,9 @@ void cg_conv_direct_forward(Lower *L, int id, const ConvGeom *G)
         conv_rows_vec(L, id, G, b, bias);
         return;
     }
-    if (cg_conv_depthwise_fits(L->dec->cpu_only, G)) {   /* C only */
+    /* C only: depthwise layers, and a layer of one input channel as one (its O outputs the planes of a
+       channel multiplier of O, as a stem's on grey images) */
+    if (cg_conv_depthwise_fits(L->dec->cpu_only, G) || (L->dec->cpu_only && C == 1 && G->groups == 1 && dw_plane_fits(G))) {
         conv_depthwise_forward(L, id, G, b, bias);
         return;
     }
