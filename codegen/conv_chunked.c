@@ -183,13 +183,13 @@ static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, con
                "       read in place, nothing packed), $how$then */\n",
             cg_n("C", C), cg_n("P", P), cg_n("O", O),
             cg_s("how", panels ? arena_printf(a, "in panels of %d columns, each all %d rows", CG_PW_PANEL, O)
-                        : rows && (vec || !epi) ? "in blocks of 8 channels,\n       each block for every example in turn, two examples at once"
+                        : rows && (vec || !epi) ? "in blocks of 8 channels,\n       each block for every example in turn, three examples at once"
                         : rows                  ? "in blocks of 8 channels,\n       each block for every example in turn"
                                : "the whole GEMM an example"),
             cg_s("then", !epi ? "" : vec ? ";\n       bias and activation on the sums in registers" : ";\n       then bias and activation in place"));
-    /* the loop's head: the block's rows M and columns cols, its A, B and C, the bias's first row (a pair's
-       second example: xn2 and yn2) */
-    bool pair = rows && (vec || !epi);   /* two examples at once (MGC_GEMM_NN_EPI2) */
+    /* the loop's head: the block's rows M and columns cols, its A, B and C, the bias's first row (three
+       examples' second and third: xn2, yn2 and xn3, yn3) */
+    bool three = rows && (vec || !epi);   /* three examples at once (MGC_GEMM_NN_EPI3) */
     const char *M = "8", *cols = arena_printf(a, "%ld", P), *A = "w", *B = arena_printf(a, "x + n * %ldL", (long)C * P),
                *Cp = "yn", *row0 = "0";
     if (panels) {
@@ -200,11 +200,11 @@ static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, con
                 cg_s("work", cg_work_str(L, dimn(np))), cg_n("np", np), cg_n("PANEL", CG_PW_PANEL), cg_n("P", P),
                 cg_n("OP", (long)O * P));
         M = arena_printf(a, "%d", O), cols = "cols", B = arena_printf(a, "x + n * %ldL + j0", (long)C * P);
-    } else if (pair) {
-        cg_text(L, "    FOR_EACH(i, ${blocks}L * ((N + 1) / 2)) {\n"
-                   "        const long ob = i / ((N + 1) / 2), n = i % ((N + 1) / 2) * 2;\n"
-                   "        float *yn = y + n * ${OP}L + ob * ${MP}L, *yn2 = n + 1 < N ? yn + ${OP}L : 0;\n"
-                   "        const float *xn2 = n + 1 < N ? x + (n + 1) * ${CP}L : 0;\n",
+    } else if (three) {
+        cg_text(L, "    FOR_EACH(i, ${blocks}L * ((N + 2) / 3)) {\n"
+                   "        const long ob = i / ((N + 2) / 3), n = i % ((N + 2) / 3) * 3;\n"
+                   "        float *yn = y + n * ${OP}L + ob * ${MP}L, *yn2 = n + 1 < N ? yn + ${OP}L : 0, *yn3 = n + 2 < N ? yn + 2 * ${OP}L : 0;\n"
+                   "        const float *xn2 = n + 1 < N ? x + (n + 1) * ${CP}L : 0, *xn3 = n + 2 < N ? x + (n + 2) * ${CP}L : 0;\n",
                 cg_n("blocks", O / 8), cg_n("OP", (long)O * P), cg_n("MP", 8L * P), cg_n("CP", (long)C * P));
         A = arena_printf(a, "w + ob * %ldL", 8L * C), row0 = "ob * 8";
     } else if (rows) {
@@ -225,8 +225,8 @@ static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, con
                    "#undef MGC_EPI\n"
                    "#undef MGC_ACT\n",
                 cg_s("vec", vec ? vec : "v"), cg_s("sum", bias ? arena_printf(a, "((s) + bias[%s + (r)])", row0) : "(s)"),
-                cg_s("call", pair ? arena_printf(a, "MGC_GEMM_NN_EPI2(%s, %s, %d, %s, %d, %s, xn2, %ld, %s, yn2, %ld, MGC_EPI)", M, cols, C,
-                                                 A, C, B, P, Cp, P)
+                cg_s("call", three ? arena_printf(a, "MGC_GEMM_NN_EPI3(%s, %s, %d, %s, %d, %s, xn2, xn3, %ld, %s, yn2, yn3, %ld, MGC_EPI)", M, cols,
+                                                  C, A, C, B, P, Cp, P)
                                   : arena_printf(a, "MGC_GEMM_NN_EPI(%s, %s, %d, %s, %d, %s, %ld, %s, %ld, MGC_EPI)", M, cols, C, A, C, B,
                                                  P, Cp, P)));
     else
