@@ -176,6 +176,7 @@ static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, con
     bool panels = (long)O * C <= CG_PW_SMALL && P >= CG_PW_PANEL, rows = !panels && O % 8 == 0;
     bool epi = bias || cg_act(L->dec, id) >= 0;
     const char *vec = epi ? cg_store_vec(L, id) : NULL;
+    bool three = rows && (vec || !epi);   /* three examples at once (MGC_GEMM_NN_EPI3) */
     long np = panels ? P / CG_PW_PANEL : 1;
     Step *sp = cg_conv_kernel(L, id, "conv2d_pointwise", dimn(panels ? np : rows ? O / 8 : 1), nargs, b, names);
     sp->heavy = sp->c_only = true;
@@ -183,13 +184,12 @@ static void pointwise_kernel(Lower *L, int id, const ConvGeom *G, int nargs, con
                "       read in place, nothing packed), $how$then */\n",
             cg_n("C", C), cg_n("P", P), cg_n("O", O),
             cg_s("how", panels ? arena_printf(a, "in panels of %d columns, each all %d rows", CG_PW_PANEL, O)
-                        : rows && (vec || !epi) ? "in blocks of 8 channels,\n       each block for every example in turn, three examples at once"
-                        : rows                  ? "in blocks of 8 channels,\n       each block for every example in turn"
+                        : three ? "in blocks of 8 channels,\n       each block for every example in turn, three examples at once"
+                        : rows  ? "in blocks of 8 channels,\n       each block for every example in turn"
                                : "the whole GEMM an example"),
             cg_s("then", !epi ? "" : vec ? ";\n       bias and activation on the sums in registers" : ";\n       then bias and activation in place"));
     /* the loop's head: the block's rows M and columns cols, its A, B and C, the bias's first row (three
        examples' second and third: xn2, yn2 and xn3, yn3) */
-    bool three = rows && (vec || !epi);   /* three examples at once (MGC_GEMM_NN_EPI3) */
     const char *M = "8", *cols = arena_printf(a, "%ld", P), *A = "w", *B = arena_printf(a, "x + n * %ldL", (long)C * P),
                *Cp = "yn", *row0 = "0";
     if (panels) {

@@ -330,10 +330,11 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
     for (int ky = 0; ky < K; ky++)
         for (int kx = 0; kx < K; kx++) cg_body(L, "        const float w%d_%d = wp[%d];\n", ky, kx, ky * K + kx);
     cg_body(L, "        float *yp = y + i * %d;\n", OH * OW);
+    /* the flat forms' input plane: its index among the tensor's planes, and their count */
+    const char *plane = arena_printf(L->p->arena, "(n * %d + o / %d)", C, Og), *planes = arena_printf(L->p->arena, "%ldL * N", (long)C);
     if (half) {
         cg_body(L, "        float full[%ld];   /* the stride-1 outputs */\n", ceil16((long)H * W));
-        flat_plane(L, &G1, "xp", arena_printf(L->p->arena, "(n * %d + o / %d)", C, Og), arena_printf(L->p->arena, "%ldL * N", (long)C),
-                   false, "b0", "full[o0 + l] = v;");
+        flat_plane(L, &G1, "xp", plane, planes, false, "b0", "full[o0 + l] = v;");
         cg_text(L, "        for (int oy = 0; oy < $OH; oy++)\n"
                    "            for (int ox = 0; ox < $OW; ox++) {\n"
                    "                const float v = full[oy * ${W2}L + ox * 2];\n"
@@ -345,8 +346,7 @@ static void conv_depthwise_forward(Lower *L, int id, const ConvGeom *G, const in
         return;
     }
     if (flat) {
-        flat_plane(L, G, "xp", arena_printf(L->p->arena, "(n * %d + o / %d)", C, Og), arena_printf(L->p->arena, "%ldL * N", (long)C),
-                   false, "b0", cg_store(L, id, "yp", "o0 + l", "v"));
+        flat_plane(L, G, "xp", plane, planes, false, "b0", cg_store(L, id, "yp", "o0 + l", "v"));
         cg_body(L, "    }\n");
         cg_end_kernel(L);
         return;
