@@ -150,21 +150,27 @@ static void padded_scratch(Lower *L, int H, int W, int B, int extra)
 {
     long n = ((long)H + 2 * B) * ((long)W + 2 * B) + extra;
     cg_text(L, "    float pad[$n];   /* a plane with $B zeros around$extra: the border zeroed once */\n"
-               "    for (long k = 0; k < ${n}L; k++) pad[k] = 0.0f;\n",
+               "    for (long k = 0; k < ${n}L; k++) pad[k] = 0.0f;\n"
+               "    const float *pad_of = 0;   /* the plane inside it */\n",
             cg_n("n", n), cg_n("B", B), cg_s("extra", extra ? arena_printf(L->p->arena, " and %d after it", extra) : ""));
 }
 
-/* The body's copy of plane `src` (H x W) into pad's inside (padded_scratch): rows of 16 or more a vector
-   at a time, the last ending at the row's end. */
+/* The body's copy of plane `src` (H x W) into pad's inside (padded_scratch), unless it is there already
+   (a channel multiplier's outputs, one after another, share their input plane): rows of 16 or more a
+   vector at a time, the last ending at the row's end. */
 static void padded_plane(Lower *L, const char *src, int H, int W, int B)
 {
-    cg_text(L, W >= 16 ? "        for (int iy = 0; iy < $H; iy++)\n"
-                         "            for (int i0 = 0; i0 < $W; i0 += 16) {\n"
-                         "                const int ix = i0 + 16 <= $W ? i0 : $W - 16;\n"
-                         "                mgc_store16(pad + (iy + $B) * ${Wp}L + $B + ix, mgc_load16($src + iy * $W + ix));\n"
-                         "            }\n"
-                       : "        for (int iy = 0; iy < $H; iy++)\n"
-                         "            for (int ix = 0; ix < $W; ix++) pad[(iy + $B) * ${Wp}L + $B + ix] = ${src}[iy * $W + ix];\n",
+    cg_text(L, W >= 16 ? "        if ($src != pad_of)\n"
+                         "            for (int iy = 0; iy < $H; iy++)\n"
+                         "                for (int i0 = 0; i0 < $W; i0 += 16) {\n"
+                         "                    const int ix = i0 + 16 <= $W ? i0 : $W - 16;\n"
+                         "                    mgc_store16(pad + (iy + $B) * ${Wp}L + $B + ix, mgc_load16($src + iy * $W + ix));\n"
+                         "                }\n"
+                         "        pad_of = $src;\n"
+                       : "        if ($src != pad_of)\n"
+                         "            for (int iy = 0; iy < $H; iy++)\n"
+                         "                for (int ix = 0; ix < $W; ix++) pad[(iy + $B) * ${Wp}L + $B + ix] = ${src}[iy * $W + ix];\n"
+                         "        pad_of = $src;\n",
             cg_n("H", H), cg_n("W", W), cg_n("B", B), cg_n("Wp", (long)W + 2 * B), cg_s("src", src));
 }
 
