@@ -213,6 +213,12 @@ int cg_ew_into_add(const CgDecisions *d, int add);
    does, reading the pool's input and gradient, and the bias_grad it computes too. */
 int cg_wgrad_pool(const CgDecisions *d, int wgrad);
 int cg_wgrad_bias(const CgDecisions *d, int wgrad);
+/* bn_grad_params: the activation gradient its kernel applies to the dy it reads
+   (stored into that gradient's own buffer, which bn_grad_x reads), the activation
+   recomputed from the BatchNorm's input; and that bn_apply (whose gamma and beta
+   it reads). -1 where none. */
+int cg_bn_grad_act(const CgDecisions *d, int params);
+int cg_bn_grad_act_bn(const CgDecisions *d, int params);
 
 /* ---- The setters, for the passes (fuse.c, conv.c); each sets both sides of a pair. */
 void cg_set_conv(CgDecisions *d, int id, ConvStrategy form, const char *why);

@@ -55,6 +55,32 @@ const char *cg_store_vec(Lower *L, int id)
     return with_attrs(L, activations[act].vec, &L->g->nodes[cg_act_node(L->dec, id)]);
 }
 
+/* e with every `from` replaced by `to`. */
+static const char *replace_all(Lower *L, const char *e, const char *from, const char *to)
+{
+    for (const char *at; (at = strstr(e, from));)
+        e = arena_printf(L->p->arena, "%.*s%s%s", (int)(at - e), e, to, at + strlen(from));
+    return e;
+}
+
+const char *cg_bn_grad_act_scale(Lower *L, int C, const char *c)
+{
+    return arena_printf(L->p->arena, "const float sc_ = stats[%d + %s] * gamma[%s], sh_ = beta[%s] - stats[%s] * sc_;", C, c, c, c, c);
+}
+
+const char *cg_bn_grad_act_text(Lower *L, int id, const char *x, const char *dy, const char *dg)
+{
+    const Node *gn = &L->g->nodes[cg_bn_grad_act(L->dec, id)];
+    const char *e = replace_all(L, with_attrs(L, activations[gn->op].bwd, gn), "dy[i]", "dy_"), *y = "";
+    if (activations[gn->op].reads_y) {
+        e = replace_all(L, e, "y[i]", "y_");
+        y = arena_printf(L->p->arena, " const float y_ = %s;", replace_all(L, with_attrs(L, activations[gn->op].fwd, gn), "x[i]", "p_"));
+    } else {
+        e = replace_all(L, e, "x[i]", "p_");
+    }
+    return arena_printf(L->p->arena, "const float p_ = %s * sc_ + sh_, dy_ = %s;%s const float g_ = %s; %s = g_;", x, dy, y, e, dg);
+}
+
 /* y = f(x): an activation's kernel, one element per iteration */
 void cg_lower_activation(Lower *L, int id)
 {

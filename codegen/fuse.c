@@ -59,6 +59,7 @@ struct CgNode {
     int ew_into_add;          /* add: the mul or sub input it computes as it reads (its fused is the add), or -1 */
     int wgrad_pool;           /* conv2d_grad_w: the max-pool gradient whose routing its kernel does, or -1 */
     int wgrad_bias;           /* such a conv2d_grad_w: the bias_grad its kernel computes too (fused into it), or -1 */
+    int grad_act, grad_act_bn; /* bn_grad_params: the activation gradient folded in (fused into it) and its bn_apply, or -1 */
 };
 
 void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
@@ -69,7 +70,7 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     for (int id = 0; id <= g->n; id++)
         d->node[id] = (CgNode){ .fused = -1, .conv = -1, .stats_of = -1, .stats_by = -1, .pool_of = -1, .pool_by = -1,
                                 .bn_into_add = -1, .wgrad_pool = -1, .wgrad_bias = -1, .act = -1,
-                                .act_node = -1, .ew_into_add = -1 };
+                                .act_node = -1, .ew_into_add = -1, .grad_act = -1, .grad_act_bn = -1 };
 }
 
 /* ------------------------------------------------------------ the questions */
@@ -94,6 +95,8 @@ int cg_bn_into_add(const CgDecisions *d, int add) { return d->node[add].bn_into_
 int cg_ew_into_add(const CgDecisions *d, int add) { return d->node[add].ew_into_add; }
 int cg_wgrad_pool(const CgDecisions *d, int wgrad) { return d->node[wgrad].wgrad_pool; }
 int cg_wgrad_bias(const CgDecisions *d, int wgrad) { return d->node[wgrad].wgrad_bias; }
+int cg_bn_grad_act(const CgDecisions *d, int params) { return d->node[params].grad_act; }
+int cg_bn_grad_act_bn(const CgDecisions *d, int params) { return d->node[params].grad_act_bn; }
 
 /* -------------------------------------------------------------- the setters */
 
@@ -151,6 +154,14 @@ static void fuse_pooled_wgrad_into(CgDecisions *d, int wg, int pool, int bg, int
         fuse_into(d, pool, wg);
         fuse_into(d, r, wg);
     }
+}
+
+/* Activation gradient ga applied by BatchNorm gradient params's kernel, bn_apply b's activation's. */
+static void fuse_grad_act(CgDecisions *d, int params, int ga, int b)
+{
+    fuse_into(d, ga, params);
+    d->node[params].grad_act = ga;
+    d->node[params].grad_act_bn = b;
 }
 
 /* Input x of add normalised (a bn_apply) or computed (a mul or sub) by the add's kernel as it reads. */
@@ -292,6 +303,56 @@ static bool ew_into_add_fits(const Graph *g, const CgDecisions *d, int m, const 
     return (op == OP_MUL || op == OP_SUB) && uses[m] == 1 && cg_act(d, m) < 0 && cg_fused_into(d, m) < 0;
 }
 
+/* The bn_apply whose kernel applies the activation that gradient ga differentiates:
+   ga reads that bn_apply's output (the activation's input, stored beside) or the
+   activation applied in place (its output); -1 where ga's activation is anyone else's. */
+static int grad_act_source(const Graph *g, const CgDecisions *d, int ga)
+{
+    int v = g->nodes[ga].in[0];
+    int b = g->nodes[v].op == OP_BN_APPLY ? v : cg_fused_into(d, v);
+    if (b < 0 || g->nodes[b].op != OP_BN_APPLY || cg_act(d, b) < 0) return -1;
+    Op f = (Op)cg_act(d, b);
+    if (ir_activation_grad(f) != g->nodes[ga].op) return -1;
+    return v == (ir_activation_reads_y(f) ? cg_act_node(d, b) : b) ? b : -1;
+}
+
+/* A BatchNorm's activation (MobileNetV2's BatchNorm + ReLU6, an MBConv's + SiLU)
+   differentiated where its gradient is read: an activation gradient whose only
+   readers are the BatchNorm gradients of the bn_apply that applied it is computed
+   by bn_grad_params's kernel as it reads dy, the activation's input recomputed from
+   the BatchNorm's input (bn_apply's multiply-add, the same bits), and stored there
+   for bn_grad_x: one pass over dy where a kernel of its own read dy and the
+   activation's input or output and wrote the gradient that bn_grad_params read
+   back. Where the activation's gradients are all folded so, nothing reads its
+   input any more: the activation is applied in place, one store fewer. */
+static void fuse_bn_grad_acts(const Graph *g, CgDecisions *d, const int *uses)
+{
+    for (int ga = 0; ga < g->n; ga++) {
+        if (uses[ga] != 2 || g->nodes[ga].nin != 2 || cg_fused_into(d, ga) >= 0) continue;
+        int b = grad_act_source(g, d, ga);
+        if (b < 0) continue;
+        const Node *bn = &g->nodes[b];
+        int params = -1, gx = -1;
+        for (int id = ga + 1; id < g->n; id++) {
+            const Node *n = &g->nodes[id];
+            bool same = n->nin >= 3 && n->in[0] == bn->in[0] && n->in[1] == bn->in[1];   /* x, stats */
+            if (n->op == OP_BN_BWD_PARAMS && same && n->in[2] == ga) params = id;
+            else if (n->op == OP_BN_BWD_X && same && n->in[2] == bn->in[2] && n->in[3] == ga) gx = id;
+        }
+        if (params >= 0 && gx > params) fuse_grad_act(d, params, ga, b);
+    }
+    for (int b = 0; b < g->n; b++) {
+        int a = cg_act_beside(d, b);
+        if (g->nodes[b].op != OP_BN_APPLY || a < 0) continue;
+        int folded = 0;
+        for (int id = b + 1; id < g->n; id++)
+            for (int k = 0; k < g->nodes[id].nin; k++)
+                if (g->nodes[id].in[k] == b && (id == a || (cg_fused_into(d, id) >= 0 && g->nodes[cg_fused_into(d, id)].op == OP_BN_BWD_PARAMS)))
+                    folded++;
+        if (folded == uses[b]) d->node[b].act_beside = false;
+    }
+}
+
 /* Requires: a verified graph. Produces: the records' activations, fused nodes, pools and adds' inputs.
      conv2d -> relu            the convolution's store applies max(0, .)
      linear -> relu            the bias epilogue after the GEMM applies it
@@ -305,6 +366,9 @@ static bool ew_into_add_fits(const Graph *g, const CgDecisions *d, int m, const 
      mul, sub -> add           the add computes the product as it reads (ew_into_add)
      maxpool2d_grad -> relu_grad(y = the pool's input)
                                the pool gradient is routed only where y > 0
+     bn_apply + activation: its gradient -> bn_grad_params, bn_grad_x
+                               bn_grad_params applies the activation's gradient
+                               as it reads dy (fuse_bn_grad_acts)
    A producer is fused only when the ReLU is its one user.
    And on CPUs a 2x2 max pool's gradient routed by the weight gradient of the
    convolution before it (fuse_pooled_wgrad), and the SGD updates of a bucket, in
@@ -386,6 +450,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
             }
         }
     }
+    if (opt->fuse) fuse_bn_grad_acts(g, d, uses);
     if (opt->fuse && opt->cpu_only) fuse_pooled_wgrad(g, d, uses);
     free(uses);
     if (opt->fuse) fuse_sgd(g, d, !opt->cpu_only);

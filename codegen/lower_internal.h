@@ -55,6 +55,15 @@ typedef struct ConvGeom {
 /* elementwise.c */
 void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
 const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's fused activation (cg_act) */
+/* bn_grad_params id's folded activation gradient (cg_bn_grad_act) at one element, as
+   statements: g_, the gradient at the activation's input, from its output's gradient
+   (dy, an element) and its input p_ recomputed from the BatchNorm's input (x) as
+   bn_apply computes it, with the scale sc_ and shift sh_ of channel c (C text) that
+   cg_bn_grad_act_scale declares (from stats, gamma and beta: the same bits); stored at
+   dg. The scale's statement before a loop of them (GCC vectorises such a loop only
+   with the loads outside it). */
+const char *cg_bn_grad_act_scale(Lower *L, int C, const char *c);
+const char *cg_bn_grad_act_text(Lower *L, int id, const char *x, const char *dy, const char *dg);
 /* The store every producer an activation can fuse into ends in (a convolution of any form, a linear
    layer, BatchNorm, add, mul, sub): its value val at ptr[idx] (ptr: y, or a pointer into y), one
    statement: val itself; through the fused activation in place; or, where the activation's gradient

@@ -278,79 +278,166 @@ static Step *bn_grad_params_combine(Lower *L, int id, int C, int part, const cha
     return k;
 }
 
-/* x, stats, dy -> dparams [2, C]: d gamma = sum(dy * xhat), d beta = sum(dy); overwrites */
+/* One element's terms of bn_grad_params' two sums, s += dy * x and d += dy, from the
+   element's x and dy (texts); with an activation gradient folded in (cg_bn_grad_act),
+   that gradient made from dy first, stored at dg, and summed in dy's place. */
+static const char *grad_terms(Lower *L, int id, int C, const char *c, const char *x, const char *dy, const char *dg,
+                              const char *s, const char *d)
+{
+    if (cg_bn_grad_act(L->dec, id) < 0) return arena_printf(L->p->arena, "%s += (double)%s * %s; %s += %s;", s, dy, x, d, dy);
+    return arena_printf(L->p->arena, "{ %s %s %s += (double)g_ * %s; %s += g_; }", cg_bn_grad_act_scale(L, C, c),
+                        cg_bn_grad_act_text(L, id, x, dy, dg), s, x, d);
+}
+
+/* The arguments of bn_grad_params id's kernels beyond x and dy: with a folded activation
+   gradient, the statistics (unless the kernel has them), the bn_apply's gamma and beta,
+   and the gradient's own buffer. */
+static void grad_act_args(Lower *L, int id, CgArgs *a, bool stats)
+{
+    int ga = cg_bn_grad_act(L->dec, id), b = cg_bn_grad_act_bn(L->dec, id);
+    if (ga < 0) return;
+    const Node *bn = &L->g->nodes[b];
+    if (stats) cg_arg(L, a, buf_of(L, bn->in[1]), "stats");
+    cg_arg(L, a, buf_of(L, bn->in[2]), "gamma");
+    cg_arg(L, a, buf_of(L, bn->in[3]), "beta");
+    cg_arg(L, a, cg_out_buf(L, ga), "=dg");
+}
+
+/* C: one plane's (xp, gp: HW floats of x and dy) terms of the two sums, into the lanes
+   s_l and d_l the caller declared; with a folded activation gradient, the plane's
+   gradient first, stored at dgp and read back by the sums (a loop of its own, with
+   channel c's scale and shift before it: one that GCC vectorises), `in` the indent. */
+static void plane_sums(Lower *L, int id, int C, int HW, const char *in)
+{
+    if (cg_bn_grad_act(L->dec, id) >= 0)
+        cg_body(L, "%s%s\n"
+                   "%sfor (int k = 0; k < %d; k++) { %s }\n"
+                   "%sgp = dgp;\n",
+                in, cg_bn_grad_act_scale(L, C, "c"), in, HW, cg_bn_grad_act_text(L, id, "xp[k]", "gp[k]", "dgp[k]"), in);
+    cg_body(L, "%sint k = 0;\n"
+               "%sfor (; k + MGC_DLANES <= %d; k += MGC_DLANES)\n"
+               "%s    for (int l = 0; l < MGC_DLANES; l++) { s_l[l] += (double)gp[k + l] * xp[k + l]; d_l[l] += gp[k + l]; }\n"
+               "%sfor (; k < %d; k++) { s_l[0] += (double)gp[k] * xp[k]; d_l[0] += gp[k]; }\n",
+            in, in, HW, in, in, HW);
+}
+
+/* C target, planes of 16 to 64 positions: the sums of each (n, c) plane, read in
+   memory order (a channel's planes are C*H*W floats apart: a thread walking one
+   channel over the batch jumps through memory), then per channel the sum of its N
+   planes' sums, in order: deterministic, whatever the threads. Measured on
+   ResNet-18: its 4x4 layers 0.45 -> 0.2 ms each, 7x7 0.4 -> 0.32; the 14x14 stem was
+   slower this way (1.2 -> 1.4: memory-bound either way), and the 2x2 and 1x1 planes
+   gain nothing (the partial sums outweigh the planes). */
+static void grad_params_planes(Lower *L, int id, int C, int HW, int dy, const char *folded)
+{
+    const Node *n = &L->g->nodes[id];
+    bool act = cg_bn_grad_act(L->dec, id) >= 0;
+    int part = cg_new_buf(L, BUF_WORK, dimn(4L * C), "BatchNorm gradient partial sums", id);
+    CgArgs in = { 0 };
+    cg_arg(L, &in, part, "=part");
+    cg_arg(L, &in, buf_of(L, n->in[0]), "x");
+    cg_arg(L, &in, dy, "dy");
+    grad_act_args(L, id, &in, true);
+    Step *k1 = cg_kernel_args(L, id, "bn_grad_params_planes", dimn(C), &in);
+    k1->grain = HW;
+    k1->c_only = true;
+    cg_body(L, "    /* per (n, c) plane of [N*%d, %d]: sum(dy * x) and sum(dy), in double%s */\n"
+               "    double *pd = (double *)part;\n"
+               "    FOR_EACH(plane, %s) {\n"
+               "        const float *xp = x + plane * %d, *gp = dy + plane * %d;\n"
+               "%s"
+               "        double s_l[MGC_DLANES] = { 0 }, d_l[MGC_DLANES] = { 0 };\n",
+            C, HW, folded, cg_work_str(L, dimn(C)), HW, HW,
+            act ? arena_printf(L->p->arena, "        const long c = plane %% %d;\n        float *dgp = dg + plane * %d;\n", C, HW) : "");
+    plane_sums(L, id, C, HW, "        ");
+    cg_body(L, "        double s = 0, d = 0;\n"
+               "        for (int l = 0; l < MGC_DLANES; l++) s += s_l[l], d += d_l[l];\n"
+               "        pd[2 * plane] = s;\n"
+               "        pd[2 * plane + 1] = d;\n"
+               "    }\n");
+    cg_end_kernel(L);
+    Step *k2 = bn_grad_params_combine(L, id, C, part, "N", "the planes' sums, added over the batch in order");
+    k2->grain = 2;
+    k2->c_only = true;
+}
+
+/* GPUs, few channels: S slices of the batch per channel, a block each; a channel's last adds them */
+static void grad_params_slices(Lower *L, int id, int C, int HW, int S, int dy, const char *folded)
+{
+    const Node *n = &L->g->nodes[id];
+    CgArgs in = { 0 };
+    cg_arg(L, &in, buf_of(L, n->in[0]), "x");
+    cg_arg(L, &in, dy, "dy");
+    cg_arg(L, &in, buf_of(L, n->in[1]), "stats");
+    grad_act_args(L, id, &in, false);
+    cg_arg(L, &in, cg_out_buf(L, id), "=dparams");
+    cg_slices_kernel(L, id, "bn_grad_params_slices", C, S, 4, &in,
+                     arena_printf(L->p->arena, "    /* x, dy are [N, %d, %d]; per slice s of the batch (of %d) and channel c, at "
+                                               "part[(s * %d + c) * 2]\n"
+                                               "       in double: sum(dy * x) and sum(dy); then dparams[0] = d gamma = sum(dy * xhat)\n"
+                                               "       = invstd * (sum(dy * x) - mean * sum(dy)), dparams[1] = d beta = sum(dy)%s */\n"
+                                               "    double *pd = (double *)part;\n", C, HW, S, C, folded));
+    cg_body(L, "        double dyx = 0.0, db = 0.0;\n"
+               "        BLOCK_LOOP2(k, n1 - n0, j, %d) { long at = ((n0 + k) * %d + c) * %dL + j; %s }\n"
+               "        dyx = BLOCK_SUM(dyx);\n"
+               "        db = BLOCK_SUM(db);\n"
+               "        if (BLOCK_LEADER) { pd[2 * i] = dyx; pd[2 * i + 1] = db; }\n",
+            HW, C, HW, grad_terms(L, id, C, "c", "x[at]", "dy[at]", "dg[at]", "dyx", "db"));
+    cg_slices_combine(L, S, grad_params_combine_text(L, C, arena_printf(L->p->arena, "%d", S), "            "));
+    cg_end_kernel(L);
+}
+
+/* A block per channel: CUDA's threads over its elements, C's thread over its planes
+   (with a folded activation gradient, a plane at a time: plane_sums) */
+static void grad_params_blocks(Lower *L, int id, int C, int HW, int dy, const char *folded)
+{
+    const Node *n = &L->g->nodes[id];
+    CgArgs in = { 0 };
+    cg_arg(L, &in, cg_out_buf(L, id), "=dparams");
+    cg_arg(L, &in, buf_of(L, n->in[0]), "x");
+    cg_arg(L, &in, buf_of(L, n->in[1]), "stats");
+    cg_arg(L, &in, dy, "dy");
+    grad_act_args(L, id, &in, false);
+    Step *k = cg_kernel_args(L, id, "bn_grad_params", dimc(C), &in);
+    k->heavy = k->blocks = true;
+    cg_body(L, "    /* dparams[0] = d gamma = sum(dy * xhat), dparams[1] = d beta = sum(dy), over N, H, W%s */\n", folded);
+    cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n"
+               "        const float mean = stats[c], invstd = stats[%d + c];\n", C, C);
+    if (cg_bn_grad_act(L->dec, id) >= 0 && L->dec->cpu_only) {
+        cg_body(L, "        double s_l[MGC_DLANES] = { 0 }, d_l[MGC_DLANES] = { 0 };\n"
+                   "        for (long n = 0; n < N; n++) {\n"
+                   "            const float *xp = x + (n * %d + c) * %dL, *gp = dy + (n * %d + c) * %dL;\n"
+                   "            float *dgp = dg + (n * %d + c) * %dL;\n", C, HW, C, HW, C, HW);
+        plane_sums(L, id, C, HW, "            ");
+        cg_body(L, "        }\n"
+                   "        double dyx = 0, db = 0;\n"
+                   "        for (int l = 0; l < MGC_DLANES; l++) dyx += s_l[l], db += d_l[l];\n");
+    } else {   /* d gamma = invstd * (sum(dy * x) - mean * sum(dy)): two plain sums (products exact in double) */
+        cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 2, (const char *const[]){ "dyx", "db" }, "x dy",
+                     grad_terms(L, id, C, "c", "x[at]", "dy[at]", "dg[at]", "A0", "A1"));
+    }
+    cg_body(L, "        if (BLOCK_LEADER) {\n"
+               "            dparams[c] = (float)(invstd * (dyx - (double)mean * db));\n            dparams[%d + c] = (float)db;\n        }\n    }\n", C);
+    cg_end_kernel(L);
+}
+
+/* x, stats, dy -> dparams [2, C]: d gamma = sum(dy * xhat), d beta = sum(dy); overwrites.
+   With an activation gradient folded in (cg_bn_grad_act), dy is the activation's output
+   gradient, and the kernel that reads it stores the activation's input gradient too. */
 void cg_lower_bn_grad_params(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Shape *xs = &L->g->nodes[n->in[0]].shape;
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
-    if (L->dec->cpu_only && HW >= 16 && HW <= 64) {
-        /* C target, planes of 16 to 64 positions: the sums of each (n, c) plane, read
-           in memory order (a channel's planes are C*H*W floats apart: a thread walking
-           one channel over the batch jumps through memory), then per channel the sum of
-           its N planes' sums, in order: deterministic, whatever the threads. Measured on
-           ResNet-18: its 4x4 layers 0.45 -> 0.2 ms each, 7x7 0.4 -> 0.32; the 14x14
-           stem was slower this way (1.2 -> 1.4: memory-bound either way), and the 2x2
-           and 1x1 planes gain nothing (the partial sums outweigh the planes). */
-        int part = cg_new_buf(L, BUF_WORK, dimn(4L * C), "BatchNorm gradient partial sums", id);
-        int bp[3] = { part, buf_of(L, n->in[0]), buf_of(L, n->in[2]) };
-        Step *k1 = cg_kernel(L, id, "bn_grad_params_planes", dimn(C), 3, bp, (const char *const[]){ "=part", "x", "dy" });
-        k1->grain = HW;
-        k1->c_only = true;
-        cg_body(L, "    /* per (n, c) plane of [N*%d, %d]: sum(dy * x) and sum(dy), in double */\n"
-                   "    double *pd = (double *)part;\n"
-                   "    FOR_EACH(plane, %s) {\n"
-                   "        const float *xp = x + plane * %d, *gp = dy + plane * %d;\n"
-                   "        double s_l[MGC_DLANES] = { 0 }, d_l[MGC_DLANES] = { 0 };\n"
-                   "        int k = 0;\n"
-                   "        for (; k + MGC_DLANES <= %d; k += MGC_DLANES)\n"
-                   "            for (int l = 0; l < MGC_DLANES; l++) { s_l[l] += (double)gp[k + l] * xp[k + l]; d_l[l] += gp[k + l]; }\n"
-                   "        for (; k < %d; k++) { s_l[0] += (double)gp[k] * xp[k]; d_l[0] += gp[k]; }\n"
-                   "        double s = 0, d = 0;\n"
-                   "        for (int l = 0; l < MGC_DLANES; l++) s += s_l[l], d += d_l[l];\n"
-                   "        pd[2 * plane] = s;\n"
-                   "        pd[2 * plane + 1] = d;\n"
-                   "    }\n", C, HW, cg_work_str(L, dimn(C)), HW, HW, HW, HW);
-        cg_end_kernel(L);
-        Step *k2 = bn_grad_params_combine(L, id, C, part, "N", "the planes' sums, added over the batch in order");
-        k2->grain = 2;
-        k2->c_only = true;
-        return;
-    }
+    int ga = cg_bn_grad_act(L->dec, id);
+    int dy = buf_of(L, ga >= 0 ? L->g->nodes[ga].in[1] : n->in[2]);   /* the activation's output gradient, where folded */
+    const char *folded = ga >= 0 ? arena_printf(L->p->arena, "; dy through %s's gradient first, stored into dg",
+                                                ir_op_name((Op)cg_act(L->dec, cg_bn_grad_act_bn(L->dec, id))))
+                                 : "";
     int S = cg_batch_slices(L, C);
-    if (S > 1) {   /* GPUs, few channels: S slices of the batch per channel, a block each; a channel's last adds them */
-        CgArgs in = { 0 };
-        cg_arg(L, &in, buf_of(L, n->in[0]), "x");
-        cg_arg(L, &in, buf_of(L, n->in[2]), "dy");
-        cg_arg(L, &in, buf_of(L, n->in[1]), "stats");
-        cg_arg(L, &in, cg_out_buf(L, id), "=dparams");
-        cg_slices_kernel(L, id, "bn_grad_params_slices", C, S, 4, &in,
-                         arena_printf(L->p->arena, "    /* x, dy are [N, %d, %d]; per slice s of the batch (of %d) and channel c, at "
-                                                   "part[(s * %d + c) * 2]\n"
-                                                   "       in double: sum(dy * x) and sum(dy); then dparams[0] = d gamma = sum(dy * xhat)\n"
-                                                   "       = invstd * (sum(dy * x) - mean * sum(dy)), dparams[1] = d beta = sum(dy) */\n"
-                                                   "    double *pd = (double *)part;\n", C, HW, S, C));
-        cg_body(L, "        double dyx = 0.0, db = 0.0;\n"
-                   "        BLOCK_LOOP2(k, n1 - n0, j, %d) { long at = ((n0 + k) * %d + c) * %dL + j; dyx += (double)dy[at] * x[at]; db += dy[at]; }\n"
-                   "        dyx = BLOCK_SUM(dyx);\n"
-                   "        db = BLOCK_SUM(db);\n"
-                   "        if (BLOCK_LEADER) { pd[2 * i] = dyx; pd[2 * i + 1] = db; }\n",
-                HW, C, HW);
-        cg_slices_combine(L, S, grad_params_combine_text(L, C, arena_printf(L->p->arena, "%d", S), "            "));
-        cg_end_kernel(L);
-        return;
-    }
-    int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]) };
-    Step *k = cg_kernel(L, id, "bn_grad_params", dimc(C), 4, b, (const char *const[]){ "=dparams", "x", "stats", "dy" });
-    k->heavy = k->blocks = true;
-    cg_body(L, "    /* dparams[0] = d gamma = sum(dy * xhat), dparams[1] = d beta = sum(dy), over N, H, W */\n");
-    cg_body(L, "    FOR_EACH_BLOCK(c, %dL) {\n"
-               "        const float mean = stats[c], invstd = stats[%d + c];\n", C, C);
-    /* d gamma = invstd * (sum(dy * x) - mean * sum(dy)): two plain sums (products exact in double) */
-    cg_lane_sums(L, "double", "MGC_DLANES", C, HW, 2, (const char *const[]){ "dyx", "db" }, "x dy", "A0 += (double)dy[at] * x[at]; A1 += dy[at];");
-    cg_body(L, "        if (BLOCK_LEADER) {\n"
-               "            dparams[c] = (float)(invstd * (dyx - (double)mean * db));\n            dparams[%d + c] = (float)db;\n        }\n    }\n", C);
-    cg_end_kernel(L);
+    if (L->dec->cpu_only && HW >= 16 && HW <= 64) grad_params_planes(L, id, C, HW, dy, folded);
+    else if (S > 1) grad_params_slices(L, id, C, HW, S, dy, folded);
+    else grad_params_blocks(L, id, C, HW, dy, folded);
 }
 
 /* x, stats, gamma, dy, dparams -> dx (like x); overwrites */

@@ -262,6 +262,26 @@ class OpFusedAct(nn.Module):
         return self.fc(F.gelu(self.fc1(w.flatten(1)), approximate="tanh"))
 
 
+class OpBnAct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        shapes = [(3, 3, 1, 1), (8, 3, 1, 1), (8, 3, 0, 1), (8, 1, 0, 1), (8, 3, 1, 8), (8, 3, 1, 1),
+                  (8, 1, 0, 1), (8, 3, 1, 1), (8, 3, 0, 1), (8, 1, 0, 1), (8, 1, 0, 1), (8, 1, 0, 1)]
+        for k, (c, kern, pad, groups) in enumerate(shapes, 1):
+            stride = 2 if k == 6 else 1
+            setattr(self, f"c{k}", nn.Conv2d(c, 8, kern, stride=stride, padding=pad, groups=groups, bias=False))
+            setattr(self, f"bn{k}", nn.BatchNorm2d(8))
+        self.fc = nn.Linear(8 * 2 * 2, 10)
+        self.acts = [F.silu, F.relu, F.gelu, F.hardswish, F.relu6, lambda v: F.elu(v, 0.5),
+                     lambda v: F.leaky_relu(v, 0.1), lambda v: F.gelu(v, approximate="tanh"), F.hardsigmoid,
+                     torch.sigmoid, torch.tanh, F.mish]
+
+    def forward(self, x):
+        for k, act in enumerate(self.acts, 1):
+            x = act(getattr(self, f"bn{k}")(getattr(self, f"c{k}")(x)))
+        return self.fc(x.flatten(1))
+
+
 class OpConvAct(nn.Module):
     def __init__(self):
         super().__init__()
@@ -501,6 +521,7 @@ BUILDERS = {
     "tests/nets/op_concat.net": (OpConcat, (3, 6, 6)),
     "tests/nets/op_fused_act.net": (OpFusedAct, (3, 6, 6)),
     "tests/nets/op_conv_act.net": (OpConvAct, (3, 12, 12)),
+    "tests/nets/op_bn_act.net": (OpBnAct, (3, 10, 10)),
     "tests/nets/op_resample.net": (OpResample, (3, 7, 5)),
     "tests/nets/op_conv_groups.net": (op_conv_groups, (4, 9, 8)),
     "tests/nets/op_conv_groups_wide.net": (op_conv_groups_wide, (8, 6, 6)),
