@@ -407,7 +407,9 @@ static void grad_params_blocks(Lower *L, int id, int C, int HW, int dy, const ch
         cg_body(L, "        double s_l[MGC_DLANES] = { 0 }, d_l[MGC_DLANES] = { 0 };\n"
                    "        for (long n = 0; n < N; n++) {\n"
                    "            const float *xp = x + (n * %d + c) * %dL, *gp = dy + (n * %d + c) * %dL;\n"
-                   "            float *dgp = dg + (n * %d + c) * %dL;\n", C, HW, C, HW, C, HW);
+                   "            float *dgp = dg + (n * %d + c) * %dL;\n"
+                   "            if (n + 4 < N) { PREFETCH_ROW(xp + %ldL, %d); PREFETCH_ROW(gp + %ldL, %d); }   /* the planes 4 images on */\n",
+                C, HW, C, HW, C, HW, 4L * C * HW, HW, 4L * C * HW, HW);
         plane_sums(L, id, C, HW, "            ");
         cg_body(L, "        }\n"
                    "        double dyx = 0, db = 0;\n"
