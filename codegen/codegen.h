@@ -213,10 +213,10 @@ int cg_ew_into_add(const CgDecisions *d, int add);
    does, reading the pool's input and gradient, and the bias_grad it computes too. */
 int cg_wgrad_pool(const CgDecisions *d, int wgrad);
 int cg_wgrad_bias(const CgDecisions *d, int wgrad);
-/* bn_grad_params: the activation gradient its kernel applies to the dy it reads
-   (stored into that gradient's own buffer, which bn_grad_x reads), the activation
-   recomputed from the BatchNorm's input; and that bn_apply (whose gamma and beta
-   it reads). -1 where none. */
+/* bn_grad_params: the activation gradient its kernel applies to the dy it reads (fused
+   into it), the activation recomputed from the BatchNorm's input, stored into the
+   gradient's own buffer (which bn_grad_x reads); and that bn_apply (whose gamma and
+   beta it reads). -1 where none. */
 int cg_bn_grad_act(const CgDecisions *d, int params);
 int cg_bn_grad_act_bn(const CgDecisions *d, int params);
 

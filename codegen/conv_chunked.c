@@ -297,6 +297,70 @@ void cg_conv_chunked_forward(Lower *L, int id, const ConvGeom *G)
     cg_end_kernel(L);
 }
 
+/* col2im of example j's columns (cp_at: where column (c, tap) starts) into its planes of dx,
+   stride 1: in two passes over a zero-bordered scratch q[K][Hp][R] (R = OW + 2(K-1), a row's
+   data at K-1): q[kx] sums the rows of taps (0..K-1, kx) down the rows, as aligned adds; then
+   each row of dx is the sum of the K rows q[kx] shifted by kx, loads only. */
+static void col2im_two_pass(Lower *L, const ConvGeom *G, const char *cp_at)
+{
+    int C = G->C, H = G->H, W = G->W, K = G->K, Pd = G->P, OH = G->OH, OW = G->OW;
+    long Hp = (long)H + 2 * Pd, R = (long)OW + 2 * (K - 1);
+    cg_text(L, "            /* col2im, two passes */\n"
+               "            for (int c = 0; c < $C; c++) {\n"
+               "                float *dxp = dx + ((n0 + j) * $C + c) * $HW;\n"
+               "                for (int kx = 0; kx < $K; kx++) {\n"
+               "                    float *qk = pad + kx * ${HpR}L + $K1;\n"
+               "                    for (long iy = 0; iy < ${Hp}L; iy++)\n"
+               "                        for (int ox = 0; ox < $OW; ox++) qk[iy * ${R}L + ox] = 0.0f;\n"
+               "                    for (int ky = 0; ky < $K; ky++) {\n"
+               "                        const float *cp = dcol + (c * $KK + ky * $K + kx) * $cp_at;\n"
+               "                        for (int oy = 0; oy < $OH; oy++) {\n"
+               "                            float *qr = qk + (oy + ky) * ${R}L;\n"
+               "                            const float *sp = cp + oy * $OW;\n"
+               "                            for (int ox = 0; ox < $OW; ox++) qr[ox] += sp[ox];\n"
+               "                        }\n"
+               "                    }\n"
+               "                }\n"
+               "                for (int iy = 0; iy < $H; iy++) {\n"
+               "                    const float *q0 = pad + (iy + $Pd) * ${R}L + $K1Pd;\n"
+               "                    float *dr = dxp + iy * $W;\n"
+               "                    for (int ix = 0; ix < $W; ix++) dr[ix] = q0[ix]",
+            cg_n("C", C), cg_n("HW", H * W), cg_n("K", K), cg_n("HpR", Hp * R), cg_n("K1", K - 1), cg_n("Hp", Hp), cg_n("OW", OW),
+            cg_n("R", R), cg_n("KK", K * K), cg_s("cp_at", cp_at), cg_n("OH", OH), cg_n("H", H), cg_n("Pd", Pd),
+            cg_n("K1Pd", K - 1 + Pd), cg_n("W", W));
+    for (int kx = 1; kx < K; kx++) cg_body(L, " + q0[%ld + ix]", kx * Hp * R - kx);
+    cg_body(L, ";\n                }\n");
+}
+
+/* The same, any stride: each plane of dx gathered in a zero-bordered copy (no test per
+   element), each tap's rows added at their shifted place, then its inside kept. */
+static void col2im_one_pass(Lower *L, const ConvGeom *G, const char *cp_at)
+{
+    int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW, D = G->D;
+    long Wp = (long)W + 2 * Pd;
+    /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
+    cg_body(L, "            /* col2im */\n"
+               "            for (int c = 0; c < %d; c++) {\n"
+               "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);
+    if (Pd == 0) cg_body(L, "                float *pad = dxp;\n");
+    cg_text(L, "                for (long i = 0; i < ${pad}L; i++) pad[i] = 0.0f;\n"
+               "                for (int t = 0; t < $KK; t++) {\n"
+               "                    int ky = t / $K, kx = t % $K;\n"
+               "                    const float *cp = dcol + (c * $KK + t) * $cp_at;\n"
+               "                    for (int oy = 0; oy < $OH; oy++) {\n"
+               "                        float *dp = pad + (oy * $S + $ky_d) * ${Wp}L + $kx_d;\n"
+               "                        const float *sp = cp + oy * $OW;\n"
+               "                        for (int ox = 0; ox < $OW; ox++) dp[ox * $S] += sp[ox];\n"
+               "                    }\n"
+               "                }\n",
+            cg_n("pad", Pd > 0 ? pad_floats(G) : (long)H * W), cg_n("KK", K * K), cg_n("K", K), cg_s("cp_at", cp_at), cg_n("OH", OH),
+            cg_n("S", S), cg_s("ky_d", cg_dilated(L, "ky", D)), cg_n("Wp", Wp), cg_s("kx_d", cg_dilated(L, "kx", D)), cg_n("OW", OW));
+    if (Pd > 0)
+        cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
+                   "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ldL + %d + ix];\n",
+                H, W, W, Pd, Wp, Pd);
+}
+
 /* dy, w -> dx: per chunk, t = dy's planes, dcol[CKK, nb*P] = w^T . t (CBLAS), col2im into dx */
 void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
 {
@@ -314,16 +378,13 @@ void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                "       added back into their planes of dx (col2im) */\n",
             O, OH, OW, O, C / gs, K, K, C, H, W, S, Pd, cg_groups_dilation(L, G), NB,
             small ? "mgc_gemm_tn, an example at a time," : "CBLAS", gs > 1 ? ", a GEMM per group" : "");
-    /* Stride 1: col2im in two passes over a zero-bordered scratch q[K][Hp][R] (R = OW + 2(K-1),
-       a row's data at K-1): q[kx] sums the rows of taps (0..K-1, kx) down the rows, as aligned
-       adds; then each row of dx is the sum of the K rows q[kx] shifted by kx, loads only. The
-       one-pass form below adds each tap's rows at their shifted place, read-modify-writes that
-       overlap at a different offset per tap (LeNet's conv2: 25 taps a plane). */
+    /* Stride 1: col2im in two passes (col2im_two_pass); the one-pass form adds each tap's rows
+       at their shifted place, read-modify-writes that overlap at a different offset per tap
+       (LeNet's conv2: 25 taps a plane). */
     bool two_pass = S == 1 && D == 1;
     long Hp = (long)H + 2 * Pd, R = (long)OW + 2 * (K - 1), Q = (long)K * Hp * R;
     chunk_loop(L, G, st->fn, "dcol", two_pass ? Q : pad_floats(G));
     if (!small) chunk_pack_grad(L, G);
-    long Wp = (long)W + 2 * Pd;
     /* A short K (few output channels, LeNet's conv2: 16): the prelude's register-blocked
        GEMM, one example at a time, its columns read back from L1 by col2im (LeNet's conv2:
        1.78 -> 1.14 ms a step on one thread; CBLAS's packing costs more than its multiply-adds
@@ -347,55 +408,8 @@ void cg_conv_chunked_grad_x(Lower *L, int id, const ConvGeom *G)
                    "0.0f", "dcol", arena_printf(a, "%ldL * ld", CgKK), "ld", "        ");
         cg_body(L, "        for (int j = 0; j < nb; j++) {\n");
     }
-    if (two_pass) {
-        cg_text(L, "            /* col2im, two passes */\n"
-                   "            for (int c = 0; c < $C; c++) {\n"
-                   "                float *dxp = dx + ((n0 + j) * $C + c) * $HW;\n"
-                   "                for (int kx = 0; kx < $K; kx++) {\n"
-                   "                    float *qk = pad + kx * ${HpR}L + $K1;\n"
-                   "                    for (long iy = 0; iy < ${Hp}L; iy++)\n"
-                   "                        for (int ox = 0; ox < $OW; ox++) qk[iy * ${R}L + ox] = 0.0f;\n"
-                   "                    for (int ky = 0; ky < $K; ky++) {\n"
-                   "                        const float *cp = dcol + (c * $KK + ky * $K + kx) * $cp_at;\n"
-                   "                        for (int oy = 0; oy < $OH; oy++) {\n"
-                   "                            float *qr = qk + (oy + ky) * ${R}L;\n"
-                   "                            const float *sp = cp + oy * $OW;\n"
-                   "                            for (int ox = 0; ox < $OW; ox++) qr[ox] += sp[ox];\n"
-                   "                        }\n"
-                   "                    }\n"
-                   "                }\n"
-                   "                for (int iy = 0; iy < $H; iy++) {\n"
-                   "                    const float *q0 = pad + (iy + $Pd) * ${R}L + $K1Pd;\n"
-                   "                    float *dr = dxp + iy * $W;\n"
-                   "                    for (int ix = 0; ix < $W; ix++) dr[ix] = q0[ix]",
-                cg_n("C", C), cg_n("HW", H * W), cg_n("K", K), cg_n("HpR", Hp * R), cg_n("K1", K - 1), cg_n("Hp", Hp), cg_n("OW", OW),
-                cg_n("R", R), cg_n("KK", K * K), cg_s("cp_at", cp_at), cg_n("OH", OH), cg_n("H", H), cg_n("Pd", Pd),
-                cg_n("K1Pd", K - 1 + Pd), cg_n("W", W));
-        for (int kx = 1; kx < K; kx++) cg_body(L, " + q0[%ld + ix]", kx * Hp * R - kx);
-        cg_body(L, ";\n                }\n");
-    } else {
-        /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
-        cg_body(L, "            /* col2im */\n"
-                   "            for (int c = 0; c < %d; c++) {\n"
-                   "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);
-        if (Pd == 0) cg_body(L, "                float *pad = dxp;\n");
-        cg_text(L, "                for (long i = 0; i < ${pad}L; i++) pad[i] = 0.0f;\n"
-                   "                for (int t = 0; t < $KK; t++) {\n"
-                   "                    int ky = t / $K, kx = t % $K;\n"
-                   "                    const float *cp = dcol + (c * $KK + t) * $cp_at;\n"
-                   "                    for (int oy = 0; oy < $OH; oy++) {\n"
-                   "                        float *dp = pad + (oy * $S + $ky_d) * ${Wp}L + $kx_d;\n"
-                   "                        const float *sp = cp + oy * $OW;\n"
-                   "                        for (int ox = 0; ox < $OW; ox++) dp[ox * $S] += sp[ox];\n"
-                   "                    }\n"
-                   "                }\n",
-                cg_n("pad", Pd > 0 ? pad_floats(G) : (long)H * W), cg_n("KK", K * K), cg_n("K", K), cg_s("cp_at", cp_at), cg_n("OH", OH),
-                cg_n("S", S), cg_s("ky_d", cg_dilated(L, "ky", D)), cg_n("Wp", Wp), cg_s("kx_d", cg_dilated(L, "kx", D)), cg_n("OW", OW));
-        if (Pd > 0)
-            cg_body(L, "                for (int iy = 0; iy < %d; iy++)\n"
-                       "                    for (int ix = 0; ix < %d; ix++) dxp[iy * %d + ix] = pad[(iy + %d) * %ldL + %d + ix];\n",
-                    H, W, W, Pd, Wp, Pd);
-    }
+    if (two_pass) col2im_two_pass(L, G, cp_at);
+    else col2im_one_pass(L, G, cp_at);
     cg_body(L, "            }\n        }\n    }\n    free(dcol);\n");
     cg_end_kernel(L);
 }

@@ -68,17 +68,22 @@ const char *cg_bn_grad_act_scale(Lower *L, int C, const char *c)
     return arena_printf(L->p->arena, "const float sc_ = stats[%d + %s] * gamma[%s], sh_ = beta[%s] - stats[%s] * sc_;", C, c, c, c, c);
 }
 
+const char *cg_act_grad_expr(Lower *L, int ga, const char *dy, const char *v)
+{
+    const Node *gn = &L->g->nodes[ga];
+    const char *e = replace_all(L, with_attrs(L, activations[gn->op].bwd, gn), "dy[i]", dy);
+    return replace_all(L, e, activations[gn->op].reads_y ? "y[i]" : "x[i]", v);
+}
+
 const char *cg_bn_grad_act_text(Lower *L, int id, const char *x, const char *dy, const char *dg)
 {
-    const Node *gn = &L->g->nodes[cg_bn_grad_act(L->dec, id)];
-    const char *e = replace_all(L, with_attrs(L, activations[gn->op].bwd, gn), "dy[i]", "dy_"), *y = "";
-    if (activations[gn->op].reads_y) {
-        e = replace_all(L, e, "y[i]", "y_");
+    int ga = cg_bn_grad_act(L->dec, id);
+    const Node *gn = &L->g->nodes[ga];
+    const char *y = "";
+    if (activations[gn->op].reads_y)
         y = arena_printf(L->p->arena, " const float y_ = %s;", replace_all(L, with_attrs(L, activations[gn->op].fwd, gn), "x[i]", "p_"));
-    } else {
-        e = replace_all(L, e, "x[i]", "p_");
-    }
-    return arena_printf(L->p->arena, "const float p_ = %s * sc_ + sh_, dy_ = %s;%s const float g_ = %s; %s = g_;", x, dy, y, e, dg);
+    return arena_printf(L->p->arena, "const float p_ = %s * sc_ + sh_, dy_ = %s;%s const float g_ = %s; %s = g_;", x, dy, y,
+                        cg_act_grad_expr(L, ga, "dy_", activations[gn->op].reads_y ? "y_" : "p_"), dg);
 }
 
 /* y = f(x): an activation's kernel, one element per iteration */

@@ -59,7 +59,8 @@ struct CgNode {
     int ew_into_add;          /* add: the mul or sub input it computes as it reads (its fused is the add), or -1 */
     int wgrad_pool;           /* conv2d_grad_w: the max-pool gradient whose routing its kernel does, or -1 */
     int wgrad_bias;           /* such a conv2d_grad_w: the bias_grad its kernel computes too (fused into it), or -1 */
-    int grad_act, grad_act_bn; /* bn_grad_params: the activation gradient folded in (fused into it) and its bn_apply, or -1 */
+    int grad_act;             /* bn_grad_params: the activation gradient folded in (fused into it), or -1 */
+    int grad_act_bn;          /* such a bn_grad_params: the bn_apply that applied the activation, or -1 */
 };
 
 void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
