@@ -34,7 +34,7 @@ check() {  # net, "" (activations) or _grad (their gradients), what
         fi
     done
 }
-for net in tests/nets/op_conv_act.net tests/nets/like/efficientnet.net tests/nets/like/convnext.net \
+for net in tests/nets/op_conv_act.net tests/nets/op_ew_act.net tests/nets/like/efficientnet.net tests/nets/like/convnext.net \
            nets/mobilenetv2.net nets/se_resnet.net nets/bn_lenet.net; do
     check "$net" "" activation
 done

@@ -282,6 +282,25 @@ class OpBnAct(nn.Module):
         return self.fc(x.flatten(1))
 
 
+class OpEwAct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l0 = nn.Linear(48, 16)
+        for k in range(1, 13):
+            setattr(self, f"l{k}", nn.Linear(16, 16))
+        self.fc = nn.Linear(16, 10)
+        acts = [F.silu, lambda v: F.leaky_relu(v, 0.1), F.relu, lambda v: F.gelu(v, approximate="tanh"), F.gelu,
+                F.hardsigmoid, F.hardswish, torch.sigmoid, F.relu6, torch.tanh, lambda v: F.elu(v, 0.5), F.mish]
+        first = [(acts[2 * k], acts[2 * k + 1]) for k in range(6)]
+        self.pairs = first + [(b, a) for a, b in first]   # blocks 7-12: each pair the other way round
+
+    def forward(self, x):
+        h = self.l0(x.flatten(1))
+        for k, (after_linear, after_add) in enumerate(self.pairs, 1):
+            h = after_add(after_linear(getattr(self, f"l{k}")(h)) + h)
+        return self.fc(h)
+
+
 class OpConvAct(nn.Module):
     def __init__(self):
         super().__init__()
@@ -522,6 +541,7 @@ BUILDERS = {
     "tests/nets/op_fused_act.net": (OpFusedAct, (3, 6, 6)),
     "tests/nets/op_conv_act.net": (OpConvAct, (3, 12, 12)),
     "tests/nets/op_bn_act.net": (OpBnAct, (3, 10, 10)),
+    "tests/nets/op_ew_act.net": (OpEwAct, (3, 4, 4)),
     "tests/nets/op_resample.net": (OpResample, (3, 7, 5)),
     "tests/nets/op_conv_groups.net": (op_conv_groups, (4, 9, 8)),
     "tests/nets/op_conv_groups_wide.net": (op_conv_groups_wide, (8, 6, 6)),
