@@ -338,7 +338,6 @@ static void col2im_one_pass(Lower *L, const ConvGeom *G, const char *cp_at)
 {
     int C = G->C, H = G->H, W = G->W, K = G->K, S = G->S, Pd = G->P, OH = G->OH, OW = G->OW, D = G->D;
     long Wp = (long)W + 2 * Pd;
-    /* col2im: each plane of dx gathered in a zero-bordered copy (no test per element), then its inside kept */
     cg_body(L, "            /* col2im */\n"
                "            for (int c = 0; c < %d; c++) {\n"
                "                float *dxp = dx + ((n0 + j) * %d + c) * %d;\n", C, C, H * W);

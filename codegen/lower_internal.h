@@ -55,6 +55,9 @@ typedef struct ConvGeom {
 /* elementwise.c */
 void cg_lower_activation(Lower *L, int id);        /* relu, sigmoid, tanh */
 const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's fused activation (cg_act) */
+/* Activation gradient ga's expression (ir/activations.def) of dy and v, the value it
+   reads (the activation's input or output, as its row says), each an expression. */
+const char *cg_act_grad_expr(Lower *L, int ga, const char *dy, const char *v);
 /* bn_grad_params id's folded activation gradient (cg_bn_grad_act) at one element, as
    statements: g_, the gradient at the activation's input, from its output's gradient
    (dy, an element) and its input p_ recomputed from the BatchNorm's input (x) as
@@ -63,9 +66,6 @@ const char *cg_fused_act(Lower *L, int id, const char *v);   /* v through id's f
    dg. The scale's statement before a loop of them (GCC vectorises such a loop only
    with the loads outside it). */
 const char *cg_bn_grad_act_scale(Lower *L, int C, const char *c);
-/* Activation gradient ga's expression (ir/activations.def) of dy and v, the value it
-   reads (the activation's input or output, as its row says), each an expression. */
-const char *cg_act_grad_expr(Lower *L, int ga, const char *dy, const char *v);
 const char *cg_bn_grad_act_text(Lower *L, int id, const char *x, const char *dy, const char *dg);
 /* The store every producer an activation can fuse into ends in (a convolution of any form, a linear
    layer, BatchNorm, add, mul, sub): its value val at ptr[idx] (ptr: y, or a pointer into y), one
