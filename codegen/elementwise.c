@@ -63,9 +63,19 @@ static const char *replace_all(Lower *L, const char *e, const char *from, const 
     return e;
 }
 
+/* The declaration of channel c's (C text) BatchNorm scale and shift, named scale and shift,
+   from stats, gamma and beta: bn_apply's multiply-add's two operands (y = x * scale + shift),
+   for bn_apply, the add that normalises its input, and the BatchNorm gradient that recomputes
+   an activation's input: one text, so that all three round the same way. */
+static const char *scale_shift_decl(Lower *L, int C, const char *c, const char *scale, const char *shift)
+{
+    return arena_printf(L->p->arena, "float %s = stats[%d + %s] * gamma[%s], %s = beta[%s] - stats[%s] * %s;",
+                        scale, C, c, c, shift, c, c, scale);
+}
+
 const char *cg_bn_grad_act_scale(Lower *L, int C, const char *c)
 {
-    return arena_printf(L->p->arena, "const float sc_ = stats[%d + %s] * gamma[%s], sh_ = beta[%s] - stats[%s] * sc_;", C, c, c, c, c);
+    return arena_printf(L->p->arena, "const %s", scale_shift_decl(L, C, c, "sc_", "sh_"));
 }
 
 const char *cg_act_grad_expr(Lower *L, int ga, const char *dy, const char *v)
@@ -125,11 +135,10 @@ const char *cg_store(Lower *L, int id, const char *ptr, const char *idx, const c
 
 /* In a loop over (n, c) planes: c, and the normalisation of channel c as one
    multiply-add, y = x * scale + shift (the add that applies a BatchNorm itself,
-   below, and bn_apply, norm.c: the same arithmetic, written once). */
+   below, and bn_apply, norm.c: scale_shift_decl's arithmetic). */
 const char *cg_bn_scale_shift_text(Lower *L, int C, const char *plane)
 {
-    return arena_printf(L->p->arena, "        long c = %s %% %d;\n"
-                                     "        float scale = stats[%d + c] * gamma[c], shift = beta[c] - stats[c] * scale;\n", plane, C, C);
+    return arena_printf(L->p->arena, "        long c = %s %% %d;\n        %s\n", plane, C, scale_shift_decl(L, C, "c", "scale", "shift"));
 }
 
 void cg_bn_scale_shift(Lower *L, int C)
