@@ -47,6 +47,7 @@ typedef struct Buf {
     Shape shape;
     InitKind init;
     int fan_in;               /* INIT_UNIFORM_FAN_IN */
+    float init_arg;           /* INIT_CONSTANT's value, INIT_NORMAL's standard deviation */
     bool trainable;           /* a parameter (else state: running statistics, momentum) */
 } Buf;
 

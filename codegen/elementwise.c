@@ -85,12 +85,22 @@ const char *cg_act_grad_expr(Lower *L, int ga, const char *dy, const char *v)
     return replace_all(L, e, activations[gn->op].reads_y ? "y[i]" : "x[i]", v);
 }
 
+/* Whether activation gradient op's expression reads the value it names (x[i] or y[i]):
+   scale's, dy * factor, reads neither. */
+static bool grad_reads_value(Op op)
+{
+    const char *e = activations[op].bwd, *v = activations[op].reads_y ? "y[i]" : "x[i]";
+    for (const char *at = strstr(e, v); at; at = strstr(at + 1, v))
+        if (at == e || at[-1] != 'd') return true;   /* not dy[i] */
+    return false;
+}
+
 const char *cg_bn_grad_act_text(Lower *L, int id, const char *x, const char *dy, const char *dg)
 {
     int ga = cg_bn_grad_act(L->dec, id);
     const Node *gn = &L->g->nodes[ga];
-    const char *y = "";
-    if (activations[gn->op].reads_y)
+    const char *y = grad_reads_value(gn->op) ? "" : " (void)p_;";   /* scale's dy * factor reads no value */
+    if (activations[gn->op].reads_y && grad_reads_value(gn->op))
         y = arena_printf(L->p->arena, " const float y_ = %s;", replace_all(L, with_attrs(L, activations[gn->op].fwd, gn), "x[i]", "p_"));
     return arena_printf(L->p->arena, "const float p_ = %s * sc_ + sh_, dy_ = %s;%s const float g_ = %s; %s = g_;", x, dy, y,
                         cg_act_grad_expr(L, ga, "dy_", activations[gn->op].reads_y ? "y_" : "p_"), dg);
@@ -108,14 +118,20 @@ void cg_lower_activation(Lower *L, int id)
     cg_end_kernel(L);
 }
 
-/* dx = dy * f'(x), written with the forward's output y or its input x */
+/* dx = dy * f'(x), written with the forward's output y or its input x (neither where
+   the expression reads neither: the kernel takes dx and dy alone) */
 void cg_lower_activation_grad(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     Dim work = dim_of(&n->shape);
     const char *W = cg_work_str(L, work);
-    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=dx", activations[n->op].reads_y ? "y" : "x", "dy" });
+    if (grad_reads_value(n->op)) {
+        int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+        cg_kernel(L, id, ir_op_name(n->op), work, 3, b, (const char *const[]){ "=dx", activations[n->op].reads_y ? "y" : "x", "dy" });
+    } else {
+        int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[1]) };
+        cg_kernel(L, id, ir_op_name(n->op), work, 2, b, (const char *const[]){ "=dx", "dy" });
+    }
     cg_body(L, "    FOR_EACH(i, %s) {\n        dx[i] = %s;\n    }\n", W, with_attrs(L, activations[n->op].bwd, n));
     cg_end_kernel(L);
 }
@@ -199,10 +215,10 @@ void cg_lower_binary(Lower *L, int id)
     int y = cg_out_buf(L, id);
     cg_arg(L, &a, y, "=y");
     if (beside >= 0) cg_arg(L, &a, cg_out_buf(L, beside), "=ya");
-    if (bn >= 0 && beside < 0 && ew < 0 && L->dec->cpu_only) {
+    int other = bn < 0 ? -1 : n->in[0] == bn ? n->in[1] : n->in[0];
+    if (bn >= 0 && beside < 0 && ew < 0 && L->dec->cpu_only && ir_shape_eq(&L->g->nodes[other].shape, &n->shape)) {
         const Node *bnn = &L->g->nodes[bn];
         int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
-        int other = n->in[0] == bn ? n->in[1] : n->in[0];
         int b6[6] = { y, buf_of(L, bnn->in[0]), buf_of(L, bnn->in[1]), buf_of(L, bnn->in[2]), buf_of(L, bnn->in[3]),
                       buf_of(L, other) };
         cg_kernel(L, id, "bn_apply_add", dimn(C), 6, b6, (const char *const[]){ "=y", "x", "stats", "gamma", "beta", "skip" })->grain = HW;
@@ -221,22 +237,22 @@ void cg_lower_binary(Lower *L, int id)
         const Node *bnn = &L->g->nodes[bn];
         int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
         for (int k = 0; k < 4; k++) cg_arg(L, &a, buf_of(L, bnn->in[k]), "%s", (const char *[]){ "x", "stats", "gamma", "beta" }[k]);
-        const char *other = operand(L, id, n->in[0] == bn ? n->in[1] : n->in[0], "skip", plane_index, &a);
+        const char *skip = operand(L, id, other, "skip", plane_index, &a);
         const char *what = ew >= 0 ? arena_printf(L->p->arena, "bn_apply_add_%s", ir_op_name(L->g->nodes[ew].op))
                                    : "bn_apply_add";
-        const char *stmt = arena_printf(L->p->arena, "{ float v = (x[plane * %d + k] * scale + shift) + %s; %s }", HW, other,
+        const char *stmt = arena_printf(L->p->arena, "{ float v = (x[plane * %d + k] * scale + shift) + %s; %s }", HW, skip,
                                         cg_store(L, id, "y", arena_printf(L->p->arena, "plane * %d + k", HW), "v"));
         if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
             cg_kernel_args(L, id, what, cg_rows_work(dimn(C), HW), &a);
             cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + %s; one element per iteration, planes [N*%d, %d] */\n",
-                    other, C, HW);
+                    skip, C, HW);
             cg_rows_body(L, dimn(C), HW,
                          arena_printf(L->p->arena, "        long plane = row;\n        int k = at;\n%s", cg_bn_scale_shift_text(L, C, "plane")), stmt);
             cg_end_kernel(L);
             return;
         }
         cg_kernel_args(L, id, what, dimn(C), &a)->grain = HW;
-        cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + %s; planes [N*%d, %d] */\n", other, C, HW);
+        cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + %s; planes [N*%d, %d] */\n", skip, C, HW);
         cg_body(L, "    FOR_EACH(plane, %s) {\n", cg_work_str(L, dimn(C)));
         cg_bn_scale_shift(L, C);
         cg_body(L, "        for (int k = 0; k < %d; k++) %s\n    }\n", HW, stmt);
@@ -311,7 +327,9 @@ void cg_lower_sum_to(Lower *L, int id)
     cg_coords(L, ys, "i");
     cg_body(L, "        double s = 0.0;\n");
     for (int k = 0; k < xs->nd; k++)   /* the dimensions summed over: a loop each, the others at y's coordinate */
-        if (ys->d[k] == 1 && xs->d[k] != 1) cg_body(L, "        for (long c%d = 0; c%d < %d; c%d++)\n", k, k, xs->d[k], k);
+        if (ys->d[k] == 1 && xs->d[k] != 1)   /* (over the batch too: a param's gradient, [1, ...]) */
+            cg_body(L, "        for (long c%d = 0; c%d < %s; c%d++)\n", k, k,
+                    xs->d[k] == IR_BATCH ? "N" : arena_printf(L->p->arena, "%d", xs->d[k]), k);
     cg_body(L, "        s += x[%s];\n        y[i] = (float)s;\n    }\n", cg_index_of(L, xs));
     cg_end_kernel(L);
 }

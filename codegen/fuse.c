@@ -445,7 +445,9 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
             if (e >= 0 && !(cg_plane_indexable(&g->nodes[g->nodes[e].in[0]].shape, &n->shape) &&
                             cg_plane_indexable(&g->nodes[g->nodes[e].in[1]].shape, &n->shape)))
                 break;   /* the kernel walks planes: the product's inputs must be indexed per plane */
-            if (g->nodes[b].op == OP_BN_APPLY && uses[b] == 1 && cg_act(d, b) < 0 && cg_pool_of(d, b) < 0 && cg_fused_into(d, b) < 0) {
+            if (g->nodes[b].op == OP_BN_APPLY && uses[b] == 1 && cg_act(d, b) < 0 && cg_pool_of(d, b) < 0 && cg_fused_into(d, b) < 0 &&
+                ir_shape_eq(&g->nodes[b].shape, &n->shape) && cg_plane_indexable(&g->nodes[n->in[1 - k]].shape, &n->shape)) {
+                /* (the BatchNorm's planes are the sum's; the other input, if broadcast, indexed per plane) */
                 fuse_into_add(d, g, id, b);
                 break;
             }

@@ -470,5 +470,6 @@ void cg_lower_persistent(Lower *L, int id)
     p->bufs[b].shape = n->shape;
     p->bufs[b].init = n->init;
     p->bufs[b].fan_in = n->fan_in;
+    p->bufs[b].init_arg = n->init_arg;
     p->bufs[b].trainable = n->op == OP_PARAM;
 }

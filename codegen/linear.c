@@ -3,9 +3,22 @@
 ** a small epilogue kernel for the bias and a fused ReLU; and the bias
 ** gradient, shared with the convolutions.
 **
-** x [N, F], w [O, F], y [N, O] (row-major, as PyTorch stores them).
+** x [N, F], w [O, F], y [N, O] (row-major, as PyTorch stores them); x [N, T, F]
+** is N * T rows of F (a transformer's tokens), y [N, T, O].
 */
 #include "lower_internal.h"
+
+/* The rows of a linear layer's operand s: N, or N * T of [N, T, F] */
+static Dim rows_of(const Shape *s)
+{
+    return dimn(s->nd == 3 ? s->d[1] : 1);
+}
+
+/* Their count as the kernel's text says it: "N", or "16L * N" */
+static const char *rows_text(Lower *L, const Shape *s)
+{
+    return s->nd == 3 ? cg_work_str(L, rows_of(s)) : "N";
+}
 
 /* y[N, O] = x[N, F] . w[O, F]^T (GEMM), then the epilogue: + bias, and a fused relu */
 void cg_lower_linear(Lower *L, int id)
@@ -16,7 +29,8 @@ void cg_lower_linear(Lower *L, int id)
     int y = cg_out_buf(L, id);
     int act = cg_act(L->dec, id);
     bool bias = n->nin == 3;
-    cg_gemm(L, id, false, true, dimn(1), dimc(O), dimc(F), buf_of(L, n->in[0]), dimc(F), buf_of(L, n->in[1]), dimc(F), 0.0f, y, dimc(O));
+    Dim rows = rows_of(&n->shape);
+    cg_gemm(L, id, false, true, rows, dimc(O), dimc(F), buf_of(L, n->in[0]), dimc(F), buf_of(L, n->in[1]), dimc(F), 0.0f, y, dimc(O));
     if (!bias && act < 0) return;
     int act_out = cg_act_beside(L->dec, id);
     int b[3] = { y, -1, -1 }, nb = 1;
@@ -25,18 +39,18 @@ void cg_lower_linear(Lower *L, int id)
     if (bias) b[nb] = buf_of(L, n->in[2]), names[nb++] = "bias";
     const char *kind = act < 0 ? "linear_epilogue" : arena_printf(L->p->arena, "linear_epilogue_%s", ir_op_name((Op)act));
     if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
-        cg_kernel(L, id, kind, cg_rows_work(dimn(1), O), nb, b, names);
-        cg_body(L, "    /* y is [N, %d]; an element per iteration */\n", O);
-        cg_rows_body(L, dimn(1), O, arena_printf(L->p->arena, "        float v = y[row * %dL + at]%s;\n", O, bias ? " + bias[at]" : ""),
+        cg_kernel(L, id, kind, cg_rows_work(rows, O), nb, b, names);
+        cg_body(L, "    /* y is [%s, %d]; an element per iteration */\n", rows_text(L, &n->shape), O);
+        cg_rows_body(L, rows, O, arena_printf(L->p->arena, "        float v = y[row * %dL + at]%s;\n", O, bias ? " + bias[at]" : ""),
                      cg_store(L, id, "y", arena_printf(L->p->arena, "row * %dL + at", O), "v"));
         cg_end_kernel(L);
         return;
     }
-    cg_kernel(L, id, kind, dimn(1), nb, b, names)->grain = O;
-    cg_body(L, "    /* y is [N, %d]; one row per iteration */\n", O);
-    cg_body(L, "    FOR_EACH(r, N) {\n        float *yr = y + r * %d;\n        for (int o = 0; o < %d; o++) {\n"
+    cg_kernel(L, id, kind, rows, nb, b, names)->grain = O;
+    cg_body(L, "    /* y is [%s, %d]; one row per iteration */\n", rows_text(L, &n->shape), O);
+    cg_body(L, "    FOR_EACH(r, %s) {\n        float *yr = y + r * %d;\n        for (int o = 0; o < %d; o++) {\n"
                "            float v = yr[o]%s;\n            %s\n        }\n    }\n",
-            O, O, bias ? " + bias[o]" : "", cg_store(L, id, "yr", "o", "v"));
+            rows_text(L, &n->shape), O, O, bias ? " + bias[o]" : "", cg_store(L, id, "yr", "o", "v"));
     cg_end_kernel(L);
 }
 
@@ -47,7 +61,8 @@ void cg_lower_linear_grad_x(Lower *L, int id)
     const Shape *ws = &L->g->nodes[n->in[1]].shape;
     int O = ws->d[0], F = ws->d[1];
     int dx = cg_out_buf(L, id);
-    cg_gemm(L, id, false, false, dimn(1), dimc(F), dimc(O), buf_of(L, n->in[0]), dimc(O), buf_of(L, n->in[1]), dimc(F), 0.0f, dx, dimc(F));
+    cg_gemm(L, id, false, false, rows_of(&n->shape), dimc(F), dimc(O), buf_of(L, n->in[0]), dimc(O), buf_of(L, n->in[1]), dimc(F), 0.0f,
+            dx, dimc(F));
 }
 
 /* dw[O, F] = dy[N, O]^T . x[N, F] (GEMM, overwrites) */
@@ -56,7 +71,8 @@ void cg_lower_linear_grad_w(Lower *L, int id)
     const Node *n = &L->g->nodes[id];
     int O = n->shape.d[0], F = n->shape.d[1];
     int dw = cg_out_buf(L, id);
-    cg_gemm(L, id, true, false, dimc(O), dimc(F), dimn(1), buf_of(L, n->in[0]), dimc(O), buf_of(L, n->in[1]), dimc(F), 0.0f, dw, dimc(F));
+    cg_gemm(L, id, true, false, dimc(O), dimc(F), rows_of(&L->g->nodes[n->in[0]].shape), buf_of(L, n->in[0]), dimc(O), buf_of(L, n->in[1]),
+            dimc(F), 0.0f, dw, dimc(F));
 }
 
 /* cg_take_ahead's: a bias gradient whose only consumer is a BatchNorm with batch statistics */

@@ -300,7 +300,7 @@ static const char *no_onnx_form(Op op)
     case OP_INPUT: case OP_PARAM: case OP_STATE:
     case OP_CONV2D: case OP_LINEAR: case OP_BN_EVAL_STATS: case OP_BN_APPLY: case OP_LN_STATS: case OP_LN_APPLY:
     case OP_RELU: case OP_SIGMOID: case OP_TANH: case OP_LEAKY_RELU: case OP_SILU: case OP_GELU: case OP_GELU_TANH:
-    case OP_RELU6: case OP_HARDSIGMOID: case OP_HARDSWISH: case OP_ELU: case OP_MISH:
+    case OP_RELU6: case OP_HARDSIGMOID: case OP_HARDSWISH: case OP_ELU: case OP_MISH: case OP_SCALE:
     case OP_MAXPOOL: case OP_AVGPOOL: case OP_GAP: case OP_GLOBAL_MAXPOOL: case OP_UPSAMPLE: case OP_ADAPTIVE_AVGPOOL:
     case OP_RESHAPE: case OP_CONCAT: case OP_ADD: case OP_MUL: case OP_SUB:
         return NULL;
@@ -415,6 +415,12 @@ static int activation_to_onnx(Ox *o, const Node *n, const char *out)
         if (n->op == OP_HARDSIGMOID) attr_float(o, h, "alpha", 1.0f / 6.0f), attr_float(o, h, "beta", 0.5f);
         return 0;
     }
+    case OP_SCALE: {   /* x * factor + shift: Mul, then Add (a shift of 0 left out) */
+        const char *m = n->attr.shift == 0 ? out : step(o, out, "scaled");
+        binary(o, "Mul", m, x, scalar(o, n->attr.factor), n);
+        if (n->attr.shift != 0) binary(o, "Add", out, m, scalar(o, n->attr.shift), n);
+        return 0;
+    }
     default:
         return fail(o, "internal: no ONNX form for %s at %s", ir_op_name(n->op), where(o, n));
     }
@@ -439,6 +445,13 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
     }
     case OP_LINEAR: {   /* Gemm: x [N, F] times weight [O, F] transposed, bias optional */
         if (!ins(o, n, n->nin, v)) return -1;
+        if (xs->nd == 3) {   /* [N, T, F]: MatMul by the weight transposed, then Add the bias (Gemm is 2-D) */
+            const char *wt = step(o, out, "weight_t"), *mm = n->nin == 3 ? step(o, out, "matmul") : out;
+            attr_int_list(o, node(o, "Transpose", wt, 1, &v[1], n), "perm", 2, (int64_t[]){ 1, 0 });
+            binary(o, "MatMul", mm, v[0], wt, n);
+            if (n->nin == 3) binary(o, "Add", out, mm, v[2], n);
+            return 0;
+        }
         attr_int(o, node(o, "Gemm", out, n->nin, v, n), "transB", 1);
         return 0;
     }
@@ -454,13 +467,14 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
         attr_float(o, node(o, "BatchNormalization", out, 5, bn, n), "epsilon", stats->attr.eps);
         return 0;
     }
-    case OP_LN_APPLY: {   /* LayerNormalization over dimension 1 (the last of [N, F]; [N, C, H, W] moved to channels-last and back) */
+    case OP_LN_APPLY: {   /* LayerNormalization over dimension 1 (the last of [N, F]; [N, C, H, W] moved to channels-last
+                             and back), or over the last of [N, T, D] */
         const Node *stats = &g->nodes[n->in[1]];
         if (stats->op != OP_LN_STATS || stats->in[0] != n->in[0])
             return fail(o, "internal: the layernorm at %s takes its statistics from %s", where(o, n), ir_op_name(stats->op));
         const char *x = in(o, n, 0), *gamma = x ? in(o, n, 2) : NULL, *beta = gamma ? in(o, n, 3) : NULL;
         if (!beta) return -1;
-        int nd = xs->nd;
+        int nd = xs->nd == 4 ? 4 : 2;   /* (nd > 2: moved) */
         int64_t last[IR_MAXDIM], back[IR_MAXDIM];   /* dimension 1 to the end, and back */
         for (int k = 0, j = 0; k < nd; k++) if (k != 1) last[j++] = k;
         last[nd - 1] = 1;

@@ -194,13 +194,14 @@ static void add_module(Py *p, const char *path, size_t len, const char *layer)
 }
 
 /* The lines of __init__ that make the layer at path (its Scopes first,
-   those not made yet): 0, or -1 where the path is taken. */
+   those not made yet; constructor NULL: Scopes alone, path's own too): 0, or -1
+   where the path is taken. */
 static int make_module(Py *p, const Node *n, const char *path, const char *constructor)
 {
     size_t len = strlen(path);
     for (size_t start = 0, k = 0; k <= len; k++) {
         if (k < len && path[k] != '.') continue;
-        bool layer = k == len;
+        bool layer = k == len && constructor;
         Module *old = find_module(p, path, k);
         if (old && (old->layer || layer))
             return fail(p, "%s: the module '%.*s' would be both a layer and hold others: PyTorch's names cannot say that",
@@ -329,6 +330,7 @@ static const char *activation(Py *p, const Node *n, const char *x)
     case OP_HARDSIGMOID: return arena_printf(p->a, "F.hardsigmoid(%s)", x);
     case OP_HARDSWISH: return arena_printf(p->a, "F.hardswish(%s)", x);
     case OP_MISH: return arena_printf(p->a, "F.mish(%s)", x);
+    case OP_SCALE: return arena_printf(p->a, "(%s * %s + %s)", x, py_float(p, n->attr.factor), py_float(p, n->attr.shift));
     case OP_ELU: return arena_printf(p->a, "F.elu(%s, %s)", x, py_float(p, n->attr.alpha));
     default: return NULL;
     }
@@ -383,6 +385,29 @@ static const char *layer(Py *p, const Node *n)
     }
     if ((!old || !old->layer) && make_module(p, n, path, ctor)) return NULL;
     return module_ref(p, path, strlen(path));
+}
+
+/* A 'param' named "<path>.<leaf>" (or "<leaf>"): in __init__ an nn.Parameter of that
+   shape on the Scope at path (made where not yet), the checkpoint's values loaded into
+   it; its reference in forward, or NULL (said). */
+static const char *own_param(Py *p, const Node *n)
+{
+    const char *dot = strrchr(n->name, '.'), *leaf = dot ? dot + 1 : n->name;
+    size_t plen = dot ? (size_t)(dot - n->name) : 0;
+    if (find_module(p, n->name, strlen(n->name))) {
+        fail(p, "%s: '%s' is a param and the name of a module: PyTorch's names cannot say that", where(p, n), n->name);
+        return NULL;
+    }
+    if (plen && make_module(p, n, arena_strndup(p->a, n->name, plen), NULL)) return NULL;
+    char *shape = arena_strdup(p->a, "");
+    for (int k = 0; k < n->shape.nd; k++) shape = arena_printf(p->a, "%s%s%d", shape, k ? ", " : "", n->shape.d[k]);
+    const char *scope = module_ref(p, n->name, plen);
+    const char *ref = attribute_name(leaf) ? arena_printf(p->a, "%s.%s", scope, leaf)
+                                           : arena_printf(p->a, "getattr(%s, \"%s\")", scope, leaf);
+    fprintf(p->init, "        %s.register_parameter(\"%s\", nn.Parameter(torch.zeros(%s)))   # param %s\n", scope, leaf, shape,
+            n->name);
+    add_module(p, n->name, strlen(n->name), "nn.Parameter");
+    return ref;
 }
 
 /* ".reshape(-1, 120, 1, 1)" or ".flatten(1)": x to shape s */
@@ -467,6 +492,10 @@ static int emit_node(Py *p, int id)
         text = arena_printf(p->a, "%s %c %s", a, n->op == OP_ADD ? '+' : n->op == OP_SUB ? '-' : '*', b);
         break;
     }
+    case OP_PARAM:   /* a net's own learned tensor ('param'): an nn.Parameter of its Scope */
+        if (!(text = own_param(p, n))) return -1;
+        depth = -1;
+        break;
     case OP_NEG:
         text = arena_printf(p->a, "-%s", operand(p, n->in[0], PREC_UNARY, &refs, &nrefs, &depth));
         prec = PREC_UNARY;

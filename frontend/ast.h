@@ -30,6 +30,7 @@ typedef enum AstKind {
     AST_ARG,        /* one argument: name = lhs (name NULL when positional) */
     /* statements */
     AST_INPUT,      /* input name[args]: dims are AST_ARG (positional) in args */
+    AST_PARAM,      /* param name[args] = lhs: a learned tensor, dims AST_ARG in args, lhs its initialiser */
     AST_ASSIGN,     /* name = lhs */
     AST_RETURN,     /* return lhs */
     AST_IF,         /* if cond { body } else els (els: NULL, an AST_IF, or an AST_BLOCK_STMT) */

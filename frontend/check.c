@@ -109,6 +109,17 @@ static void check_stmts(Checker *C, const FeDef *def, const Ast *s, bool *has_in
             }
             check_args(C, s->args);
             break;
+        case AST_PARAM:
+            if (reserved_name(E, s->name, s->name_loc)) C->errors++;
+            check_args(C, s->args);
+            if (!fe_param_init_known(s->lhs)) {
+                diag_at(E->d, s->lhs->loc, "a param's initialiser is zeros, ones, constant(value) or normal(std), "
+                        "as PyTorch's torch.zeros, torch.ones, torch.full and torch.randn(...) * std");
+                C->errors++;
+            } else if (s->lhs->kind == AST_CALL) {
+                check_args(C, s->lhs->args);
+            }
+            break;
         case AST_ASSIGN:
             if (reserved_name(E, s->name, s->name_loc)) C->errors++;
             check_expr(C, s->lhs);
@@ -199,6 +210,11 @@ static void visit_stmts(RefVisit *V, const Ast *s)
             break;
         case AST_ASSIGN: case AST_RETURN:
             visit_expr(V, s->lhs);
+            break;
+        case AST_PARAM:
+            for (const Ast *a = s->args; a; a = a->next) visit_expr(V, a->lhs);
+            if (s->lhs->kind == AST_CALL)
+                for (const Ast *a = s->lhs->args; a; a = a->next) visit_expr(V, a->lhs);
             break;
         case AST_IF:
             for (const Ast *i = s; i && !V->found; i = i->els) {
@@ -301,11 +317,12 @@ int fe_check_file(Elab *E, const SourceFile *file)
             int nin = 0;
             for (FeParam *p = def->inputs; p; p = p->next) {
                 nin++;
-                if (nin == 2) {
-                    diag_at(d, p->loc, "block '%s' has more than one input; a block takes exactly one "
-                            "input value", def->name);
-                    C.errors++;
-                }
+                for (FeParam *q = def->inputs; q != p; q = q->next)
+                    if (!strcmp(q->name, p->name)) {
+                        diag_at(d, p->loc, "block '%s' has two inputs named '%s'", def->name, p->name);
+                        C.errors++;
+                        break;
+                    }
                 if (p->def) {
                     diag_at(d, p->loc, "the input '%s' of block '%s' cannot have a default value",
                             p->name, def->name);

@@ -133,6 +133,8 @@ static const char *block_signature(Elab *E, const FeDef *b)
     for (const FeParam *p = b->params; p && n < sizeof buf; p = p->next)
         n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s%s", p == b->params ? "" : ", ",
                               p->name, p->def ? " = ..." : "");
+    for (const FeParam *p = b->inputs; p && n < sizeof buf; p = p->next)   /* (x, skip): its inputs */
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", p != b->inputs ? ", " : b->params ? ")(" : "", p->name);
     if (n < sizeof buf) snprintf(buf + n, sizeof buf - n, ")");
     return arena_strdup(E->a, buf);
 }
@@ -330,31 +332,72 @@ static int eval_pow(Elab *E, const Ast *e, Value a, Value b, Value *out)
 static int apply_layer_values(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value in,
                               const Value *vals, const bool *given, const Loc *where, Value *out);
 
+/* A layer applied to tensor a at an operator, as if written a -> layer(args): the same
+   checks, messages (at the operator) and automatic names. */
+static int operator_layer(Elab *E, Scope *S, Env *env, const Ast *e, const char *layer, Value a,
+                          int nargs, const Value *vals, const Loc *where, Value *out)
+{
+    if (step(E, e->loc)) return -1;
+    Ast *st = arena_alloc(E->a, sizeof *st);
+    st->kind = AST_STAGE;
+    st->loc = st->name_loc = e->loc;
+    st->name = layer;
+    bool given[2] = { true, nargs > 1 };
+    return apply_layer_values(E, S, env, st, fe_find_layer(layer), a, vals, given, where, out);
+}
+
+/* A tensor by a number: the layer scale(factor, shift), y = x * factor + shift, as
+   PyTorch's tensor-by-number arithmetic: t * c, c * t, t + c, c + t, t - c, c - t,
+   t / c (as t * (1 / c)) and -t (unary). */
+static int eval_scale_op(Elab *E, Scope *S, Env *env, const Ast *e, Value a, Value b, Value *out)
+{
+    bool num_left = is_num(a);
+    Value t = num_left ? b : a;
+    double c = num(num_left ? a : b), factor = 1, shift = 0;
+    const Ast *cx = num_left ? e->lhs : e->rhs;
+    switch (e->op) {
+    case '*': factor = c; break;
+    case '+': shift = c; break;
+    case '-': if (num_left) { factor = -1; shift = c; } else shift = -c; break;
+    case '/':
+        if (num_left) {
+            diag_at(E->d, e->loc, "operator '/' with a tensor on its right (%s / tensor) is not supported: "
+                    "a tensor can be divided by a number (x / 4), not a number by a tensor", num_text(E, a));
+            return -1;
+        }
+        if (c == 0) {
+            diag_at(E->d, e->loc, "division of a tensor by zero");
+            return -1;
+        }
+        factor = 1 / c;
+        break;
+    default:
+        diag_at(E->d, e->loc, "operator '%s' between a tensor and a number is not supported: '*', '+', '-' "
+                "and '/' (by a number) are, as the layer scale(factor, shift)%s", op_text(e->op),
+                e->op == POW ? "; for a square write x * x" : "");
+        return -1;
+    }
+    Value vals[2] = { vfloat(factor), vfloat(shift) };
+    Loc where[2] = { cx->loc, cx->loc };
+    return operator_layer(E, S, env, e, "scale", t, 2, vals, where, out);
+}
+
 /* An arithmetic operator with a tensor operand. Two tensors: '+', '-' and '*'
    are the layers add, sub and mul, as if written a -> add(b) (the same checks,
-   broadcasting, messages and automatic names); anything else is said. */
+   broadcasting, messages and automatic names); a tensor and a number: the layer
+   scale; anything else is said. */
 static int eval_tensor_op(Elab *E, Scope *S, Env *env, const Ast *e, Value a, Value b, Value *out)
 {
     const char *layer = e->op == '+' ? "add" : e->op == '-' ? "sub" : e->op == '*' ? "mul" : NULL;
     if (a.k == V_TENSOR && b.k == V_TENSOR && layer) {
-        if (step(E, e->loc)) return -1;
-        Ast *st = arena_alloc(E->a, sizeof *st);
-        st->kind = AST_STAGE;
-        st->loc = st->name_loc = e->loc;
-        st->name = layer;
-        Value vals[1] = { b };
-        bool given[1] = { true };
         Loc where[1] = { e->rhs->loc };
-        return apply_layer_values(E, S, env, st, fe_find_layer(layer), a, vals, given, where, out);
+        return operator_layer(E, S, env, e, layer, a, 1, &b, where, out);
     }
     if (a.k == V_TENSOR && b.k == V_TENSOR)
         diag_at(E->d, e->loc, "operator '%s' is not defined on two tensors; only '+', '-' and '*' are "
                 "(the layers add, sub and mul)", op_text(e->op));
     else if (is_num(a) || is_num(b))
-        diag_at(E->d, e->loc, "operator '%s' between a tensor and a number (%s) is not supported: there is no "
-                "layer that scales or shifts a tensor by a constant yet. With two tensors, '+', '-' and '*' are the "
-                "layers add, sub and mul; a constant factor or offset can be left to the layer before it "
-                "(its weights and bias learn it)", op_text(e->op), describe(E, is_num(a) ? a : b));
+        return eval_scale_op(E, S, env, e, a, b, out);
     else
         diag_at(E->d, (a.k == V_TENSOR ? e->rhs : e->lhs)->loc, "operator '%s' needs numbers or two tensors, not %s",
                 op_text(e->op), describe(E, a.k == V_TENSOR ? b : a));
@@ -600,6 +643,12 @@ static int eval_node(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
             *out = vbool(!v.i);
             return 0;
         }
+        if (v.k == V_TENSOR && e->op == '-') {   /* -t: scale(-1) */
+            Value vals[2] = { vfloat(-1), vfloat(0) };
+            Loc where[2] = { e->loc, e->loc };
+            return operator_layer(E, S, env, e, "scale", v, 2, vals, where, out);
+        }
+        if (v.k == V_TENSOR && e->op == '+') { *out = v; return 0; }
         if (!is_num(v)) {
             diag_at(E->d, e->loc, "unary '%s' needs a number, not %s", op_text(e->op), describe(E, v));
             return -1;
@@ -864,14 +913,18 @@ static int apply_block(Elab *E, Scope *S, Env *env, const Ast *st, FeDef *b, Val
         diag_at(E->d, st->name_loc, "blocks are nested more than %d deep", FE_MAX_DEPTH);
         return -1;
     }
+    /* the arguments: its parameters, then its inputs after the first (block up(c)(x, skip):
+       x -> up(64, s), or up(c = 64, skip = s)) */
     int n = 0;
     for (FeParam *p = b->params; p; p = p->next) n++;
+    for (FeParam *p = b->inputs->next; p; p = p->next) n++;
     const char **names = arena_alloc(E->a, sizeof(char *) * (size_t)(n + 1));
     Value *vals = arena_alloc(E->a, sizeof(Value) * (size_t)(n + 1));
     bool *given = arena_alloc(E->a, sizeof(bool) * (size_t)(n + 1));
     Loc *where = arena_alloc(E->a, sizeof(Loc) * (size_t)(n + 1));
     int k = 0;
     for (FeParam *p = b->params; p; p = p->next, k++) { names[k] = p->name; where[k] = st->name_loc; }
+    for (FeParam *p = b->inputs->next; p; p = p->next, k++) { names[k] = p->name; where[k] = st->name_loc; }
     const char *sig = block_signature(E, b);
     if (bind_args(E, S, env, st, sig, names, n, args, vals, given, where)) return -1;
     const char *prefix;
@@ -894,6 +947,19 @@ static int apply_block(Elab *E, Scope *S, Env *env, const Ast *st, FeDef *b, Val
             break;
         }
         bind(E, &top, p->name, B_PARAM, v, p->loc);
+    }
+    for (FeParam *p = b->inputs->next; !rc && p; p = p->next, k++) {   /* the inputs after the first: tensors */
+        if (!given[k]) {
+            diag_at(E->d, st->name_loc, "missing input '%s' to block %s: give it after the parameters "
+                    "(x -> %s(..., %s = t))", p->name, sig, b->name, p->name);
+            rc = -1;
+        } else if (vals[k].k != V_TENSOR || vals[k].node == E->loss_node) {
+            diag_at(E->d, where[k], "input '%s' of block %s must be a tensor, not %s", p->name, sig,
+                    vals[k].k == V_TENSOR ? "the loss" : describe(E, vals[k]));
+            rc = -1;
+        } else {
+            bind(E, &top, p->name, B_VAR, vals[k], p->loc);
+        }
     }
     if (!rc) {
         bind(E, &top, b->inputs->name, B_VAR, in, b->inputs->loc);
@@ -989,6 +1055,101 @@ static int run_input(Elab *E, Scope *S, Env *env, const Ast *s)
     return 0;
 }
 
+/* A param's initialiser (fe_param_init_known has checked its name): zeros, ones,
+   constant(value), normal(std = 1). */
+static int param_init(Elab *E, Scope *S, Env *env, const Ast *e, InitKind *init, float *arg)
+{
+    bool normal = !strcmp(e->name, "normal"), constant = !strcmp(e->name, "constant");
+    *init = normal ? INIT_NORMAL : constant ? INIT_CONSTANT : !strcmp(e->name, "zeros") ? INIT_ZEROS : INIT_ONES;
+    *arg = normal ? 1.0f : 0.0f;
+    const char *want = normal ? "std" : constant ? "value" : NULL;
+    int n = 0;
+    for (const Ast *a = e->kind == AST_CALL ? e->args : NULL; a; a = a->next, n++) {
+        if (!want || n > 0 || (a->name && strcmp(a->name, want))) {
+            diag_at(E->d, a->loc, "%s takes %s", e->name, !want ? "no argument" : normal ? "one argument, std (normal(0.02))"
+                    : "one argument, value (constant(1e-6))");
+            return -1;
+        }
+        Value v;
+        if (eval(E, S, env, a->lhs, &v)) return -1;
+        double f = v.k == V_INT ? (double)v.i : v.f;
+        if ((v.k != V_INT && v.k != V_FLOAT) || !isfinite(f) || fabs(f) > 3.4e38) {
+            diag_at(E->d, a->loc, "the %s of %s must be a finite number, not %s", want, e->name, describe(E, v));
+            return -1;
+        }
+        if (normal && !(f > 0)) {
+            diag_at(E->d, a->loc, "the std of normal must be above 0, not %g (zeros makes a tensor of zeros)", f);
+            return -1;
+        }
+        *arg = (float)f;
+    }
+    if (constant && n == 0) {
+        diag_at(E->d, e->loc, "constant needs its value: constant(1e-6)");
+        return -1;
+    }
+    return 0;
+}
+
+/* param name[d1, ...] = init: a learned tensor of its own, named in its scope as a
+   label is (stage2.0.gamma), saved and updated as any layer's weights. */
+static int run_param(Elab *E, Scope *S, Env *env, const Ast *s)
+{
+    Shape sh = { 0 };
+    int nd = 0;
+    for (const Ast *a = s->args; a; a = a->next, nd++) {
+        if (a->name) {
+            diag_at(E->d, a->name_loc, "param dimensions are plain values, not 'name = value'");
+            return -1;
+        }
+        if (nd >= IR_MAXDIM) {
+            diag_at(E->d, a->loc, "param '%s' has too many dimensions: at most %d", s->name, IR_MAXDIM);
+            return -1;
+        }
+        if (a->lhs->kind == AST_NAME && !strcmp(a->lhs->name, "N")) {
+            diag_at(E->d, a->loc, "a param has no batch dimension N: write 1 where it is shared by the batch "
+                    "(param pos[1, T, D], param gamma[1, C, 1, 1]), as PyTorch's nn.Parameter(torch.zeros(1, T, D))");
+            return -1;
+        }
+        Value v;
+        if (eval(E, S, env, a->lhs, &v)) return -1;
+        if (v.k != V_INT) {
+            diag_at(E->d, a->loc, "a param dimension must be an integer, not %s", describe(E, v));
+            return -1;
+        }
+        if (check_range(E, a->loc, "param", "dimension", v.i, 1, FE_MAX_SIZE)) return -1;
+        sh.d[nd] = (int)v.i;
+    }
+    if (nd == 0) {
+        diag_at(E->d, s->name_loc, "param '%s' needs its shape: param %s[1, 1, 64] = zeros", s->name, s->name);
+        return -1;
+    }
+    sh.nd = nd;
+    InitKind init;
+    float arg;
+    if (param_init(E, S, env, s->lhs, &init, &arg)) return -1;
+    if (lookup(env, s->name)) {
+        diag_at(E->d, s->name_loc, "'%s' is already defined", s->name);
+        return -1;
+    }
+    const char *full = join(E, S->prefix, s->name);
+    NameSlot *old = names_find(E, full);
+    if (old) {
+        diag_at(E->d, s->name_loc, "duplicate name '%s': a param is declared once in its net or block instance "
+                "(in a loop, give each a name of its own through a block)", full);
+        diag_note(E->d, old->loc, "'%s' was first used here", full);
+        return -1;
+    }
+    names_add(E, full, s->name_loc);
+    int errors = E->d->errors;
+    int id = ir_param(E->g, s->name_loc, full, sh, init, arg);
+    if (id < 0) {
+        if (E->d->errors == errors) diag_at(E->d, s->name_loc, "cannot make param '%s'", s->name);
+        return -1;
+    }
+    bind(E, env, s->name, B_VAR, vtensor(id), s->name_loc);
+    return 0;
+}
+
 static int run_for(Elab *E, Scope *S, Env *env, const Ast *s)
 {
     Value a, b;
@@ -1039,6 +1200,9 @@ static int run_stmt_list(Elab *E, Scope *S, Env *env, const Ast *s)
         switch (s->kind) {
         case AST_INPUT:
             if (run_input(E, S, env, s)) return -1;
+            break;
+        case AST_PARAM:
+            if (run_param(E, S, env, s)) return -1;
             break;
         case AST_ASSIGN: {
             Value v;

@@ -152,14 +152,15 @@ const Layer fe_layers[] = {
       build_conv2d, "input `[N, C, H, W]`; the kernel (dilated: `dilation * (kernel - 1) + 1` wide) fits the padded input; "
                     "`groups` divides C and `out_channels` (weight `[out_channels, C / groups, kernel, kernel]`)" },
     { "linear", true, 3, { INT_ARG("out_features", true, 0, 1), BOOL_ARG("bias", 1), INT_ARG("in_features", false, DEF_INFERRED, 1) },
-      build_linear, "input `[N, F]`; an explicit `in_features` must equal F" },
+      build_linear, "input `[N, F]`, or `[N, T, F]` (each of the N * T rows, a transformer's tokens: `[N, T, out_features]`); "
+                    "an explicit `in_features` must equal F" },
     { "batchnorm2d", true, 2, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true), FLOAT_ARG("momentum", 0.1, 0, false, 1, false) },
       build_batchnorm2d, "input `[N, C, H, W]`" },
     { "batchnorm1d", true, 2, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true), FLOAT_ARG("momentum", 0.1, 0, false, 1, false) },
       build_batchnorm1d, "input `[N, F]` (after `linear`): statistics over the batch, as PyTorch's `BatchNorm1d`" },
     { "layernorm", true, 1, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true) }, build_layernorm,
-      "over the features of `[N, F]` (PyTorch's `LayerNorm(F)`), or the channels of `[N, C, H, W]` at each position "
-      "(`LayerNorm(C)` over channels-last, as ConvNeXt's)" },
+      "over the features of `[N, F]` (PyTorch's `LayerNorm(F)`), the last dimension of `[N, T, D]` (`LayerNorm(D)`: "
+      "each token), or the channels of `[N, C, H, W]` at each position (`LayerNorm(C)` over channels-last, as ConvNeXt's)" },
     { "relu", false, 0, { { 0 } }, build_activation, "" },
     { "sigmoid", false, 0, { { 0 } }, build_activation, "" },
     { "tanh", false, 0, { { 0 } }, build_activation, "" },
@@ -173,6 +174,8 @@ const Layer fe_layers[] = {
     { "gelu", false, 0, { { 0 } }, build_activation, "`x * Phi(x)`, the exact form (PyTorch's `GELU()`)" },
     { "gelu_tanh", false, 0, { { 0 } }, build_activation, "the tanh approximation (PyTorch's `GELU(approximate=\"tanh\")`)" },
     { "mish", false, 0, { { 0 } }, build_activation, "`x * tanh(log(1 + exp(x)))`" },
+    { "scale", false, 2, { FLOAT_ARG("factor", 1.0, -1e30, false, 1e30, false), FLOAT_ARG("shift", 0.0, -1e30, false, 1e30, false) },
+      build_activation, "`x * factor + shift`: what `x * 0.5`, `x + 1`, `1 - x` and `-x` make on a tensor" },
     { "maxpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },
       build_maxpool2d, "input `[N, C, H, W]`; padding <= kernel / 2" },
     { "avgpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },
@@ -185,7 +188,7 @@ const Layer fe_layers[] = {
       "nearest: each pixel `scale x scale` times (`Upsample(scale_factor=scale)`)" },
     { "flatten", false, 0, { { 0 } }, build_flatten, "`[N, ...]` -> `[N, F]`" },
     { "dropout", false, 1, { FLOAT_ARG("p", 0.5, 0, false, 1, true) }, build_dropout, "" },
-    { "add", false, 1, { TENSOR_ARG("other") }, build_add, "both shapes equal" },
+    { "add", false, 1, { TENSOR_ARG("other") }, build_add, "as `mul`: `x + other` (a residual connection: both shapes equal)" },
     { "concat", false, 6, { TENSOR_ARG("b"), MORE_TENSOR_ARG("c"), MORE_TENSOR_ARG("d"), MORE_TENSOR_ARG("e"), MORE_TENSOR_ARG("f"),
                             MORE_TENSOR_ARG("g") },
       build_concat, "`x -> concat(b, c, ...)`: the tensors side by side along dimension 1 (channels, or features), alike in "
@@ -205,6 +208,13 @@ int fe_find_layer(const char *name)
     return -1;
 }
 
+bool fe_param_init_known(const Ast *e)
+{
+    if (e->kind == AST_NAME) return !strcmp(e->name, "zeros") || !strcmp(e->name, "ones");
+    return e->kind == AST_CALL && !e->label &&
+           (!strcmp(e->name, "zeros") || !strcmp(e->name, "ones") || !strcmp(e->name, "constant") || !strcmp(e->name, "normal"));
+}
+
 bool fe_is_function(const char *name)
 {
     return !strcmp(name, "max") || !strcmp(name, "min");
@@ -217,7 +227,7 @@ bool fe_layer_size_for_eps(Elab *E, Loc where, const Layer *L, int x, long long 
 {
     if (L->nargs < 1 || strcmp(L->args[0].name, "eps")) return false;
     const Shape *s = ir_shape(E->g, x);
-    long long size = s->nd >= 2 ? s->d[1] : -1;
+    long long size = s->nd < 2 ? -1 : !strcmp(L->name, "layernorm") ? ir_ln_channels(s) : s->d[1];
     if (v < 2 && v != size) return false;
     diag_at(E->d, where, "%s: the first argument is 'eps', not a size (%lld); the size comes from the input "
             "(%s), so write '%s', or '%s(eps = 1e-5)' to set eps",

@@ -61,6 +61,10 @@ const char *fe_layer_signature(const Layer *L, char *buf, size_t size);
    after its rounding to float32, which is 0 only where fv is); else said at where. */
 bool fe_layer_arg_in_range(Elab *E, Loc where, const Layer *L, int k, long long iv, double fv);
 
+/* e is a param's initialiser mgc knows: zeros, ones, constant(...) or normal(...) (their
+   arguments are checked when the param is made). */
+bool fe_param_init_known(const struct Ast *e);
+
 /* name is a built-in function of numbers (max, min), called as max(a, b, ...). */
 bool fe_is_function(const char *name);
 /* A positional integer v given as L's first argument where that is eps and v

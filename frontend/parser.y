@@ -133,7 +133,7 @@ static void add_def(void *scanner, FeDef *d)
 %token <fval> FLOAT "number"
 %token <ival> BOOL  "'true' or 'false'"
 %token ARROW "'->'" DOTDOT "'..'" EQ "'=='" NE "'!='" LE "'<='" GE "'>='" POW "'**'"
-%token NET "'net'" BLOCK "'block'" INPUT "'input'" RETURN "'return'"
+%token NET "'net'" BLOCK "'block'" INPUT "'input'" PARAM "'param'" RETURN "'return'"
 %token IF "'if'" THEN "'then'" ELSE "'else'" FOR "'for'" IN "'in'"
 %token AND "'and'" OR "'or'" NOT "'not'"
 
@@ -228,7 +228,7 @@ stmts
     | stmts stmt            { $$ = list_add($1, $2); }
     ;
 
-/* stmt: 'input' NAME '[' dims ']' | NAME '=' expr | 'return' expr | if | for */
+/* stmt: 'input' NAME '[' dims ']' | 'param' NAME '[' dims ']' '=' init | NAME '=' expr | 'return' expr | if | for */
 stmt
     : INPUT IDENT '[' arg_list ']'
         {
@@ -236,6 +236,14 @@ stmt
             $$->name = $2;
             $$->name_loc = LOC(@2);
             $$->args = $4.head;
+        }
+    | PARAM IDENT '[' arg_list ']' '=' expr
+        {
+            $$ = NEW(AST_PARAM, @1);
+            $$->name = $2;
+            $$->name_loc = LOC(@2);
+            $$->args = $4.head;
+            $$->lhs = $7;
         }
     | IDENT '=' expr
         {
@@ -582,7 +590,7 @@ static int yyreport_syntax_error(const yypcontext_t *ctx, void *scanner)
     /* "x flatten -> ...": an identifier read as the start of a new statement */
     if (n == 1 && has_eq && fp->prev_text[0]) {
         diag_at(fp->diag, fp->prev_loc, "unexpected identifier '%s' here; a statement is 'NAME = value', "
-                "'return value', 'input', 'if' or 'for' (is a '->' missing before '%s'?)",
+                "'return value', 'input', 'param', 'if' or 'for' (is a '->' missing before '%s'?)",
                 fp->prev_text, fp->prev_text);
         return 0;
     }

@@ -68,7 +68,13 @@ static void grad_linear(Ad *ad, int y, const Node *n, int dy)
     }
     int in[2] = { dy, x };
     accumulate(ad, w, mk(g, OP_LINEAR_BWD_W, y, g->nodes[w].shape, 2, in, NULL));
-    if (n->nin == 3) accumulate(ad, n->in[2], mk(g, OP_BIAS_BWD, y, g->nodes[n->in[2]].shape, 1, &dy, NULL));
+    if (n->nin == 3 && g->nodes[dy].shape.nd == 2) accumulate(ad, n->in[2], mk(g, OP_BIAS_BWD, y, g->nodes[n->in[2]].shape, 1, &dy, NULL));
+    else if (n->nin == 3) {   /* [N, T, O]: dy summed to [1, 1, O], viewed as [O] */
+        Shape s = g->nodes[dy].shape;
+        for (int k = 0; k < s.nd - 1; k++) s.d[k] = 1;
+        int sum = mk(g, OP_SUM_TO, y, s, 1, &dy, NULL);
+        accumulate(ad, n->in[2], mk(g, OP_RESHAPE, y, g->nodes[n->in[2]].shape, 1, &sum, NULL));
+    }
 }
 
 /* Training form: the batch statistics depend on x; bn_grad_x accounts for it. */
@@ -210,11 +216,11 @@ static void grad_concat(Ad *ad, int y, const Node *n, int dy)
     }
 }
 
+/* dy to each input, summed over the dimensions it was broadcast along */
 static void grad_add(Ad *ad, int y, const Node *n, int dy)
 {
-    (void)y;
-    accumulate(ad, n->in[0], dy);
-    accumulate(ad, n->in[1], dy);
+    for (int k = 0; k < 2; k++)
+        if (ad->needs[n->in[k]]) accumulate(ad, n->in[k], unbroadcast(ad, y, dy, n->in[k]));
 }
 
 static void grad_xent(Ad *ad, int y, const Node *n, int dy)

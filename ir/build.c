@@ -90,6 +90,23 @@ static int persistent(Graph *g, Op op, Loc loc, const char *name, Shape s, InitK
     return id;
 }
 
+int ir_param(Graph *g, Loc loc, const char *name, Shape s, InitKind init, float arg)
+{
+    for (int k = 0; k < s.nd; k++)
+        if (s.d[k] < 1) {
+            diag_at(g->diag, loc, "param '%s': dimension %d is %d; each must be at least 1", name, k, s.d[k]);
+            return -1;
+        }
+    if (s.nd < 1 || s.nd > IR_MAXDIM) {
+        diag_at(g->diag, loc, "param '%s' has %d dimensions; it can have 1 to %d", name, s.nd, IR_MAXDIM);
+        return -1;
+    }
+    if (!shape_within(g, loc, "param", name, &s)) return -1;
+    int id = persistent(g, OP_PARAM, loc, name, s, init, 0);
+    if (id >= 0) g->nodes[id].init_arg = arg;
+    return id;
+}
+
 static const char *pname(Graph *g, const char *prefix, const char *leaf)
 {
     return prefix && *prefix ? arena_printf(g->arena, "%s.%s", prefix, leaf) : arena_strdup(g->arena, leaf);
@@ -156,9 +173,11 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
 
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias)
 {
-    if (!need_rank(g, loc, x, 2, "linear", "[N, features]")) return -1;
+    /* [N, features], or [N, T, features]: over the last dimension, each token a row (PyTorch's) */
+    if ((x < 0 || g->nodes[x].shape.nd != 3) && !need_rank(g, loc, x, 2, "linear", "[N, features] (or [N, T, features])"))
+        return -1;
     const Shape *xs = &g->nodes[x].shape;
-    int f = xs->d[1];
+    int f = xs->d[xs->nd - 1];
     if (in_features >= 0 && in_features != f) {
         diag_at(g->diag, loc, "linear: input has %d features (shape %s) but the layer expects in_features = %d",
                 f, shape_str(g, x), in_features);
@@ -219,7 +238,7 @@ int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps)
 {
     Shape stats_shape;   /* the statistics' rule says what the input must be */
     if (x < 0 || !rule_fits(g, loc, "layernorm", OP_LN_STATS, 1, &x, NULL, &stats_shape, NULL)) return -1;
-    int c = g->nodes[x].shape.d[1];
+    int c = ir_ln_channels(&g->nodes[x].shape);
     Shape cs = ir_shape_make(1, &c);
     int gamma = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), cs, INIT_ONES, 0);
     if (gamma < 0) return -1;

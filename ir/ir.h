@@ -64,6 +64,8 @@ typedef enum InitKind {
     INIT_UNIFORM_FAN_IN,      /* U(-1/sqrt(fan_in), +1/sqrt(fan_in)): PyTorch's Conv/Linear default */
     INIT_ZEROS,
     INIT_ONES,
+    INIT_CONSTANT,            /* every element init_arg (a 'param' declared = constant(v)) */
+    INIT_NORMAL,              /* N(0, init_arg^2): PyTorch's torch.randn(...) * std ('param' = normal(std)) */
 } InitKind;
 
 /* A tensor's element type, or the type a GEMM-class node multiplies its operands in. */
@@ -79,6 +81,7 @@ typedef struct Node {
     const char *name;         /* PARAM/STATE: full parameter name ("stage2.0.conv1.weight") */
     InitKind init;            /* PARAM/STATE */
     int fan_in;               /* PARAM with INIT_UNIFORM_FAN_IN */
+    float init_arg;           /* PARAM with INIT_CONSTANT (the value) or INIT_NORMAL (the standard deviation) */
     Loc loc;                  /* where in the .net file it came from */
     int grad_of;              /* backward nodes: id of the forward node whose gradient (part) this is, else -1 */
     DType dtype;              /* its output's element type (DT_F32: every tensor is stored as float32) */
@@ -173,6 +176,17 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
 /* LayerNorm over dimension 1: the features of [N, F], or the channels of [N, C, H, W] at each position
    (PyTorch's LayerNorm(F), and LayerNorm(C) over channels-last); weight and bias [C]. */
 int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps);
+/* What a LayerNorm of x normalises: the features of [N, F], the channels of [N, C, H, W]
+   at each position, or the last dimension of [N, T, D] (each token: PyTorch's LayerNorm(D)).
+   Its elements (row, c, p) lie at (row * C + c) * P + p, row over N * R. */
+static inline int ir_ln_channels(const Shape *x) { return x->nd == 3 ? x->d[2] : x->d[1]; }
+static inline int ir_ln_rows(const Shape *x) { return x->nd == 3 ? x->d[1] : 1; }   /* R: rows an example */
+static inline int ir_ln_positions(const Shape *x)   /* P */
+{
+    int p = 1;
+    for (int d = 2; x->nd != 3 && d < x->nd; d++) p *= x->d[d];
+    return p;
+}
 /* An element-wise activation of ir/activations.def (relu, silu, ...), with its attributes (NULL: none). */
 int ir_activation(Graph *g, Loc loc, Op op, int x, const IrAttrs *attr);
 /* An activation's gradient op (relu -> relu_grad), or OP_COUNT when op is no activation;
@@ -194,6 +208,10 @@ int ir_reshape(Graph *g, Loc loc, int x, Shape s);
 /* BatchNorm over the batch of [N, F] (after a linear layer): PyTorch's BatchNorm1d. */
 int ir_batchnorm1d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
 int ir_add(Graph *g, Loc loc, int a, int b);
+/* A learned tensor of its own (a 'param' statement: a class token, a position embedding,
+   a layer scale), named name, of shape s (no batch dimension), started as init says
+   (INIT_ZEROS, INIT_ONES, INIT_CONSTANT or INIT_NORMAL with arg). */
+int ir_param(Graph *g, Loc loc, const char *name, Shape s, InitKind init, float arg);
 /* The n tensors in[] side by side along dimension 1 (channels or features), n from 2 to IR_MAXIN - 1. */
 int ir_concat(Graph *g, Loc loc, int n, const int *in);
 /* a op b (mul, sub) with PyTorch's broadcasting: each dimension equal, or 1 in one of them. */

@@ -38,6 +38,8 @@ static void print_param(const Node *n, char *buf, size_t size)
     case INIT_UNIFORM_FAN_IN: snprintf(buf, size, " %s init=uniform(fan_in=%d)", n->name, n->fan_in); break;
     case INIT_ZEROS: snprintf(buf, size, " %s init=zeros", n->name); break;
     case INIT_ONES: snprintf(buf, size, " %s init=ones", n->name); break;
+    case INIT_CONSTANT: snprintf(buf, size, " %s init=constant(%g)", n->name, (double)n->init_arg); break;
+    case INIT_NORMAL: snprintf(buf, size, " %s init=normal(std=%g)", n->name, (double)n->init_arg); break;
     case INIT_NONE: snprintf(buf, size, " %s", n->name); break;
     }
 }

@@ -175,29 +175,46 @@ static bool rule_conv2d_grad_w(Rule *r)   /* dy, x -> dw: the weight's shape, ch
     return conv_operands(r, x, w) && windowed_is(r, x, w->d[0], w->d[2], in(r, 0));
 }
 
-static bool rule_linear(Rule *r)   /* x[N,F], w[O,F], b[O]? -> [N,O] */
+/* A linear layer's operand: [N, F] or [N, T, F] (its last dimension multiplied, the others rows) */
+static bool rows_by_features(Rule *r, const char *what, const Shape *s)
+{
+    return s->nd == 2 || s->nd == 3 || no(r, "%s %s should be [N, features] or [N, T, features]", what, str(r, s));
+}
+
+/* s with its last dimension d */
+static bool give_last(Rule *r, const Shape *s, int d)
+{
+    *r->out = *s;
+    r->out->d[s->nd - 1] = d;
+    return true;
+}
+
+static bool rule_linear(Rule *r)   /* x[N,(T,)F], w[O,F], b[O]? -> [N,(T,)O] */
 {
     const Shape *x = in(r, 0), *w = in(r, 1);
-    if (!rank(r, "input", x, 2) || !rank(r, "weight", w, 2)) return false;
-    if (w->d[1] != x->d[1]) return no(r, "weight %s does not take the input's %d features", str(r, w), x->d[1]);
+    if (!rows_by_features(r, "input", x) || !rank(r, "weight", w, 2)) return false;
+    int f = x->d[x->nd - 1];
+    if (w->d[1] != f) return no(r, "weight %s does not take the input's %d features", str(r, w), f);
     if (r->n->nin == 3 && !channels(r, "bias", in(r, 2), 0, w->d[0])) return false;
-    return give(r, 2, (int[]){ x->d[0], w->d[0] });
+    return give_last(r, x, w->d[0]);
 }
 
-static bool rule_linear_grad_x(Rule *r)   /* dy[N,O], w[O,F] -> dx[N,F] */
+static bool rule_linear_grad_x(Rule *r)   /* dy[N,(T,)O], w[O,F] -> dx[N,(T,)F] */
 {
     const Shape *dy = in(r, 0), *w = in(r, 1);
-    if (!rank(r, "gradient", dy, 2) || !rank(r, "weight", w, 2)) return false;
-    if (dy->d[1] != w->d[0]) return no(r, "gradient %s does not match weight %s", str(r, dy), str(r, w));
-    return give(r, 2, (int[]){ dy->d[0], w->d[1] });
+    if (!rows_by_features(r, "gradient", dy) || !rank(r, "weight", w, 2)) return false;
+    if (dy->d[dy->nd - 1] != w->d[0]) return no(r, "gradient %s does not match weight %s", str(r, dy), str(r, w));
+    return give_last(r, dy, w->d[1]);
 }
 
-static bool rule_linear_grad_w(Rule *r)   /* dy[N,O], x[N,F] -> dw[O,F] */
+static bool rule_linear_grad_w(Rule *r)   /* dy[N,(T,)O], x[N,(T,)F] -> dw[O,F] */
 {
     const Shape *dy = in(r, 0), *x = in(r, 1);
-    if (!rank(r, "gradient", dy, 2) || !rank(r, "input", x, 2)) return false;
-    if (dy->d[0] != x->d[0]) return no(r, "gradient %s and input %s differ in the batch", str(r, dy), str(r, x));
-    return give(r, 2, (int[]){ dy->d[1], x->d[1] });
+    if (!rows_by_features(r, "gradient", dy) || !rows_by_features(r, "input", x)) return false;
+    bool rows = dy->nd == x->nd;
+    for (int k = 0; rows && k < dy->nd - 1; k++) rows = dy->d[k] == x->d[k];
+    if (!rows) return no(r, "gradient %s and input %s differ in their rows", str(r, dy), str(r, x));
+    return give(r, 2, (int[]){ dy->d[dy->nd - 1], x->d[x->nd - 1] });
 }
 
 static bool rule_bias_grad(Rule *r)   /* dy[N,O,...] -> [O] */
@@ -230,13 +247,22 @@ static int positions(const Shape *x)
 /* LayerNorm's input: [N, F] or [N, C, H, W] */
 static bool ln_input(Rule *r, const Shape *x)
 {
-    return x->nd == 2 || x->nd == 4 || no(r, "the input %s is not [N, features] or [N, C, H, W]", str(r, x));
+    return x->nd >= 2 || no(r, "the input %s is not [N, features], [N, T, features] or [N, C, H, W]", str(r, x));
 }
 
-static bool rule_ln_stats(Rule *r)   /* x[N,C,...] -> [N,2,P] */
+/* A LayerNorm's statistics (mean, 1 / sqrt(var + eps)) of x: [N, 2, P], or [N, T, 2] over
+   [N, T, D]'s last dimension (ir_ln_channels) */
+static Shape ln_stats_shape(const Shape *x)
+{
+    return x->nd == 3 ? ir_shape_make(3, (int[]){ x->d[0], x->d[1], 2 }) : ir_shape_make(3, (int[]){ x->d[0], 2, positions(x) });
+}
+
+static bool rule_ln_stats(Rule *r)   /* x[N,C,...] -> [N,2,P]; x[N,T,D] -> [N,T,2] */
 {
     const Shape *x = in(r, 0);
-    return ln_input(r, x) && give(r, 3, (int[]){ x->d[0], 2, positions(x) });
+    if (!ln_input(r, x)) return false;
+    *r->out = ln_stats_shape(x);
+    return true;
 }
 
 /* x, stats[N,2,P], gamma[C] and beta[C] (the first k of them) of a LayerNorm */
@@ -244,21 +270,21 @@ static bool ln_operands(Rule *r, int k)
 {
     const Shape *x = in(r, 0), *st = in(r, 1);
     if (!ln_input(r, x)) return false;
-    if (!(st->nd == 3 && st->d[0] == x->d[0] && st->d[1] == 2 && st->d[2] == positions(x)))
-        return no(r, "stats %s do not fit input %s", str(r, st), str(r, x));
-    return k < 3 || channels(r, "gamma", in(r, 2), 0, x->d[1]);
+    Shape want = ln_stats_shape(x);
+    if (!ir_shape_eq(st, &want)) return no(r, "stats %s do not fit input %s", str(r, st), str(r, x));
+    return k < 3 || channels(r, "gamma", in(r, 2), 0, ir_ln_channels(x));
 }
 
 static bool rule_ln_apply(Rule *r)   /* x, stats, gamma, beta -> like x */
 {
     *r->out = *in(r, 0);
-    return ln_operands(r, 3) && channels(r, "beta", in(r, 3), 0, in(r, 0)->d[1]);
+    return ln_operands(r, 3) && channels(r, "beta", in(r, 3), 0, ir_ln_channels(in(r, 0)));
 }
 
 static bool rule_ln_grad_params(Rule *r)   /* x, stats, dy -> [2,C] */
 {
     const Shape *x = in(r, 0);
-    return ln_operands(r, 2) && same(r, "gradient", in(r, 2), "input", x) && give(r, 2, (int[]){ 2, x->d[1] });
+    return ln_operands(r, 2) && same(r, "gradient", in(r, 2), "input", x) && give(r, 2, (int[]){ 2, ir_ln_channels(x) });
 }
 
 static bool rule_ln_grad_x(Rule *r)   /* x, stats, gamma, dy -> dx */

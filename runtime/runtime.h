@@ -31,6 +31,7 @@ typedef struct StoreEntry {
     float *mem;              /* the device's copy, on a device with memory of its own (else NULL) */
     InitKind init;
     int fan_in;
+    float init_arg;          /* INIT_CONSTANT's value, INIT_NORMAL's standard deviation */
     bool trainable;
 } StoreEntry;
 

@@ -39,6 +39,7 @@ int rt_store_add(Store *s, const Buf *n)
     e->mem = NULL;
     e->init = n->init;
     e->fan_in = n->fan_in;
+    e->init_arg = n->init_arg;
     e->trainable = n->trainable;
     return s->n++;
 }
@@ -164,6 +165,12 @@ void rt_store_init(Store *s, unsigned long long seed)
         }
         case INIT_ONES:
             for (long i = 0; i < e->numel; i++) e->data[i] = 1.0f;
+            break;
+        case INIT_CONSTANT:
+            for (long i = 0; i < e->numel; i++) e->data[i] = e->init_arg;
+            break;
+        case INIT_NORMAL:
+            for (long i = 0; i < e->numel; i++) e->data[i] = rng_normal(&r, 0.0f, e->init_arg);
             break;
         case INIT_ZEROS: case INIT_NONE:
             memset(e->data, 0, sizeof(float) * (size_t)e->numel);

@@ -75,8 +75,8 @@ for net in nets/*.net tests/nets/op_*.net tests/nets/small_resnet.net; do
     name=$(basename "$net" .net) d=$tmp/$(basename "$net" .net)
     read -r c h w <<< "$(shape "$net")"
     mkdir -p "$d"
-    if [ "$c" -gt 4 ] || { [ "$c" != 1 ] && [ "$c" != 3 ] && [ "$c" != 4 ] && { [ "$w" = 1 ] || [ "$w" = 3 ] || [ "$w" = 4 ]; }; }; then
-        echo "batch $d/b.safetensors 8 $c $h $w 10 7" >> "$tmp/make"
+    if [ -z "$w" ] || [ "$c" -gt 4 ] || { [ "$c" != 1 ] && [ "$c" != 3 ] && [ "$c" != 4 ] && { [ "$w" = 1 ] || [ "$w" = 3 ] || [ "$w" = 4 ]; }; }; then
+        echo "batch $d/b.safetensors 8 $c $h ${w:-0} 10 7" >> "$tmp/make"   # (w 0: an input [N, T, F])
         echo "$name $net $d check" >> "$tmp/cases"
     else
         echo "data $d 32 $c $h $w 10 1" >> "$tmp/make"

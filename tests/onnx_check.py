@@ -90,8 +90,9 @@ def cmd_data(d, n, c, h, w, classes, seed):
 
 
 def cmd_batch(out, n, c, h, w, classes, seed):
+    """A check-mode batch of inputs [n, c, h, w], or [n, c, h] where w is 0 (tokens)."""
     rng = np.random.default_rng(seed)
-    st_save({"x": rng.random((n, c, h, w), dtype=np.float32), "y": rng.integers(0, classes, n).astype(np.int64)}, out)
+    st_save({"x": rng.random((n, c, h, w) if w else (n, c, h), dtype=np.float32), "y": rng.integers(0, classes, n).astype(np.int64)}, out)
 
 
 def cmd_merge(ck, dump, out, options):

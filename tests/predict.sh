@@ -156,8 +156,8 @@ st "
 for line in open(sys.argv[1]):
     name, shape, classes = line.split()
     if '?' in (shape, classes): continue
-    c, h, w = map(int, shape.split(','))
-    torch.manual_seed(3); st.save({'x': torch.rand(7, c, h, w), 'y': torch.randint(0, int(classes), (7,))}, sys.argv[2] + name + '.batch.st')
+    dims = [int(d) for d in shape.split(',')]   # [C, H, W], or [T, F]
+    torch.manual_seed(3); st.save({'x': torch.rand(7, *dims), 'y': torch.randint(0, int(classes), (7,))}, sys.argv[2] + name + '.batch.st')
     st.save({'images': st.load(sys.argv[2] + name + '.batch.st')['x']}, sys.argv[2] + name + '.imgs.safetensors')" "$tmp/shapes" "$tmp/" ||
     bad "no batches for the op nets"
 : > "$tmp/pairs"

@@ -33,7 +33,8 @@
 
 static bool input_matches(const Shape *s, int c, int h, int w)
 {
-    return s->nd == 4 && s->d[1] == c && s->d[2] == h && s->d[3] == w;
+    return (s->nd == 4 && s->d[1] == c && s->d[2] == h && s->d[3] == w) ||
+           (s->nd == 3 && c == 1 && s->d[1] == h && s->d[2] == w);   /* one channel's [H, W] as [T, F]: the same floats */
 }
 
 /* The program's input is [N, c, h, w] (the data's); else says so: -1. */

@@ -93,9 +93,12 @@ def random_tensors(params, seed):
     norms = {n.rsplit(".", 1)[0] for n, _ in params if n.endswith(".running_var")}
     norms |= {n.rsplit(".", 1)[0] for n, s in params if n.endswith(".weight") and len(s) == 1}   # LayerNorm
     t = {}
+    weights = dict(params)
     for name, shape in params:
-        prefix, leaf = name.rsplit(".", 1)
-        if prefix in norms:
+        prefix, leaf = name.rsplit(".", 1) if "." in name else ("", name)
+        if prefix + ".weight" not in weights:   # a net's own tensor ('param pos[1, 3, 6, 6]'): no layer, no fan-in
+            t[name] = 0.5 * torch.randn(shape, generator=g)
+        elif prefix in norms:
             if leaf == "running_var":
                 t[name] = 0.5 + torch.rand(shape, generator=g)
             elif leaf == "weight":
@@ -104,7 +107,7 @@ def random_tensors(params, seed):
                 t[name] = 0.2 * torch.randn(shape, generator=g)
         else:
             fan_in = 1
-            for d in (dict(params)[prefix + ".weight"][1:]):
+            for d in (weights[prefix + ".weight"][1:]):
                 fan_in *= d
             # He's uniform bound for weights (PyTorch's default, 1/sqrt(fan_in), lets the
             # images fade out of deep nets' logits), PyTorch's for biases

@@ -301,6 +301,91 @@ class OpEwAct(nn.Module):
         return self.fc(h)
 
 
+class OpAddBroadcast(nn.Module):
+    """tests/nets/op_add_broadcast.net: add with PyTorch's broadcasting"""
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 3, 1), nn.Conv2d(3, 1, 3, padding=1)
+        self.c3, self.bn = nn.Conv2d(3, 3, 3, padding=1), nn.BatchNorm2d(3)
+        self.fc1, self.f2, self.fc = nn.Linear(108, 12), nn.Linear(12, 1), nn.Linear(12, 10)
+
+    def forward(self, x):
+        g = self.c1(x.mean((2, 3), keepdim=True))
+        y = self.bn(self.c3(x))
+        h = self.fc1(torch.flatten(F.relu(y + g) + self.c2(x) + x, 1))
+        return self.fc(self.f2(h) + h)
+
+
+class OpParam(nn.Module):
+    """tests/nets/op_param.net: a net's own learned tensors (nn.Parameter)"""
+    param_inits = {"pos": ("normal", 0.02), "s.gamma": ("constant", 0.5), "shift": ("constant", 0.0),
+                   "w": ("constant", 1.0)}
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(1, 3, 6, 6) * 0.02)
+        self.shift, self.w = nn.Parameter(torch.zeros(1, 8, 1, 1)), nn.Parameter(torch.ones(1, 24))
+        self.c1, self.fc1, self.fc = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8 * 6 * 6, 24), nn.Linear(24, 10)
+        self.s = nn.Module()
+        self.s.gamma = nn.Parameter(torch.full((1, 8, 1, 1), 0.5))
+
+    def forward(self, x):
+        z = F.relu(self.c1(x + self.pos) * self.s.gamma + self.shift)
+        return self.fc(self.fc1(z.flatten(1)) * self.w)
+
+
+class OpBlockInputs(nn.Module):
+    """tests/nets/op_block_inputs.net: blocks with several tensor inputs"""
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 8, 3, padding=1)
+        self.u1 = nn.Module()
+        self.u1.conv = nn.Conv2d(8, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x):
+        s = F.relu(self.c1(x))
+        d = self.c2(F.max_pool2d(s, 2))
+        u = F.relu(self.u1.conv(F.interpolate(d, scale_factor=2, mode="nearest")) + s)
+        return self.fc((u * torch.sigmoid(u.mean((2, 3), keepdim=True))).flatten(1))
+
+
+class OpLinearTokens(nn.Module):
+    """tests/nets/op_linear_tokens.net: nn.Linear on [N, T, F]"""
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2, self.fc = nn.Linear(6, 8), nn.Linear(8, 4, bias=False), nn.Linear(20, 10)
+
+    def forward(self, x):
+        return self.fc(self.l2(F.gelu(self.l1(x))).flatten(1))
+
+
+class OpLayerNormTokens(nn.Module):
+    """tests/nets/op_layernorm_tokens.net: nn.LayerNorm(D) on [N, T, D]"""
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(6), nn.LayerNorm(6, eps=1e-6)
+        self.l1, self.fc = nn.Linear(6, 6), nn.Linear(30, 10)
+
+    def forward(self, x):
+        h = F.gelu(self.l1(self.ln1(x)))
+        return self.fc(self.ln2(h + x).flatten(1))
+
+
+class OpScale(nn.Module):
+    """tests/nets/op_scale.net: a tensor by a number, PyTorch's arithmetic"""
+    def __init__(self):
+        super().__init__()
+        self.c1, self.bn = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.fc1, self.fc = nn.Linear(8 * 6 * 6, 24), nn.Linear(24, 10)
+
+    def forward(self, x):
+        c = self.c1(x * 2 - 1)
+        b = 1 - self.bn(c * 0.5)
+        u = -F.relu((b + c) / 4)
+        return self.fc(self.fc1(u.flatten(1)) * -3 + 0.5)
+
+
 class OpConvAct(nn.Module):
     def __init__(self):
         super().__init__()
@@ -542,6 +627,12 @@ BUILDERS = {
     "tests/nets/op_conv_act.net": (OpConvAct, (3, 12, 12)),
     "tests/nets/op_bn_act.net": (OpBnAct, (3, 10, 10)),
     "tests/nets/op_ew_act.net": (OpEwAct, (3, 4, 4)),
+    "tests/nets/op_scale.net": (OpScale, (3, 6, 6)),
+    "tests/nets/op_layernorm_tokens.net": (OpLayerNormTokens, (5, 6)),
+    "tests/nets/op_linear_tokens.net": (OpLinearTokens, (5, 6)),
+    "tests/nets/op_block_inputs.net": (OpBlockInputs, (3, 8, 8)),
+    "tests/nets/op_param.net": (OpParam, (3, 6, 6)),
+    "tests/nets/op_add_broadcast.net": (OpAddBroadcast, (3, 6, 6)),
     "tests/nets/op_resample.net": (OpResample, (3, 7, 5)),
     "tests/nets/op_conv_groups.net": (op_conv_groups, (4, 9, 8)),
     "tests/nets/op_conv_groups_wide.net": (op_conv_groups_wide, (8, 6, 6)),

@@ -344,8 +344,9 @@ class _Bf16Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         xr, wr = ctx.saved_tensors
-        dyr = bf16r(dy)
-        return dyr @ wr, dyr.t() @ xr, dy.sum(0) if ctx.has_b else None
+        dyr = bf16r(dy)   # [N, (T,) O]: every row of every example
+        rows = lambda t: t.reshape(-1, t.shape[-1])
+        return dyr @ wr, rows(dyr).t() @ rows(xr), rows(dy).sum(0) if ctx.has_b else None
 
 
 _F_CONV2D, _F_LINEAR = F.conv2d, F.linear
@@ -657,6 +658,15 @@ def check_init_distribution(model, init, case, rep):
                   and torch.all(init[mname + ".running_mean"] == 0)
                   and torch.all(init[mname + ".running_var"] == 1))
             rep.check(case, f"init: {mname} = (1, 0, 0, 1)", bool(ok))
+    # a net's own learned tensors ('param'): the twin says how PyTorch would start them
+    for pname, (kind, arg) in getattr(model, "param_inits", {}).items():
+        t = init[pname].double()
+        if kind == "normal":   # torch.randn(shape) * std: the sample's mean and std within ~5/sqrt(n)
+            n = t.numel()
+            ok = abs(float(t.mean())) < 5 * arg / math.sqrt(n) and abs(float(t.std()) / arg - 1) < max(0.05, 5 / math.sqrt(n))
+            rep.check(case, f"init: {pname} ~ N(0, {arg}^2)", ok, f"mean {float(t.mean()):.4g}, std {float(t.std()):.4g}")
+        else:                  # torch.full(shape, value), torch.zeros, torch.ones
+            rep.check(case, f"init: {pname} = {arg}", bool(torch.all(t == torch.tensor(arg, dtype=torch.float32).double())))
 
 
 def run_seed_case(c, rep, log):
@@ -858,8 +868,8 @@ def cases():
         # momentum and weight decay so the update rule is exercised too.
         base = dict(kind="compare", net=f"tests/nets/{n}.net", batch=4, seed=100 + zlib.crc32(n.encode()) % 900,
                     tol=1e-4)   # the seed of its name: the same whatever other nets there are
-        cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0))
-        if n in ("op_conv", "op_batchnorm", "op_linear"):
+        cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0, check_init=n == "op_param"))
+        if n in ("op_conv", "op_batchnorm", "op_linear", "op_param"):
             cs.append(dict(base, name=n + "_sgd3", steps=3, lr=0.05, momentum=0.9, wd=1e-3))
             cs.append(dict(base, name=n + "_nesterov3", steps=3, lr=0.05, momentum=0.9, wd=1e-3,
                            optim={"nesterov": True}))
