@@ -48,6 +48,7 @@ NETS = {
     "mobilenetv2": ("nets/mobilenetv2.net", 0, 128),
     "efficientnet_like": ("tests/nets/like/efficientnet.net", 0, 128),
     "convnext_like": ("tests/nets/like/convnext.net", 0, 128),
+    "vit": ("nets/vit.net", 0, 128),
 }
 
 

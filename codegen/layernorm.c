@@ -72,6 +72,25 @@ void cg_lower_ln_grad_params(Lower *L, int id)
     int C, P;
     Dim rows = ln_dims(&L->g->nodes[n->in[0]].shape, &C, &P);
     int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]) };
+    if (P == 1 && C >= 16) {   /* rows of C (tokens, features): 16 channels an iteration, each row's 16 read at once */
+        cg_kernel(L, id, "ln_grad_params", dimc((C + 15) / 16), 4, b, (const char *const[]){ "=dparams", "x", "stats", "dy" })->heavy = true;
+        cg_body(L, "    /* per channel, over %s rows of %d, 16 channels an iteration (each channel's sums in row order) */\n",
+                rows_text(L, rows), C);
+        cg_body(L, "    FOR_EACH(blk, %dL) {\n"
+                   "        const long c0 = blk * 16;\n"
+                   "        const int w = %d - c0 < 16 ? (int)(%d - c0) : 16;\n"
+                   "        double dg[16], db[16];\n"
+                   "        for (int t = 0; t < 16; t++) dg[t] = db[t] = 0.0;\n"
+                   "        for (long img = 0; img < %s; img++) {\n"
+                   "            const float *xp = x + img * %dL + c0, *gp = dy + img * %dL + c0;\n"
+                   "            const float m = stats[img * 2], is = stats[img * 2 + 1];\n"
+                   "            for (int t = 0; t < w; t++) { dg[t] += (double)gp[t] * (xp[t] - m) * is; db[t] += gp[t]; }\n"
+                   "        }\n"
+                   "        for (int t = 0; t < w; t++) { dparams[c0 + t] = (float)dg[t]; dparams[%d + c0 + t] = (float)db[t]; }\n    }\n",
+                (C + 15) / 16, C, C, rows_text(L, rows), C, C, C);
+        cg_end_kernel(L);
+        return;
+    }
     cg_kernel(L, id, "ln_grad_params", dimc(C), 4, b, (const char *const[]){ "=dparams", "x", "stats", "dy" })->heavy = true;
     cg_body(L, "    /* per channel, over %s %s and %d positions */\n", rows_text(L, rows), rows.c == 1 ? "examples" : "rows", P);
     cg_body(L, "    FOR_EACH(c, %dL) {\n"

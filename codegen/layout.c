@@ -30,8 +30,11 @@ void cg_lower_concat(Lower *L, int id)
             cg_work_str(L, dimn(C)), C, C);
     int at = 0;
     for (int k = 0; k < n->nin; k++) {
-        int Ck = L->g->nodes[n->in[k]].shape.d[1];
-        cg_body(L, "        %sif (c < %d) src = in%d + (img * %d + c - %d) * %ldL;\n", k ? "else " : "", at + Ck, k, Ck, at, P);
+        const Shape *ks = &L->g->nodes[n->in[k]].shape;
+        int Ck = ks->d[1];
+        bool once = ks->d[0] == 1 && n->shape.d[0] != 1;   /* a batch of 1 (a param), repeated for every example */
+        cg_body(L, "        %sif (c < %d) src = in%d + (%s * %d + c - %d) * %ldL;\n", k ? "else " : "", at + Ck, k, once ? "0" : "img", Ck,
+                at, P);
         at += Ck;
     }
     cg_body(L, "        else src = in0;   /* not reached */\n"

@@ -139,6 +139,13 @@ void cg_lower_global_maxpool_grad(Lower *L, int id);
 void cg_lower_adaptive_avgpool(Lower *L, int id);
 void cg_lower_adaptive_avgpool_grad(Lower *L, int id);
 void cg_lower_upsample(Lower *L, int id);
+void cg_lower_transpose(Lower *L, int id);   /* codegen/tokens.c */
+void cg_lower_select(Lower *L, int id);
+void cg_lower_select_grad(Lower *L, int id);
+void cg_lower_attn_stats(Lower *L, int id);   /* codegen/attention.c */
+void cg_lower_attention(Lower *L, int id);
+void cg_lower_attn_delta(Lower *L, int id);
+void cg_lower_attn_grad(Lower *L, int id);
 void cg_lower_upsample_grad(Lower *L, int id);
 /* norm.c */
 void cg_lower_bn_stats(Lower *L, int id);

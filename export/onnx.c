@@ -20,6 +20,7 @@
 ** named with its place in the .net file, before anything is written.
 */
 #include "export.h"
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -302,7 +303,8 @@ static const char *no_onnx_form(Op op)
     case OP_RELU: case OP_SIGMOID: case OP_TANH: case OP_LEAKY_RELU: case OP_SILU: case OP_GELU: case OP_GELU_TANH:
     case OP_RELU6: case OP_HARDSIGMOID: case OP_HARDSWISH: case OP_ELU: case OP_MISH: case OP_SCALE:
     case OP_MAXPOOL: case OP_AVGPOOL: case OP_GAP: case OP_GLOBAL_MAXPOOL: case OP_UPSAMPLE: case OP_ADAPTIVE_AVGPOOL:
-    case OP_RESHAPE: case OP_CONCAT: case OP_ADD: case OP_MUL: case OP_SUB:
+    case OP_RESHAPE: case OP_CONCAT: case OP_ADD: case OP_MUL: case OP_SUB: case OP_ATTN_STATS: case OP_ATTENTION:
+    case OP_TRANSPOSE: case OP_SELECT:
         return NULL;
     case OP_BN_STATS: case OP_BN_SUM: case OP_BN_SQDEV: case OP_BN_FINISH:
         return "BatchNorm on the batch's own statistics is training's; an evaluation graph normalises with the running ones";
@@ -426,12 +428,89 @@ static int activation_to_onnx(Ox *o, const Node *n, const char *out)
     }
 }
 
+/* t [N, T, D] as [N, H, T, dh] (perm 0, 2, 1, 3), or [N, H, dh, T] (0, 2, 3, 1: keys to multiply by) */
+static const char *heads_of(Ox *o, const Node *n, const char *t, const char *out, const char *what, bool keys)
+{
+    int H = n->attr.heads, dh = o->g->nodes[n->in[0]].shape.d[2] / H;
+    const char *r[2] = { t, const_i64(o, "heads_shape", 4, (int64_t[]){ 0, -1, H, dh }) }, *split = step(o, out, what);
+    node(o, "Reshape", split, 2, r, n);
+    const char *moved = step(o, out, arena_printf(&o->a, "%s_by_head", what));
+    attr_int_list(o, node(o, "Transpose", moved, 1, &split, n), "perm", 4, keys ? (int64_t[]){ 0, 2, 3, 1 } : (int64_t[]){ 0, 2, 1, 3 });
+    return moved;
+}
+
+/* attention (its attention_stats read by it): by head, Softmax(q k^T / sqrt(dh), causal: + a mask of
+   -inf above the diagonal) v, the heads side by side again */
+static int attention_to_onnx(Ox *o, const Node *n, const char *out)
+{
+    const char *v[3];
+    if (!ins(o, n, 3, v)) return -1;
+    const Shape *qs = &o->g->nodes[n->in[0]].shape, *ks = &o->g->nodes[n->in[1]].shape;
+    int D = qs->d[2], Tq = qs->d[1], Tk = ks->d[1];
+    const char *q = heads_of(o, n, v[0], out, "q", false), *k = heads_of(o, n, v[1], out, "k", true);
+    const char *vh = heads_of(o, n, v[2], out, "v", false);
+    const char *s = binary(o, "Mul", step(o, out, "scores"), binary(o, "MatMul", step(o, out, "qk"), q, k, n),
+                           scalar(o, (float)(1.0 / sqrt((double)(D / n->attr.heads)))), n);
+    if (n->attr.causal) {
+        float *mask = arena_alloc(&o->a, sizeof *mask * (size_t)Tq * (size_t)Tk);
+        for (int i = 0; i < Tq; i++)
+            for (int j = 0; j < Tk; j++) mask[(long)i * Tk + j] = j <= i ? 0.0f : -INFINITY;
+        s = binary(o, "Add", step(o, out, "causal"), s, const_f32(o, "causal_mask", 2, (int64_t[]){ Tq, Tk }, mask), n);
+    }
+    const char *p = step(o, out, "weights");
+    attr_int(o, node(o, "Softmax", p, 1, &s, n), "axis", -1);
+    const char *oh = binary(o, "MatMul", step(o, out, "by_head"), p, vh, n), *back = step(o, out, "heads_last");
+    attr_int_list(o, node(o, "Transpose", back, 1, &oh, n), "perm", 4, (int64_t[]){ 0, 2, 1, 3 });
+    const char *r[2] = { back, const_i64(o, "tokens_shape", 3, (int64_t[]){ 0, -1, D }) };
+    node(o, "Reshape", out, 2, r, n);
+    return 0;
+}
+
+/* transpose: Transpose by the permutation that swaps the two; select: Gather of a scalar index
+   (the dimension goes) */
+static int tokens_to_onnx(Ox *o, const Node *n, const char *out)
+{
+    const char *v;
+    if (!ins(o, n, 1, &v)) return -1;
+    if (n->op == OP_TRANSPOSE) {
+        int64_t perm[IR_MAXDIM];
+        for (int k = 0; k < n->shape.nd; k++) perm[k] = k;
+        perm[n->attr.dim0] = n->attr.dim1;
+        perm[n->attr.dim1] = n->attr.dim0;
+        attr_int_list(o, node(o, "Transpose", out, 1, &v, n), "perm", n->shape.nd, perm);
+        return 0;
+    }
+    int64_t *at = arena_alloc(&o->a, sizeof *at);
+    *at = n->attr.index;
+    const char *g[2] = { v, initializer(o, fresh(o, "select_index"), ONNX__TENSOR_PROTO__DATA_TYPE__INT64, 0, NULL, at, sizeof *at) };
+    attr_int(o, node(o, "Gather", out, 2, g, n), "axis", n->attr.axis);
+    return 0;
+}
+
+/* concat's input k of batch 1 (a param), Expanded to the batch of input full: its new name */
+static const char *expanded(Ox *o, const Node *n, int k, const char *v, const char *full, const char *out)
+{
+    const Shape *ks = &o->g->nodes[n->in[k]].shape;
+    const char *batch = step(o, out, "batch"), *sh = unary(o, "Shape", step(o, out, "shape"), full, n);
+    const char *sl[3] = { sh, const_i64(o, "zero", 1, (int64_t[]){ 0 }), const_i64(o, "one", 1, (int64_t[]){ 1 }) };
+    node(o, "Slice", batch, 3, sl, n);
+    int64_t rest[IR_MAXDIM];
+    for (int d = 1; d < ks->nd; d++) rest[d - 1] = ks->d[d];
+    const char *cat[2] = { batch, const_i64(o, "rest_shape", ks->nd - 1, rest) }, *target = step(o, out, "expanded_shape");
+    attr_int(o, node(o, "Concat", target, 2, cat, n), "axis", 0);
+    const char *ex[2] = { v, target }, *e = step(o, out, "expanded");
+    node(o, "Expand", e, 2, ex, n);
+    return e;
+}
+
 static int ir_to_onnx(Ox *o, const Node *n, const char *out)
 {
     const Graph *g = o->g;
     const char *v[IR_MAXIN];
     const Shape *xs = n->nin ? &g->nodes[n->in[0]].shape : NULL;
     if (ir_activation_grad(n->op) != OP_COUNT) return activation_to_onnx(o, n, out);
+    if (n->op == OP_ATTENTION) return attention_to_onnx(o, n, out);
+    if (n->op == OP_TRANSPOSE || n->op == OP_SELECT) return tokens_to_onnx(o, n, out);
     switch (n->op) {
     case OP_CONV2D: {   /* Conv: weight [O, C/groups, K, K], bias optional */
         if (!ins(o, n, n->nin, v)) return -1;
@@ -539,8 +618,12 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
         binary(o, "Reshape", out, v[0], const_i64(o, step(o, out, "shape"), n->shape.nd, d), n);
         return 0;
     }
-    case OP_CONCAT: {   /* along dimension 1 */
+    case OP_CONCAT: {   /* along dimension 1; an input of batch 1 (a param) Expanded to the batch of one that has it */
         if (!ins(o, n, n->nin, v)) return -1;
+        int full = 0;
+        while (full < n->nin - 1 && g->nodes[n->in[full]].shape.d[0] == 1) full++;
+        for (int k = 0; k < n->nin && n->shape.d[0] != 1; k++)
+            if (g->nodes[n->in[k]].shape.d[0] == 1) v[k] = expanded(o, n, k, v[k], v[full], out);
         attr_int(o, node(o, "Concat", out, n->nin, v, n), "axis", 1);
         return 0;
     }
@@ -734,7 +817,7 @@ static int export_graph(Ox *o, const char *path)
     for (int id = 0; id <= g->logits; id++) {
         const Node *n = &g->nodes[id];
         if (!o->needed[id] || n->op == OP_INPUT || n->op == OP_PARAM || n->op == OP_STATE || n->op == OP_BN_EVAL_STATS ||
-            n->op == OP_LN_STATS)
+            n->op == OP_LN_STATS || n->op == OP_ATTN_STATS)
             continue;   /* made already, made as an initializer when read, or read by the op they feed */
         const char *out = id == g->logits ? "logits" : NULL;
         if (!out) {   /* a layer's output by its name ("conv1", from conv1.weight), else the op's and its id ("relu_4") */

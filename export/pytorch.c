@@ -79,7 +79,7 @@ typedef struct Py {
     FILE *init, *fwd;         /* __init__'s and forward's lines */
     char *init_text, *fwd_text;
     size_t init_len, fwd_len;
-    bool uses_bn1d, uses_bn2d;
+    bool uses_bn1d, uses_bn2d, uses_attention;
     bool flag_children;       /* a child named as one of nn.Module's own fields ("training") */
     const char *input_shape;  /* "1, 28, 28": an example's dimensions */
 } Py;
@@ -476,10 +476,24 @@ static int emit_node(Py *p, int id)
         text = arena_printf(p->a, "%s%s", x, reshape(p, &g->nodes[n->in[0]].shape, &n->shape));
         depth--;   /* a method, not a call around it */
         break;
-    case OP_CONCAT: {
+    case OP_CONCAT: {   /* an input of batch 1 (a param: a class token) .expand()ed to the batch of one that has it */
+        int full = 0;
+        while (full < n->nin - 1 && g->nodes[n->in[full]].shape.d[0] == 1) full++;
+        bool expand = false;
+        for (int k = 0; k < n->nin; k++) expand |= g->nodes[n->in[k]].shape.d[0] == 1 && n->shape.d[0] != 1;
+        if (expand && p->v[n->in[full]].owner < 0 && p->v[n->in[full]].depth > 0) write_statement(p, n->in[full]);
         char *list = arena_strdup(p->a, "");
-        for (int k = 0; k < n->nin; k++)
-            list = arena_printf(p->a, "%s%s%s", list, k ? ", " : "", operand(p, n->in[k], PREC_ADD, &refs, &nrefs, &depth));
+        for (int k = 0; k < n->nin; k++) {
+            const Shape *ks = &g->nodes[n->in[k]].shape;
+            bool once = ks->d[0] == 1 && n->shape.d[0] != 1;
+            const char *t = operand(p, n->in[k], once ? PREC_ATOM : PREC_ADD, &refs, &nrefs, &depth);
+            if (once) {
+                t = arena_printf(p->a, "%s.expand(%s.shape[0]", t, p->v[n->in[full]].text);
+                for (int d = 1; d < ks->nd; d++) t = arena_printf(p->a, "%s, -1", t);
+                t = arena_printf(p->a, "%s)", t);
+            }
+            list = arena_printf(p->a, "%s%s%s", list, k ? ", " : "", t);
+        }
         text = arena_printf(p->a, "torch.cat([%s], 1)", list);
         break;
     }
@@ -492,6 +506,19 @@ static int emit_node(Py *p, int id)
         text = arena_printf(p->a, "%s %c %s", a, n->op == OP_ADD ? '+' : n->op == OP_SUB ? '-' : '*', b);
         break;
     }
+    case OP_ATTENTION: {   /* attention_stats is its own */
+        const char *a[3];
+        for (int k = 0; k < 3; k++) a[k] = operand(p, n->in[k], PREC_ADD, &refs, &nrefs, &depth);
+        text = arena_printf(p->a, "attention(%s, %s, %s, %d%s)", a[0], a[1], a[2], n->attr.heads, n->attr.causal ? ", causal=True" : "");
+        p->uses_attention = true;
+        break;
+    }
+    case OP_TRANSPOSE: case OP_SELECT:
+        x = operand(p, n->in[0], PREC_ATOM, &refs, &nrefs, &depth);
+        text = n->op == OP_TRANSPOSE ? arena_printf(p->a, "%s.transpose(%d, %d)", x, n->attr.dim0, n->attr.dim1)
+                                     : arena_printf(p->a, "%s.select(%d, %d)", x, n->attr.axis, n->attr.index);
+        depth--;   /* a method, not a call around it */
+        break;
     case OP_PARAM:   /* a net's own learned tensor ('param'): an nn.Parameter of its Scope */
         if (!(text = own_param(p, n))) return -1;
         depth = -1;
@@ -530,7 +557,9 @@ static void mark(Py *p)
         bool layer = n->op == OP_CONV2D || n->op == OP_LINEAR || n->op == OP_BN_APPLY || n->op == OP_LN_APPLY;
         for (int k = 0; k < n->nin; k++) {
             p->needed[n->in[k]] = true;
-            if (n->op == OP_BN_EVAL_STATS || n->op == OP_LN_STATS || (layer && k > 0)) continue;
+            if (n->op == OP_BN_EVAL_STATS || n->op == OP_LN_STATS || n->op == OP_ATTN_STATS || (layer && k > 0) ||
+                (n->op == OP_ATTENTION && k == 3))
+                continue;   /* statistics the layer or attention() computes itself */
             p->uses[n->in[k]]++;
             p->user[n->in[k]] = id;
         }
@@ -620,7 +649,7 @@ static void write_header(Py *p, FILE *f, const char *path)
                    "layers' operands (as torch.autocast(\"cpu\", dtype=torch.bfloat16) does): in float32, as here,\n"
                    "its logits differ from mgc predict's by about bf16's rounding.\n");
     fprintf(f, "Needs torch alone; reads the checkpoint with the safetensors package where installed.\n\"\"\"\n");
-    fprintf(f, "import json\nimport struct\nimport sys\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n");
+    fprintf(f, "import json\nimport math\nimport struct\nimport sys\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n");
     fprintf(f, "INPUT_SHAPE = (%s)   # an example as Net takes it\n", p->input_shape);
     fprintf(f, "CLASSES = %d\n", p->g->nodes[p->g->logits].shape.d[1]);
 }
@@ -682,6 +711,17 @@ static const char py_batchnorm[] =
     "    BatchNorm.__name__ = BatchNorm.__qualname__ = base.__name__\n"
     "    return BatchNorm\n\n\n";
 
+static const char py_attention[] =
+    "\n\ndef attention(q, k, v, heads, causal=False):\n"
+    "    \"\"\"mgc's attention: scaled dot-product attention (F.scaled_dot_product_attention's) on q [N, Tq, D],\n"
+    "    k and v [N, Tk, D] split into heads of D / heads features, the heads side by side again.\"\"\"\n"
+    "    n, tq, d = q.shape\n"
+    "    split = lambda t: t.reshape(n, t.shape[1], heads, d // heads).transpose(1, 2)\n"
+    "    s = split(q) @ split(k).transpose(-2, -1) / math.sqrt(d // heads)\n"
+    "    if causal:   # query i sees keys 0..i\n"
+    "        s = s.masked_fill(torch.ones(tq, k.shape[1], dtype=torch.bool, device=q.device).tril().logical_not(), float(\"-inf\"))\n"
+    "    return (torch.softmax(s, -1) @ split(v)).transpose(1, 2).reshape(n, tq, d)\n";
+
 static const char py_load[] =
     "\n\ndef read_safetensors(path):\n"
     "    \"\"\"Every tensor of a safetensors file, by name: with the safetensors package where it\n"
@@ -729,6 +769,7 @@ static int write_file(Py *p, const char *path)
     write_transform(p, f);
     fputs(py_classes, f);
     if (p->flag_children) fputs(py_flag_children, f);
+    if (p->uses_attention) fputs(py_attention, f);
     if (p->uses_bn1d || p->uses_bn2d) {
         fputs(py_batchnorm, f);
         if (p->uses_bn1d) fprintf(f, "BatchNorm1d = _checkpoint_batchnorm(nn.BatchNorm1d)\n");

@@ -95,7 +95,9 @@ static int build_adaptive_avgpool(const LayerCall *c)
 {
     return ir_adaptive_avgpool(c->g, c->loc, c->x, (int)c->i[0], (int)(c->i[1] > 0 ? c->i[1] : c->i[0]));
 }
-static int build_flatten(const LayerCall *c) { return ir_flatten(c->g, c->loc, c->x); }
+static int build_flatten(const LayerCall *c) { return ir_flatten_from(c->g, c->loc, c->x, (int)c->i[0]); }
+static int build_transpose(const LayerCall *c) { return ir_transpose(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1]); }
+static int build_select(const LayerCall *c) { return ir_select(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1]); }
 static int build_dropout(const LayerCall *c) { return ir_dropout(c->g, c->loc, c->x, (float)c->f[0]); }
 
 static int build_add(const LayerCall *c)
@@ -105,6 +107,17 @@ static int build_add(const LayerCall *c)
         return -1;
     }
     return ir_add(c->g, c->loc, c->x, (int)c->i[0]);
+}
+
+/* q -> attention(k, v, heads, causal) */
+static int build_attention(const LayerCall *c)
+{
+    for (int k = 0; k < 2; k++)
+        if (c->i[k] == c->E->loss_node) {
+            diag_at(c->E->d, c->where[k], "the loss cannot be an input of 'attention'");
+            return -1;
+        }
+    return ir_attention(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], c->i[3] != 0);
 }
 
 /* the input and the tensors given, side by side along dimension 1 */
@@ -186,7 +199,12 @@ const Layer fe_layers[] = {
       build_adaptive_avgpool, "`[N, C, H, W]` -> `[N, C, height, width]`, PyTorch's windows (`AdaptiveAvgPool2d`)" },
     { "upsample", false, 1, { INT_ARG("scale", false, 2, 1) }, build_upsample,
       "nearest: each pixel `scale x scale` times (`Upsample(scale_factor=scale)`)" },
-    { "flatten", false, 0, { { 0 } }, build_flatten, "`[N, ...]` -> `[N, F]`" },
+    { "flatten", false, 1, { INT_ARG("start", false, 1, 1) }, build_flatten,
+      "`[N, ...]` -> `[N, F]`; from dimension `start` on: `[N, C, H, W]` from 2 is `[N, C, H * W]` (PyTorch's `flatten(start)`)" },
+    { "transpose", false, 2, { INT_ARG("dim0", true, 0, 1), INT_ARG("dim1", true, 0, 1) }, build_transpose,
+      "dimensions `dim0` and `dim1` (not 0, the batch) swapped: `[N, D, T]` by (1, 2) is `[N, T, D]` (a copy)" },
+    { "select", false, 2, { INT_ARG("axis", true, 0, 1), INT_ARG("index", true, 0, 0) }, build_select,
+      "index `index` of dimension `axis`, that dimension gone: `[N, T, D]` by (1, 0) is `[N, D]` (PyTorch's `x[:, 0]`: a class token)" },
     { "dropout", false, 1, { FLOAT_ARG("p", 0.5, 0, false, 1, true) }, build_dropout, "" },
     { "add", false, 1, { TENSOR_ARG("other") }, build_add, "as `mul`: `x + other` (a residual connection: both shapes equal)" },
     { "concat", false, 6, { TENSOR_ARG("b"), MORE_TENSOR_ARG("c"), MORE_TENSOR_ARG("d"), MORE_TENSOR_ARG("e"), MORE_TENSOR_ARG("f"),
@@ -196,6 +214,10 @@ const Layer fe_layers[] = {
     { "mul", false, 1, { TENSOR_ARG("other") }, build_broadcast,
       "PyTorch's broadcasting: each dimension equal, or 1 in one of them (`[N, C, H, W]` by `[N, C, 1, 1]`: an SE block's gate)" },
     { "sub", false, 1, { TENSOR_ARG("other") }, build_broadcast, "as `mul`: `x - other`" },
+    { "attention", false, 4, { TENSOR_ARG("k"), TENSOR_ARG("v"), INT_ARG("heads", false, 1, 1), BOOL_ARG("causal", 0) }, build_attention,
+      "`q -> attention(k, v, heads)`: scaled dot-product attention, PyTorch's (`F.scaled_dot_product_attention` on q, k, v "
+      "split into heads): q `[N, Tq, D]`, k and v `[N, Tk, D]`, each head `softmax(q k^T / sqrt(D / heads)) v`, the heads side "
+      "by side `[N, Tq, D]`; `causal`: query i sees keys 0..i. No `[N, heads, Tq, Tk]` tensor is stored" },
     { "softmax_cross_entropy", false, 1, { FLOAT_ARG("label_smoothing", 0, 0, false, 1, true) }, build_softmax_xent,
       "the loss: once per net, and it must end the chain the net returns (labels are implicit)" },
 };

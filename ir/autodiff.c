@@ -77,6 +77,28 @@ static void grad_linear(Ad *ad, int y, const Node *n, int dy)
     }
 }
 
+static void grad_transpose(Ad *ad, int y, const Node *n, int dy)
+{
+    accumulate(ad, n->in[0], mk(ad->g, OP_TRANSPOSE, y, ad->g->nodes[n->in[0]].shape, 1, &dy, &n->attr));
+}
+
+static void grad_select(Ad *ad, int y, const Node *n, int dy)
+{
+    accumulate(ad, n->in[0], mk(ad->g, OP_SELECT_BWD, y, ad->g->nodes[n->in[0]].shape, 1, &dy, &n->attr));
+}
+
+/* Attention: each query's do . o (delta), then q's, k's and v's gradients, each
+   recomputing the scores from q, k and the log-sum-exps (FlashAttention's backward) */
+static void grad_attention(Ad *ad, int y, const Node *n, int dy)
+{
+    Graph *g = ad->g;
+    int delta = mk(g, OP_ATTN_DELTA, y, g->nodes[n->in[3]].shape, 2, (int[]){ y, dy }, &n->attr);
+    int in[6] = { n->in[0], n->in[1], n->in[2], n->in[3], delta, dy };
+    const Op ops[3] = { OP_ATTN_BWD_Q, OP_ATTN_BWD_K, OP_ATTN_BWD_V };
+    for (int k = 0; k < 3; k++)
+        if (ad->needs[n->in[k]]) accumulate(ad, n->in[k], mk(g, ops[k], y, g->nodes[n->in[k]].shape, 6, in, &n->attr));
+}
+
 /* Training form: the batch statistics depend on x; bn_grad_x accounts for it. */
 static void grad_bn_apply(Ad *ad, int y, const Node *n, int dy)
 {
@@ -211,7 +233,10 @@ static void grad_concat(Ad *ad, int y, const Node *n, int dy)
     for (int k = 0; k < n->nin; k++) {
         int x = n->in[k];
         const Shape *xs = &ad->g->nodes[x].shape;
-        if (ad->needs[x]) accumulate(ad, x, mk(ad->g, OP_CHANNEL_SLICE, y, *xs, 1, &dy, &(IrAttrs){ .offset = at }));
+        Shape s = *xs;   /* an input of batch 1 (a param: a class token) repeated for every example: summed back */
+        s.d[0] = ad->g->nodes[y].shape.d[0];
+        if (ad->needs[x])
+            accumulate(ad, x, unbroadcast(ad, y, mk(ad->g, OP_CHANNEL_SLICE, y, s, 1, &dy, &(IrAttrs){ .offset = at }), x));
         at += xs->d[1];
     }
 }

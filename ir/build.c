@@ -250,6 +250,40 @@ int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps)
     return ir_op(g, OP_LN_APPLY, loc, 4, in, NULL, NULL);
 }
 
+int ir_transpose(Graph *g, Loc loc, int x, int dim0, int dim1)
+{
+    if (x < 0) return -1;
+    IrAttrs at = { .dim0 = dim0, .dim1 = dim1 };
+    Shape out;
+    if (!rule_fits(g, loc, "transpose", OP_TRANSPOSE, 1, &x, &at, &out, NULL)) return -1;
+    return unary(g, OP_TRANSPOSE, loc, x, &at);
+}
+
+int ir_select(Graph *g, Loc loc, int x, int axis, int index)
+{
+    if (x < 0) return -1;
+    IrAttrs at = { .axis = axis, .index = index };
+    Shape out;
+    if (!rule_fits(g, loc, "select", OP_SELECT, 1, &x, &at, &out, NULL)) return -1;
+    return unary(g, OP_SELECT, loc, x, &at);
+}
+
+int ir_attention(Graph *g, Loc loc, int q, int k, int v, int heads, bool causal)
+{
+    if (q < 0 || k < 0 || v < 0) return -1;
+    IrAttrs at = { .heads = heads, .causal = causal };
+    Shape lse;   /* the rules say what q, k and v must be */
+    if (!rule_fits(g, loc, "attention", OP_ATTN_STATS, 2, (int[]){ q, k }, &at, &lse, NULL)) return -1;
+    if (!ir_shape_eq(&g->nodes[v].shape, &g->nodes[k].shape)) {
+        diag_at(g->diag, loc, "attention: the values %s are not of the keys' shape %s (one value a key)", shape_str(g, v),
+                shape_str(g, k));
+        return -1;
+    }
+    int stats = ir_op(g, OP_ATTN_STATS, loc, 2, (int[]){ q, k }, &at, NULL);
+    if (stats < 0) return -1;
+    return ir_op(g, OP_ATTENTION, loc, 4, (int[]){ q, k, v, stats }, &at, NULL);
+}
+
 int ir_allreduce(Graph *g, Loc loc, int x)
 {
     if (x < 0) return -1;
@@ -304,7 +338,9 @@ int ir_global_maxpool(Graph *g, Loc loc, int x)
     return unary(g, OP_GLOBAL_MAXPOOL, loc, x, NULL);
 }
 
-int ir_flatten(Graph *g, Loc loc, int x)
+int ir_flatten(Graph *g, Loc loc, int x) { return ir_flatten_from(g, loc, x, 1); }
+
+int ir_flatten_from(Graph *g, Loc loc, int x, int start)
 {
     if (x < 0) return -1;
     const Shape *xs = &g->nodes[x].shape;
@@ -312,12 +348,18 @@ int ir_flatten(Graph *g, Loc loc, int x)
         diag_at(g->diag, loc, "flatten expects a batched input [N, ...], got %s", shape_str(g, x));
         return -1;
     }
-    if (xs->nd == 2) return x;
+    if (start < 1 || start >= xs->nd) {
+        diag_at(g->diag, loc, "flatten: start = %d is not a dimension of %s after the batch (1..%d)", start, shape_str(g, x),
+                xs->nd - 1);
+        return -1;
+    }
+    if (start == xs->nd - 1) return x;
     if (!shape_within(g, loc, "flatten", "the input", xs)) return -1;
     long long f = 1;
-    for (int k = 1; k < xs->nd; k++) f *= xs->d[k];   /* within IR_MAX_ELEMS, checked above */
-    int od[2] = { IR_BATCH, (int)f };
-    Shape flat = ir_shape_make(2, od);
+    for (int k = start; k < xs->nd; k++) f *= xs->d[k];   /* within IR_MAX_ELEMS, checked above */
+    Shape flat = *xs;
+    flat.nd = start + 1;
+    flat.d[start] = (int)f;
     return ir_op(g, OP_RESHAPE, loc, 1, &x, NULL, &flat);
 }
 

@@ -197,6 +197,8 @@ int ir_maxpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
 int ir_avgpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
 int ir_global_avgpool(Graph *g, Loc loc, int x);
 int ir_flatten(Graph *g, Loc loc, int x);
+/* Dimensions start.. as one: [N, C, H, W] from 2 is [N, C, H * W] (PyTorch's x.flatten(start)). */
+int ir_flatten_from(Graph *g, Loc loc, int x, int start);
 /* Nearest upsampling: each pixel scale x scale times (PyTorch's Upsample(scale_factor, "nearest")). */
 int ir_upsample(Graph *g, Loc loc, int x, int scale);
 /* PyTorch's AdaptiveAvgPool2d((height, width)); AdaptiveMaxPool2d(1). */
@@ -208,6 +210,15 @@ int ir_reshape(Graph *g, Loc loc, int x, Shape s);
 /* BatchNorm over the batch of [N, F] (after a linear layer): PyTorch's BatchNorm1d. */
 int ir_batchnorm1d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
 int ir_add(Graph *g, Loc loc, int a, int b);
+/* Scaled dot-product attention, PyTorch's: q [N, Tq, D], k and v [N, Tk, D], D split into heads
+   of D / heads; each head's softmax(q k^T / sqrt(D / heads)) v ([N, Tq, D], heads side by side),
+   query i seeing keys 0..i only where causal. No [N, H, Tq, Tk] tensor is stored: each query's
+   log-sum-exp (attention_stats), then its output in one pass over the keys. */
+int ir_attention(Graph *g, Loc loc, int q, int k, int v, int heads, bool causal);
+/* x with dimensions dim0 and dim1 (1 or more) swapped, PyTorch's x.transpose(dim0, dim1) (a copy). */
+int ir_transpose(Graph *g, Loc loc, int x, int dim0, int dim1);
+/* x[:, index] along dimension axis (1 or more), that dimension gone: PyTorch's x.select(axis, index). */
+int ir_select(Graph *g, Loc loc, int x, int axis, int index);
 /* A learned tensor of its own (a 'param' statement: a class token, a position embedding,
    a layer scale), named name, of shape s (no batch dimension), started as init says
    (INIT_ZEROS, INIT_ONES, INIT_CONSTANT or INIT_NORMAL with arg). */

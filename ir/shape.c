@@ -293,6 +293,96 @@ static bool rule_ln_grad_x(Rule *r)   /* x, stats, gamma, dy -> dx */
     return ln_operands(r, 3) && same(r, "gradient", in(r, 3), "input", in(r, 0));
 }
 
+/* Attention's q [N, Tq, D] and k [N, Tk, D] (and v, k's shape, where v): D split into heads */
+static bool attn_operands(Rule *r, bool v)
+{
+    const Shape *q = in(r, 0), *k = in(r, 1);
+    int h = r->n->attr.heads;
+    if (q->nd != 3 || k->nd != 3)
+        return no(r, "the %s %s are not tokens [N, T, D] (a map [N, C, H, W] becomes them by flatten(2) -> transpose(1, 2))",
+                  q->nd != 3 ? "queries" : "keys", str(r, q->nd != 3 ? q : k));
+    if (k->d[0] != q->d[0] || k->d[2] != q->d[2])
+        return no(r, "the keys %s do not fit the queries %s: both [N, T, D], of one N and D", str(r, k), str(r, q));
+    if (h < 1 || q->d[2] % h)
+        return no(r, "%d heads do not divide the queries' %d features (each head takes D / heads of them)", h, q->d[2]);
+    return !v || same(r, "values", in(r, 2), "keys", k);
+}
+
+/* [N, H, Tq]: a number per head and query */
+static Shape attn_rows(const Rule *r, const Shape *q)
+{
+    return ir_shape_make(3, (int[]){ q->d[0], r->n->attr.heads, q->d[1] });
+}
+
+static bool rule_attn_stats(Rule *r)   /* q, k -> [N,H,Tq] */
+{
+    if (!attn_operands(r, false)) return false;
+    *r->out = attn_rows(r, in(r, 0));
+    return true;
+}
+
+static bool rule_attention(Rule *r)   /* q, k, v, lse -> like q */
+{
+    if (!attn_operands(r, true)) return false;
+    Shape rows = attn_rows(r, in(r, 0));
+    *r->out = *in(r, 0);
+    return same(r, "statistics", in(r, 3), "rows", &rows);
+}
+
+static bool rule_attn_delta(Rule *r)   /* o, do -> [N,H,Tq] */
+{
+    const Shape *o = in(r, 0);
+    int h = r->n->attr.heads;
+    if (!rank(r, "output", o, 3) || !same(r, "gradient", in(r, 1), "output", o)) return false;
+    if (h < 1 || o->d[2] % h) return no(r, "%d heads do not divide %d features", h, o->d[2]);
+    *r->out = attn_rows(r, o);
+    return true;
+}
+
+static bool rule_attn_grad(Rule *r)   /* q, k, v, lse, delta, do -> the gradient of q, k or v */
+{
+    if (!attn_operands(r, true)) return false;
+    Shape rows = attn_rows(r, in(r, 0));
+    int which = r->n->op == OP_ATTN_BWD_Q ? 0 : r->n->op == OP_ATTN_BWD_K ? 1 : 2;
+    *r->out = *in(r, which);
+    return same(r, "statistics", in(r, 3), "rows", &rows) && same(r, "deltas", in(r, 4), "rows", &rows) &&
+           same(r, "gradient", in(r, 5), "queries", in(r, 0));
+}
+
+static bool rule_transpose(Rule *r)   /* x with d[dim0] and d[dim1] swapped */
+{
+    const Shape *x = in(r, 0);
+    int a = r->n->attr.dim0, b = r->n->attr.dim1;
+    if (a < 1 || b < 1 || a >= x->nd || b >= x->nd || a == b)
+        return no(r, "swaps dimensions %d and %d of %s: two of 1..%d (dimension 0 is the batch)", a, b, str(r, x), x->nd - 1);
+    *r->out = *x;
+    r->out->d[a] = x->d[b];
+    r->out->d[b] = x->d[a];
+    return true;
+}
+
+static bool rule_select(Rule *r)   /* x without dimension axis: its index-th slice */
+{
+    const Shape *x = in(r, 0);
+    int a = r->n->attr.axis, i = r->n->attr.index;
+    if (a < 1 || a >= x->nd || x->nd < 3) return no(r, "takes dimension %d of %s: one of 1..%d, of a tensor of 3 or 4", a, str(r, x), x->nd - 1);
+    if (i < 0 || i >= x->d[a]) return no(r, "takes index %d of dimension %d of %s, which has %d", i, a, str(r, x), x->d[a]);
+    Shape o = { x->nd - 1, { 0 } };
+    for (int k = 0, j = 0; k < x->nd; k++) if (k != a) o.d[j++] = x->d[k];
+    *r->out = o;
+    return true;
+}
+
+static bool rule_select_grad(Rule *r)   /* dy -> dx, the input's shape (given) */
+{
+    const Shape *x = &r->n->shape, *dy = in(r, 0);
+    int a = r->n->attr.axis;
+    *r->out = *x;
+    bool fits = a >= 1 && a < x->nd && dy->nd == x->nd - 1;
+    for (int k = 0, j = 0; fits && k < x->nd; k++) if (k != a) fits = dy->d[j++] == x->d[k];
+    return fits || no(r, "puts %s into %s at dimension %d", str(r, dy), str(r, x), a);
+}
+
 static bool rule_bn_apply(Rule *r)   /* x, stats[3,C], gamma[C], beta[C] -> like x */
 {
     const Shape *x = in(r, 0);
@@ -323,14 +413,17 @@ static bool rule_concat(Rule *r)
     const Shape *a = in(r, 0);
     if (a->nd < 2) return no(r, "input 0 %s has no dimension 1 to join along", str(r, a));
     Shape o = *a;
+    for (int k = 1; k < r->n->nin; k++)   /* the batch: N where any input has it (one of batch 1 is repeated) */
+        if (in(r, k)->d[0] != 1) o.d[0] = in(r, k)->d[0];
     for (int k = 1; k < r->n->nin; k++) {
         const Shape *b = in(r, k);
         bool alike = b->nd == a->nd;
-        for (int d = 0; alike && d < a->nd; d++) alike = d == 1 || b->d[d] == a->d[d];
+        for (int d = 0; alike && d < a->nd; d++)
+            alike = d == 1 || b->d[d] == a->d[d] || (d == 0 && (b->d[0] == 1 || a->d[0] == 1));
         r->blame = alike ? -1 : k;
         if (!alike)
             return no(r, "input %d has shape %s, input 0 %s: they must be alike but in dimension 1 "
-                         "(the channels of [N, C, H, W], the features of [N, F])", k, str(r, b), str(r, a));
+                         "(the channels of [N, C, H, W], the features of [N, F]; a batch of 1 is repeated)", k, str(r, b), str(r, a));
         if ((long long)o.d[1] + b->d[1] > INT_MAX)
             return no(r, "the output would have more than %d channels; make the layer or its inputs smaller", INT_MAX);
         o.d[1] += b->d[1];

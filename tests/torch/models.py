@@ -9,6 +9,7 @@ every .net is the loss, applied outside).
 """
 from collections import OrderedDict
 
+import math
 import os
 import sys
 
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zoo  # noqa: E402
+from zoo import sdpa  # noqa: E402
 
 
 class Fn(nn.Module):
@@ -372,6 +374,46 @@ class OpLayerNormTokens(nn.Module):
         return self.fc(self.ln2(h + x).flatten(1))
 
 
+class OpAttention(nn.Module):
+    """tests/nets/op_attention.net"""
+    def __init__(self):
+        super().__init__()
+        for name in ("q", "k", "v", "o", "cq", "cv"):
+            setattr(self, name, nn.Linear(8, 8))
+        self.fc = nn.Linear(40, 10)
+
+    def forward(self, x):
+        h = self.o(sdpa(self.q(x), self.k(x), self.v(x), 4)) + x
+        return self.fc(sdpa(self.cq(h), h, self.cv(h), 1, causal=True).flatten(1))
+
+
+class OpTokens(nn.Module):
+    """tests/nets/op_tokens.net: flatten(2), transpose, a class token concatenated, select"""
+    param_inits = {"cls": ("normal", 0.5)}
+
+    def __init__(self):
+        super().__init__()
+        self.cls = nn.Parameter(torch.randn(1, 1, 3) * 0.5)
+        self.c1, self.l1 = nn.Conv2d(3, 3, 3, padding=1), nn.Linear(3, 6)
+        self.l2, self.fc = nn.Linear(21, 6), nn.Linear(6, 10)
+
+    def forward(self, x):
+        t = self.c1(x).flatten(2).transpose(1, 2)
+        h = F.gelu(self.l1(torch.cat([self.cls.expand(x.shape[0], -1, -1), t], 1)))
+        return self.fc(h.select(1, 0) + self.l2(h.transpose(1, 2).select(1, 2)))
+
+
+class OpAttentionLong(nn.Module):
+    """tests/nets/op_attention_long.net"""
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.fc = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(280, 10)
+
+    def forward(self, x):
+        a = sdpa(self.q(x), self.k(x), x, 2, causal=True)
+        return self.fc(sdpa(a, a, x, 1).flatten(1))
+
+
 class OpScale(nn.Module):
     """tests/nets/op_scale.net: a tensor by a number, PyTorch's arithmetic"""
     def __init__(self):
@@ -628,6 +670,9 @@ BUILDERS = {
     "tests/nets/op_bn_act.net": (OpBnAct, (3, 10, 10)),
     "tests/nets/op_ew_act.net": (OpEwAct, (3, 4, 4)),
     "tests/nets/op_scale.net": (OpScale, (3, 6, 6)),
+    "tests/nets/op_attention_long.net": (OpAttentionLong, (70, 4)),
+    "tests/nets/op_tokens.net": (OpTokens, (3, 4, 5)),
+    "tests/nets/op_attention.net": (OpAttention, (5, 8)),
     "tests/nets/op_layernorm_tokens.net": (OpLayerNormTokens, (5, 6)),
     "tests/nets/op_linear_tokens.net": (OpLinearTokens, (5, 6)),
     "tests/nets/op_block_inputs.net": (OpBlockInputs, (3, 8, 8)),

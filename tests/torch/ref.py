@@ -450,6 +450,10 @@ def run_compare_case(c, rep, log):
                                 autocast=True)
         except RuntimeError as e:   # PyTorch 1.13's CPU autocast lacks a few bf16 kernels (ReLU6's gradient, ...)
             print(f"NOTE {name}: no autocast reference: {str(e).splitlines()[0][:100]}")
+        bad = [k for k, t in (refac or {}).items() if t.is_floating_point() and not torch.isfinite(t).all()]
+        if bad:   # (1.13's CPU autocast of a float32 parameter concatenated to bf16 activations: NaN gradients)
+            print(f"NOTE {name}: no autocast reference: its {bad[0]} is not finite")
+            refac = None
         with emulated_bf16():
             refem = torch_steps(mem, x, y, c["steps"], c["lr"], c["momentum"], c["wd"], c.get("shards", 1), c.get("optim"))
         check_bf16(c, rep, got, ref, refac, refem)
@@ -868,7 +872,7 @@ def cases():
         # momentum and weight decay so the update rule is exercised too.
         base = dict(kind="compare", net=f"tests/nets/{n}.net", batch=4, seed=100 + zlib.crc32(n.encode()) % 900,
                     tol=1e-4)   # the seed of its name: the same whatever other nets there are
-        cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0, check_init=n == "op_param"))
+        cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0, check_init=n in ("op_param", "op_tokens")))
         if n in ("op_conv", "op_batchnorm", "op_linear", "op_param"):
             cs.append(dict(base, name=n + "_sgd3", steps=3, lr=0.05, momentum=0.9, wd=1e-3))
             cs.append(dict(base, name=n + "_nesterov3", steps=3, lr=0.05, momentum=0.9, wd=1e-3,
@@ -905,7 +909,8 @@ def cases():
                                      ("vgg11", ("size=32", "dropout=0"), 2, 1), ("nin", ("size=67", "dropout=0"), 2, 1),
                                      ("googlenet", ("size=32",), 2, 1), ("densenet", ("size=64",), 4, 1),
                                      ("mobilenetv2", ("dropout=0",), 4, 1), ("se_resnet", (), 4, 2),
-                                     ("resnext", (), 4, 2), ("resnet9", ("width=8",), 4, 2)):
+                                     ("resnext", (), 4, 2), ("resnet9", ("width=8",), 4, 2),
+                                     ("vit", ("d=32", "hidden=48", "p=0"), 4, 2)):
         cs.append(dict(kind="compare", name="zoo_" + name, net=f"nets/{name}.net", set=sets, batch=batch,
                        seed=400 + zlib.crc32(name.encode()) % 100, steps=steps, lr=0.05, momentum=0.9, wd=5e-4,
                        tol=1e-4, real=False, check_init=name in ("googlenet", "se_resnet"),

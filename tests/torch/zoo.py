@@ -1,9 +1,11 @@
 """PyTorch twins of the CNN zoo in nets/ (bn_lenet, alexnet, vgg11, nin,
-googlenet, densenet, mobilenetv2, se_resnet, resnext, resnet9), written from the
+googlenet, densenet, mobilenetv2, se_resnet, resnext, resnet9, vit), written from the
 papers and d2l's code, with the parameter names mgc gives the .net files'
 labels. Each builder takes the net's parameters as keywords (the .net file's
 names and defaults); models.BUILDERS registers the variants the tests run.
 """
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -334,10 +336,89 @@ def convnext_like(classes=10, in_channels=1):
                  gap(), flatten(), ("fc", nn.Linear(64, classes)))
 
 
+def sdpa(q, k, v, heads, causal=False):
+    """attention(k, v, heads, causal) of mgc on [N, T, D]: PyTorch's scaled dot-product attention
+    on q, k, v split into heads (written out: torch 1.13 has no F.scaled_dot_product_attention)"""
+    n, tq, d = q.shape
+    split = lambda t: t.reshape(n, t.shape[1], heads, d // heads).transpose(1, 2)
+    if hasattr(F, "scaled_dot_product_attention") and q.dtype != torch.float64:   # PyTorch 2's fused kernels (bench/)
+        return F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=causal).transpose(1, 2).reshape(n, tq, d)
+    s = split(q) @ split(k).transpose(-2, -1) / math.sqrt(d // heads)
+    if causal:
+        s = s.masked_fill(torch.ones(tq, k.shape[1], dtype=torch.bool).tril().logical_not(), float("-inf"))
+    return (torch.softmax(s, -1) @ split(v)).transpose(1, 2).reshape(n, tq, d)
+
+
+class _PatchEmbedding(nn.Module):
+    def __init__(self, channels, d, patch):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, d, patch, stride=patch)
+
+    def forward(self, x):
+        return self.conv(x).flatten(2).transpose(1, 2)
+
+
+class _MultiHeadAttention(nn.Module):
+    """d2l.MultiHeadAttention with use_bias=False, without its dropout of the attention weights"""
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d, d, bias=False) for _ in range(4))
+
+    def forward(self, x):
+        return self.W_o(sdpa(self.W_q(x), self.W_k(x), self.W_v(x), self.heads))
+
+
+class _ViTMLP(nn.Module):
+    def __init__(self, d, hidden, p):
+        super().__init__()
+        self.dense1, self.gelu, self.dropout1 = nn.Linear(d, hidden), nn.GELU(), nn.Dropout(p)
+        self.dense2, self.dropout2 = nn.Linear(hidden, d), nn.Dropout(p)
+
+    def forward(self, x):
+        return self.dropout2(self.dense2(self.dropout1(self.gelu(self.dense1(x)))))
+
+
+class _ViTBlock(nn.Module):
+    def __init__(self, d, hidden, heads, p):
+        super().__init__()
+        self.ln1, self.attention = nn.LayerNorm(d), _MultiHeadAttention(d, heads)
+        self.ln2, self.mlp = nn.LayerNorm(d), _ViTMLP(d, hidden, p)
+
+    def forward(self, x):
+        x = x + self.attention(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class ViT(nn.Module):
+    """d2l's ViT (Dive into Deep Learning 11.8), its names: nets/vit.net's twin"""
+    def __init__(self, classes, channels, image, patch, d, hidden, heads, blocks, p):
+        super().__init__()
+        self.patch_embedding = _PatchEmbedding(channels, d, patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, d))
+        self.pos_embedding = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, d))
+        self.dropout = nn.Dropout(p)
+        self.blks = nn.Sequential(*[_ViTBlock(d, hidden, heads, p) for _ in range(blocks)])
+        self.head = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, classes))
+
+    def forward(self, x):
+        x = self.patch_embedding(x)
+        x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), 1)
+        x = self.dropout(x + self.pos_embedding)
+        for blk in self.blks:
+            x = blk(x)
+        return self.head(x[:, 0])
+
+
+def vit(classes=10, channels=1, image=28, patch=4, d=128, hidden=256, heads=4, blocks=2, p=0.1):
+    return ViT(classes, channels, image, patch, d, hidden, heads, blocks, p)
+
+
 NETS = {
     "nets/bn_lenet.net": bn_lenet, "nets/alexnet.net": alexnet, "nets/vgg11.net": vgg11, "nets/nin.net": nin,
     "nets/googlenet.net": googlenet, "nets/densenet.net": densenet, "nets/mobilenetv2.net": mobilenetv2,
     "nets/se_resnet.net": se_resnet, "nets/resnext.net": resnext, "nets/resnet9.net": resnet9,
+    "nets/vit.net": vit,
     "tests/nets/like/efficientnet.net": efficientnet_like, "tests/nets/like/convnext.net": convnext_like,
 }
 
