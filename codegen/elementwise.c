@@ -99,8 +99,9 @@ const char *cg_bn_grad_act_text(Lower *L, int id, const char *x, const char *dy,
 {
     int ga = cg_bn_grad_act(L->dec, id);
     const Node *gn = &L->g->nodes[ga];
-    const char *y = grad_reads_value(gn->op) ? "" : " (void)p_;";   /* scale's dy * factor reads no value */
-    if (activations[gn->op].reads_y && grad_reads_value(gn->op))
+    const char *y = "";
+    if (!grad_reads_value(gn->op)) y = " (void)p_;";   /* scale's dy * factor reads no value */
+    else if (activations[gn->op].reads_y)
         y = arena_printf(L->p->arena, " const float y_ = %s;", replace_all(L, with_attrs(L, activations[gn->op].fwd, gn), "x[i]", "p_"));
     return arena_printf(L->p->arena, "const float p_ = %s * sc_ + sh_, dy_ = %s;%s const float g_ = %s; %s = g_;", x, dy, y,
                         cg_act_grad_expr(L, ga, "dy_", activations[gn->op].reads_y ? "y_" : "p_"), dg);

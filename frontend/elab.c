@@ -996,6 +996,21 @@ static int apply_stage(Elab *E, Scope *S, Env *env, const Ast *st, Value in, con
 
 /* ---- statements ---- */
 
+/* Dimension a of an input or a param (what: "input", and with its article, "an input"):
+   an integer in [1, FE_MAX_SIZE] into *d; 0, or -1 said. */
+static int eval_dim(Elab *E, Scope *S, Env *env, const Ast *a, const char *what, const char *a_what, int *d)
+{
+    Value v;
+    if (eval(E, S, env, a->lhs, &v)) return -1;
+    if (v.k != V_INT) {
+        diag_at(E->d, a->loc, "%s dimension must be an integer, not %s", a_what, describe(E, v));
+        return -1;
+    }
+    if (check_range(E, a->loc, what, "dimension", v.i, 1, FE_MAX_SIZE)) return -1;
+    *d = (int)v.i;
+    return 0;
+}
+
 static int run_input(Elab *E, Scope *S, Env *env, const Ast *s)
 {
     if (E->g->input >= 0) {
@@ -1026,14 +1041,7 @@ static int run_input(Elab *E, Scope *S, Env *env, const Ast *s)
             diag_at(E->d, a->loc, "N (the batch size) can only be the first input dimension");
             return -1;
         }
-        Value v;
-        if (eval(E, S, env, a->lhs, &v)) return -1;
-        if (v.k != V_INT) {
-            diag_at(E->d, a->loc, "an input dimension must be an integer, not %s", describe(E, v));
-            return -1;
-        }
-        if (check_range(E, a->loc, "input", "dimension", v.i, 1, FE_MAX_SIZE)) return -1;
-        sh.d[nd] = (int)v.i;
+        if (eval_dim(E, S, env, a, "input", "an input", &sh.d[nd])) return -1;
     }
     if (nd < 2) {
         diag_at(E->d, s->name_loc, "input '%s' needs the batch size and at least one more dimension, "
@@ -1110,14 +1118,7 @@ static int run_param(Elab *E, Scope *S, Env *env, const Ast *s)
                     "(param pos[1, T, D], param gamma[1, C, 1, 1]), as PyTorch's nn.Parameter(torch.zeros(1, T, D))");
             return -1;
         }
-        Value v;
-        if (eval(E, S, env, a->lhs, &v)) return -1;
-        if (v.k != V_INT) {
-            diag_at(E->d, a->loc, "a param dimension must be an integer, not %s", describe(E, v));
-            return -1;
-        }
-        if (check_range(E, a->loc, "param", "dimension", v.i, 1, FE_MAX_SIZE)) return -1;
-        sh.d[nd] = (int)v.i;
+        if (eval_dim(E, S, env, a, "param", "a param", &sh.d[nd])) return -1;
     }
     if (nd == 0) {
         diag_at(E->d, s->name_loc, "param '%s' needs its shape: param %s[1, 1, 64] = zeros", s->name, s->name);

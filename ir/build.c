@@ -250,22 +250,22 @@ int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps)
     return ir_op(g, OP_LN_APPLY, loc, 4, in, NULL, NULL);
 }
 
+/* op of x with attributes at, its rule's message (if it does not fit) said at the layer */
+static int checked_unary(Graph *g, Loc loc, Op op, int x, const IrAttrs *at)
+{
+    Shape out;
+    if (x < 0 || !rule_fits(g, loc, NULL, op, 1, &x, at, &out, NULL)) return -1;
+    return unary(g, op, loc, x, at);
+}
+
 int ir_transpose(Graph *g, Loc loc, int x, int dim0, int dim1)
 {
-    if (x < 0) return -1;
-    IrAttrs at = { .dim0 = dim0, .dim1 = dim1 };
-    Shape out;
-    if (!rule_fits(g, loc, "transpose", OP_TRANSPOSE, 1, &x, &at, &out, NULL)) return -1;
-    return unary(g, OP_TRANSPOSE, loc, x, &at);
+    return checked_unary(g, loc, OP_TRANSPOSE, x, &(IrAttrs){ .dim0 = dim0, .dim1 = dim1 });
 }
 
 int ir_select(Graph *g, Loc loc, int x, int axis, int index)
 {
-    if (x < 0) return -1;
-    IrAttrs at = { .axis = axis, .index = index };
-    Shape out;
-    if (!rule_fits(g, loc, "select", OP_SELECT, 1, &x, &at, &out, NULL)) return -1;
-    return unary(g, OP_SELECT, loc, x, &at);
+    return checked_unary(g, loc, OP_SELECT, x, &(IrAttrs){ .axis = axis, .index = index });
 }
 
 int ir_attention(Graph *g, Loc loc, int q, int k, int v, int heads, bool causal)
