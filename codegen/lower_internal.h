@@ -80,6 +80,8 @@ void cg_lower_neg(Lower *L, int id);
 void cg_lower_concat(Lower *L, int id);            /* layout.c */
 void cg_lower_channel_slice(Lower *L, int id);
 void cg_lower_sum_to(Lower *L, int id);            /* a broadcast's gradient */
+void cg_lower_reduce(Lower *L, int id);            /* tokens.c: sum, mean along a dimension */
+void cg_lower_softmax(Lower *L, int id);           /* softmax along a dimension, and its gradient */
 void cg_lower_const(Lower *L, int id);
 /* elementwise.c: in a loop over (n, c) planes, c and channel c's BatchNorm as y = x * scale + shift
    (the add's fused BatchNorm apply, and norm.c's bn_apply) */
@@ -141,7 +143,7 @@ void cg_lower_adaptive_avgpool_grad(Lower *L, int id);
 void cg_lower_upsample(Lower *L, int id);
 void cg_lower_transpose(Lower *L, int id);   /* codegen/tokens.c */
 void cg_lower_select(Lower *L, int id);
-void cg_lower_select_grad(Lower *L, int id);
+void cg_lower_select_grad(Lower *L, int id);   /* and sum's and mean's (reduce_grad) */
 void cg_lower_attn_stats(Lower *L, int id);   /* codegen/attention.c */
 void cg_lower_attention(Lower *L, int id);
 void cg_lower_attn_delta(Lower *L, int id);

@@ -25,7 +25,7 @@ void cg_lower_transpose(Lower *L, int id)
     Dim work = dim_of(&n->shape);
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     cg_kernel(L, id, "transpose", work, 2, b, (const char *const[]){ "=y", "x" });
-    const char *coord[IR_MAXDIM];
+    const char *coord[IR_MAXDIM] = { 0 };
     for (int k = 0; k < xs->nd; k++) coord[k] = coord_name(L, k);
     coord[n->attr.dim0] = coord_name(L, n->attr.dim1);
     coord[n->attr.dim1] = coord_name(L, n->attr.dim0);
@@ -52,7 +52,7 @@ void cg_lower_select(Lower *L, int id)
     Dim work = dim_of(&n->shape);
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     cg_kernel(L, id, "select", work, 2, b, (const char *const[]){ "=y", "x" });
-    const char *coord[IR_MAXDIM];
+    const char *coord[IR_MAXDIM] = { 0 };
     with_axis(L, xs->nd, n->attr.axis, arena_printf(L->p->arena, "%d", n->attr.index), coord);
     cg_body(L, "    /* y %s = x %s at index %d of dimension %d */\n", ir_shape_str(L->p->arena, &n->shape),
             ir_shape_str(L->p->arena, xs), n->attr.index, n->attr.axis);
@@ -62,20 +62,112 @@ void cg_lower_select(Lower *L, int id)
     cg_end_kernel(L);
 }
 
-/* dx = dy where dimension axis is index, 0 elsewhere (overwrites) */
+/* dx from dy, x's shape without dimension axis (overwrites): select's gradient, dy where dimension
+   axis is index and 0 elsewhere; sum's and mean's, dy times factor at every index of it */
 void cg_lower_select_grad(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Shape *ys = &L->g->nodes[n->in[0]].shape;
+    bool sel = n->op == OP_SELECT_BWD;
     Dim work = dim_of(&n->shape);
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
-    cg_kernel(L, id, "select_grad", work, 2, b, (const char *const[]){ "=dx", "dy" });
-    const char *coord[IR_MAXDIM];
+    cg_kernel(L, id, sel ? "select_grad" : "reduce_grad", work, 2, b, (const char *const[]){ "=dx", "dy" });
+    const char *coord[IR_MAXDIM] = { 0 };
     for (int k = 0, j = 0; k < n->shape.nd; k++) if (k != n->attr.axis) coord[j++] = coord_name(L, k);
-    cg_body(L, "    /* dx %s: dy %s at index %d of dimension %d, 0 elsewhere */\n", ir_shape_str(L->p->arena, &n->shape),
-            ir_shape_str(L->p->arena, ys), n->attr.index, n->attr.axis);
+    if (sel)
+        cg_body(L, "    /* dx %s: dy %s at index %d of dimension %d, 0 elsewhere */\n", ir_shape_str(L->p->arena, &n->shape),
+                ir_shape_str(L->p->arena, ys), n->attr.index, n->attr.axis);
+    else
+        cg_body(L, "    /* dx %s: dy %s repeated along dimension %d, times %.9g */\n", ir_shape_str(L->p->arena, &n->shape),
+                ir_shape_str(L->p->arena, ys), n->attr.axis, n->attr.factor);
     cg_body(L, "    FOR_EACH(i, %s) {\n", cg_work_str(L, work));
     cg_coords(L, &n->shape, "i");
-    cg_body(L, "        dx[i] = c%d == %d ? dy[%s] : 0.0f;\n    }\n", n->attr.axis, n->attr.index, index_by(L, ys, coord));
+    if (sel) cg_body(L, "        dx[i] = c%d == %d ? dy[%s] : 0.0f;\n    }\n", n->attr.axis, n->attr.index, index_by(L, ys, coord));
+    else
+        cg_body(L, "        dx[i] = dy[%s]%s;\n    }\n", index_by(L, ys, coord),
+                n->attr.factor == 1.0f ? "" : arena_printf(L->p->arena, " * %.9gf", n->attr.factor));
+    cg_end_kernel(L);
+}
+
+/* y = x.sum(axis) or x.mean(axis): one output element per iteration, the sum along axis in
+   order (PyTorch sums in another order: the same to rounding) */
+void cg_lower_reduce(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &L->g->nodes[n->in[0]].shape;
+    int a = n->attr.axis, len = xs->d[a];
+    bool mean = n->op == OP_REDUCE_MEAN;
+    Dim work = dim_of(&n->shape);
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, mean ? "mean" : "sum", work, 2, b, (const char *const[]){ "=y", "x" });
+    const char *coord[IR_MAXDIM] = { 0 };
+    with_axis(L, xs->nd, a, "r", coord);
+    cg_body(L, "    /* y %s = x %s %s along dimension %d (%d) */\n", ir_shape_str(L->p->arena, &n->shape),
+            ir_shape_str(L->p->arena, xs), mean ? "averaged" : "summed", a, len);
+    cg_body(L, "    FOR_EACH(i, %s) {\n", cg_work_str(L, work));
+    cg_coords(L, &n->shape, "i");
+    cg_body(L, "        float s = 0.0f;\n"
+               "        for (long r = 0; r < %d; r++) s += x[%s];\n"
+               "        y[i] = s%s;\n    }\n", len, index_by(L, xs, coord),
+            mean ? arena_printf(L->p->arena, " / %d.0f", len) : "");
+    cg_end_kernel(L);
+}
+
+/* s without dimension axis */
+static Shape without_axis(const Shape *s, int axis)
+{
+    Shape o = { s->nd - 1, { 0 } };
+    for (int k = 0, j = 0; k < s->nd; k++) if (k != axis) o.d[j++] = s->d[k];
+    return o;
+}
+
+/* The loop over the rows along dimension axis of a tensor of shape s, one per element of s
+   without it: the first element's index e0 (from the coordinates c0..) and the step between
+   the row's elements */
+static void rows_along(Lower *L, const Shape *s, int axis, const char **e0, long *step)
+{
+    Shape o = without_axis(s, axis);
+    const char *coord[IR_MAXDIM] = { 0 };
+    with_axis(L, s->nd, axis, "0", coord);
+    *e0 = index_by(L, s, coord);
+    *step = 1;
+    for (int k = axis + 1; k < s->nd; k++) *step *= s->d[k];
+    cg_body(L, "    FOR_EACH(i, %s) {\n", cg_work_str(L, dim_of(&o)));
+    cg_coords(L, &o, "i");
+}
+
+/* y = x.softmax(axis): a row's maximum, the sum of exp(x - max), each exp(x - max) / sum (PyTorch's);
+   its gradient dx = y * (dy - sum(dy * y)) along axis (overwrites). A row an iteration. */
+void cg_lower_softmax(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *s = &n->shape;
+    int a = n->attr.axis, len = s->d[a];
+    bool fwd = n->op == OP_SOFTMAX;
+    Shape o = without_axis(s, a);
+    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), fwd ? -1 : buf_of(L, n->in[1]) };
+    if (fwd) cg_kernel(L, id, "softmax", dim_of(&o), 2, b, (const char *const[]){ "=y", "x" });
+    else cg_kernel(L, id, "softmax_grad", dim_of(&o), 3, b, (const char *const[]){ "=dx", "y", "dy" });
+    cg_body(L, fwd ? "    /* y %s = softmax of x along dimension %d: rows of %d */\n"
+                   : "    /* dx %s = y * (dy - sum(dy * y)) along dimension %d: rows of %d */\n",
+            ir_shape_str(L->p->arena, s), a, len);
+    const char *e0;
+    long st;
+    rows_along(L, s, a, &e0, &st);
+    if (fwd)
+        cg_body(L, "        const float *xr = x + (%s);\n        float *yr = y + (%s);\n"
+                   "        float m = xr[0];\n"
+                   "        for (long r = 1; r < %d; r++) m = xr[r * %ldL] > m ? xr[r * %ldL] : m;\n"
+                   "        float s = 0.0f;\n"
+                   "        for (long r = 0; r < %d; r++) { float e = expf(xr[r * %ldL] - m); yr[r * %ldL] = e; s += e; }\n"
+                   "        const float inv = 1.0f / s;\n"
+                   "        for (long r = 0; r < %d; r++) yr[r * %ldL] *= inv;\n    }\n",
+                e0, e0, len, st, st, len, st, st, len, st);
+    else
+        cg_body(L, "        const long o_ = %s;\n"
+                   "        float d = 0.0f;\n"
+                   "        for (long r = 0; r < %d; r++) d += dy[o_ + r * %ldL] * y[o_ + r * %ldL];\n"
+                   "        for (long r = 0; r < %d; r++) dx[o_ + r * %ldL] = y[o_ + r * %ldL] * (dy[o_ + r * %ldL] - d);\n    }\n",
+                e0, len, st, st, len, st, st, st);
     cg_end_kernel(L);
 }

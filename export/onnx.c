@@ -304,7 +304,7 @@ static const char *no_onnx_form(Op op)
     case OP_RELU6: case OP_HARDSIGMOID: case OP_HARDSWISH: case OP_ELU: case OP_MISH: case OP_SCALE:
     case OP_MAXPOOL: case OP_AVGPOOL: case OP_GAP: case OP_GLOBAL_MAXPOOL: case OP_UPSAMPLE: case OP_ADAPTIVE_AVGPOOL:
     case OP_RESHAPE: case OP_CONCAT: case OP_ADD: case OP_MUL: case OP_SUB: case OP_ATTN_STATS: case OP_ATTENTION:
-    case OP_TRANSPOSE: case OP_SELECT:
+    case OP_TRANSPOSE: case OP_SELECT: case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_SOFTMAX:
         return NULL;
     case OP_BN_STATS: case OP_BN_SUM: case OP_BN_SQDEV: case OP_BN_FINISH:
         return "BatchNorm on the batch's own statistics is training's; an evaluation graph normalises with the running ones";
@@ -618,15 +618,31 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
         binary(o, "Reshape", out, v[0], const_i64(o, step(o, out, "shape"), n->shape.nd, d), n);
         return 0;
     }
-    case OP_CONCAT: {   /* along dimension 1; an input of batch 1 (a param) Expanded to the batch of one that has it */
+    case OP_CONCAT: {   /* along its axis; an input of batch 1 (a param) Expanded to the batch of one that has it */
         if (!ins(o, n, n->nin, v)) return -1;
         int full = 0;
         while (full < n->nin - 1 && g->nodes[n->in[full]].shape.d[0] == 1) full++;
         for (int k = 0; k < n->nin && n->shape.d[0] != 1; k++)
             if (g->nodes[n->in[k]].shape.d[0] == 1) v[k] = expanded(o, n, k, v[k], v[full], out);
-        attr_int(o, node(o, "Concat", out, n->nin, v, n), "axis", 1);
+        attr_int(o, node(o, "Concat", out, n->nin, v, n), "axis", n->attr.axis);
         return 0;
     }
+    case OP_SOFTMAX:
+        if (!ins(o, n, 1, v)) return -1;
+        attr_int(o, node(o, "Softmax", out, 1, v, n), "axis", n->attr.axis);
+        return 0;
+    case OP_REDUCE_MEAN: {   /* opset 17: ReduceMean's axes an attribute, ReduceSum's an input */
+        if (!ins(o, n, 1, v)) return -1;
+        Onnx__NodeProto *r = node(o, "ReduceMean", out, 1, v, n);
+        attr_int_list(o, r, "axes", 1, (int64_t[]){ n->attr.axis });
+        attr_int(o, r, "keepdims", 0);
+        return 0;
+    }
+    case OP_REDUCE_SUM:
+        if (!ins(o, n, 1, v)) return -1;
+        v[1] = const_i64(o, step(o, out, "axes"), 1, (int64_t[]){ n->attr.axis });
+        attr_int(o, node(o, "ReduceSum", out, 2, v, n), "keepdims", 0);
+        return 0;
     case OP_ADD: case OP_MUL: case OP_SUB: {   /* both of one rank: ONNX's broadcasting is PyTorch's */
         if (!ins(o, n, 2, v)) return -1;
         binary(o, n->op == OP_ADD ? "Add" : n->op == OP_MUL ? "Mul" : "Sub", out, v[0], v[1], n);

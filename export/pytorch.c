@@ -494,7 +494,7 @@ static int emit_node(Py *p, int id)
             }
             list = arena_printf(p->a, "%s%s%s", list, k ? ", " : "", t);
         }
-        text = arena_printf(p->a, "torch.cat([%s], 1)", list);
+        text = arena_printf(p->a, "torch.cat([%s], %d)", list, n->attr.axis);
         break;
     }
     case OP_ADD: case OP_SUB: case OP_MUL: {
@@ -513,10 +513,11 @@ static int emit_node(Py *p, int id)
         p->uses_attention = true;
         break;
     }
-    case OP_TRANSPOSE: case OP_SELECT:
+    case OP_TRANSPOSE: case OP_SELECT: case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_SOFTMAX:
         x = operand(p, n->in[0], PREC_ATOM, &refs, &nrefs, &depth);
         text = n->op == OP_TRANSPOSE ? arena_printf(p->a, "%s.transpose(%d, %d)", x, n->attr.dim0, n->attr.dim1)
-                                     : arena_printf(p->a, "%s.select(%d, %d)", x, n->attr.axis, n->attr.index);
+             : n->op == OP_SELECT    ? arena_printf(p->a, "%s.select(%d, %d)", x, n->attr.axis, n->attr.index)
+                                     : arena_printf(p->a, "%s.%s(%d)", x, ir_op_name(n->op), n->attr.axis);
         depth--;   /* a method, not a call around it */
         break;
     case OP_PARAM:   /* a net's own learned tensor ('param'): an nn.Parameter of its Scope */

@@ -722,8 +722,9 @@ static int bind_args(Elab *E, Scope *S, Env *env, const Ast *callee, const char 
                 if (n == 0)
                     diag_at(E->d, a->loc, "'%s' takes no arguments", callee->name);
                 else
-                    diag_at(E->d, a->loc, "too many arguments: '%s' takes at most %d (%s)",
-                            callee->name, n, sig);
+                    diag_at(E->d, a->loc, "too many arguments: '%s' takes at most %d (%s)%s",
+                            callee->name, n, sig, !strcmp(callee->name, "reshape") || !strcmp(callee->name, "unflatten")
+                                                      ? "; the batch is not given: its sizes follow it" : "");
                 return -1;
             }
             k = pos++;
@@ -875,7 +876,7 @@ static int apply_layer_values(Elab *E, Scope *S, Env *env, const Ast *st, int id
                 diag_at(E->d, st->name_loc, "missing argument '%s' to %s", a->name, sig);
                 return -1;
             }
-            c.i[i] = a->def == DEF_KERNEL || a->def == DEF_HEIGHT ? c.i[0] : (long long)a->def;
+            c.i[i] = a->def == DEF_KERNEL || a->def == DEF_HEIGHT ? c.i[0] : a->def == DEF_LAST ? -1 : (long long)a->def;
             c.f[i] = a->def;
             continue;
         }

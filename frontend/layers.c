@@ -120,19 +120,149 @@ static int build_attention(const LayerCall *c)
     return ir_attention(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], c->i[3] != 0);
 }
 
-/* the input and the tensors given, side by side along dimension 1 */
+/* Argument k, a dimension of the input, into *axis: a negative one counted from the end (-1 the
+   last, as PyTorch's); one before the first said there, false */
+static bool axis_arg(const LayerCall *c, int k, int *axis)
+{
+    int nd = ir_shape(c->g, c->x)->nd;
+    long long a = c->i[k];
+    if (a < 0 && a + nd < 0) {
+        diag_at(c->E->d, c->where[k], "%s: %s = %lld counts back past the first dimension of %s (-1 is the last; the rank is %d)",
+                c->layer->name, c->layer->args[k].name, a, ir_shape_str(c->E->a, ir_shape(c->g, c->x)), nd);
+        return false;
+    }
+    *axis = (int)(a < 0 ? a + nd : a);
+    return true;
+}
+
+/* x -> sum(axis, keepdim), mean(axis, keepdim) */
+static int build_reduce(const LayerCall *c)
+{
+    int axis;
+    if (!axis_arg(c, 0, &axis)) return -1;
+    int y = ir_reduce(c->g, c->loc, ir_op_find(c->layer->name), c->x, axis);
+    if (y < 0 || !c->i[1]) return y;
+    Shape s = *ir_shape(c->g, c->x);   /* keepdim: the dimension back, of size 1 */
+    s.d[axis] = 1;
+    return ir_reshape(c->g, c->loc, y, s);
+}
+
+static int build_softmax(const LayerCall *c)
+{
+    int axis;
+    return axis_arg(c, 0, &axis) ? ir_softmax(c->g, c->loc, c->x, axis) : -1;
+}
+
+/* x viewed as s (its batch dimension x's): s.d[unknown] (-1 given, or -1: none) from the rest */
+static int view_as(const LayerCall *c, Shape s, int unknown, const char *hint)
+{
+    const Shape *xs = ir_shape(c->g, c->x);
+    long long xe = 1, known = 1;
+    for (int k = 1; k < xs->nd; k++) xe *= xs->d[k];
+    for (int k = 1; k < s.nd; k++) if (k != unknown) known *= s.d[k];
+    if (unknown >= 0 && known > 0 && xe % known == 0) s.d[unknown] = (int)(xe / known), known *= s.d[unknown];
+    if (known != xe || (unknown >= 0 && s.d[unknown] == 0)) {
+        s.d[0] = xs->d[0];
+        if (unknown >= 0) s.d[unknown] = -1;
+        diag_at(c->E->d, c->loc, "%s: %s has %lld elements an example; %s cannot hold them%s", c->layer->name,
+                ir_shape_str(c->E->a, xs), xe, ir_shape_str(c->E->a, &s), hint);
+        return -1;
+    }
+    s.d[0] = xs->d[0];
+    return ir_reshape(c->g, c->loc, c->x, s);
+}
+
+/* The sizes given from argument `from` on into s.d[at..] (s.nd grows); the one that is -1 at
+   *unknown; false (said) for a size 0, a second -1 or a rank past IR_MAXDIM */
+static bool sizes_into(const LayerCall *c, int from, Shape *s, int at, int *unknown)
+{
+    for (int k = from; k < c->layer->nargs; k++) {
+        if (c->i[k] == (long long)DEF_ABSENT) continue;
+        if (c->i[k] == 0 || (c->i[k] == -1 && *unknown >= 0)) {
+            diag_at(c->E->d, c->where[k], c->i[k] ? "%s: a second -1; one size at most is inferred"
+                                                  : "%s: a size of 0; each is at least 1, or -1 (inferred from the others)",
+                    c->layer->name);
+            return false;
+        }
+        if (s->nd >= IR_MAXDIM) {
+            diag_at(c->E->d, c->where[k], "%s: more than %d dimensions with the batch; mgc's tensors have at most %d",
+                    c->layer->name, IR_MAXDIM, IR_MAXDIM);
+            return false;
+        }
+        if (c->i[k] == -1) *unknown = at;
+        memmove(&s->d[at + 1], &s->d[at], sizeof(int) * (size_t)(s->nd - at));
+        s->d[at++] = (int)c->i[k];
+        s->nd++;
+    }
+    return true;
+}
+
+/* x -> reshape(d1, d2, d3): [N, d1, d2, d3], the batch kept */
+static int build_reshape(const LayerCall *c)
+{
+    Shape s = { 1, { 0 } };
+    int unknown = -1;
+    if (!sizes_into(c, 0, &s, 1, &unknown)) return -1;
+    return view_as(c, s, unknown, " (the batch is kept: give the sizes after it, as x.reshape(N, ...))");
+}
+
+/* x -> unflatten(axis, d1, d2, d3): dimension axis split into d1, d2, ... (PyTorch's x.unflatten) */
+static int build_unflatten(const LayerCall *c)
+{
+    int axis;
+    if (!axis_arg(c, 0, &axis)) return -1;
+    Shape s = *ir_shape(c->g, c->x);
+    if (axis < 1 || axis >= s.nd) {
+        diag_at(c->E->d, c->where[0], "unflatten: axis %d of %s: one of 1..%d (dimension 0 is the batch)", axis,
+                ir_shape_str(c->E->a, &s), s.nd - 1);
+        return -1;
+    }
+    memmove(&s.d[axis], &s.d[axis + 1], sizeof(int) * (size_t)(s.nd - axis - 1));
+    s.nd--;
+    int unknown = -1;
+    if (!sizes_into(c, 1, &s, axis, &unknown)) return -1;
+    return view_as(c, s, unknown, arena_printf(c->E->a, " (the sizes' product must be dimension %d's)", axis));
+}
+
+/* x -> permute(0, d1, d2, d3): PyTorch's x.permute, the batch first; as transposes (a copy each) */
+static int build_permute(const LayerCall *c)
+{
+    int nd = ir_shape(c->g, c->x)->nd, p[IR_MAXDIM] = { 0 }, n = 0, cur[IR_MAXDIM];
+    for (int k = 0; k < c->layer->nargs; k++) if (c->i[k] != (long long)DEF_ABSENT) p[n++] = (int)c->i[k];
+    bool perm = n == nd && p[0] == 0;
+    for (int k = 0; k < n && perm; k++)
+        for (int j = 0; j < k && perm; j++) perm = p[j] != p[k] && p[k] < nd;
+    if (!perm) {
+        diag_at(c->E->d, c->loc, "permute: %s takes an order of its %d dimensions, each once, the batch (0) first: "
+                "permute(0, 2, 3, 1) for [N, C, H, W] -> [N, H, W, C]", ir_shape_str(c->E->a, ir_shape(c->g, c->x)), nd);
+        return -1;
+    }
+    int y = c->x;
+    for (int k = 0; k < nd; k++) cur[k] = k;
+    for (int k = 1; k < nd && y >= 0; k++) {   /* bring dimension p[k] to place k */
+        int j = k;
+        while (cur[j] != p[k]) j++;
+        if (j == k) continue;
+        y = ir_transpose(c->g, c->loc, y, k, j);
+        cur[j] = cur[k], cur[k] = p[k];
+    }
+    return y;
+}
+
+/* the input and the tensors given, side by side along dimension axis */
 static int build_concat(const LayerCall *c)
 {
-    int in[FE_MAX_LAYER_ARGS + 1] = { c->x }, n = 1;
+    int in[FE_MAX_LAYER_ARGS + 1] = { c->x }, n = 1, axis = 1;
     for (int k = 0; k < c->layer->nargs; k++) {
-        if (c->i[k] < 0) continue;   /* not given */
+        if (c->layer->args[k].type != A_TENSOR && !axis_arg(c, k, &axis)) return -1;
+        if (c->layer->args[k].type != A_TENSOR || c->i[k] < 0) continue;   /* not given */
         if (c->i[k] == c->E->loss_node) {
             diag_at(c->E->d, c->where[k], "the loss cannot be an input of 'concat'");
             return -1;
         }
         in[n++] = (int)c->i[k];
     }
-    return ir_concat(c->g, c->loc, n, in);
+    return ir_concat(c->g, c->loc, n, in, axis);
 }
 
 /* mul, sub: the other tensor, broadcast as PyTorch does */
@@ -151,6 +281,12 @@ static int build_softmax_xent(const LayerCall *c)
     if (E->loss_node >= 0) {
         diag_at(E->d, c->loc, "a second softmax_cross_entropy; the net has exactly one loss");
         diag_note(E->d, E->loss_loc, "the first is here");
+        return -1;
+    }
+    if (c->x >= 0 && c->g->nodes[c->x].op == OP_SOFTMAX) {   /* PyTorch's habit (a softmax before CrossEntropyLoss): a bug */
+        diag_at(E->d, c->loc, "softmax_cross_entropy takes logits and applies its own softmax: remove the softmax before it "
+                "(a softmax twice trains poorly)");
+        diag_note(E->d, c->g->nodes[c->x].loc, "the softmax is here");
         return -1;
     }
     int r = ir_softmax_xent(c->g, c->loc, c->x, (float)c->f[0]);
@@ -205,12 +341,31 @@ const Layer fe_layers[] = {
       "dimensions `dim0` and `dim1` (not 0, the batch) swapped: `[N, D, T]` by (1, 2) is `[N, T, D]` (a copy)" },
     { "select", false, 2, { INT_ARG("axis", true, 0, 1), INT_ARG("index", true, 0, 0) }, build_select,
       "index `index` of dimension `axis`, that dimension gone: `[N, T, D]` by (1, 0) is `[N, D]` (PyTorch's `x[:, 0]`: a class token)" },
+    { "reshape", false, 3, { INT_ARG("d1", true, 0, -1), INT_ARG("d2", false, DEF_ABSENT, -1), INT_ARG("d3", false, DEF_ABSENT, -1) },
+      build_reshape, "`[N, ...]` -> `[N, d1, d2, d3]`, the same elements (a view, no copy); the batch kept (PyTorch's "
+                     "`x.reshape(N, d1, ...)`); one size may be -1, inferred: `[N, 16]` by (16, 1, 1) is `[N, 16, 1, 1]`" },
+    { "unflatten", false, 4, { INT_ARG("axis", true, 0, -IR_MAXDIM), INT_ARG("d1", true, 0, -1), INT_ARG("d2", true, 0, -1),
+                               INT_ARG("d3", false, DEF_ABSENT, -1) },
+      build_unflatten, "dimension `axis` split into `d1, d2, ...` (PyTorch's `x.unflatten(axis, (d1, d2))`): `[N, C, H * W]` by "
+                       "(2, H, W) is `[N, C, H, W]`; a view; one size may be -1" },
+    { "permute", false, 4, { INT_ARG("d0", true, 0, 0), INT_ARG("d1", true, 0, 0), INT_ARG("d2", false, DEF_ABSENT, 0),
+                             INT_ARG("d3", false, DEF_ABSENT, 0) },
+      build_permute, "PyTorch's `x.permute(0, ...)`, every dimension once, the batch first: `[N, C, H, W]` by (0, 2, 3, 1) is "
+                     "`[N, H, W, C]` (made of transposes, a copy each)" },
+    { "sum", false, 2, { INT_ARG("axis", true, 0, -IR_MAXDIM), BOOL_ARG("keepdim", 0) }, build_reduce,
+      "the sum along dimension `axis` (not 0; -1 the last), that dimension gone unless `keepdim` (PyTorch's `x.sum(axis)`)" },
+    { "mean", false, 2, { INT_ARG("axis", true, 0, -IR_MAXDIM), BOOL_ARG("keepdim", 0) }, build_reduce,
+      "the mean along dimension `axis` as `sum`: `[N, T, D]` by 1 is `[N, D]` (a mixer's pooling over its tokens)" },
+    { "softmax", false, 1, { INT_ARG("axis", false, DEF_LAST, -IR_MAXDIM) }, build_softmax,
+      "`exp(x) / its sum` along dimension `axis` (not 0; -1 the last), PyTorch's `x.softmax(axis)`; the loss takes logits: "
+      "no softmax before `softmax_cross_entropy`" },
     { "dropout", false, 1, { FLOAT_ARG("p", 0.5, 0, false, 1, true) }, build_dropout, "" },
     { "add", false, 1, { TENSOR_ARG("other") }, build_add, "as `mul`: `x + other` (a residual connection: both shapes equal)" },
-    { "concat", false, 6, { TENSOR_ARG("b"), MORE_TENSOR_ARG("c"), MORE_TENSOR_ARG("d"), MORE_TENSOR_ARG("e"), MORE_TENSOR_ARG("f"),
-                            MORE_TENSOR_ARG("g") },
+    { "concat", false, 7, { TENSOR_ARG("b"), MORE_TENSOR_ARG("c"), MORE_TENSOR_ARG("d"), MORE_TENSOR_ARG("e"), MORE_TENSOR_ARG("f"),
+                            MORE_TENSOR_ARG("g"), INT_ARG("axis", false, 1, -IR_MAXDIM) },
       build_concat, "`x -> concat(b, c, ...)`: the tensors side by side along dimension 1 (channels, or features), alike in "
-                    "every other; up to 7 (nest for more); its gradient splits dy" },
+                    "every other; up to 7 (nest for more); its gradient splits dy. `axis = 2` (or -1, ...) joins along another "
+                    "(PyTorch's `torch.cat(..., dim)`)" },
     { "mul", false, 1, { TENSOR_ARG("other") }, build_broadcast,
       "PyTorch's broadcasting: each dimension equal, or 1 in one of them (`[N, C, H, W]` by `[N, C, 1, 1]`: an SE block's gate)" },
     { "sub", false, 1, { TENSOR_ARG("other") }, build_broadcast, "as `mul`: `x - other`" },
@@ -284,7 +439,8 @@ static const char *default_str(const LayerArg *a, char *buf, size_t size)
 {
     if (a->def == DEF_KERNEL) return "kernel";
     if (a->def == DEF_HEIGHT) return "height";
-    if (a->type == A_TENSOR) return "none";
+    if (a->type == A_TENSOR || a->def == DEF_ABSENT) return "none";
+    if (a->def == DEF_LAST) return "-1";
     if (a->def == DEF_INFERRED) return "(inferred)";
     if (a->type == A_BOOL) return a->def ? "true" : "false";
     snprintf(buf, size, "%g", a->def);

@@ -26,6 +26,8 @@ typedef struct LayerArg {
 #define DEF_INFERRED (-1.0)       /* default from the input (linear's in_features) */
 #define DEF_NONE (-1.0)           /* an optional tensor not given (concat's) */
 #define DEF_HEIGHT (-12346.0)     /* default "= height" (adaptive_avgpool's width) */
+#define DEF_ABSENT (-12347.0)     /* an optional size not given (reshape's d2) */
+#define DEF_LAST (-12348.0)       /* default -1, the last dimension (softmax's axis; -1 alone reads as DEF_INFERRED) */
 
 /* A call of a built-in layer, its arguments bound, defaulted and checked. */
 typedef struct Layer Layer;

@@ -87,6 +87,19 @@ static void grad_select(Ad *ad, int y, const Node *n, int dy)
     accumulate(ad, n->in[0], mk(ad->g, OP_SELECT_BWD, y, ad->g->nodes[n->in[0]].shape, 1, &dy, &n->attr));
 }
 
+/* sum, mean: dy at every index of the dimension reduced (times 1 / its size for the mean) */
+static void grad_reduce(Ad *ad, int y, const Node *n, int dy)
+{
+    const Shape *xs = &ad->g->nodes[n->in[0]].shape;
+    float f = n->op == OP_REDUCE_MEAN ? 1.0f / (float)xs->d[n->attr.axis] : 1.0f;
+    accumulate(ad, n->in[0], mk(ad->g, OP_REDUCE_BWD, y, *xs, 1, &dy, &(IrAttrs){ .axis = n->attr.axis, .factor = f }));
+}
+
+static void grad_softmax(Ad *ad, int y, const Node *n, int dy)
+{
+    accumulate(ad, n->in[0], mk(ad->g, OP_SOFTMAX_BWD, y, ad->g->nodes[n->in[0]].shape, 2, (int[]){ y, dy }, &n->attr));
+}
+
 /* Attention: each query's do . o (delta), then q's, k's and v's gradients, each
    recomputing the scores from q, k and the log-sum-exps (FlashAttention's backward) */
 static void grad_attention(Ad *ad, int y, const Node *n, int dy)
@@ -236,8 +249,8 @@ static void grad_concat(Ad *ad, int y, const Node *n, int dy)
         Shape s = *xs;   /* an input of batch 1 (a param: a class token) repeated for every example: summed back */
         s.d[0] = ad->g->nodes[y].shape.d[0];
         if (ad->needs[x])
-            accumulate(ad, x, unbroadcast(ad, y, mk(ad->g, OP_CHANNEL_SLICE, y, s, 1, &dy, &(IrAttrs){ .offset = at }), x));
-        at += xs->d[1];
+            accumulate(ad, x, unbroadcast(ad, y, mk(ad->g, OP_CHANNEL_SLICE, y, s, 1, &dy, &(IrAttrs){ .axis = n->attr.axis, .offset = at }), x));
+        at += xs->d[n->attr.axis];
     }
 }
 

@@ -268,6 +268,16 @@ int ir_select(Graph *g, Loc loc, int x, int axis, int index)
     return checked_unary(g, loc, OP_SELECT, x, &(IrAttrs){ .axis = axis, .index = index });
 }
 
+int ir_reduce(Graph *g, Loc loc, Op op, int x, int axis)
+{
+    return checked_unary(g, loc, op, x, &(IrAttrs){ .axis = axis });
+}
+
+int ir_softmax(Graph *g, Loc loc, int x, int axis)
+{
+    return checked_unary(g, loc, OP_SOFTMAX, x, &(IrAttrs){ .axis = axis });
+}
+
 int ir_attention(Graph *g, Loc loc, int q, int k, int v, int heads, bool causal)
 {
     if (q < 0 || k < 0 || v < 0) return -1;
@@ -400,18 +410,19 @@ int ir_add(Graph *g, Loc loc, int a, int b)
     return binary(g, OP_ADD, loc, a, b, NULL);
 }
 
-int ir_concat(Graph *g, Loc loc, int n, const int *in)
+int ir_concat(Graph *g, Loc loc, int n, const int *in, int axis)
 {
     for (int k = 0; k < n; k++)
         if (in[k] < 0) return -1;
     Shape out;
     int k;
-    if (!rule_fits(g, loc, NULL, OP_CONCAT, n, in, NULL, &out, &k)) {
+    IrAttrs at = { .axis = axis };
+    if (!rule_fits(g, loc, NULL, OP_CONCAT, n, in, &at, &out, &k)) {
         if (k > 0) diag_note(g->diag, g->nodes[in[k]].loc, "input %d, of shape %s, is made here", k, shape_str(g, in[k]));
         return -1;
     }
     if (!shape_within(g, loc, "concat", "the output", &out)) return -1;
-    return ir_op(g, OP_CONCAT, loc, n, in, NULL, NULL);
+    return ir_op(g, OP_CONCAT, loc, n, in, &at, NULL);
 }
 
 int ir_broadcast(Graph *g, Loc loc, Op op, int a, int b)

@@ -219,12 +219,18 @@ int ir_attention(Graph *g, Loc loc, int q, int k, int v, int heads, bool causal)
 int ir_transpose(Graph *g, Loc loc, int x, int dim0, int dim1);
 /* x[:, index] along dimension axis (1 or more), that dimension gone: PyTorch's x.select(axis, index). */
 int ir_select(Graph *g, Loc loc, int x, int axis, int index);
+/* op OP_REDUCE_SUM or OP_REDUCE_MEAN of x along dimension axis (1 or more), that dimension gone:
+   PyTorch's x.sum(axis), x.mean(axis). */
+int ir_reduce(Graph *g, Loc loc, Op op, int x, int axis);
+/* softmax of x along dimension axis (1 or more): PyTorch's x.softmax(axis). */
+int ir_softmax(Graph *g, Loc loc, int x, int axis);
 /* A learned tensor of its own (a 'param' statement: a class token, a position embedding,
    a layer scale), named name, of shape s (no batch dimension), started as init says
    (INIT_ZEROS, INIT_ONES, INIT_CONSTANT or INIT_NORMAL with arg). */
 int ir_param(Graph *g, Loc loc, const char *name, Shape s, InitKind init, float arg);
-/* The n tensors in[] side by side along dimension 1 (channels or features), n from 2 to IR_MAXIN - 1. */
-int ir_concat(Graph *g, Loc loc, int n, const int *in);
+/* The n tensors in[] side by side along dimension axis (1: channels or features; 1 or more), n from 2
+   to IR_MAXIN - 1. */
+int ir_concat(Graph *g, Loc loc, int n, const int *in, int axis);
 /* a op b (mul, sub) with PyTorch's broadcasting: each dimension equal, or 1 in one of them. */
 int ir_broadcast(Graph *g, Loc loc, Op op, int a, int b);
 /* The loss; labels are implicit. label_smoothing: PyTorch's (the target (1 - s) one-hot + s / K). */

@@ -383,6 +383,41 @@ static bool rule_select_grad(Rule *r)   /* dy -> dx, the input's shape (given) *
     return fits || no(r, "puts %s into %s at dimension %d", str(r, dy), str(r, x), a);
 }
 
+static bool rule_reduce_grad(Rule *r) { return rule_select_grad(r); }   /* dy -> dx, the input's shape (given) */
+
+/* a dimension of x to work along: 1..rank - 1 */
+static bool along(Rule *r, const char *what)
+{
+    const Shape *x = in(r, 0);
+    int a = r->n->attr.axis;
+    return (a >= 1 && a < x->nd) ||
+           no(r, "%s dimension %d of %s: one of 1..%d (dimension 0 is the batch: each example on its own)", what, a, str(r, x),
+              x->nd - 1);
+}
+
+static bool rule_reduce(Rule *r)   /* x without dimension axis */
+{
+    const Shape *x = in(r, 0);
+    if (!along(r, "reduces")) return false;
+    Shape o = { x->nd - 1, { 0 } };
+    for (int k = 0, j = 0; k < x->nd; k++) if (k != r->n->attr.axis) o.d[j++] = x->d[k];
+    *r->out = o;
+    return true;
+}
+
+static bool rule_softmax(Rule *r)   /* like x */
+{
+    *r->out = *in(r, 0);
+    return along(r, "normalises along");
+}
+
+static bool rule_softmax_grad(Rule *r)   /* y, dy -> like y */
+{
+    *r->out = *in(r, 0);
+    return along(r, "normalises along") && (ir_shape_eq(in(r, 0), in(r, 1)) ||
+           no(r, "the output %s and its gradient %s differ in shape", str(r, in(r, 0)), str(r, in(r, 1))));
+}
+
 static bool rule_bn_apply(Rule *r)   /* x, stats[3,C], gamma[C], beta[C] -> like x */
 {
     const Shape *x = in(r, 0);
@@ -411,7 +446,9 @@ static bool rule_same2(Rule *r)   /* element-wise over two inputs of one shape *
 static bool rule_concat(Rule *r)
 {
     const Shape *a = in(r, 0);
-    if (a->nd < 2) return no(r, "input 0 %s has no dimension 1 to join along", str(r, a));
+    int ax = r->n->attr.axis;
+    if (ax < 1 || ax >= a->nd)
+        return no(r, "joins along dimension %d of %s: one of 1..%d (dimension 0 is the batch)", ax, str(r, a), a->nd - 1);
     Shape o = *a;
     for (int k = 1; k < r->n->nin; k++)   /* the batch: N where any input has it (one of batch 1 is repeated) */
         if (in(r, k)->d[0] != 1) o.d[0] = in(r, k)->d[0];
@@ -419,29 +456,33 @@ static bool rule_concat(Rule *r)
         const Shape *b = in(r, k);
         bool alike = b->nd == a->nd;
         for (int d = 0; alike && d < a->nd; d++)
-            alike = d == 1 || b->d[d] == a->d[d] || (d == 0 && (b->d[0] == 1 || a->d[0] == 1));
+            alike = d == ax || b->d[d] == a->d[d] || (d == 0 && (b->d[0] == 1 || a->d[0] == 1));
         r->blame = alike ? -1 : k;
-        if (!alike)
+        if (!alike && ax == 1)
             return no(r, "input %d has shape %s, input 0 %s: they must be alike but in dimension 1 "
                          "(the channels of [N, C, H, W], the features of [N, F]; a batch of 1 is repeated)", k, str(r, b), str(r, a));
-        if ((long long)o.d[1] + b->d[1] > INT_MAX)
-            return no(r, "the output would have more than %d channels; make the layer or its inputs smaller", INT_MAX);
-        o.d[1] += b->d[1];
+        if (!alike)
+            return no(r, "input %d has shape %s, input 0 %s: they must be alike but in dimension %d (a batch of 1 is repeated)", k,
+                      str(r, b), str(r, a), ax);
+        if ((long long)o.d[ax] + b->d[ax] > INT_MAX)
+            return no(r, "the output would have more than %d along dimension %d; make the layer or its inputs smaller", INT_MAX, ax);
+        o.d[ax] += b->d[ax];
     }
     *r->out = o;
     return true;
 }
 
-/* the channels [offset, offset + C) of the input: the shape given, checked */
+/* the channels [offset, offset + C) of the input along dimension axis: the shape given, checked */
 static bool rule_channel_slice(Rule *r)
 {
     const Shape *x = in(r, 0), *y = &r->n->shape;
+    int ax = r->n->attr.axis;
     *r->out = *y;
-    bool alike = x->nd == y->nd && x->nd >= 2;
-    for (int d = 0; alike && d < x->nd; d++) alike = d == 1 || x->d[d] == y->d[d];
+    bool alike = x->nd == y->nd && ax >= 1 && ax < x->nd;
+    for (int d = 0; alike && d < x->nd; d++) alike = d == ax || x->d[d] == y->d[d];
     int off = r->n->attr.offset;
-    return (alike && off >= 0 && (long long)off + y->d[1] <= x->d[1]) ||
-           no(r, "takes %s from channel %d of %s: not within it", str(r, y), off, str(r, x));
+    return (alike && off >= 0 && (long long)off + y->d[ax] <= x->d[ax]) ||
+           no(r, "takes %s from index %d of dimension %d of %s: not within it", str(r, y), off, ax, str(r, x));
 }
 
 /* Two inputs of one rank broadcast as PyTorch's: each dimension equal, or 1 in one of them. */

@@ -403,6 +403,41 @@ class OpTokens(nn.Module):
         return self.fc(h.select(1, 0) + self.l2(h.transpose(1, 2).select(1, 2)))
 
 
+class OpReduce(nn.Module):
+    """tests/nets/op_reduce.net: sum, mean (keepdim too) and softmax along a dimension"""
+    def __init__(self):
+        super().__init__()
+        self.c1, self.l1 = nn.Conv2d(3, 4, 3, padding=1), nn.Linear(4, 5)
+        self.c2, self.fc = nn.Conv2d(3, 2, 1), nn.Linear(4 + 5 + 36 + 2, 10)
+
+    def forward(self, x):
+        t = self.c1(x).flatten(2).transpose(1, 2)
+        pooled = (t * t.softmax(1)).sum(1)
+        m = self.l1(t).softmax(-1).mean(1)
+        s = (t * t.mean(-1, keepdim=True)).sum(2)
+        r = self.c2(x).mean(2).sum(-1)
+        return self.fc(torch.cat([pooled, m, s, r], 1))
+
+
+class OpViews(nn.Module):
+    """tests/nets/op_views.net: permute, reshape, concat along other dimensions, unflatten"""
+    param_inits = {"e1": ("normal", 0.5)}
+
+    def __init__(self):
+        super().__init__()
+        self.e1 = nn.Parameter(torch.randn(1, 15, 2) * 0.5)
+        self.c1, self.l0 = nn.Conv2d(4, 4, 1), nn.Linear(4, 6)
+        self.c2, self.fc = nn.Conv2d(6, 2, 3, padding=1), nn.Linear(60, 10)
+
+    def forward(self, x):
+        n = x.shape[0]
+        b = self.c1(x).permute(0, 2, 3, 1).reshape(n, 15, 4)
+        c = torch.cat([b, self.e1.expand(n, -1, -1)], 2)
+        d = torch.cat([c, self.l0(x.flatten(2).transpose(1, 2))], -2)
+        v = self.c2(d.unflatten(1, (5, -1)).permute(0, 3, 1, 2))
+        return self.fc(v.reshape(n, -1))
+
+
 class OpAttentionLong(nn.Module):
     """tests/nets/op_attention_long.net"""
     def __init__(self):
@@ -672,6 +707,8 @@ BUILDERS = {
     "tests/nets/op_scale.net": (OpScale, (3, 6, 6)),
     "tests/nets/op_attention_long.net": (OpAttentionLong, (70, 4)),
     "tests/nets/op_tokens.net": (OpTokens, (3, 4, 5)),
+    "tests/nets/op_reduce.net": (OpReduce, (3, 6, 6)),
+    "tests/nets/op_views.net": (OpViews, (4, 3, 5)),
     "tests/nets/op_attention.net": (OpAttention, (5, 8)),
     "tests/nets/op_layernorm_tokens.net": (OpLayerNormTokens, (5, 6)),
     "tests/nets/op_linear_tokens.net": (OpLinearTokens, (5, 6)),

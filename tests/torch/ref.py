@@ -872,7 +872,7 @@ def cases():
         # momentum and weight decay so the update rule is exercised too.
         base = dict(kind="compare", net=f"tests/nets/{n}.net", batch=4, seed=100 + zlib.crc32(n.encode()) % 900,
                     tol=1e-4)   # the seed of its name: the same whatever other nets there are
-        cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0, check_init=n in ("op_param", "op_tokens")))
+        cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0, check_init=n in ("op_param", "op_tokens", "op_views")))
         if n in ("op_conv", "op_batchnorm", "op_linear", "op_param"):
             cs.append(dict(base, name=n + "_sgd3", steps=3, lr=0.05, momentum=0.9, wd=1e-3))
             cs.append(dict(base, name=n + "_nesterov3", steps=3, lr=0.05, momentum=0.9, wd=1e-3,
@@ -910,7 +910,8 @@ def cases():
                                      ("googlenet", ("size=32",), 2, 1), ("densenet", ("size=64",), 4, 1),
                                      ("mobilenetv2", ("dropout=0",), 4, 1), ("se_resnet", (), 4, 2),
                                      ("resnext", (), 4, 2), ("resnet9", ("width=8",), 4, 2),
-                                     ("vit", ("d=32", "hidden=48", "p=0"), 4, 2)):
+                                     ("vit", ("d=32", "hidden=48", "p=0"), 4, 2),
+                                     ("mixer", ("d=24", "token_hidden=16", "channel_hidden=40", "blocks=2"), 4, 2)):
         cs.append(dict(kind="compare", name="zoo_" + name, net=f"nets/{name}.net", set=sets, batch=batch,
                        seed=400 + zlib.crc32(name.encode()) % 100, steps=steps, lr=0.05, momentum=0.9, wd=5e-4,
                        tol=1e-4, real=False, check_init=name in ("googlenet", "se_resnet"),
@@ -948,6 +949,10 @@ def cases():
     dp("dp_lenet_adamw_cpu2", "nets/lenet.net", 2, False, 32, 207, steps=4, real=True,
        optim={"kind": "adamw", "betas": (0.9, 0.99), "eps": 1e-7})
     dp("dp_op_dropout_cpu2", "tests/nets/op_dropout.net", 2, False, 4, 205, steps=1)
+    # the token nets: reductions along the tokens, concat along other dimensions (3 replicas: an
+    # uneven split of 8 is not allowed, so 6)
+    dp("dp_mixer_cpu3", "nets/mixer.net", 3, False, 6, 208, set=("d=24", "token_hidden=16", "channel_hidden=40", "blocks=2"))
+    dp("dp_op_views_cpu2", "tests/nets/op_views.net", 2, False, 4, 209)
     # step-0 quantities at 1e-4, as for one device; what follows the second step
     # drifts more (see "resnet18" above): 4e-4 with this seed on cpu:1 or cpu:2
     # with --sync-bn, from the rounding of the statistics' sums alone

@@ -414,11 +414,51 @@ def vit(classes=10, channels=1, image=28, patch=4, d=128, hidden=256, heads=4, b
     return ViT(classes, channels, image, patch, d, hidden, heads, blocks, p)
 
 
+class _MixerMlp(nn.Module):
+    def __init__(self, d, hidden, out, p):
+        super().__init__()
+        self.fc1, self.fc2, self.drop = nn.Linear(d, hidden), nn.Linear(hidden, out), nn.Dropout(p)
+
+    def forward(self, x):
+        return self.drop(self.fc2(self.drop(F.gelu(self.fc1(x)))))
+
+
+class _MixerBlock(nn.Module):
+    def __init__(self, tokens, d, token_hidden, channel_hidden, p):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(d, eps=1e-6), nn.LayerNorm(d, eps=1e-6)
+        self.mlp_tokens = _MixerMlp(tokens, token_hidden, tokens, p)
+        self.mlp_channels = _MixerMlp(d, channel_hidden, d, p)
+
+    def forward(self, x):
+        x = x + self.mlp_tokens(self.norm1(x).transpose(1, 2)).transpose(1, 2)
+        return x + self.mlp_channels(self.norm2(x))
+
+
+class Mixer(nn.Module):
+    """MLP-Mixer with timm's MlpMixer names: nets/mixer.net's twin"""
+    def __init__(self, classes, channels, image, patch, d, token_hidden, channel_hidden, blocks, p):
+        super().__init__()
+        tokens = (image // patch) ** 2
+        self.stem = nn.Module()
+        self.stem.proj = nn.Conv2d(channels, d, patch, stride=patch)
+        self.blocks = nn.Sequential(*[_MixerBlock(tokens, d, token_hidden, channel_hidden, p) for _ in range(blocks)])
+        self.norm, self.head = nn.LayerNorm(d, eps=1e-6), nn.Linear(d, classes)
+
+    def forward(self, x):
+        x = self.blocks(self.stem.proj(x).flatten(2).transpose(1, 2))
+        return self.head(self.norm(x).mean(1))
+
+
+def mixer(classes=10, channels=1, image=28, patch=4, d=128, token_hidden=64, channel_hidden=256, blocks=4, p=0.0):
+    return Mixer(classes, channels, image, patch, d, token_hidden, channel_hidden, blocks, p)
+
+
 NETS = {
     "nets/bn_lenet.net": bn_lenet, "nets/alexnet.net": alexnet, "nets/vgg11.net": vgg11, "nets/nin.net": nin,
     "nets/googlenet.net": googlenet, "nets/densenet.net": densenet, "nets/mobilenetv2.net": mobilenetv2,
     "nets/se_resnet.net": se_resnet, "nets/resnext.net": resnext, "nets/resnet9.net": resnet9,
-    "nets/vit.net": vit,
+    "nets/vit.net": vit, "nets/mixer.net": mixer,
     "tests/nets/like/efficientnet.net": efficientnet_like, "tests/nets/like/convnext.net": convnext_like,
 }
 
