@@ -141,6 +141,7 @@ void cg_lower_global_maxpool_grad(Lower *L, int id);
 void cg_lower_adaptive_avgpool(Lower *L, int id);
 void cg_lower_adaptive_avgpool_grad(Lower *L, int id);
 void cg_lower_upsample(Lower *L, int id);
+void cg_lower_matmul(Lower *L, int id);      /* codegen/matmul.c */
 void cg_lower_transpose(Lower *L, int id);   /* codegen/tokens.c */
 void cg_lower_select(Lower *L, int id);
 void cg_lower_select_grad(Lower *L, int id);   /* and sum's and mean's (reduce_grad) */

@@ -304,7 +304,7 @@ static const char *no_onnx_form(Op op)
     case OP_RELU6: case OP_HARDSIGMOID: case OP_HARDSWISH: case OP_ELU: case OP_MISH: case OP_SCALE:
     case OP_MAXPOOL: case OP_AVGPOOL: case OP_GAP: case OP_GLOBAL_MAXPOOL: case OP_UPSAMPLE: case OP_ADAPTIVE_AVGPOOL:
     case OP_RESHAPE: case OP_CONCAT: case OP_ADD: case OP_MUL: case OP_SUB: case OP_ATTN_STATS: case OP_ATTENTION:
-    case OP_TRANSPOSE: case OP_SELECT: case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_SOFTMAX:
+    case OP_TRANSPOSE: case OP_SELECT: case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_SOFTMAX: case OP_MATMUL:
         return NULL;
     case OP_BN_STATS: case OP_BN_SUM: case OP_BN_SQDEV: case OP_BN_FINISH:
         return "BatchNorm on the batch's own statistics is training's; an evaluation graph normalises with the running ones";
@@ -625,6 +625,21 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
         for (int k = 0; k < n->nin && n->shape.d[0] != 1; k++)
             if (g->nodes[n->in[k]].shape.d[0] == 1) v[k] = expanded(o, n, k, v[k], v[full], out);
         attr_int(o, node(o, "Concat", out, n->nin, v, n), "axis", n->attr.axis);
+        return 0;
+    }
+    case OP_MATMUL: {   /* numpy's broadcasting is PyTorch's; an operand transposed (a gradient's form) by Transpose */
+        if (!ins(o, n, 2, v)) return -1;
+        int nd = n->shape.nd;
+        int64_t perm[IR_MAXDIM];
+        for (int k = 0; k < nd; k++) perm[k] = k;
+        perm[nd - 2] = nd - 1, perm[nd - 1] = nd - 2;
+        for (int k = 0; k < 2; k++)
+            if (k ? n->attr.trans_b : n->attr.trans_a) {
+                const char *t = step(o, out, k ? "b_t" : "a_t");
+                attr_int_list(o, node(o, "Transpose", t, 1, &v[k], n), "perm", nd, perm);
+                v[k] = t;
+            }
+        binary(o, "MatMul", out, v[0], v[1], n);
         return 0;
     }
     case OP_SOFTMAX:

@@ -506,6 +506,12 @@ static int emit_node(Py *p, int id)
         text = arena_printf(p->a, "%s %c %s", a, n->op == OP_ADD ? '+' : n->op == OP_SUB ? '-' : '*', b);
         break;
     }
+    case OP_MATMUL: {
+        const char *a = operand(p, n->in[0], n->attr.trans_a ? PREC_ATOM : PREC_ADD, &refs, &nrefs, &depth);
+        const char *b = operand(p, n->in[1], n->attr.trans_b ? PREC_ATOM : PREC_ADD, &refs, &nrefs, &depth);
+        text = arena_printf(p->a, "torch.matmul(%s%s, %s%s)", a, n->attr.trans_a ? ".mT" : "", b, n->attr.trans_b ? ".mT" : "");
+        break;
+    }
     case OP_ATTENTION: {   /* attention_stats is its own */
         const char *a[3];
         for (int k = 0; k < 3; k++) a[k] = operand(p, n->in[k], PREC_ADD, &refs, &nrefs, &depth);

@@ -265,6 +265,16 @@ static int build_concat(const LayerCall *c)
     return ir_concat(c->g, c->loc, n, in, axis);
 }
 
+/* x -> matmul(other): torch.matmul(x, other) */
+static int build_matmul(const LayerCall *c)
+{
+    if (c->i[0] == c->E->loss_node) {
+        diag_at(c->E->d, c->where[0], "the loss cannot be an input of 'matmul'");
+        return -1;
+    }
+    return ir_matmul(c->g, c->loc, c->x, (int)c->i[0]);
+}
+
 /* mul, sub: the other tensor, broadcast as PyTorch does */
 static int build_broadcast(const LayerCall *c)
 {
@@ -369,6 +379,10 @@ const Layer fe_layers[] = {
     { "mul", false, 1, { TENSOR_ARG("other") }, build_broadcast,
       "PyTorch's broadcasting: each dimension equal, or 1 in one of them (`[N, C, H, W]` by `[N, C, 1, 1]`: an SE block's gate)" },
     { "sub", false, 1, { TENSOR_ARG("other") }, build_broadcast, "as `mul`: `x - other`" },
+    { "matmul", false, 1, { TENSOR_ARG("other") }, build_matmul,
+      "`x -> matmul(other)`: `torch.matmul(x, other)` on tensors of one rank, 3 or 4: `[N, M, K]` by `[N, K, P]` is `[N, M, P]`, "
+      "each example's matrices (and each head's, `[N, H, M, K]`); a dimension before the last two of 1 in one of them is "
+      "broadcast (a learned `[1, K, P]`)" },
     { "attention", false, 4, { TENSOR_ARG("k"), TENSOR_ARG("v"), INT_ARG("heads", false, 1, 1), BOOL_ARG("causal", 0) }, build_attention,
       "`q -> attention(k, v, heads)`: scaled dot-product attention, PyTorch's (`F.scaled_dot_product_attention` on q, k, v "
       "split into heads): q `[N, Tq, D]`, k and v `[N, Tk, D]`, each head `softmax(q k^T / sqrt(D / heads)) v`, the heads side "

@@ -261,6 +261,31 @@ static void grad_add(Ad *ad, int y, const Node *n, int dy)
         if (ad->needs[n->in[k]]) accumulate(ad, n->in[k], unbroadcast(ad, y, dy, n->in[k]));
 }
 
+/* y = a b: da = dy b^T, db = a^T dy (each as the operands' transposes say), summed over the
+   dimensions an operand was broadcast along */
+static void grad_matmul(Ad *ad, int y, const Node *n, int dy)
+{
+    Graph *g = ad->g;
+    int a = n->in[0], b = n->in[1];
+    bool ta = n->attr.trans_a, tb = n->attr.trans_b;
+    Shape s = g->nodes[y].shape;
+    int nd = s.nd;
+    if (ad->needs[a]) {   /* da = dy b^T, or (where trans_a) b dy^T */
+        Shape as = s;
+        as.d[nd - 2] = g->nodes[a].shape.d[nd - 2], as.d[nd - 1] = g->nodes[a].shape.d[nd - 1];
+        int da = ta ? mk(g, OP_MATMUL, y, as, 2, (int[]){ b, dy }, &(IrAttrs){ .trans_a = tb, .trans_b = true })
+                    : mk(g, OP_MATMUL, y, as, 2, (int[]){ dy, b }, &(IrAttrs){ .trans_b = !tb });
+        accumulate(ad, a, unbroadcast(ad, y, da, a));
+    }
+    if (ad->needs[b]) {   /* db = a^T dy, or (where trans_b) dy^T a */
+        Shape bs = s;
+        bs.d[nd - 2] = g->nodes[b].shape.d[nd - 2], bs.d[nd - 1] = g->nodes[b].shape.d[nd - 1];
+        int db = tb ? mk(g, OP_MATMUL, y, bs, 2, (int[]){ dy, a }, &(IrAttrs){ .trans_a = true, .trans_b = ta })
+                    : mk(g, OP_MATMUL, y, bs, 2, (int[]){ a, dy }, &(IrAttrs){ .trans_a = !ta });
+        accumulate(ad, b, unbroadcast(ad, y, db, b));
+    }
+}
+
 static void grad_xent(Ad *ad, int y, const Node *n, int dy)
 {
     int in[3] = { n->in[0], n->in[1], dy };

@@ -273,6 +273,18 @@ int ir_reduce(Graph *g, Loc loc, Op op, int x, int axis)
     return checked_unary(g, loc, op, x, &(IrAttrs){ .axis = axis });
 }
 
+int ir_matmul(Graph *g, Loc loc, int a, int b)
+{
+    if (a < 0 || b < 0) return -1;
+    Shape out;
+    if (!rule_fits(g, loc, "matmul", OP_MATMUL, 2, (int[]){ a, b }, NULL, &out, NULL)) {
+        diag_note(g->diag, g->nodes[b].loc, "the second operand, of shape %s, is made here", shape_str(g, b));
+        return -1;
+    }
+    if (!shape_within(g, loc, "matmul", "the output", &out)) return -1;
+    return ir_op(g, OP_MATMUL, loc, 2, (int[]){ a, b }, NULL, NULL);
+}
+
 int ir_softmax(Graph *g, Loc loc, int x, int axis)
 {
     return checked_unary(g, loc, OP_SOFTMAX, x, &(IrAttrs){ .axis = axis });

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <stdlib.h>
 
-static const struct { const char *name; OpKind kind; int min_in, max_in; unsigned attrs; const char *lowering; } op_table[OP_COUNT] = {
+static const struct { const char *name; OpKind kind; int min_in, max_in; unsigned long long attrs; const char *lowering; } op_table[OP_COUNT] = {
 #define A(attr) IR_ATTR(attr)
 #define X(e, name, kind, mn, mx, attrs, shape, grad, lower, print) [OP_##e] = { name, KIND_##kind, mn, mx, attrs, #lower },
 #include "ops.def"
@@ -21,7 +21,7 @@ const char *ir_op_kind_name(OpKind kind)
     static const char *const names[] = { "SRC", "EW", "GEMM", "KERN", "VIEW", "EFFECT", "COMM" };
     return kind <= KIND_COMM ? names[kind] : "?";
 }
-unsigned ir_op_attrs(Op op) { return op < OP_COUNT ? op_table[op].attrs : 0; }
+unsigned long long ir_op_attrs(Op op) { return op < OP_COUNT ? op_table[op].attrs : 0; }
 const char *ir_op_lowering(Op op) { return op < OP_COUNT ? op_table[op].lowering : "?"; }
 int ir_op_min_inputs(Op op) { return op_table[op].min_in; }
 int ir_op_max_inputs(Op op) { return op_table[op].max_in; }

@@ -47,7 +47,7 @@ enum {
 #undef ATTR
     IR_ATTR_COUNT
 };
-#define IR_ATTR(name) (1u << IR_ATTR_BIT_##name)   /* an attribute's bit in an op's row */
+#define IR_ATTR(name) (1ull << IR_ATTR_BIT_##name)   /* an attribute's bit in an op's row */
 /* A convolution's groups and dilation, 1 where the attribute is 0 (not set). */
 static inline int ir_groups(const IrAttrs *a) { return a->groups > 1 ? a->groups : 1; }
 static inline int ir_dilation(const IrAttrs *a) { return a->dilation > 1 ? a->dilation : 1; }
@@ -130,7 +130,7 @@ typedef struct Graph {
 const char *ir_op_name(Op op);
 OpKind      ir_op_kind(Op op);
 const char *ir_op_kind_name(OpKind kind);       /* "EW", "GEMM", ... */
-unsigned    ir_op_attrs(Op op);                  /* the IR_ATTR bits of its attributes */
+unsigned long long ir_op_attrs(Op op);                 /* the IR_ATTR bits of its attributes */
 const char *ir_op_lowering(Op op);               /* its lower column: "activation", "conv", ... */
 int         ir_op_min_inputs(Op op), ir_op_max_inputs(Op op);
 bool        ir_op_has_gradient(Op op);           /* its row names a gradient rule */
@@ -222,6 +222,9 @@ int ir_select(Graph *g, Loc loc, int x, int axis, int index);
 /* op OP_REDUCE_SUM or OP_REDUCE_MEAN of x along dimension axis (1 or more), that dimension gone:
    PyTorch's x.sum(axis), x.mean(axis). */
 int ir_reduce(Graph *g, Loc loc, Op op, int x, int axis);
+/* a times b as matrices by their last two dimensions, the dimensions before broadcast: PyTorch's
+   torch.matmul(a, b) on tensors of one rank, 3 or 4. */
+int ir_matmul(Graph *g, Loc loc, int a, int b);
 /* softmax of x along dimension axis (1 or more): PyTorch's x.softmax(axis). */
 int ir_softmax(Graph *g, Loc loc, int x, int axis);
 /* A learned tensor of its own (a 'param' statement: a class token, a position embedding,

@@ -18,7 +18,7 @@ static int print_one_bool(char *buf, size_t size, const char *label, bool v) { r
    order (a bool: " label" when set; no label: " value"). */
 static void print_attrs(const Node *n, char *buf, size_t size)
 {
-    unsigned has = ir_op_attrs(n->op);
+    unsigned long long has = ir_op_attrs(n->op);
     int p = 0;
     buf[0] = 0;
 #define ALWAYS(v) true

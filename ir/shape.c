@@ -418,6 +418,31 @@ static bool rule_softmax_grad(Rule *r)   /* y, dy -> like y */
            no(r, "the output %s and its gradient %s differ in shape", str(r, in(r, 0)), str(r, in(r, 1))));
 }
 
+/* a [..., M, K] (or [..., K, M] where trans_a), b [..., K, P] (or [..., P, K]) -> [..., M, P]: the
+   dimensions before the last two broadcast, as PyTorch's torch.matmul */
+static bool rule_matmul(Rule *r)
+{
+    const Shape *a = in(r, 0), *b = in(r, 1);
+    bool ta = r->n->attr.trans_a, tb = r->n->attr.trans_b;
+    r->blame = 1;
+    if (a->nd < 3 || a->nd != b->nd)
+        return no(r, "multiplies %s by %s: two tensors of one rank, 3 or 4 (the batch, ..., then the matrices' two dimensions)",
+                  str(r, a), str(r, b));
+    int nd = a->nd, M = a->d[nd - (ta ? 1 : 2)], K = a->d[nd - (ta ? 2 : 1)], Kb = b->d[nd - (tb ? 1 : 2)], P = b->d[nd - (tb ? 2 : 1)];
+    if (K != Kb)
+        return no(r, "multiplies %s by %s: the first's rows have %d elements, the second's columns %d; they must be equal "
+                     "(a transpose(...) may be missing)", str(r, a), str(r, b), K, Kb);
+    Shape o = *a;
+    for (int k = 0; k < nd - 2; k++) {
+        if (a->d[k] != b->d[k] && a->d[k] != 1 && b->d[k] != 1)
+            return no(r, "multiplies %s by %s: dimension %d is neither equal nor 1 in one of them (broadcast)", str(r, a), str(r, b), k);
+        o.d[k] = a->d[k] == 1 ? b->d[k] : a->d[k];
+    }
+    o.d[nd - 2] = M, o.d[nd - 1] = P;
+    *r->out = o;
+    return true;
+}
+
 static bool rule_bn_apply(Rule *r)   /* x, stats[3,C], gamma[C], beta[C] -> like x */
 {
     const Shape *x = in(r, 0);

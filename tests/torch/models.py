@@ -438,6 +438,24 @@ class OpViews(nn.Module):
         return self.fc(v.reshape(n, -1))
 
 
+class OpMatmul(nn.Module):
+    """tests/nets/op_matmul.net: torch.matmul of ranks 3 and 4, a learned [1, D, P] broadcast"""
+    param_inits = {"w": ("normal", 0.5)}
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(1, 6, 3) * 0.5)
+        self.lq, self.lk, self.lk2 = nn.Linear(6, 6), nn.Linear(6, 6), nn.Linear(6, 6)
+        self.fc = nn.Linear(15, 10)
+
+    def forward(self, x):
+        a = torch.matmul(torch.matmul(self.lq(x), self.lk(x).transpose(1, 2)).softmax(-1), x)
+        qh = a.unflatten(2, (2, 3)).permute(0, 2, 1, 3)
+        kh = self.lk2(x).unflatten(2, (2, 3)).permute(0, 2, 3, 1)
+        h = torch.matmul(torch.matmul(qh, kh).softmax(-1), qh).permute(0, 2, 1, 3).reshape(x.shape[0], 5, 6)
+        return self.fc(torch.matmul(h, self.w).flatten(1))
+
+
 class OpAttentionLong(nn.Module):
     """tests/nets/op_attention_long.net"""
     def __init__(self):
@@ -708,6 +726,7 @@ BUILDERS = {
     "tests/nets/op_attention_long.net": (OpAttentionLong, (70, 4)),
     "tests/nets/op_tokens.net": (OpTokens, (3, 4, 5)),
     "tests/nets/op_reduce.net": (OpReduce, (3, 6, 6)),
+    "tests/nets/op_matmul.net": (OpMatmul, (5, 6)),
     "tests/nets/op_views.net": (OpViews, (4, 3, 5)),
     "tests/nets/op_attention.net": (OpAttention, (5, 8)),
     "tests/nets/op_layernorm_tokens.net": (OpLayerNormTokens, (5, 6)),

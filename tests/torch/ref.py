@@ -872,7 +872,7 @@ def cases():
         # momentum and weight decay so the update rule is exercised too.
         base = dict(kind="compare", net=f"tests/nets/{n}.net", batch=4, seed=100 + zlib.crc32(n.encode()) % 900,
                     tol=1e-4)   # the seed of its name: the same whatever other nets there are
-        cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0, check_init=n in ("op_param", "op_tokens", "op_views")))
+        cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0, check_init=n in ("op_param", "op_tokens", "op_views", "op_matmul")))
         if n in ("op_conv", "op_batchnorm", "op_linear", "op_param"):
             cs.append(dict(base, name=n + "_sgd3", steps=3, lr=0.05, momentum=0.9, wd=1e-3))
             cs.append(dict(base, name=n + "_nesterov3", steps=3, lr=0.05, momentum=0.9, wd=1e-3,
