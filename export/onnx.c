@@ -487,6 +487,38 @@ static int tokens_to_onnx(Ox *o, const Node *n, const char *out)
     return 0;
 }
 
+/* matmul (an operand transposed, a gradient's form, by Transpose; numpy's broadcasting is
+   PyTorch's), softmax, and the reductions along one dimension (opset 17: ReduceMean's axes an
+   attribute, ReduceSum's an input) */
+static int dims_to_onnx(Ox *o, const Node *n, const char *out)
+{
+    const char *v[2];
+    if (!ins(o, n, n->nin, v)) return -1;
+    if (n->op == OP_MATMUL) {
+        int nd = n->shape.nd;
+        int64_t perm[IR_MAXDIM];
+        for (int k = 0; k < nd; k++) perm[k] = k;
+        perm[nd - 2] = nd - 1, perm[nd - 1] = nd - 2;
+        for (int k = 0; k < 2; k++)
+            if (k ? n->attr.trans_b : n->attr.trans_a) {
+                const char *t = step(o, out, k ? "b_t" : "a_t");
+                attr_int_list(o, node(o, "Transpose", t, 1, &v[k], n), "perm", nd, perm);
+                v[k] = t;
+            }
+        binary(o, "MatMul", out, v[0], v[1], n);
+    } else if (n->op == OP_SOFTMAX) {
+        attr_int(o, node(o, "Softmax", out, 1, v, n), "axis", n->attr.axis);
+    } else if (n->op == OP_REDUCE_MEAN) {
+        Onnx__NodeProto *r = node(o, "ReduceMean", out, 1, v, n);
+        attr_int_list(o, r, "axes", 1, (int64_t[]){ n->attr.axis });
+        attr_int(o, r, "keepdims", 0);
+    } else {
+        v[1] = const_i64(o, step(o, out, "axes"), 1, (int64_t[]){ n->attr.axis });
+        attr_int(o, node(o, "ReduceSum", out, 2, v, n), "keepdims", 0);
+    }
+    return 0;
+}
+
 /* concat's input k of batch 1 (a param), Expanded to the batch of input full: its new name */
 static const char *expanded(Ox *o, const Node *n, int k, const char *v, const char *full, const char *out)
 {
@@ -511,6 +543,7 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
     if (ir_activation_grad(n->op) != OP_COUNT) return activation_to_onnx(o, n, out);
     if (n->op == OP_ATTENTION) return attention_to_onnx(o, n, out);
     if (n->op == OP_TRANSPOSE || n->op == OP_SELECT) return tokens_to_onnx(o, n, out);
+    if (n->op == OP_MATMUL || n->op == OP_SOFTMAX || n->op == OP_REDUCE_MEAN || n->op == OP_REDUCE_SUM) return dims_to_onnx(o, n, out);
     switch (n->op) {
     case OP_CONV2D: {   /* Conv: weight [O, C/groups, K, K], bias optional */
         if (!ins(o, n, n->nin, v)) return -1;
@@ -627,37 +660,6 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
         attr_int(o, node(o, "Concat", out, n->nin, v, n), "axis", n->attr.axis);
         return 0;
     }
-    case OP_MATMUL: {   /* numpy's broadcasting is PyTorch's; an operand transposed (a gradient's form) by Transpose */
-        if (!ins(o, n, 2, v)) return -1;
-        int nd = n->shape.nd;
-        int64_t perm[IR_MAXDIM];
-        for (int k = 0; k < nd; k++) perm[k] = k;
-        perm[nd - 2] = nd - 1, perm[nd - 1] = nd - 2;
-        for (int k = 0; k < 2; k++)
-            if (k ? n->attr.trans_b : n->attr.trans_a) {
-                const char *t = step(o, out, k ? "b_t" : "a_t");
-                attr_int_list(o, node(o, "Transpose", t, 1, &v[k], n), "perm", nd, perm);
-                v[k] = t;
-            }
-        binary(o, "MatMul", out, v[0], v[1], n);
-        return 0;
-    }
-    case OP_SOFTMAX:
-        if (!ins(o, n, 1, v)) return -1;
-        attr_int(o, node(o, "Softmax", out, 1, v, n), "axis", n->attr.axis);
-        return 0;
-    case OP_REDUCE_MEAN: {   /* opset 17: ReduceMean's axes an attribute, ReduceSum's an input */
-        if (!ins(o, n, 1, v)) return -1;
-        Onnx__NodeProto *r = node(o, "ReduceMean", out, 1, v, n);
-        attr_int_list(o, r, "axes", 1, (int64_t[]){ n->attr.axis });
-        attr_int(o, r, "keepdims", 0);
-        return 0;
-    }
-    case OP_REDUCE_SUM:
-        if (!ins(o, n, 1, v)) return -1;
-        v[1] = const_i64(o, step(o, out, "axes"), 1, (int64_t[]){ n->attr.axis });
-        attr_int(o, node(o, "ReduceSum", out, 2, v, n), "keepdims", 0);
-        return 0;
     case OP_ADD: case OP_MUL: case OP_SUB: {   /* both of one rank: ONNX's broadcasting is PyTorch's */
         if (!ins(o, n, 2, v)) return -1;
         binary(o, n->op == OP_ADD ? "Add" : n->op == OP_MUL ? "Mul" : "Sub", out, v[0], v[1], n);
