@@ -66,6 +66,9 @@ def main():
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd",
+                    help="adamw: PyTorch's AdamW on both sides (--betas; --momentum and Nesterov unused)")
+    ap.add_argument("--betas", default="0.9,0.999", help="AdamW's B1,B2")
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--no-nesterov", action="store_true", help="plain momentum instead of Nesterov's")
     ap.add_argument("--weight-decay", type=float, default=5e-4)
@@ -102,14 +105,19 @@ def main():
     env = dict(os.environ)
     env.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
     common = ["--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr", str(a.lr),
-              "--momentum", str(a.momentum), "--weight-decay", str(a.weight_decay), "--warmup", str(a.warmup),
+              "--weight-decay", str(a.weight_decay), "--warmup", str(a.warmup),
               "--threads", str(a.threads), "--data", a.data] + limit
-    common += [] if a.no_nesterov else ["--nesterov"]
+    if a.optimizer == "adamw":
+        common += ["--optimizer", "adamw", "--betas", a.betas]
+    else:
+        common += ["--momentum", str(a.momentum)] + ([] if a.no_nesterov else ["--nesterov"])
     common += ["--augment", a.augment] if a.augment else []
     common += [] if a.no_normalize else ["--normalize"]
     sets = [x for s in a.set for x in ("--set", s)]
+    opt = (f"AdamW betas {a.betas}" if a.optimizer == "adamw"
+           else f"SGD momentum {a.momentum}{'' if a.no_nesterov else ' (Nesterov)'}")
     print(f"{a.net} {' '.join(a.set)}: {a.epochs} epochs, batch {a.batch_size}, lr {a.lr} (cosine every step, "
-          f"warmup {a.warmup} steps), SGD momentum {a.momentum}{'' if a.no_nesterov else ' (Nesterov)'}, weight decay "
+          f"warmup {a.warmup} steps), {opt}, weight decay "
           f"{a.weight_decay}, augment {a.augment or 'none'}{'' if a.no_normalize else ', normalize'}; seeds "
           f"{','.join(map(str, a.seeds))}; {a.threads} threads, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}; "
           f"target {a.target} within {a.minutes:g} minutes", flush=True)

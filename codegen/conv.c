@@ -288,6 +288,8 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
                 cg_add_conv_why(d, g->arena, fwd, arena_printf(g->arena, "its input gradient chunked (im2col + GEMM %d examples at a time, in cache)",
                                                                cg_chunk_examples(&G)));
         }
+        if (op == OP_CONV2D_BWD_X && g->nodes[id].grad_of < 0 && s == CONV_WINOGRAD)
+            s = CONV_CHUNKED;   /* a conv_transpose2d layer: Winograd's input gradient takes the forward's transformed filter */
         bool wg_more = 16 * cg_winograd_tiles(&G) * 2 > 9L * G.OH * G.OW;   /* more than half of im2col's */
         if (op == OP_CONV2D_BWD_W && s == CONV_WINOGRAD && (!cg_winograd_grad_w_fits(&G) || (opt->conv < 0 && wg_more))) {
             /* The Winograd weight gradient's GEMMs are O x C with K = the chunk's tiles and

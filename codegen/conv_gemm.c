@@ -198,7 +198,7 @@ void cg_conv_gemm_grad_w(Lower *L, int id, const ConvGeom *G)
        again here, so they need not live from the forward to the backward. */
     int col = L->col[fwd];
     if (col < 0 || CKK * G->groups * P * (long)sizeof(float) > CG_KEEP_COLUMNS || L->p->bufs[col].bf16 != cg_packs_bf16(L, id))
-        col = im2col(L, id, L->g->nodes[fwd].in[0], G);
+        col = im2col(L, id, n->in[1], G);   /* the forward's input (x) */
     int dw = cg_out_buf(L, id);
     Step *s = cg_gemm(L, id, false, true, dimc(Og), dimc(CKK), dimn(P), t, dimn(P), col, dimn(P), 0.0f, dw, dimc(CKK));
     group_batch(s, G, dimn(Og * P), dimn(CKK * P), dimc(Og * CKK));
@@ -421,7 +421,7 @@ void cg_conv_dense_grad_x(Lower *L, int id, const ConvGeom *G)
 {
     const Node *n = &L->g->nodes[id];
     long CHW = (long)G->C * G->H * G->W, OP = (long)G->O * G->OH * G->OW;
-    int wd = L->col[n->grad_of];
+    int wd = n->grad_of >= 0 ? L->col[n->grad_of] : -1;   /* none for a conv_transpose2d layer's forward */
     if (wd < 0) wd = dense_weights(L, id, n->in[1], G);
     int dx = cg_out_buf(L, id);
     cg_gemm(L, id, false, false, dimn(1), dimc(CHW), dimc(OP), buf_of(L, n->in[0]), dimc(OP), wd, dimc(CHW), 0.0f, dx, dimc(CHW));

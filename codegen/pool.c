@@ -519,9 +519,54 @@ void cg_lower_global_avgpool_grad(Lower *L, int id)
 }
 
 /* x [N, C, H, W] -> y [N, C, sH, sW], nearest: one output plane per iteration */
+/* Bilinear, PyTorch's (align_corners=False): output row o reads input rows i0 and i1 = i0 + 1 (the
+   last at the edge) at r = max((o + 0.5) / s - 0.5, 0), i0 = floor(r), weights 1 - (r - i0) and
+   r - i0; columns alike. One plane per iteration; the gradient scatters each output's weights
+   back within its plane (the plane's iteration alone writes it). */
+static void upsample_bilinear(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    bool fwd = n->op == OP_UPSAMPLE;
+    const Shape *xs = fwd ? &L->g->nodes[n->in[0]].shape : &n->shape;
+    int C = xs->d[1], H = xs->d[2], W = xs->d[3], s = n->attr.scale, OH = H * s, OW = W * s;
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, fwd ? "upsample_bilinear" : "upsample_bilinear_grad", dimn(C), 2, b,
+              fwd ? (const char *const[]){ "=y", "x" } : (const char *const[]){ "=dx", "dy" })->grain = (long)OH * OW * 4;
+    const char *inv = cg_f32(L, 1.0 / s);
+    cg_body(L, "    /* %s [N*%d planes, %d, %d] %s [N*%d, %d, %d], bilinear by %d (align_corners=False) */\n", fwd ? "x" : "dx", C, H, W,
+            fwd ? "-> y" : "<- dy", C, OH, OW, s);
+    cg_body(L, "    FOR_EACH(plane, %s) {\n", cg_work_str(L, dimn(C)));
+    if (fwd) cg_body(L, "        const float *xp = x + plane * %dL;\n        float *yp = y + plane * %ldL;\n", H * W, (long)OH * OW);
+    else cg_body(L, "        const float *gp = dy + plane * %ldL;\n        float *dp = dx + plane * %dL;\n"
+                    "        for (int k = 0; k < %d; k++) dp[k] = 0.0f;\n", (long)OH * OW, H * W, H * W);
+    cg_body(L, "        for (int oy = 0; oy < %d; oy++) {\n"
+               "            float ry = %s * (oy + 0.5f) - 0.5f;\n"
+               "            if (ry < 0.0f) ry = 0.0f;\n"
+               "            const int y0 = (int)ry, y1 = y0 + (y0 < %d);\n"
+               "            const float ly = ry - y0, hy = 1.0f - ly;\n"
+               "            for (int ox = 0; ox < %d; ox++) {\n"
+               "                float rx = %s * (ox + 0.5f) - 0.5f;\n"
+               "                if (rx < 0.0f) rx = 0.0f;\n"
+               "                const int x0 = (int)rx, x1 = x0 + (x0 < %d);\n"
+               "                const float lx = rx - x0, hx = 1.0f - lx;\n", OH, inv, H - 1, OW, inv, W - 1);
+    if (fwd)
+        cg_body(L, "                yp[oy * %d + ox] = hy * (hx * xp[y0 * %d + x0] + lx * xp[y0 * %d + x1]) +\n"
+                   "                                   ly * (hx * xp[y1 * %d + x0] + lx * xp[y1 * %d + x1]);\n", OW, W, W, W, W);
+    else
+        cg_body(L, "                const float g = gp[oy * %d + ox];\n"
+                   "                dp[y0 * %d + x0] += hy * hx * g;\n                dp[y0 * %d + x1] += hy * lx * g;\n"
+                   "                dp[y1 * %d + x0] += ly * hx * g;\n                dp[y1 * %d + x1] += ly * lx * g;\n", OW, W, W, W, W);
+    cg_body(L, "            }\n        }\n    }\n");
+    cg_end_kernel(L);
+}
+
 void cg_lower_upsample(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
+    if (n->attr.bilinear) {
+        upsample_bilinear(L, id);
+        return;
+    }
     const Shape *xs = &L->g->nodes[n->in[0]].shape;
     int C = xs->d[1], H = xs->d[2], W = xs->d[3], s = n->attr.scale;
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
@@ -539,6 +584,10 @@ void cg_lower_upsample(Lower *L, int id)
 void cg_lower_upsample_grad(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
+    if (n->attr.bilinear) {
+        upsample_bilinear(L, id);
+        return;
+    }
     int C = n->shape.d[1], H = n->shape.d[2], W = n->shape.d[3], s = n->attr.scale;
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     cg_kernel(L, id, "upsample_grad", dimn(C), 2, b, (const char *const[]){ "=dx", "dy" })->grain = (long)H * W * s * s;

@@ -305,6 +305,7 @@ static const char *no_onnx_form(Op op)
     case OP_MAXPOOL: case OP_AVGPOOL: case OP_GAP: case OP_GLOBAL_MAXPOOL: case OP_UPSAMPLE: case OP_ADAPTIVE_AVGPOOL:
     case OP_RESHAPE: case OP_CONCAT: case OP_ADD: case OP_MUL: case OP_SUB: case OP_ATTN_STATS: case OP_ATTENTION:
     case OP_TRANSPOSE: case OP_SELECT: case OP_REDUCE_SUM: case OP_REDUCE_MEAN: case OP_SOFTMAX: case OP_MATMUL:
+    case OP_CONV2D_BWD_X:   /* in an evaluation graph, a conv_transpose2d layer */
         return NULL;
     case OP_BN_STATS: case OP_BN_SUM: case OP_BN_SQDEV: case OP_BN_FINISH:
         return "BatchNorm on the batch's own statistics is training's; an evaluation graph normalises with the running ones";
@@ -519,6 +520,24 @@ static int dims_to_onnx(Ox *o, const Node *n, const char *out)
     return 0;
 }
 
+/* conv_transpose2d (conv2d_grad_x in an evaluation graph): ConvTranspose, weight [C, O/groups, K, K];
+   its bias an Add after */
+static int conv_transpose_to_onnx(Ox *o, const Node *n, const char *out)
+{
+    const char *v[2];
+    if (!ins(o, n, 2, v)) return -1;
+    Onnx__NodeProto *c = node(o, "ConvTranspose", out, 2, v, n);
+    const Shape *xs = &o->g->nodes[n->in[0]].shape, *ws = &o->g->nodes[n->in[1]].shape;
+    int K = ws->d[2], S = n->attr.stride, D = ir_dilation(&n->attr);
+    attr_ints(o, c, "kernel_shape", 2, K);
+    attr_ints(o, c, "strides", 2, S);
+    attr_ints(o, c, "pads", 4, n->attr.padding);
+    attr_ints(o, c, "dilations", 2, D);
+    attr_int(o, c, "group", ir_groups(&n->attr));
+    attr_ints(o, c, "output_padding", 2, n->shape.d[2] - ((xs->d[2] - 1) * S - 2 * n->attr.padding + D * (K - 1) + 1));
+    return 0;
+}
+
 /* concat's input k of batch 1 (a param), Expanded to the batch of input full: its new name */
 static const char *expanded(Ox *o, const Node *n, int k, const char *v, const char *full, const char *out)
 {
@@ -543,6 +562,7 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
     if (ir_activation_grad(n->op) != OP_COUNT) return activation_to_onnx(o, n, out);
     if (n->op == OP_ATTENTION) return attention_to_onnx(o, n, out);
     if (n->op == OP_TRANSPOSE || n->op == OP_SELECT) return tokens_to_onnx(o, n, out);
+    if (n->op == OP_CONV2D_BWD_X) return conv_transpose_to_onnx(o, n, out);
     if (n->op == OP_MATMUL || n->op == OP_SOFTMAX || n->op == OP_REDUCE_MEAN || n->op == OP_REDUCE_SUM) return dims_to_onnx(o, n, out);
     switch (n->op) {
     case OP_CONV2D: {   /* Conv: weight [O, C/groups, K, K], bias optional */
@@ -620,6 +640,11 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
         int64_t four = 4;
         const char *r[3] = { v[0], "", const_f32(o, step(o, out, "scales"), 1, &four, scales) };
         Onnx__NodeProto *z = node(o, "Resize", out, 3, r, n);
+        if (n->attr.bilinear) {   /* PyTorch's align_corners=False */
+            attr_string(o, z, "mode", "linear");
+            attr_string(o, z, "coordinate_transformation_mode", "pytorch_half_pixel");
+            return 0;
+        }
         attr_string(o, z, "mode", "nearest");
         attr_string(o, z, "coordinate_transformation_mode", "asymmetric");
         attr_string(o, z, "nearest_mode", "floor");

@@ -465,7 +465,8 @@ static int emit_node(Py *p, int id)
         break;
     case OP_UPSAMPLE:
         x = operand(p, n->in[0], PREC_ADD, &refs, &nrefs, &depth);
-        text = arena_printf(p->a, "F.interpolate(%s, scale_factor=%d, mode=\"nearest\")", x, n->attr.scale);
+        text = arena_printf(p->a, "F.interpolate(%s, scale_factor=%d, mode=\"%s\")", x, n->attr.scale,
+                            n->attr.bilinear ? "bilinear" : "nearest");
         break;
     case OP_RESHAPE:
         if (p->alias[id]) {
@@ -504,6 +505,15 @@ static int emit_node(Py *p, int id)
         const char *a = operand(p, n->in[0], prec, &refs, &nrefs, &depth);
         const char *b = operand(p, n->in[1], (Prec)(prec + 1), &refs, &nrefs, &depth);
         text = arena_printf(p->a, "%s %c %s", a, n->op == OP_ADD ? '+' : n->op == OP_SUB ? '-' : '*', b);
+        break;
+    }
+    case OP_CONV2D_BWD_X: {   /* a conv_transpose2d layer: its weight (and bias) params of its Scope, as nn.ConvTranspose2d's */
+        const Shape *ws = &g->nodes[n->in[1]].shape;
+        int K = ws->d[2], S = n->attr.stride, D = ir_dilation(&n->attr);
+        int op = n->shape.d[2] - ((g->nodes[n->in[0]].shape.d[2] - 1) * S - 2 * n->attr.padding + D * (K - 1) + 1);
+        const char *a = operand(p, n->in[0], PREC_ADD, &refs, &nrefs, &depth), *w = operand(p, n->in[1], PREC_ADD, &refs, &nrefs, &depth);
+        text = arena_printf(p->a, "F.conv_transpose2d(%s, %s, stride=%d, padding=%d, output_padding=%d, groups=%d, dilation=%d)", a, w,
+                            S, n->attr.padding, op, ir_groups(&n->attr), D);
         break;
     }
     case OP_MATMUL: {

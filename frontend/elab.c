@@ -117,6 +117,7 @@ static const char *type_name(ArgType t)
     case A_FLOAT: return "a number";
     case A_BOOL: return "'true' or 'false'";
     case A_TENSOR: return "a tensor";
+    case A_CHOICE: return "a name of its choices";
     }
     return "?";
 }
@@ -706,7 +707,7 @@ static int eval_node(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
 /* Binds args to formals[0..n): vals[i]/given[i]/where[i]. Formal names
    come from names[]. Returns -1 after reporting. */
 static int bind_args(Elab *E, Scope *S, Env *env, const Ast *callee, const char *sig,
-                     const char *const *names, int n, const Ast *args,
+                     const char *const *names, const LayerArg *types, int n, const Ast *args,
                      Value *vals, bool *given, Loc *where)
 {
     int pos = 0;
@@ -751,7 +752,19 @@ static int bind_args(Elab *E, Scope *S, Env *env, const Ast *callee, const char 
                 return -1;
             }
         }
-        if (eval(E, S, env, a->lhs, &vals[k])) return -1;
+        if (types && types[k].type == A_CHOICE) {   /* a name of its choices, as written: mode = bilinear */
+            int c = a->lhs->kind == AST_NAME ? fe_choice_index(&types[k], a->lhs->name) : -1;
+            if (c < 0) {
+                char list[128];
+                size_t at = 0;
+                for (const char *ch = types[k].choices; *ch && at + 5 < sizeof list; ch++)
+                    at += (size_t)snprintf(list + at, sizeof list - at, *ch == ',' ? " or " : "%c", *ch);
+                diag_at(E->d, a->lhs->loc, "'%s' of %s is %s, written as a name (%s = %.*s)", names[k], callee->name, list,
+                        names[k], (int)strcspn(types[k].choices, ","), types[k].choices);
+                return -1;
+            }
+            vals[k] = vint(c);
+        } else if (eval(E, S, env, a->lhs, &vals[k])) return -1;
         given[k] = true;
         where[k] = a->name ? a->name_loc : a->loc;
     }
@@ -850,7 +863,7 @@ static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value
     Loc where[FE_MAX_LAYER_ARGS];
     for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; where[i] = st->name_loc; }
     if (want_tensor_input(E, st, in)) return -1;
-    if (bind_args(E, S, env, st, sig, names, L->nargs, args, vals, given, where)) return -1;
+    if (bind_args(E, S, env, st, sig, names, L->args, L->nargs, args, vals, given, where)) return -1;
     /* layernorm(64), PyTorch's LayerNorm(64): a size where eps goes */
     if (args && !args->name && vals[0].k == V_INT && fe_layer_size_for_eps(E, where[0], L, in.node, vals[0].i))
         return -1;
@@ -881,7 +894,7 @@ static int apply_layer_values(Elab *E, Scope *S, Env *env, const Ast *st, int id
             continue;
         }
         Value v = vals[i];
-        bool ok = (a->type == A_INT && v.k == V_INT) || (a->type == A_FLOAT && is_num(v)) ||
+        bool ok = ((a->type == A_INT || a->type == A_CHOICE) && v.k == V_INT) || (a->type == A_FLOAT && is_num(v)) ||
                   (a->type == A_BOOL && v.k == V_BOOL) || (a->type == A_TENSOR && v.k == V_TENSOR);
         if (!ok) {
             diag_at(E->d, c.where[i], "argument '%s' of %s must be %s, not %s", a->name, L->name,
@@ -927,7 +940,7 @@ static int apply_block(Elab *E, Scope *S, Env *env, const Ast *st, FeDef *b, Val
     for (FeParam *p = b->params; p; p = p->next, k++) { names[k] = p->name; where[k] = st->name_loc; }
     for (FeParam *p = b->inputs->next; p; p = p->next, k++) { names[k] = p->name; where[k] = st->name_loc; }
     const char *sig = block_signature(E, b);
-    if (bind_args(E, S, env, st, sig, names, n, args, vals, given, where)) return -1;
+    if (bind_args(E, S, env, st, sig, names, NULL, n, args, vals, given, where)) return -1;
     const char *prefix;
     if (stage_name(E, S, env, st, true, &prefix)) return -1;
 

@@ -14,16 +14,35 @@
 #include <string.h>
 
 #define MAX FE_MAX_SIZE
-#define INT_ARG(name, req, def, lo) { name, A_INT, req, def, lo, MAX, false, false }
-#define FLOAT_ARG(name, def, lo, lo_open, hi, hi_open) { name, A_FLOAT, false, def, lo, hi, lo_open, hi_open }
-#define BOOL_ARG(name, def) { name, A_BOOL, false, def, 0, 1, false, false }
-#define TENSOR_ARG(name) { name, A_TENSOR, true, 0, 0, 0, false, false }
-#define MORE_TENSOR_ARG(name) { name, A_TENSOR, false, DEF_NONE, 0, 0, false, false }
+#define INT_ARG(name, req, def, lo) { name, A_INT, req, def, lo, MAX, false, false, NULL }
+#define FLOAT_ARG(name, def, lo, lo_open, hi, hi_open) { name, A_FLOAT, false, def, lo, hi, lo_open, hi_open, NULL }
+#define BOOL_ARG(name, def) { name, A_BOOL, false, def, 0, 1, false, false, NULL }
+#define TENSOR_ARG(name) { name, A_TENSOR, true, 0, 0, 0, false, false, NULL }
+#define MORE_TENSOR_ARG(name) { name, A_TENSOR, false, DEF_NONE, 0, 0, false, false, NULL }
+#define CHOICE_ARG(name, def, n, choices) { name, A_CHOICE, false, def, 0, (n) - 1, false, false, choices }
+
+int fe_choice_index(const LayerArg *a, const char *name)
+{
+    const char *c = a->choices;
+    size_t len = strlen(name);
+    for (int k = 0; c && *c; k++) {
+        size_t n = strcspn(c, ",");
+        if (n == len && !strncmp(c, name, n)) return k;
+        c += n + (c[n] == ',');
+    }
+    return -1;
+}
 
 static int build_conv2d(const LayerCall *c)
 {
     return ir_conv2d(c->g, c->loc, c->prefix, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], (int)c->i[3], (int)c->i[5],
                      (int)c->i[6], c->i[4] != 0);
+}
+
+static int build_conv_transpose2d(const LayerCall *c)
+{
+    return ir_conv_transpose2d(c->g, c->loc, c->prefix, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], (int)c->i[3], (int)c->i[4],
+                               (int)c->i[6], (int)c->i[7], c->i[5] != 0);
 }
 
 static int build_linear(const LayerCall *c)
@@ -89,7 +108,7 @@ static int build_avgpool2d(const LayerCall *c)
 
 static int build_global_avgpool(const LayerCall *c) { return ir_global_avgpool(c->g, c->loc, c->x); }
 static int build_global_maxpool(const LayerCall *c) { return ir_global_maxpool(c->g, c->loc, c->x); }
-static int build_upsample(const LayerCall *c) { return ir_upsample(c->g, c->loc, c->x, (int)c->i[0]); }
+static int build_upsample(const LayerCall *c) { return ir_upsample(c->g, c->loc, c->x, (int)c->i[0], c->i[1] == 1); }
 
 static int build_adaptive_avgpool(const LayerCall *c)
 {
@@ -310,6 +329,12 @@ const Layer fe_layers[] = {
                            INT_ARG("dilation", false, 1, 1) },
       build_conv2d, "input `[N, C, H, W]`; the kernel (dilated: `dilation * (kernel - 1) + 1` wide) fits the padded input; "
                     "`groups` divides C and `out_channels` (weight `[out_channels, C / groups, kernel, kernel]`)" },
+    { "conv_transpose2d", true, 8, { INT_ARG("out_channels", true, 0, 1), INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, 1, 1),
+                                     INT_ARG("padding", false, 0, 0), INT_ARG("output_padding", false, 0, 0), BOOL_ARG("bias", 1),
+                                     INT_ARG("groups", false, 1, 1), INT_ARG("dilation", false, 1, 1) },
+      build_conv_transpose2d, "PyTorch's `ConvTranspose2d`: input `[N, C, H, W]` -> `[N, out_channels, (H - 1) * stride - 2 * "
+                              "padding + dilation * (kernel - 1) + output_padding + 1, ...]` (kernel 2, stride 2: twice the size); "
+                              "weight `[C, out_channels / groups, kernel, kernel]`; output_padding below the stride or the dilation" },
     { "linear", true, 3, { INT_ARG("out_features", true, 0, 1), BOOL_ARG("bias", 1), INT_ARG("in_features", false, DEF_INFERRED, 1) },
       build_linear, "input `[N, F]`, or `[N, T, F]` (each of the N * T rows, a transformer's tokens: `[N, T, out_features]`); "
                     "an explicit `in_features` must equal F" },
@@ -343,8 +368,9 @@ const Layer fe_layers[] = {
     { "global_maxpool", false, 0, { { 0 } }, build_global_maxpool, "`[N, C, H, W]` -> `[N, C, 1, 1]`: each plane's maximum" },
     { "adaptive_avgpool", false, 2, { INT_ARG("height", true, 0, 1), INT_ARG("width", false, DEF_HEIGHT, 1) },
       build_adaptive_avgpool, "`[N, C, H, W]` -> `[N, C, height, width]`, PyTorch's windows (`AdaptiveAvgPool2d`)" },
-    { "upsample", false, 1, { INT_ARG("scale", false, 2, 1) }, build_upsample,
-      "nearest: each pixel `scale x scale` times (`Upsample(scale_factor=scale)`)" },
+    { "upsample", false, 2, { INT_ARG("scale", false, 2, 1), CHOICE_ARG("mode", 0, 2, "nearest,bilinear") }, build_upsample,
+      "nearest: each pixel `scale x scale` times (`Upsample(scale_factor=scale)`); `mode = bilinear`: interpolated, PyTorch's "
+      "`Upsample(scale_factor=scale, mode=\"bilinear\")` (`align_corners=False`)" },
     { "flatten", false, 1, { INT_ARG("start", false, 1, 1) }, build_flatten,
       "`[N, ...]` -> `[N, F]`; from dimension `start` on: `[N, C, H, W]` from 2 is `[N, C, H * W]` (PyTorch's `flatten(start)`)" },
     { "transpose", false, 2, { INT_ARG("dim0", true, 0, 1), INT_ARG("dim1", true, 0, 1) }, build_transpose,
@@ -457,6 +483,12 @@ static const char *default_str(const LayerArg *a, char *buf, size_t size)
     if (a->def == DEF_LAST) return "-1";
     if (a->def == DEF_INFERRED) return "(inferred)";
     if (a->type == A_BOOL) return a->def ? "true" : "false";
+    if (a->type == A_CHOICE) {   /* the default's name */
+        const char *c = a->choices;
+        for (int k = 0; k < (int)a->def; k++) c += strcspn(c, ",") + 1;
+        snprintf(buf, size, "%.*s", (int)strcspn(c, ","), c);
+        return buf;
+    }
     snprintf(buf, size, "%g", a->def);
     char *e = strstr(buf, "e-0");   /* 1e-5, as the .net language (and PyTorch) writes it */
     if (e) memmove(e + 2, e + 3, strlen(e + 3) + 1);
@@ -525,6 +557,10 @@ void fe_print_layers(FILE *out)
         for (int k = 0; k < L->nargs; k++) {
             const LayerArg *a = &L->args[k];
             if (a->type == A_INT) fprintf(out, "%s%s in [%.0f, %.0f]", said++ ? "; " : "", a->name, a->lo, a->hi);
+            else if (a->type == A_CHOICE) {
+                fprintf(out, "%s%s: ", said++ ? "; " : "", a->name);
+                for (const char *c = a->choices; *c; c++) fprintf(out, *c == ',' ? " or " : "%c", *c);
+            }
             else if (a->type == A_FLOAT)
                 fprintf(out, "%s%s in %c%g, %g%c", said++ ? "; " : "", a->name, a->lo_open ? '(' : '[', a->lo, a->hi,
                         a->hi_open ? ')' : ']');

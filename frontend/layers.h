@@ -11,7 +11,7 @@
 #define FE_MAX_SIZE (1 << 20)       /* largest channel count, feature count, kernel, input dim */
 #define FE_MAX_LAYER_ARGS 8
 
-typedef enum ArgType { A_INT, A_FLOAT, A_BOOL, A_TENSOR } ArgType;
+typedef enum ArgType { A_INT, A_FLOAT, A_BOOL, A_TENSOR, A_CHOICE } ArgType;
 
 typedef struct LayerArg {
     const char *name;
@@ -20,7 +20,12 @@ typedef struct LayerArg {
     double def;              /* its default (ints, floats, bools as 0/1), or DEF_KERNEL, DEF_INFERRED */
     double lo, hi;           /* the range a given value must be in (ints, floats) */
     bool lo_open, hi_open;   /* floats: the range excludes lo, hi */
+    const char *choices;     /* A_CHOICE: its names, "nearest,bilinear" (written as a name: mode = bilinear; the
+                                builder gets its index) */
 } LayerArg;
+
+/* The index of name among a's choices, or -1. */
+int fe_choice_index(const LayerArg *a, const char *name);
 
 #define DEF_KERNEL (-12345.0)     /* default "= kernel" (a pool's stride) */
 #define DEF_INFERRED (-1.0)       /* default from the input (linear's in_features) */

@@ -58,6 +58,16 @@ static void grad_conv2d(Ad *ad, int y, const Node *n, int dy)
     if (n->nin == 3) accumulate(ad, n->in[2], mk(g, OP_BIAS_BWD, y, g->nodes[n->in[2]].shape, 1, &dy, NULL));
 }
 
+/* conv2d_grad_x as a layer (conv_transpose2d): its input's gradient is the convolution of dy by the
+   same weight, the weight's is conv2d's weight gradient with the two roles swapped */
+static void grad_conv2d_grad_x(Ad *ad, int y, const Node *n, int dy)
+{
+    Graph *g = ad->g;
+    int x = n->in[0], w = n->in[1];
+    if (ad->needs[x]) accumulate(ad, x, mk(g, OP_CONV2D, y, g->nodes[x].shape, 2, (int[]){ dy, w }, &n->attr));
+    accumulate(ad, w, mk(g, OP_CONV2D_BWD_W, y, g->nodes[w].shape, 2, (int[]){ x, dy }, &n->attr));
+}
+
 static void grad_linear(Ad *ad, int y, const Node *n, int dy)
 {
     Graph *g = ad->g;

@@ -171,6 +171,48 @@ int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
     return ir_op(g, OP_CONV2D, loc, bias ? 3 : 2, in, &at, NULL);
 }
 
+int ir_conv_transpose2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels, int kernel, int stride, int padding,
+                        int output_padding, int groups, int dilation, bool bias)
+{
+    if (!need_rank(g, loc, x, 4, "conv_transpose2d", "[N, C, H, W]")) return -1;
+    const Shape *xs = &g->nodes[x].shape;
+    int c = xs->d[1];
+    if (groups < 1 || c % groups || out_channels % groups) {
+        diag_at(g->diag, loc, "conv_transpose2d: groups = %d must divide both the input's %d channels and the %d outputs", groups,
+                c, out_channels);
+        return -1;
+    }
+    if (output_padding >= stride && output_padding >= dilation) {
+        diag_at(g->diag, loc, "conv_transpose2d: output_padding = %d must be smaller than the stride (%d) or the dilation (%d), "
+                "as PyTorch's", output_padding, stride, dilation);
+        return -1;
+    }
+    long long span = (long long)dilation * (kernel - 1) + 1 + output_padding - 2LL * padding;
+    long long oh = (long long)(xs->d[2] - 1) * stride + span, ow = (long long)(xs->d[3] - 1) * stride + span;
+    if (oh < 1 || ow < 1) {
+        diag_at(g->diag, loc, "conv_transpose2d: the output would be %lldx%lld from %s (stride %d, padding %d, kernel %d): "
+                "make the padding smaller", oh, ow, shape_str(g, x), stride, padding, kernel);
+        return -1;
+    }
+    int og = out_channels / groups;
+    long long wl[4] = { c, og, kernel, kernel }, ol[4] = { xs->d[0], out_channels, oh, ow };
+    if (!within(g, loc, "conv_transpose2d", "the weight", 4, wl) || !within(g, loc, "conv_transpose2d", "the output", 4, ol))
+        return -1;
+    int fan_in = og * kernel * kernel;   /* PyTorch's: the weight's dimension 1 times the window */
+    int wd[4] = { c, og, kernel, kernel };
+    int w = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), ir_shape_make(4, wd), INIT_UNIFORM_FAN_IN, fan_in);
+    if (w < 0) return -1;
+    /* conv2d's input gradient: each input pixel spreads its channels through the weight
+       onto a window of the output (the IR shows conv2d_grad_x) */
+    IrAttrs at = { .stride = stride, .padding = padding, .groups = groups > 1 ? groups : 0, .dilation = dilation > 1 ? dilation : 0 };
+    Shape out = ir_shape_make(4, (int[]){ xs->d[0], out_channels, (int)oh, (int)ow });
+    int y = ir_op(g, OP_CONV2D_BWD_X, loc, 2, (int[]){ x, w }, &at, &out);
+    if (y < 0 || !bias) return y;
+    int b = persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), ir_shape_make(1, &out_channels), INIT_UNIFORM_FAN_IN, fan_in);
+    if (b < 0) return -1;
+    return ir_broadcast(g, loc, OP_ADD, y, ir_reshape(g, loc, b, ir_shape_make(4, (int[]){ 1, out_channels, 1, 1 })));
+}
+
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias)
 {
     /* [N, features], or [N, T, features]: over the last dimension, each token a row (PyTorch's) */
@@ -337,13 +379,13 @@ int ir_global_avgpool(Graph *g, Loc loc, int x)
     return unary(g, OP_GAP, loc, x, NULL);
 }
 
-int ir_upsample(Graph *g, Loc loc, int x, int scale)
+int ir_upsample(Graph *g, Loc loc, int x, int scale, bool bilinear)
 {
     if (!need_rank(g, loc, x, 4, "upsample", "[N, C, H, W]")) return -1;
     const Shape *xs = &g->nodes[x].shape;
     long long d[4] = { IR_BATCH, xs->d[1], (long long)xs->d[2] * scale, (long long)xs->d[3] * scale };
     if (!within(g, loc, "upsample", "the output", 4, d)) return -1;
-    return unary(g, OP_UPSAMPLE, loc, x, &(IrAttrs){ .scale = scale });
+    return unary(g, OP_UPSAMPLE, loc, x, &(IrAttrs){ .scale = scale, .bilinear = bilinear });
 }
 
 int ir_adaptive_avgpool(Graph *g, Loc loc, int x, int height, int width)

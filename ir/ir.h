@@ -171,6 +171,11 @@ int ir_input(Graph *g, Loc loc, Shape s);
 int ir_conv2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels,
               int kernel, int stride, int padding, int groups, int dilation, bool bias);
 /* in_features: -1 inferred from the input, else checked against it. */
+/* PyTorch's ConvTranspose2d (weight [C, out_channels / groups, K, K], bias [out_channels]): conv2d's
+   input gradient as a layer, the output (H - 1) * stride - 2 * padding + dilation * (K - 1) +
+   output_padding + 1 high (and wide), the bias added by broadcasting. */
+int ir_conv_transpose2d(Graph *g, Loc loc, const char *prefix, int x, int out_channels, int kernel, int stride, int padding,
+                        int output_padding, int groups, int dilation, bool bias);
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias);
 int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, float momentum);
 /* LayerNorm over dimension 1: the features of [N, F], or the channels of [N, C, H, W] at each position
@@ -200,7 +205,7 @@ int ir_flatten(Graph *g, Loc loc, int x);
 /* Dimensions start.. as one: [N, C, H, W] from 2 is [N, C, H * W] (PyTorch's x.flatten(start)). */
 int ir_flatten_from(Graph *g, Loc loc, int x, int start);
 /* Nearest upsampling: each pixel scale x scale times (PyTorch's Upsample(scale_factor, "nearest")). */
-int ir_upsample(Graph *g, Loc loc, int x, int scale);
+int ir_upsample(Graph *g, Loc loc, int x, int scale, bool bilinear);
 /* PyTorch's AdaptiveAvgPool2d((height, width)); AdaptiveMaxPool2d(1). */
 int ir_adaptive_avgpool(Graph *g, Loc loc, int x, int height, int width);
 int ir_global_maxpool(Graph *g, Loc loc, int x);

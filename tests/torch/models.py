@@ -456,6 +456,32 @@ class OpMatmul(nn.Module):
         return self.fc(torch.matmul(h, self.w).flatten(1))
 
 
+class OpConvTranspose(nn.Module):
+    """tests/nets/op_conv_transpose.net: nn.ConvTranspose2d, strided, padded, output_padding, grouped"""
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(4, 6, 3, stride=2, padding=1)
+        self.up1, self.up2 = nn.ConvTranspose2d(6, 4, 2, stride=2), nn.ConvTranspose2d(4, 4, 3, padding=1)
+        self.up3 = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, bias=False, groups=2)
+        self.fc = nn.Linear(6 * 12 * 12, 10)
+
+    def forward(self, x):
+        u = self.up2(F.relu(self.up1(F.relu(self.c1(x)))))
+        return self.fc(self.up3(u).flatten(1))
+
+
+class OpUpsampleBilinear(nn.Module):
+    """tests/nets/op_upsample_bilinear.net: nn.Upsample(mode="bilinear"), align_corners=False"""
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 2, 3, stride=2)
+        self.fc = nn.Linear(2 * 12 * 18, 10)
+
+    def forward(self, x):
+        h = self.c2(F.interpolate(self.c1(x), scale_factor=2, mode="bilinear", align_corners=False))
+        return self.fc(F.interpolate(h, scale_factor=3, mode="bilinear", align_corners=False).flatten(1))
+
+
 class OpAttentionLong(nn.Module):
     """tests/nets/op_attention_long.net"""
     def __init__(self):
@@ -726,6 +752,8 @@ BUILDERS = {
     "tests/nets/op_attention_long.net": (OpAttentionLong, (70, 4)),
     "tests/nets/op_tokens.net": (OpTokens, (3, 4, 5)),
     "tests/nets/op_reduce.net": (OpReduce, (3, 6, 6)),
+    "tests/nets/op_upsample_bilinear.net": (OpUpsampleBilinear, (3, 5, 7)),
+    "tests/nets/op_conv_transpose.net": (OpConvTranspose, (4, 5, 5)),
     "tests/nets/op_matmul.net": (OpMatmul, (5, 6)),
     "tests/nets/op_views.net": (OpViews, (4, 3, 5)),
     "tests/nets/op_attention.net": (OpAttention, (5, 8)),

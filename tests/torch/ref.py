@@ -349,7 +349,36 @@ class _Bf16Linear(torch.autograd.Function):
         return dyr @ wr, rows(dyr).t() @ rows(xr), rows(dy).sum(0) if ctx.has_b else None
 
 
-_F_CONV2D, _F_LINEAR = F.conv2d, F.linear
+class _Bf16ConvT(torch.autograd.Function):
+    """mgc's conv_transpose2d under --precision bf16 (conv2d's input gradient as a layer): x and w
+    rounded in the forward; dy and w (its input gradient, a convolution), dy and x (its weight
+    gradient) in the backward; the bias (a broadcast add) unrounded."""
+
+    @staticmethod
+    def forward(ctx, x, w, b, stride, padding, output_padding, groups, dilation):
+        xr, wr = bf16r(x), bf16r(w)
+        ctx.save_for_backward(xr, wr)
+        ctx.geom, ctx.has_b = (stride, padding, dilation, groups), b is not None
+        y = _F_CONV_T(xr, wr, None, stride, padding, output_padding, groups, dilation)
+        return y + b.reshape(1, -1, 1, 1) if b is not None else y
+
+    @staticmethod
+    def backward(ctx, dy):
+        xr, wr = ctx.saved_tensors
+        stride, padding, dilation, groups = ctx.geom
+        dyr = bf16r(dy)
+        dx = _F_CONV2D(dyr, wr, None, stride, padding, dilation, groups)
+        dw = torch.nn.grad.conv2d_weight(dyr, wr.shape, xr, stride, padding, dilation, groups)
+        return dx, dw, dy.sum((0, 2, 3)) if ctx.has_b else None, None, None, None, None, None
+
+
+_F_CONV2D, _F_LINEAR, _F_CONV_T = F.conv2d, F.linear, F.conv_transpose2d
+
+
+def _conv_t_bf16(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    if groups > 1 and w.shape[1] == 1:   # a channel a group: mgc keeps it in float32
+        return _F_CONV_T(x, w, b, stride, padding, output_padding, groups, dilation)
+    return _Bf16ConvT.apply(x, w, b, stride, padding, output_padding, groups, dilation)
 
 
 def _conv2d_bf16(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
@@ -359,15 +388,17 @@ def _conv2d_bf16(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 class emulated_bf16:
-    """Within it, F.conv2d and F.linear (what nn.Conv2d and nn.Linear call) are
+    """Within it, F.conv2d, F.linear and F.conv_transpose2d (what nn.Conv2d, nn.Linear and
+    nn.ConvTranspose2d call) are
     mgc's --precision bf16 semantics (ir/precision.c) in the model's own
     precision: the reference for mgc's bf16 written with PyTorch's rounding."""
 
     def __enter__(self):
         F.conv2d, F.linear = _conv2d_bf16, lambda x, w, b=None: _Bf16Linear.apply(x, w, b)
+        F.conv_transpose2d = _conv_t_bf16
 
     def __exit__(self, *exc):
-        F.conv2d, F.linear = _F_CONV2D, _F_LINEAR
+        F.conv2d, F.linear, F.conv_transpose2d = _F_CONV2D, _F_LINEAR, _F_CONV_T
 
 
 def case_dir(name):
@@ -872,7 +903,7 @@ def cases():
         # momentum and weight decay so the update rule is exercised too.
         base = dict(kind="compare", net=f"tests/nets/{n}.net", batch=4, seed=100 + zlib.crc32(n.encode()) % 900,
                     tol=1e-4)   # the seed of its name: the same whatever other nets there are
-        cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0, check_init=n in ("op_param", "op_tokens", "op_views", "op_matmul")))
+        cs.append(dict(base, name=n, steps=1, lr=0.1, momentum=0.0, wd=0.0, check_init=n in ("op_param", "op_tokens", "op_views", "op_matmul", "op_conv_transpose")))
         if n in ("op_conv", "op_batchnorm", "op_linear", "op_param"):
             cs.append(dict(base, name=n + "_sgd3", steps=3, lr=0.05, momentum=0.9, wd=1e-3))
             cs.append(dict(base, name=n + "_nesterov3", steps=3, lr=0.05, momentum=0.9, wd=1e-3,
