@@ -318,7 +318,7 @@ void cg_choose_convs(const Graph *g, const CgOptions *opt, CgDecisions *d)
        the convolution's kernel from the two rows just summed (conv_rows_vec). */
     for (int id = 0; opt && opt->fuse && id < g->n; id++) {
         const Node *pn = &g->nodes[id];
-        if (pn->op != OP_MAXPOOL || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0) continue;
+        if (pn->op != OP_MAXPOOL || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0 || pn->attr.ceil_mode) continue;
         int x = pn->in[0], c = cg_fused_into(d, x) >= 0 && g->nodes[x].op == OP_RELU ? cg_fused_into(d, x) : x;
         if (g->nodes[c].op != OP_CONV2D || !cg_relu_out(d, c) || cg_conv_form(d, c) != CONV_DIRECT || cg_pool_of(d, c) >= 0) continue;
         ConvGeom G = cg_conv_geom(g, c);

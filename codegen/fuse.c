@@ -231,7 +231,9 @@ static void fuse_pooled_wgrad(const Graph *g, CgDecisions *d, const int *uses)
         int pool = cg_fused_into(d, r);
         if (rn->op != OP_RELU_BWD || pool < 0) continue;
         const Node *pn = &g->nodes[pool];
-        if (pn->op != OP_MAXPOOL_BWD || !cg_relu_mask(d, pool) || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0) continue;
+        if (pn->op != OP_MAXPOOL_BWD || !cg_relu_mask(d, pool) || pn->attr.kernel != 2 || pn->attr.stride != 2 || pn->attr.padding != 0 ||
+            pn->attr.ceil_mode)
+            continue;
         const Shape *xs = &pn->shape, *ys = &g->nodes[pn->in[1]].shape;
         if (xs->d[2] != 2 * ys->d[2] || xs->d[3] != 2 * ys->d[3]) continue;
         int wg = -1, bg = -1, xg = -1, others = 0;
@@ -411,7 +413,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
        would not allow. */
     for (int id = 0; opt->fuse && id < g->n; id++) {
         const Node *n = &g->nodes[id];
-        if (n->op != OP_MAXPOOL) continue;
+        if (n->op != OP_MAXPOOL || n->attr.ceil_mode) continue;
         int x = n->in[0], b = cg_fused_into(d, x) >= 0 && g->nodes[x].op == OP_RELU ? cg_fused_into(d, x) : x;
         const Shape *xs = &g->nodes[x].shape;
         if (opt->cpu_only && g->nodes[b].op == OP_BN_APPLY && cg_relu_out(d, b) && cg_pool_of(d, b) < 0 && (long)xs->d[2] * xs->d[3] <= 4096)

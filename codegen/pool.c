@@ -207,6 +207,8 @@ typedef struct PoolGeom {
     int C, H, Wd, OH, OW;     /* the forward input's channels and plane, the output's plane */
     bool mx;                  /* max (else average) */
     bool relu;                /* a max pool's gradient routes only where its input was positive (cg_relu_mask) */
+    bool ceil;                /* ceil_mode: a last, partial window (the output's size rounded up) */
+    bool excl;                /* an average over each window's taps inside the input (count_include_pad=false) */
     int y;                    /* the output's buffer */
     Dim planes;               /* N * C: one per iteration */
     const char *W;            /* planes as C text */
@@ -240,6 +242,23 @@ static void pool_forward_separable(Lower *L, int id, const PoolGeom *G)
     cg_end_kernel(L);
 }
 
+/* An average window's divisor at (oy, ox), C text, where it varies: PyTorch's, the window within the
+   padded input (a partial last window: ceil_mode), or within the input (count_include_pad=false);
+   NULL where it is K * K everywhere */
+static const char *avg_divisor(Lower *L, const PoolGeom *G, const char *oy, const char *ox)
+{
+    if (G->mx || (!G->ceil && !G->excl)) return NULL;
+    const char *side[2];
+    for (int k = 0; k < 2; k++) {
+        const char *o = k ? ox : oy;
+        int n = k ? G->Wd : G->H, end = G->excl ? n : n + G->P;
+        const char *s = arena_printf(L->p->arena, "(%s * %d - %d)", o, G->S, G->P);
+        const char *e = arena_printf(L->p->arena, "(%s + %d < %d ? %s + %d : %d)", s, G->K, end, s, G->K, end);
+        side[k] = G->excl ? arena_printf(L->p->arena, "(%s - (%s > 0 ? %s : 0))", e, s, s) : arena_printf(L->p->arena, "(%s - %s)", e, s);
+    }
+    return arena_printf(L->p->arena, "(float)(%s * %s)", side[0], side[1]);
+}
+
 /* max or average pool: each output a loop over its window */
 static void pool_forward(Lower *L, int id, const PoolGeom *G)
 {
@@ -265,8 +284,9 @@ static void pool_forward(Lower *L, int id, const PoolGeom *G)
     cg_body(L, "                        float v = xp[iy * %d + ix];\n"
                "                        %s\n", Wd, mx ? "acc = (v > acc) | (v != v) ? v : acc;   /* a NaN wins; branch-free: the data decide */" : "acc += v;");
     window_close(L);
+    const char *div = avg_divisor(L, G, "oy", "ox");
     cg_body(L, "                yp[oy * %d + ox] = %s;\n"
-               "            }\n    }\n", OW, mx ? "acc" : arena_printf(L->p->arena, "acc * %s", scale));
+               "            }\n    }\n", OW, mx ? "acc" : div ? arena_printf(L->p->arena, "acc / %s", div) : arena_printf(L->p->arena, "acc * %s", scale));
     cg_end_kernel(L);
 }
 
@@ -383,7 +403,9 @@ static void pool_grad_scatter(Lower *L, int id, const PoolGeom *G)
         else
             cg_body(L, "                if (at >= 0) dxp[at] += dyp[oy * %d + ox];\n", OW);
     } else {
-        cg_body(L, "                float g = dyp[oy * %d + ox] * %s;\n", OW, scale);
+        const char *div = avg_divisor(L, G, "oy", "ox");
+        if (div) cg_body(L, "                float g = dyp[oy * %d + ox] / %s;\n", OW, div);
+        else cg_body(L, "                float g = dyp[oy * %d + ox] * %s;\n", OW, scale);
         window_open(L, K, S, P, H, Wd);
         cg_body(L, "                        dxp[iy * %d + ix] += g;\n", Wd);
         window_close(L);
@@ -431,7 +453,10 @@ static void pool_gpu(Lower *L, int id, const PoolGeom *G)
                                      "          %s\n"
                                      "          %s\n"
                                      "          y[row * %dL + at] = %s; }",
-                                  OW, OW, mx ? "float best = -MGC_INF; int bat = -1;" : "float acc = 0.0f;", taps, OH * OW, mx ? "bat < 0 ? -MGC_INF : best" : arena_printf(a, "acc * %s", scale)));
+                                  OW, OW, mx ? "float best = -MGC_INF; int bat = -1;" : "float acc = 0.0f;", taps, OH * OW,
+                                  mx ? "bat < 0 ? -MGC_INF : best"
+                                     : avg_divisor(L, G, "oy", "ox") ? arena_printf(a, "acc / %s", avg_divisor(L, G, "oy", "ox"))
+                                                                     : arena_printf(a, "acc * %s", scale)));
         cg_end_kernel(L);
         return;
     }
@@ -444,7 +469,8 @@ static void pool_gpu(Lower *L, int id, const PoolGeom *G)
                                              "                  %s\n"
                                              "                  if (bat == iy * %d + ix) s += %s",
                                           taps, Wd, relu ? arena_printf(a, "mgc_keep(%s, best > 0.0f);   /* fused relu_grad */", g) : arena_printf(a, "%s;", g))
-                                                         : arena_printf(a, "s += %s * %s;", g, scale);
+                       : avg_divisor(L, G, "oy", "ox") ? arena_printf(a, "s += %s / %s;", g, avg_divisor(L, G, "oy", "ox"))
+                                                       : arena_printf(a, "s += %s * %s;", g, scale);
     cg_rows_body(L, planes, (long)H * Wd,
                  arena_printf(a, "        const float *dyp = dy + row * %dL;%s\n", OH * OW,
                               mx ? arena_printf(a, " const float *xp = x + row * %dL;", H * Wd) : ""),
@@ -472,7 +498,7 @@ void cg_lower_window_pool(Lower *L, int id)
     const Shape *os = fwd ? &n->shape : &g->nodes[n->op == OP_MAXPOOL_BWD ? n->in[1] : n->in[0]].shape;
     PoolGeom G = { .K = n->attr.kernel, .S = n->attr.stride, .P = n->attr.padding, .C = xs->d[1], .H = xs->d[2],
                    .Wd = xs->d[3], .OH = os->d[2], .OW = os->d[3], .mx = n->op == OP_MAXPOOL || n->op == OP_MAXPOOL_BWD,
-                   .relu = cg_relu_mask(L->dec, id),
+                   .relu = cg_relu_mask(L->dec, id), .ceil = n->attr.ceil_mode, .excl = n->attr.exclude_pad,
                    .y = cg_out_buf(L, id), .planes = dimn(xs->d[1]) };
     G.W = cg_work_str(L, G.planes);
     G.scale = cg_f32(L, 1.0 / (G.K * G.K));
@@ -481,11 +507,11 @@ void cg_lower_window_pool(Lower *L, int id)
         pool_gpu(L, id, &G);
         return;
     }
-    if (fwd && G.mx && (long)H * OW <= 4096 && K <= 16) pool_forward_separable(L, id, &G);
+    if (fwd && G.mx && !G.ceil && (long)H * OW <= 4096 && K <= 16) pool_forward_separable(L, id, &G);
     else if (fwd) pool_forward(L, id, &G);
     else if (G.mx && K == 2 && S == 2 && P == 0 && H == OH * 2 && Wd == OW * 2) maxpool_grad_2x2(L, id, &G);
     else if (G.mx && S == K && P == 0 && H == OH * K && Wd == OW * K) maxpool_grad_tiled(L, id, &G);
-    else if (G.mx && G.relu && L->dec->cpu_only && S == 2 && OW <= 8 && K <= 4 && P < K && H + 2 * P <= 64)
+    else if (G.mx && G.relu && !G.ceil && L->dec->cpu_only && S == 2 && OW <= 8 && K <= 4 && P < K && H + 2 * P <= 64)
         max_pool_grad_rows(L, id, K, P, G.C, H, Wd, OH, OW);
     else pool_grad_scatter(L, id, &G);
 }

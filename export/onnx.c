@@ -626,7 +626,8 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
         attr_ints(o, p, "kernel_shape", 2, n->attr.kernel);
         attr_ints(o, p, "strides", 2, n->attr.stride);
         attr_ints(o, p, "pads", 4, n->attr.padding);
-        if (n->op == OP_AVGPOOL) attr_int(o, p, "count_include_pad", 1);
+        if (n->op == OP_AVGPOOL) attr_int(o, p, "count_include_pad", !n->attr.exclude_pad);
+        if (n->attr.ceil_mode) attr_int(o, p, "ceil_mode", 1);
         return 0;
     }
     case OP_GAP: case OP_GLOBAL_MAXPOOL: {

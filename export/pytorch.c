@@ -453,7 +453,9 @@ static int emit_node(Py *p, int id)
         /* avg_pool2d counts the padding, as mgc does (its default count_include_pad=True) */
         text = arena_printf(p->a, "F.%s(%s, %d, %d", n->op == OP_MAXPOOL ? "max_pool2d" : "avg_pool2d", x, n->attr.kernel,
                             n->attr.stride);
-        text = n->attr.padding ? arena_printf(p->a, "%s, %d)", text, n->attr.padding) : arena_printf(p->a, "%s)", text);
+        if (n->attr.padding || n->attr.ceil_mode || n->attr.exclude_pad) text = arena_printf(p->a, "%s, %d", text, n->attr.padding);
+        if (n->attr.ceil_mode) text = arena_printf(p->a, "%s, ceil_mode=True", text);
+        text = arena_printf(p->a, "%s%s)", text, n->attr.exclude_pad ? ", count_include_pad=False" : "");
         break;
     case OP_GAP: case OP_GLOBAL_MAXPOOL:
         x = operand(p, n->in[0], PREC_ADD, &refs, &nrefs, &depth);

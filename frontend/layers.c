@@ -97,13 +97,13 @@ static bool pool_padding(const LayerCall *c, const char *layer)
 static int build_maxpool2d(const LayerCall *c)
 {
     if (!pool_padding(c, "maxpool2d")) return -1;
-    return ir_maxpool2d(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2]);
+    return ir_maxpool2d(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], c->i[3] != 0);
 }
 
 static int build_avgpool2d(const LayerCall *c)
 {
     if (!pool_padding(c, "avgpool2d")) return -1;
-    return ir_avgpool2d(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2]);
+    return ir_avgpool2d(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], c->i[3] != 0, c->i[4] != 0);
 }
 
 static int build_global_avgpool(const LayerCall *c) { return ir_global_avgpool(c->g, c->loc, c->x); }
@@ -360,10 +360,14 @@ const Layer fe_layers[] = {
     { "mish", false, 0, { { 0 } }, build_activation, "`x * tanh(log(1 + exp(x)))`" },
     { "scale", false, 2, { FLOAT_ARG("factor", 1.0, -1e30, false, 1e30, false), FLOAT_ARG("shift", 0.0, -1e30, false, 1e30, false) },
       build_activation, "`x * factor + shift`: what `x * 0.5`, `x + 1`, `1 - x` and `-x` make on a tensor" },
-    { "maxpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },
-      build_maxpool2d, "input `[N, C, H, W]`; padding <= kernel / 2" },
-    { "avgpool2d", false, 3, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0) },
-      build_avgpool2d, "input `[N, C, H, W]`; padding <= kernel / 2 (counted in the mean, as PyTorch)" },
+    { "maxpool2d", false, 4, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0),
+                               BOOL_ARG("ceil_mode", 0) },
+      build_maxpool2d, "input `[N, C, H, W]`; padding <= kernel / 2; `ceil_mode`: the output's size rounded up, a last window "
+                       "partial (PyTorch's: it starts inside the input or its left padding)" },
+    { "avgpool2d", false, 5, { INT_ARG("kernel", true, 0, 1), INT_ARG("stride", false, DEF_KERNEL, 1), INT_ARG("padding", false, 0, 0),
+                               BOOL_ARG("ceil_mode", 0), BOOL_ARG("count_include_pad", 1) },
+      build_avgpool2d, "input `[N, C, H, W]`; padding <= kernel / 2 (counted in the mean, as PyTorch, unless `count_include_pad "
+                       "= false`); `ceil_mode` as maxpool2d's (a partial window's mean over the part within the padded input)" },
     { "global_avgpool", false, 0, { { 0 } }, build_global_avgpool, "`[N, C, H, W]` -> `[N, C, 1, 1]`" },
     { "global_maxpool", false, 0, { { 0 } }, build_global_maxpool, "`[N, C, H, W]` -> `[N, C, 1, 1]`: each plane's maximum" },
     { "adaptive_avgpool", false, 2, { INT_ARG("height", true, 0, 1), INT_ARG("width", false, DEF_HEIGHT, 1) },

@@ -362,16 +362,28 @@ int ir_activation(Graph *g, Loc loc, Op op, int x, const IrAttrs *attr)
     return unary(g, op, loc, x, attr);
 }
 
-static int pool(Graph *g, Loc loc, Op op, int x, int kernel, int stride, int padding)
+static int pool(Graph *g, Loc loc, Op op, int x, int kernel, int stride, int padding, bool ceil_mode, bool exclude_pad)
 {
     if (!need_rank(g, loc, x, 4, ir_op_name(op), "[N, C, H, W]")) return -1;
-    IrAttrs at = { .kernel = kernel, .stride = stride, .padding = padding };
-    Shape out;
+    IrAttrs at = { .kernel = kernel, .stride = stride, .padding = padding, .ceil_mode = ceil_mode, .exclude_pad = exclude_pad };
+    Shape out, floor_out;
     if (!rule_fits(g, loc, NULL, op, 1, &x, &at, &out, NULL)) return -1;
+    IrAttrs fl = at;
+    fl.ceil_mode = false;
+    char why[256];
+    if (ceil_mode && ir_rule_shape(g, op, 1, &x, &fl, &floor_out, why, sizeof why, NULL) && ir_shape_eq(&out, &floor_out))
+        at.ceil_mode = false;   /* every window whole either way: the same pool */
     return unary(g, op, loc, x, &at);
 }
-int ir_maxpool2d(Graph *g, Loc loc, int x, int k, int s, int p) { return pool(g, loc, OP_MAXPOOL, x, k, s, p); }
-int ir_avgpool2d(Graph *g, Loc loc, int x, int k, int s, int p) { return pool(g, loc, OP_AVGPOOL, x, k, s, p); }
+int ir_maxpool2d(Graph *g, Loc loc, int x, int k, int s, int p, bool ceil_mode)
+{
+    return pool(g, loc, OP_MAXPOOL, x, k, s, p, ceil_mode, false);
+}
+
+int ir_avgpool2d(Graph *g, Loc loc, int x, int k, int s, int p, bool ceil_mode, bool count_include_pad)
+{
+    return pool(g, loc, OP_AVGPOOL, x, k, s, p, ceil_mode, !count_include_pad && p > 0);
+}
 
 int ir_global_avgpool(Graph *g, Loc loc, int x)
 {

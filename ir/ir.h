@@ -198,8 +198,10 @@ int ir_activation(Graph *g, Loc loc, Op op, int x, const IrAttrs *attr);
    whether that gradient reads the forward's output y (else its input x). */
 Op ir_activation_grad(Op op);
 bool ir_activation_reads_y(Op op);
-int ir_maxpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
-int ir_avgpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding);
+int ir_maxpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding, bool ceil_mode);
+/* count_include_pad: PyTorch's (the padding's zeros in each window's mean); false: the mean of the
+   window's taps inside the input. ceil_mode: PyTorch's (the output rounded up, its last window partial). */
+int ir_avgpool2d(Graph *g, Loc loc, int x, int kernel, int stride, int padding, bool ceil_mode, bool count_include_pad);
 int ir_global_avgpool(Graph *g, Loc loc, int x);
 int ir_flatten(Graph *g, Loc loc, int x);
 /* Dimensions start.. as one: [N, C, H, W] from 2 is [N, C, H * W] (PyTorch's x.flatten(start)). */

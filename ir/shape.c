@@ -87,6 +87,10 @@ static bool windowed(Rule *r, const Shape *x, int o, int k, Shape *y)
         if (span > padded)
             return no(r, "kernel %d is larger than the padded input %s %lld (input %d + 2x padding %d)", k, dim, padded, x->d[axis], p);
         long long out = (padded - span) / s + 1;
+        if (r->n->attr.ceil_mode) {   /* PyTorch's: rounded up, but the last window starts inside the input or its left padding */
+            out = (padded - span + s - 1) / s + 1;
+            if ((out - 1) * s >= (long long)x->d[axis] + p) out--;
+        }
         if (out > INT_MAX) return no(r, "the output %s %lld is too large", dim, out);
         d[axis] = (int)out;
     }

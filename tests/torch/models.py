@@ -482,6 +482,21 @@ class OpUpsampleBilinear(nn.Module):
         return self.fc(F.interpolate(h, scale_factor=3, mode="bilinear", align_corners=False).flatten(1))
 
 
+class OpPoolModes(nn.Module):
+    """tests/nets/op_pool_modes.net: ceil_mode and count_include_pad=False"""
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2, self.c3, self.c4 = (nn.Conv2d(3, 4, 1) for _ in range(4))
+        self.fc = nn.Linear(4 * 4 * 5 + 4 * 5 * 5 + 4 * 4 * 5 + 4 * 3 * 3, 10)
+
+    def forward(self, x):
+        a = F.max_pool2d(self.c1(x), 2, ceil_mode=True)
+        b = F.avg_pool2d(self.c2(x), 3, 2, 1, ceil_mode=True)
+        c = F.avg_pool2d(self.c3(x), 3, 2, 1, count_include_pad=False)
+        d = F.max_pool2d(F.avg_pool2d(self.c4(x), 2, ceil_mode=True, count_include_pad=False), 3, 2, 1, ceil_mode=True)
+        return self.fc(torch.cat([a.flatten(1), b.flatten(1), c.flatten(1), d.flatten(1)], 1))
+
+
 class OpAttentionLong(nn.Module):
     """tests/nets/op_attention_long.net"""
     def __init__(self):
@@ -752,6 +767,7 @@ BUILDERS = {
     "tests/nets/op_attention_long.net": (OpAttentionLong, (70, 4)),
     "tests/nets/op_tokens.net": (OpTokens, (3, 4, 5)),
     "tests/nets/op_reduce.net": (OpReduce, (3, 6, 6)),
+    "tests/nets/op_pool_modes.net": (OpPoolModes, (3, 8, 9)),
     "tests/nets/op_upsample_bilinear.net": (OpUpsampleBilinear, (3, 5, 7)),
     "tests/nets/op_conv_transpose.net": (OpConvTranspose, (4, 5, 5)),
     "tests/nets/op_matmul.net": (OpMatmul, (5, 6)),
