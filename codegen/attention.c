@@ -81,15 +81,22 @@ static void score(Lower *L, const Attn *a, bool values)
     cg_body(L, "            %s            s *= %s;\n", dot(L, a, "s", "qi", "kj"), a->scale);
 }
 
+enum { ATTN_BLOCK = 64 };   /* CPUs: the queries of a block, whose scores one GEMM makes */
+
 static void header(Lower *L, const Attn *a, const char *what)
 {
-    cg_body(L, "    /* %s; %d heads of %d features, %d queries and %d keys%s */\n", what, a->H, a->dh, a->Tq, a->Tk,
+    cg_body(L, "    /* %s; %d heads of %d features, %d queries and %d keys%s.\n", what, a->H, a->dh, a->Tq, a->Tk,
             a->causal ? ", causal (query i sees keys 0..i)" : "");
+    if (L->dec->cpu_only)
+        cg_body(L, "       Tiling: an iteration a head of an example; its queries in blocks of %d, each block's scores and "
+                   "weights [%d, %d] in the thread's scratch (linear in the keys), never an [N, %d, %d, %d] tensor */\n",
+                ATTN_BLOCK, a->Tq < ATTN_BLOCK ? a->Tq : ATTN_BLOCK, a->Tk, a->H, a->Tq, a->Tk);
+    else
+        cg_body(L, "       Tiling: a thread a row of [N, %d, %d] (a query, or a key for dk and dv), its scores recomputed "
+                   "as it goes (online), never an [N, %d, %d, %d] tensor */\n", a->H, a->Tq, a->H, a->Tq, a->Tk);
 }
 
 /* ---- CPUs: a head of an example an iteration, its queries in blocks (CBLAS) ---- */
-
-enum { ATTN_BLOCK = 64 };
 
 /* The iteration's head (qh, kh, vh, gh: q, k, v, dy of head h of example n, rows D apart), its
    blocks of queries [i0, i0 + bq), each block's scores s = q k^T / sqrt(dh) [bq, Tk] and
