@@ -202,7 +202,19 @@ fuzz: $(BUILD)/fuzz/fuzz_net
 golden: mgc
 	@bash tests/golden.sh --update
 
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary, the nets and the documentation
+PREFIX ?= /usr/local
+install: mgc
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/mgc/nets $(DESTDIR)$(PREFIX)/share/doc/mgc
+	install -m 755 mgc $(DESTDIR)$(PREFIX)/bin/mgc
+	install -m 644 nets/*.net $(DESTDIR)$(PREFIX)/share/mgc/nets/
+	install -m 644 README.md docs/*.md $(DESTDIR)$(PREFIX)/share/doc/mgc/
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/mgc
+	rm -rf $(DESTDIR)$(PREFIX)/share/mgc $(DESTDIR)$(PREFIX)/share/doc/mgc
+
 clean:
 	rm -rf build mgc
 
-.PHONY: all test golden clean fuzz unit
+.PHONY: all test golden clean fuzz unit install uninstall

@@ -120,7 +120,7 @@ static void usage(FILE *out)
         "  --dump-kernels DIR     write each kernel of the training step to DIR/NAME.c and DIR/NAME.cu,\n"
         "                         headed by the IR nodes it computes, and exit\n"
         "  --set NAME=VALUE       override a net parameter (repeatable)\n"
-        "  --batch FILE --steps K --dump OUT\n"
+        "  --check-batch FILE --steps K --dump OUT\n"
         "                         check mode: K steps on the batch x, y in FILE.safetensors at --lr\n"
         "                         (no schedule);\n"
         "                         OUT gets losses, logits, gradients and final parameters\n"
@@ -318,7 +318,7 @@ static const struct { const char *name; bool flag; int uses; } options[O_COUNT] 
     [O_LIMIT_TRAIN] = { "--limit-train" }, [O_LIMIT_TEST] = { "--limit-test", false, U_RUN },
     [O_THREADS] = { "--threads", false, U_RUN },
     [O_SAVE] = { "--save" }, [O_LOAD] = { "--load" }, [O_RESUME] = { "--resume" }, [O_LOG] = { "--log" },
-    [O_EMIT] = { "--emit" }, [O_SET] = { "--set", false, U_MODEL }, [O_BATCH] = { "--batch" }, [O_STEPS] = { "--steps" },
+    [O_EMIT] = { "--emit" }, [O_SET] = { "--set", false, U_MODEL }, [O_BATCH] = { "--check-batch" }, [O_STEPS] = { "--steps" },
     [O_DUMP] = { "--dump" }, [O_BUCKET_MB] = { "--bucket-mb" }, [O_ARCH] = { "--arch" }, [O_GPU_MODEL] = { "--gpu-model" },
     [O_DUMP_KERNELS] = { "--dump-kernels" }, [O_SYNC_BN] = { "--sync-bn", true }, [O_TF32] = { "--tf32", true, U_RUN },
     [O_CHECK_NAN] = { "--check-nan", true }, [O_EVALUATE] = { "--evaluate", true },
@@ -584,12 +584,19 @@ static int find_option(const char *name)
 {
     for (int k = 0; k < O_COUNT; k++)
         if (!strcmp(name, options[k].name)) return k;
+    if (!strcmp(name, "--batch")) {   /* check mode's old name, easily taken for the batch size */
+        bad("'--batch' is now '--check-batch FILE' (check mode: steps on the batch in FILE); the batch size is "
+            "--batch-size N%s%s", "", "");
+        return -1;
+    }
+    /* a suggestion only where it is close: a typo, not another option (--bs is not --lr) */
+    size_t len = strlen(name) > 2 ? strlen(name) - 2 : 0;
     const char *best = NULL;
-    int bestd = 4;
+    int bestd = len <= 4 ? 2 : len <= 8 ? 3 : 4;
     for (int k = 0; k < O_COUNT + (int)(sizeof early_options / sizeof *early_options); k++) {
         const char *o = k < O_COUNT ? options[k].name : early_options[k - O_COUNT];
         int d = diag_edit_distance(name, o);
-        if (d < bestd) { bestd = d; best = o; }
+        if (d < bestd && (size_t)d < len) { bestd = d; best = o; }
     }
     if (best) bad("unknown option '%s'; did you mean '%s'?", name, best);
     else bad("unknown option '%s'%s", name, "");
@@ -689,7 +696,7 @@ static int finish_args(Cli *c, Parse *ps)
     t->cpu_own_memory = own == 1;
     t->no_graphs = graphs == 0;
     c->fuse = fuse == 1;
-    if (t->dump && !t->batch_file) return bad("--dump needs --batch FILE (check mode)%s%s", "", "");
+    if (t->dump && !t->batch_file) return bad("--dump needs --check-batch FILE (check mode)%s%s", "", "");
     if (c->no_fold && (c->command == CMD_TRAIN ? c->emit != EMIT_INFER_IR : c->format != FORMAT_C && c->format != FORMAT_CUDA))
         return bad("--no-fold applies to --emit infer-ir and mgc export --format c|cuda: it keeps each BatchNorm apart from "
                    "the layer before it in the library's graph%s%s", "", "");
@@ -704,13 +711,13 @@ static int finish_args(Cli *c, Parse *ps)
     if (ps->arch_given && c->emit != EMIT_PTX)
         return bad("--arch applies to --emit ptx: it names the architecture NVRTC compiles the printed PTX for (a GPU "
                    "that trains compiles for its own); add --emit ptx%s%s", "", "");
-    if (t->resume && t->batch_file) return bad("--resume goes on training from a checkpoint; check mode (--batch) takes --load%s%s", "", "");
+    if (t->resume && t->batch_file) return bad("--resume goes on training from a checkpoint; check mode (--check-batch) takes --load%s%s", "", "");
     if (t->evaluate && (t->save || t->resume || t->batch_file))
         return bad("--evaluate only measures the parameters on the test set: it takes --load, not %s%s",
-                   t->save ? "--save" : t->resume ? "--resume" : "--batch", "");
+                   t->save ? "--save" : t->resume ? "--resume" : "--check-batch", "");
     if (t->dump_batch && (t->batch_file || t->evaluate))
         return bad("--dump-batch writes a training batch and exits; it does not go with %s%s",
-                   t->batch_file ? "--batch" : "--evaluate", "");
+                   t->batch_file ? "--check-batch" : "--evaluate", "");
     if (t->resume && !t->save) t->save = t->load;   /* it goes on saving where it left off */
     return 0;
 }

@@ -247,7 +247,7 @@ static void agree_inputs(const Cli *c, const char *devices, bool running, Agreem
     const char *conv = getenv("MGC_CONV");
     rt_agree_add(a, "the kernels' environment (MGC_FUSE, MGC_CONV)", "fusion %s, convolutions %s%s", c->fuse ? "on" : "off",
                  c->conv < 0 ? "chosen per layer" : "MGC_CONV=", c->conv < 0 ? "" : conv);
-    if (t->batch_file) agree_file(a, "the --batch file", t->batch_file);
+    if (t->batch_file) agree_file(a, "the --check-batch file", t->batch_file);
     if (running && !t->batch_file && (t->epochs > 0 || t->evaluate)) {
         char probe[1024];
         data_probe(t->data_dir, probe, sizeof probe);

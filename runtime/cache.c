@@ -345,10 +345,19 @@ static int cache_root(char *buf, size_t size, int *private, char *err, size_t er
     }
     const char *home = home_dir();
     struct stat st;
-    if (home && home[0] == '/' && !stat(home, &st) && S_ISDIR(st.st_mode) && st.st_uid == geteuid()) {
+    int home_err = !home || home[0] != '/' ? 0 : stat(home, &st) ? errno : 0;
+    if (home && home[0] == '/' && !home_err && S_ISDIR(st.st_mode) && st.st_uid == geteuid()) {
         snprintf(buf, size, "%s/.cache/mgc", strcmp(home, "/") ? home : "");
         return 0;
     }
+    /* why there is none, as the note says it: HOME given but unusable is not HOME unset */
+    char why[PATH_MAX + 96];
+    const char *env_home = getenv("HOME");
+    if (!env_home || !*env_home) snprintf(why, sizeof why, "HOME and XDG_CACHE_HOME unset");
+    else if (env_home[0] != '/') snprintf(why, sizeof why, "HOME='%s' is not an absolute path", env_home);
+    else if (home_err) snprintf(why, sizeof why, "HOME=%s: %s", env_home, strerror(home_err));
+    else if (!S_ISDIR(st.st_mode)) snprintf(why, sizeof why, "HOME=%s is not a directory", env_home);
+    else snprintf(why, sizeof why, "HOME=%s belongs to uid %d, not to this one", env_home, (int)st.st_uid);
     /* no home of the user's (a system account, a container): a directory of this run's own */
     pthread_mutex_lock(&private_lock);
     int rc = 0;
@@ -366,8 +375,8 @@ static int cache_root(char *buf, size_t size, int *private, char *err, size_t er
             private_fd = fd;
             private_parent = parent;
             atexit(remove_private_dir);
-            fprintf(stderr, "mgc: note: no home directory of uid %d (HOME and XDG_CACHE_HOME unset): the kernels are "
-                    "compiled into %s, for this run only (set XDG_CACHE_HOME to keep them)\n", (int)geteuid(), private_dir);
+            fprintf(stderr, "mgc: note: no home directory of uid %d (%s): the kernels are compiled into %s, for this run "
+                    "only (set XDG_CACHE_HOME to keep them)\n", (int)geteuid(), why, private_dir);
         } else {
             snprintf(err, err_size, "no home directory for the kernel cache, and cannot make one in %s: %s (set "
                      "XDG_CACHE_HOME to a directory of yours)", tmp, parent < 0 ? walk_err : strerror(errno));

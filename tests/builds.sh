@@ -85,5 +85,19 @@ if [ -f /usr/local/cuda/include/cuda.h ]; then
         grep -q "no CUDA driver on this machine" "$tmp/out" && ok "CUDA build, no driver: --gpus 1 says so" || { bad "--gpus 1 without a driver"; cat "$tmp/out"; }
     fi
 fi
+# make install: the binary, the nets and the docs under DESTDIR/PREFIX; the installed mgc trains an
+# installed net from another directory; make uninstall takes them away again
+I=$tmp/root
+if make -s install DESTDIR="$I" PREFIX=/opt/mgc > "$tmp/out" 2>&1 && [ -x "$I/opt/mgc/bin/mgc" ] &&
+   [ -f "$I/opt/mgc/share/mgc/nets/lenet.net" ] && [ -f "$I/opt/mgc/share/doc/mgc/README.md" ]; then
+    (cd "$tmp" && "$I/opt/mgc/bin/mgc" "$I/opt/mgc/share/mgc/nets/lenet.net" --epochs 1 --limit-train 256 --limit-test 64 \
+        --batch-size 64 ${MGC_DATA:+--data "$MGC_DATA"} > "$tmp/inst.out" 2>&1) &&
+        grep -q "test acc" "$tmp/inst.out" && ok "make install: the installed mgc trains the installed lenet.net elsewhere" ||
+        { bad "the installed mgc"; tail -3 "$tmp/inst.out"; }
+    make -s uninstall DESTDIR="$I" PREFIX=/opt/mgc > /dev/null 2>&1 && [ ! -e "$I/opt/mgc/bin/mgc" ] && [ ! -e "$I/opt/mgc/share/mgc" ] &&
+        ok "make uninstall removes what install put there" || bad "make uninstall left files"
+else
+    bad "make install DESTDIR=$I PREFIX=/opt/mgc"; tail -3 "$tmp/out"
+fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -167,8 +167,8 @@ g = torch.Generator().manual_seed(7)
 st.save({'x': torch.randn(8, 1, 12, 12, generator=g), 'y': torch.randint(0, 10, (8,), generator=g)}, sys.argv[1])" "$tmp/fb.st"
 F="tests/nets/small_resnet.net --devices cpu:2 --momentum 0.9 --weight-decay 5e-4"
 if "$MGC" tests/nets/small_resnet.net --epochs 0 --batch-size 8 --save "$tmp/fi.st" > "$tmp/out" 2>&1 &&
-   MGC_FUSE=1 "$MGC" $F --load "$tmp/fi.st" --batch "$tmp/fb.st" --steps 3 --dump "$tmp/f1.st" >> "$tmp/out" 2>&1 &&
-   MGC_FUSE=0 "$MGC" $F --load "$tmp/fi.st" --batch "$tmp/fb.st" --steps 3 --dump "$tmp/f0.st" >> "$tmp/out" 2>&1; then
+   MGC_FUSE=1 "$MGC" $F --load "$tmp/fi.st" --check-batch "$tmp/fb.st" --steps 3 --dump "$tmp/f1.st" >> "$tmp/out" 2>&1 &&
+   MGC_FUSE=0 "$MGC" $F --load "$tmp/fi.st" --check-batch "$tmp/fb.st" --steps 3 --dump "$tmp/f0.st" >> "$tmp/out" 2>&1; then
     nf=$(MGC_FUSE=1 "$MGC" $F --emit kernels | grep -c "kernel k[0-9]*_sgd_bucket(")
     nu=$(MGC_FUSE=0 "$MGC" $F --emit kernels | grep -c "kernel k[0-9]*_sgd(")
     if [ "$nf" -gt 0 ] && [ "$nf" -lt "$nu" ]; then
@@ -199,9 +199,9 @@ g = torch.Generator().manual_seed(5)
 st.save({'x': torch.randn(6, 1, 12, 12, generator=g), 'y': torch.randint(0, 10, (6,), generator=g)}, sys.argv[1])" "$tmp/b.st"
     S="tests/nets/small_resnet.net --sync-bn --batch-size 6"
     if "$MGC" $S --epochs 0 --save "$tmp/i.st" > /dev/null 2>&1 &&
-       timeout 120 mpirun -np 2 "$MGC" $S --devices cpu:1 --load "$tmp/i.st" --batch "$tmp/b.st" --steps 2 --dump "$tmp/dm.st" > "$tmp/out" 2>&1 &&
-       "$MGC" $S --devices cpu:2 --load "$tmp/i.st" --batch "$tmp/b.st" --steps 2 --dump "$tmp/dt.st" >> "$tmp/out" 2>&1 &&
-       MGC_CPU_OWN_MEMORY=1 "$MGC" $S --devices cpu:2 --load "$tmp/i.st" --batch "$tmp/b.st" --steps 2 --dump "$tmp/do.st" >> "$tmp/out" 2>&1; then
+       timeout 120 mpirun -np 2 "$MGC" $S --devices cpu:1 --load "$tmp/i.st" --check-batch "$tmp/b.st" --steps 2 --dump "$tmp/dm.st" > "$tmp/out" 2>&1 &&
+       "$MGC" $S --devices cpu:2 --load "$tmp/i.st" --check-batch "$tmp/b.st" --steps 2 --dump "$tmp/dt.st" >> "$tmp/out" 2>&1 &&
+       MGC_CPU_OWN_MEMORY=1 "$MGC" $S --devices cpu:2 --load "$tmp/i.st" --check-batch "$tmp/b.st" --steps 2 --dump "$tmp/do.st" >> "$tmp/out" 2>&1; then
         compare "$tmp/dm.st" "$tmp/dt.st" 0 0 "--sync-bn check mode: mpirun -np 2 x cpu:1 = cpu:2, bit for bit"
         compare "$tmp/do.st" "$tmp/dt.st" 0 0 "--sync-bn check mode on cpu:2 with device memory of their own = in host memory, bit for bit"
     else

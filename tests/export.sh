@@ -97,7 +97,7 @@ while read -r name net d route args; do
         images=$d/x.safetensors reference=$d/p.safetensors
     else
         if ! "$MGC" "$net" --epochs 0 --save "$d/ck0.safetensors" > "$d/log" 2>&1 ||
-           ! "$MGC" "$net" --load "$d/ck0.safetensors" --batch "$d/b.safetensors" --steps 1 --lr 0.1 --dump "$d/dump.safetensors" >> "$d/log" 2>&1 ||
+           ! "$MGC" "$net" --load "$d/ck0.safetensors" --check-batch "$d/b.safetensors" --steps 1 --lr 0.1 --dump "$d/dump.safetensors" >> "$d/log" 2>&1 ||
            ! $check merge "$d/ck0.safetensors" "$d/dump.safetensors" "$d/ck.safetensors" >> "$d/log" 2>&1; then
             bad "$name: check mode: $(tail -2 "$d/log")"; continue
         fi

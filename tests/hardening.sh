@@ -243,7 +243,7 @@ dev=/dev/null
 expect save-device 2 "--save $dev is a character device" -- $L --epochs 1 --save "$dev"
 [ -c "$dev" ] && ok "the device node is left a device node" || bad "save-device: $dev was replaced"
 expect save-directory 2 "is a directory" -- $L --epochs 1 --save "$tmp"
-expect dump-missing-dir 2 "--dump $tmp/nowhere/d.st: the directory" -- $L --batch "$tmp/none.st" --dump "$tmp/nowhere/d.st"
+expect dump-missing-dir 2 "--dump $tmp/nowhere/d.st: the directory" -- $L --check-batch "$tmp/none.st" --dump "$tmp/nowhere/d.st"
 expect log-missing-dir 2 "--log $tmp/nowhere/l.jsonl: the directory $tmp/nowhere does not exist" -- $L --epochs 1 --log "$tmp/nowhere/l.jsonl"
 mkdir -p "$tmp/ro"; chmod 0555 "$tmp/ro"
 if [ "$(id -u)" -ne 0 ]; then expect save-read-only 2 "cannot write into the directory $tmp/ro" -- $L --epochs 1 --save "$tmp/ro/ck.st"; fi
@@ -387,17 +387,17 @@ for bad_label in 10 200 -1 1e9 nan 2.5; do
     $PY -c "
 import sys; sys.path.insert(0, 'tests'); import st, torch
 st.save({'x': torch.rand(4, 1, 28, 28), 'y': torch.tensor([1.0, 2.0, float('$bad_label'), 0.0])}, '$tmp/b.st')"
-    expect "batch-label-$bad_label" 1 "label 2 of 'y' is" -- $L --batch "$tmp/b.st" --steps 1
+    expect "batch-label-$bad_label" 1 "label 2 of 'y' is" -- $L --check-batch "$tmp/b.st" --steps 1
 done
 $PY -c "
 import sys; sys.path.insert(0, 'tests'); import st, torch
 x = torch.rand(4, 1, 28, 28); x[3, 0, 5, 7] = float('nan')
 st.save({'x': x, 'y': torch.tensor([1, 2, 3, 0])}, '$tmp/b.st')"
-expect batch-input-nan 1 "'x' holds nan at element 2499 (example 3): the inputs must be finite" -- $L --batch "$tmp/b.st" --steps 1
+expect batch-input-nan 1 "'x' holds nan at element 2499 (example 3): the inputs must be finite" -- $L --check-batch "$tmp/b.st" --steps 1
 $PY -c "
 import sys; sys.path.insert(0, 'tests'); import st, torch
 st.save({'x': torch.rand(4, 1, 28, 28), 'y': torch.tensor([1, 2, 9, 0])}, '$tmp/b.st')"
-expect batch-good 0 "step 1  loss" -- $L --batch "$tmp/b.st" --steps 1
+expect batch-good 0 "step 1  loss" -- $L --check-batch "$tmp/b.st" --steps 1
 
 # ----------------------------------------------------------- numbers in checkpoints
 # A checkpoint's tensors are finite (a variance, running_var or exp_avg_sq, not
@@ -470,7 +470,7 @@ NET
         $PY -c "
 import sys; sys.path.insert(0, 'tests'); import st, torch
 st.save({'x': torch.rand(4, 1, 28, 28), 'y': torch.tensor([1, 2, 3, 0])}, sys.argv[1])" "$tmp/batch.st"
-        expect check-mode-nonfinite 1 "after 1 step, parameter 'conv1.weight' holds 100 values that are not finite, of 100" -- "$tmp/bnr.net" --batch "$tmp/batch.st" --steps 1 --load "$tmp/big.st" --save "$tmp/cm.st"
+        expect check-mode-nonfinite 1 "after 1 step, parameter 'conv1.weight' holds 100 values that are not finite, of 100" -- "$tmp/bnr.net" --check-batch "$tmp/batch.st" --steps 1 --load "$tmp/big.st" --save "$tmp/cm.st"
         grep -qF ": not saved to $tmp/cm.st" "$tmp/out" && [ ! -e "$tmp/cm.st" ] && ok "check mode: parameters not finite after its steps are not saved" ||
             bad "check-mode-nonfinite-saved: $(tail -1 "$tmp/out")"
     else

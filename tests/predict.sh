@@ -164,7 +164,7 @@ for line in open(sys.argv[1]):
 for item in "${nets[@]}"; do
     name=${item%%:*} net=${item#*:}
     [ -f "$tmp/$name.batch.st" ] || { bad "$name: no batch for its input ($(grep "^$name " "$tmp/shapes"))"; continue; }
-    "$MGC" "$net" --batch "$tmp/$name.batch.st" --steps 1 --lr 0 --dump "$tmp/$name.dump.st" --save "$tmp/$name.b1.st" > "$tmp/cm" 2>&1 ||
+    "$MGC" "$net" --check-batch "$tmp/$name.batch.st" --steps 1 --lr 0 --dump "$tmp/$name.dump.st" --save "$tmp/$name.b1.st" > "$tmp/cm" 2>&1 ||
         { bad "$name: check mode: $(tail -1 "$tmp/cm")"; continue; }
     "$MGC" predict "$tmp/$name.b1.st" "$tmp/$name.imgs.safetensors" --out "$tmp/$name.bp.safetensors" --batch-size 7 > "$tmp/bp" 2>&1 ||
         { bad "$name: predict: $(tail -1 "$tmp/bp")"; continue; }

@@ -183,7 +183,25 @@ static bool keeps_state(const char *was)
    every count to there exact in a double (AdamW's bias corrections' exponent). */
 #define MAX_STEPS (1ULL << 53)
 
-int train_load_checkpoint(Store *s, const char *path, Resume *resume, const TrainConfig *cfg)
+/* The store's parameters and running statistics that checkpoint f lacks or has in another shape */
+static int misfits(const Store *s, const StFile *f)
+{
+    int n = 0;
+    for (int k = 0; k < s->n; k++) {
+        const StoreEntry *e = &s->e[k];
+        const StTensor *t = st_find(f, e->name);
+        if (!t) {
+            n += e->trainable || rt_store_is_running(e);
+            continue;
+        }
+        bool same = t->nd == e->shape.nd;
+        for (int d = 0; same && d < t->nd; d++) same = t->shape[d] == e->shape.d[d];
+        n += !same;
+    }
+    return n;
+}
+
+int train_load_checkpoint(Store *s, const char *path, const char *net, Resume *resume, const TrainConfig *cfg)
 {
     StFile f;
     char err[512];
@@ -192,6 +210,15 @@ int train_load_checkpoint(Store *s, const char *path, Resume *resume, const Trai
         return -1;
     }
     int bad = 0, damaged = 0;
+    char theirs[256];
+    int wrong = misfits(s, &f);
+    if (wrong && net && st_meta_get(&f, "net", theirs, sizeof theirs) >= 0 && strcmp(theirs, net)) {
+        fprintf(stderr, "mgc: %s is a checkpoint of the net '%s', not of '%s': %d of this net's %d tensors are not in it "
+                "or not of its shape; give a checkpoint saved from %s (or leave out --load/--resume to start afresh)\n", path,
+                theirs, net, wrong, s->n, net);
+        st_free(&f);
+        return -1;
+    }
     if (resume && (meta_count(&f, path, "epoch", &resume->epoch) || meta_count(&f, path, "steps", &resume->steps) ||
                    meta_count(&f, path, "seed", &resume->seed) || meta_count(&f, path, "batch_size", &resume->batch_size))) {
         st_free(&f);

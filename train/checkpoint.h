@@ -42,7 +42,9 @@ int  train_check_tensors(Group *g, StoreCheck *found, char *what, size_t size, b
    checked: its shape, its values finite (a variance's not below 0), and with
    resume the optimizer state of cfg's optimizer present where the
    checkpoint's is the same kind and kept one; the step counts in range. */
-int  train_load_checkpoint(Store *s, const char *path, Resume *resume, const TrainConfig *cfg);
+/* net: the name of the net being trained; a checkpoint whose metadata names another net and does
+   not fit is said in one line, not a line a tensor */
+int  train_load_checkpoint(Store *s, const char *path, const char *net, Resume *resume, const TrainConfig *cfg);
 /* --resume: says on rank 0 where the run goes on from (and what differs
    from the first run's recipe); the first epoch to train. */
 int  train_resume_from(Group *g, const Resume *r);

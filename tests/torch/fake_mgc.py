@@ -5,7 +5,7 @@
     MGC="/usr/bin/python3 tests/torch/fake_mgc.py" /usr/bin/python3 tests/torch/ref.py
 
 Implements only: NET --epochs 0 [--seed S] --save F, and
-NET --load F --batch B --steps K --lr --momentum --weight-decay
+NET --load F --check-batch B --steps K --lr --momentum --weight-decay
 [--optimizer --nesterov --betas --eps] --dump OUT.
 FAKE_MGC_BREAK=name makes it deliberately wrong (see BREAKS) so that one can
 see ref.py catch it.
@@ -32,7 +32,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save")
     ap.add_argument("--load")
-    ap.add_argument("--batch")
+    ap.add_argument("--check-batch", dest="batch")
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.0)

@@ -14,7 +14,7 @@
 For every case: write a seeded random batch (x F32 [B,C,H,W], y I64 [B]);
 `mgc NET --epochs 0 --seed S --save init.safetensors` gives mgc's initial
 weights; they are loaded into the hand-written PyTorch twin (tests/torch/models.py);
-`mgc NET --load init --batch batch --steps K --lr --momentum --weight-decay --dump out`
+`mgc NET --load init --check-batch batch --steps K --lr --momentum --weight-decay --dump out`
 is compared with the same K SGD steps in PyTorch: loss of each step, logits,
 grad.x, grad.<param>, final parameters, BN running stats, eval_logits.
 Error = ||mgc - torch|| / max(||torch||, tiny), norm-wise.  Also: mgc's init
@@ -429,7 +429,7 @@ def mgc_init(net, d, seed, log, sets=(), batch=8, extra=()):
 def mgc_dump(net, init, batch, out, steps, lr, momentum, wd, log, sets=(), extra=(), optim=None):
     if os.path.exists(out):
         os.remove(out)
-    run_mgc([net, "--load", rel(init), "--batch", rel(batch), "--steps", steps, "--lr", lr]
+    run_mgc([net, "--load", rel(init), "--check-batch", rel(batch), "--steps", steps, "--lr", lr]
             + optimizer_args(optim, momentum, wd) + ["--dump", rel(out)] + set_args(sets) + list(extra)
             + (["--precision", PRECISION] if PRECISION != "fp32" else []), log)
     return st_load(out)
@@ -461,7 +461,7 @@ def run_compare_case(c, rep, log):
         got = mgc_dump(net, init, batch, os.path.join(d, "out.safetensors"), c["steps"],
                        c["lr"], c["momentum"], c["wd"], log, sets, c.get("mgc_args", ()), c.get("optim"))
     except MgcError as e:
-        rep.check(name, "mgc --batch --dump", False, str(e))
+        rep.check(name, "mgc --check-batch --dump", False, str(e))
         return
     m32 = copy.deepcopy(model).float() if c.get("f32_tol") else None
     mac = copy.deepcopy(model).float() if PRECISION == "bf16" else None
