@@ -156,7 +156,7 @@ for net, b, steps, extra, dev_a, dev_b, tol in cases:
     st.save({"x": x, "y": y}, f"{R}/batch.st")
     mgc(net, "--epochs", 0, "--batch-size", b, *extra, "--save", f"{R}/init.st")
     for d, out in ((dev_a, "a"), (dev_b, "b")):
-        mgc(net, "--devices", dev(d.split()[0]), "--batch-size", b, *extra, "--load", f"{R}/init.st", "--batch", f"{R}/batch.st",
+        mgc(net, "--devices", dev(d.split()[0]), "--batch-size", b, *extra, "--load", f"{R}/init.st", "--check-batch", f"{R}/batch.st",
             "--steps", steps, "--lr", 0.01, "--dump", f"{R}/{out}.st", env={"MGC_CUDA_GRAPHS": "0"} if "nographs" in d else {})
     A, B = st.load(f"{R}/a.st"), st.load(f"{R}/b.st")
     worst, name, ratio, ok = 0.0, "", -1.0, True
