@@ -45,7 +45,7 @@ def read_log(path):
     except (OSError, ValueError):
         return []
     out, total = [], 0.0
-    for r in rows:
+    for r in (r for r in rows if "test_acc" in r):   # not --log-every's step records
         total = r["elapsed_s"] if "elapsed_s" in r else total + r["seconds"]
         out.append((r["epoch"], total / 60.0, r["test_acc"]))
     return out

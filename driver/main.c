@@ -105,6 +105,12 @@ static void usage(FILE *out)
         "                         the one it holds up to --epochs, saving back into FILE (or --save's);\n"
         "                         the same numbers as a run never interrupted\n"
         "  --log FILE             one JSON object per epoch (jsonl)\n"
+        "  --log-every K          and one every K training steps: {\"step\", \"epoch\", \"loss\" (the K steps' mean),\n"
+        "                         \"lr\", \"examples_per_s\"}\n"
+        "  --progress-every S     on a terminal a bar (the epoch's progress, loss, examples/s, time to go);\n"
+        "                         elsewhere (a log file, nohup, Slurm, CI) a line every S seconds with the\n"
+        "                         step, loss, examples/s and the epoch's and run's time to go (default 30;\n"
+        "                         0: none)\n"
         "  --emit STAGE           print a stage and exit, needs no data:\n"
         "                           ir       the forward graph (BatchNorm in training form)\n"
         "                           eval-ir  the forward graph in evaluation form\n"
@@ -302,7 +308,7 @@ enum Opt {
     O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV, O_AUGMENT, O_NORMALIZE, O_RESIZE, O_DUMP_BATCH,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
     O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_GPU_MODEL, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
-    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_NO_FOLD, O_COUNT
+    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_NO_FOLD, O_PROGRESS_EVERY, O_LOG_EVERY, O_COUNT
 };
 /* which commands take an option */
 enum { U_TRAIN = 1 << CMD_TRAIN, U_PREDICT = 1 << CMD_PREDICT, U_EVALUATE = 1 << CMD_EVALUATE, U_EXPORT = 1 << CMD_EXPORT,
@@ -325,6 +331,7 @@ static const struct { const char *name; bool flag; int uses; } options[O_COUNT] 
     [O_PRECISION] = { "--precision", false, U_RUN }, [O_OUT] = { "--out", false, U_PREDICT | U_EXPORT },
     [O_FORMAT] = { "--format", false, U_EXPORT }, [O_SPLIT] = { "--split", false, U_PREDICT | U_EVALUATE },
     [O_NET] = { "--net", false, U_MODEL & ~U_TRAIN }, [O_NO_FOLD] = { "--no-fold", true, U_TRAIN | U_EXPORT },
+    [O_PROGRESS_EVERY] = { "--progress-every" }, [O_LOG_EVERY] = { "--log-every" },
 };
 /* the options handled before the table's (they end the parse, or take no value) */
 static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", "--list-layers",
@@ -451,6 +458,7 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
 {
     TrainConfig *t = &c->cfg;
     long v;
+    float f;
     int rc = 0;
     switch (which) {
     case O_DEVICES: c->devices = val; ps->devices_given = c->devices_given = true; break;
@@ -521,6 +529,8 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     case O_LOAD: ps->load = val; break;
     case O_RESUME: ps->resume = val; break;
     case O_LOG: t->log = val; break;
+    case O_PROGRESS_EVERY: rc = parse_float(name, val, 0, false, 1e6, false, &f); t->progress_every = f; break;
+    case O_LOG_EVERY: rc = parse_long(name, val, 1, 1000000000, &v); t->log_every = (int)v; break;
     case O_EMIT:
         c->emit = EMIT_NONE;
         for (int k = EMIT_IR; k < EMIT_COUNT; k++)
@@ -697,6 +707,7 @@ static int finish_args(Cli *c, Parse *ps)
     t->no_graphs = graphs == 0;
     c->fuse = fuse == 1;
     if (t->dump && !t->batch_file) return bad("--dump needs --check-batch FILE (check mode)%s%s", "", "");
+    if (t->log_every && !t->log) return bad("--log-every K writes its records into --log FILE: give one%s%s", "", "");
     if (c->no_fold && (c->command == CMD_TRAIN ? c->emit != EMIT_INFER_IR : c->format != FORMAT_C && c->format != FORMAT_CUDA))
         return bad("--no-fold applies to --emit infer-ir and mgc export --format c|cuda: it keeps each BatchNorm apart from "
                    "the layer before it in the library's graph%s%s", "", "");
@@ -736,6 +747,7 @@ static int parse_args(int argc, char **argv, Cli *c)
     t->beta1 = 0.9f, t->beta2 = 0.999f, t->eps = 1e-8f;   /* AdamW's, PyTorch's defaults */
     t->limit_train = t->limit_test = -1;
     t->steps = 1;
+    t->progress_every = 30;
     c->devices = "cpu";
     c->bucket_mb = 25;
     c->arch = "sm_90";

@@ -287,6 +287,13 @@ expect two-nets 2 "more than one net" -- $L nets/resnet18.net
 expect devices 2 "unknown device list" -- $L --devices tpu
 ldconfig -p 2> /dev/null | grep -q "libcuda.so.1 " || expect gpus 2 "train on CPU devices with --devices cpu:2" -- $L --gpus 2
 expect dump-alone 2 "--dump needs --check-batch" -- $L --dump x.st
+expect log-every-alone 2 "--log-every K writes its records into --log FILE" -- $L --log-every 5
+# progress off a terminal: a line every --progress-every seconds; --log-every's step records beside the epochs'
+if "$MGC" $L --epochs 1 --limit-train 6400 --limit-test 256 --batch-size 64 --progress-every 0.001 --log "$tmp/steps.jsonl" \
+       --log-every 25 > "$tmp/out" 2>&1 && grep -qE "^  epoch 1/1  step [0-9]+/100  loss [0-9.]+  [0-9,]+ examples/s  eta .* \(epoch\), .* \(run\)$" "$tmp/out" &&
+   [ "$(grep -c '"step": ' "$tmp/steps.jsonl")" = 4 ] && [ "$(grep -c '"test_acc": ' "$tmp/steps.jsonl")" = 1 ] &&
+   grep -q '^{"step": 100, "epoch": 1, "epoch_step": 100, "loss": ' "$tmp/steps.jsonl"; then pass=$((pass + 1))
+else echo "FAIL cli progress-lines/log-every: $(head -c 400 "$tmp/out"; head -c 300 "$tmp/steps.jsonl")"; fail=$((fail + 1)); fi
 expect batch-old-name 2 "'--batch' is now '--check-batch FILE'" -- $L --batch 64
 expect option-far 2 "unknown option '--bs'" -- $L --bs 64
 HOME=$tmp/no-home XDG_CACHE_HOME= expect home-missing 0 "HOME=$tmp/no-home: No such file or directory" -- $L --epochs 0

@@ -17,14 +17,56 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void progress(const TrainConfig *cfg, int epoch, long done, long total, double loss, double t0)
+/* s seconds as "42s", "3m07s" or "1h02m" */
+static const char *duration(double s, char *buf, size_t size)
 {
-    int width = 30, fill = (int)((double)width * done / total);
-    fprintf(stderr, "\r  epoch %d/%d [", epoch, cfg->epochs);
-    for (int k = 0; k < width; k++) fputc(k < fill ? '=' : k == fill ? '>' : ' ', stderr);
-    double dt = train_now() - t0;
-    fprintf(stderr, "] %3ld%%  loss %.3f  %.0f examples/s ", 100 * done / total, loss, dt > 0 ? done / dt : 0.0);
+    long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+    if (t < 60) snprintf(buf, size, "%lds", t);
+    else if (t < 3600) snprintf(buf, size, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, size, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    return buf;
+}
+
+/* Progress after `step` steps of this epoch (done of total examples): on a terminal the bar, redrawn,
+   with the epoch's time to go; elsewhere (a log, nohup, Slurm, CI) a line every --progress-every
+   seconds with the epoch's and the run's time to go (the test passes not counted). The loss is the
+   epoch's so far on the first replica's shard (all of it on one device). */
+static void progress(Group *g, long step, long done, long total, double loss)
+{
+    const TrainConfig *cfg = g->cfg;
+    double now = train_now(), dt = now - g->t0, eps = dt > 0 ? done / dt : 0.0;
+    double epoch_left = done > 0 ? dt * (double)(total - done) / (double)done : 0.0;
+    long run_steps = (long)(cfg->epochs - g->first_epoch + 1) * g->steps_per_epoch;
+    long run_done = (long)(g->epoch - g->first_epoch) * g->steps_per_epoch + step;
+    double run_left = run_done > 0 ? (now - g->run_t0) * (double)(run_steps - run_done) / (double)run_done : 0.0;
+    char a[32], b[32], num[32];
+    const char *rate = rt_commas((long)(eps + 0.5), num);
+    if (cfg->progress) {
+        int width = 30, fill = (int)((double)width * done / total);
+        fprintf(stderr, "\r  epoch %d/%d [", g->epoch, cfg->epochs);
+        for (int k = 0; k < width; k++) fputc(k < fill ? '=' : k == fill ? '>' : ' ', stderr);
+        fprintf(stderr, "] %3ld%%  loss %.3f  %s examples/s  eta %s ", 100 * done / total, loss, rate,
+                duration(epoch_left, a, sizeof a));
+    } else {
+        fprintf(stderr, "  epoch %d/%d  step %ld/%ld  loss %.3f  %s examples/s  eta %s (epoch), %s (run)\n", g->epoch,
+                cfg->epochs, step, g->steps_per_epoch, loss, rate, duration(epoch_left, a, sizeof a), duration(run_left, b, sizeof b));
+    }
     fflush(stderr);
+}
+
+/* --log-every K: after step `step` of the epoch, every K steps, a record of the steps since the last
+   one (their mean loss on the first replica's shard, the rate, examples/s) in rank 0's --log */
+static void log_step(Group *g, long step, double loss, long n, int b)
+{
+    g->log_loss += loss * n, g->log_seen += n, g->log_steps++;
+    if (g->log_steps < g->cfg->log_every || !g->log) return;
+    double now = train_now(), dt = now - g->log_t0;
+    long run_step = (long)(g->epoch - 1) * g->steps_per_epoch + step;
+    fprintf(g->log, "{\"step\": %ld, \"epoch\": %d, \"epoch_step\": %ld, \"loss\": %.6f, \"lr\": %.9g, \"examples_per_s\": %.1f}\n",
+            run_step, g->epoch, step, g->log_seen ? g->log_loss / g->log_seen : 0.0, train_lr(g->cfg, g->epoch, step - 1, g->steps_per_epoch),
+            dt > 0 ? (double)g->log_steps * b / dt : 0.0);
+    fflush(g->log);   /* a failed write is found at the epoch's record */
+    g->log_loss = 0, g->log_seen = g->log_steps = 0, g->log_t0 = now;
 }
 
 /* ------------------------------------------------------------------ one epoch */
@@ -91,9 +133,13 @@ static void epoch_on_replica(Group *g, Replica *r)
         r->seen += n;
         if (control ? control[1] > 0 : r->diverged) r->stop = true, r->stop_reason = 2;
         else if (control ? control[0] > 0 : train_signal() != 0) r->stop = true, r->stop_reason = 1;
-        if (r->global == 0 && cfg->progress && train_now() - g->last_draw > 0.2) {
-            progress(cfg, g->epoch, at + b, g->count, r->loss_sum / r->seen, g->t0);
-            g->last_draw = train_now();
+        if (r->global == 0 && g->world->rank == 0) {
+            if (cfg->log_every) log_step(g, step + 1, l, n, (int)b);
+            double every = cfg->progress ? 0.2 : cfg->progress_every;
+            if ((cfg->progress || every > 0) && train_now() - g->last_draw >= every) {
+                progress(g, step + 1, at + b, g->count, r->loss_sum / r->seen);
+                g->last_draw = train_now();
+            }
         }
         at += B;
         have = more, b = nb, first = nfirst, n = nn;
@@ -386,6 +432,9 @@ int train_epochs(Group *g, const Dataset *train, const Dataset *test, int *order
                  bool *log_failed)
 {
     const TrainConfig *cfg = g->cfg;
+    g->first_epoch = first_epoch;
+    g->run_t0 = g->log_t0 = g->last_draw = train_now();
+    g->log = *log;
     for (int epoch = first_epoch; epoch <= cfg->epochs; epoch++) {
         EpochResult e;
         train_one_epoch(g, train, order, epoch, &e);

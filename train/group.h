@@ -61,6 +61,12 @@ typedef struct Group {
     int epoch;
     long steps_per_epoch;     /* training steps in every epoch */
     double t0, last_draw;     /* the epoch's start, the progress line's last drawing */
+    double run_t0;            /* the first trained epoch's start (the run's ETA) */
+    int first_epoch;          /* the run's first epoch (after --resume, not 1) */
+    FILE *log;                /* rank 0's --log, for --log-every's step records (NULL: none) */
+    double log_loss;          /* the loss summed over the steps since the last step record, */
+    long log_seen, log_steps; /* ... over this many examples and steps */
+    double log_t0;            /* ... since this time */
     /* check mode */
     float *x, *y;             /* the whole batch, host */
     long b;

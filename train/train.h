@@ -53,7 +53,9 @@ typedef struct TrainConfig {
     bool check_nan;           /* anomaly mode: every step's output checked; the first not finite named */
     World *world;             /* the ranks of an MPI run, or this process alone */
     bool verbose;
-    bool progress;            /* draw progress on stderr (a terminal) */
+    bool progress;            /* draw progress on stderr (a terminal): a bar with the epoch's ETA */
+    double progress_every;    /* not a terminal: a line of progress every this many seconds (--progress-every; 0 none) */
+    int log_every;            /* --log-every K: a --log record every K training steps too (0: epochs only) */
     /* the model as given, written into every checkpoint so that it can be used alone (ckmodel.h) */
     const char *net_file;     /* the .net file's path as given */
     const char *net_text;     /* its bytes, net_len of them (NULL: not kept) */
