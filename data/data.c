@@ -733,6 +733,50 @@ void data_limit(Dataset *d, int n)
         d->n = n;
 }
 
+int data_split(Dataset *d, Dataset *val, double frac, unsigned long long seed)
+{
+    *val = (Dataset){ 0, d->channels, d->rows, d->cols, d->classes, NULL, NULL, NULL };
+    int k = (int)(frac * d->n + 0.5);
+    if (k <= 0) return 0;
+    size_t per = (size_t)d->channels * d->rows * d->cols, esz = d->pixels ? 1 : sizeof(float);
+    int *order = malloc(sizeof(int) * (size_t)d->n);
+    char *held = calloc((size_t)d->n, 1);
+    val->labels = malloc(sizeof(int) * (size_t)k);
+    void *vdata = malloc(per * esz * (size_t)k);
+    if (!order || !held || !val->labels || !vdata) {
+        free(order), free(held), free(val->labels), free(vdata);
+        val->labels = NULL;
+        return -1;
+    }
+    /* a draw of its own: not any epoch's shuffle ("VALID") */
+    Rng r;
+    rng_seed2(&r, seed, 0x56414c4944ULL);
+    for (int i = 0; i < d->n; i++) order[i] = i;
+    for (int i = 0; i < k; i++) {   /* the first k of a Fisher-Yates shuffle */
+        int j = i + rng_below(&r, d->n - i), t = order[i];
+        order[i] = order[j], order[j] = t;
+        held[order[i]] = 1;
+    }
+    unsigned char *src = d->pixels ? d->pixels : (unsigned char *)d->values, *dst = vdata;
+    int kept = 0, taken = 0;
+    for (int i = 0; i < d->n; i++) {   /* in d's order: the held-out ones to val, the rest packed down */
+        unsigned char *from = src + (size_t)i * per * esz;
+        if (held[i]) {
+            memcpy(dst + (size_t)taken * per * esz, from, per * esz);
+            val->labels[taken++] = d->labels[i];
+        } else {
+            if (kept != i) memmove(src + (size_t)kept * per * esz, from, per * esz);
+            d->labels[kept++] = d->labels[i];
+        }
+    }
+    if (d->pixels) val->pixels = vdata;
+    else val->values = vdata;
+    val->n = k;
+    d->n = kept;
+    free(order), free(held);
+    return 0;
+}
+
 const char *data_default_dir(char *buf, size_t size)
 {
     const char *env = getenv("MGC_DATA");

@@ -114,6 +114,9 @@ void data_probe(const char *dir, char *out, size_t size);
 void data_free(Dataset *d);
 /* Keeps the first n examples (no-op if n < 0 or n >= d->n; memory is kept). */
 void data_limit(Dataset *d, int n);
+/* --val-split: round(frac * d->n) examples drawn from seed (the same on every rank and device) moved
+   out of d into *val, both in d's order; 0, or -1 (out of memory). */
+int data_split(Dataset *d, Dataset *val, double frac, unsigned long long seed);
 /* Default data dir into buf: $MGC_DATA if set and non-empty, else
    $HOME/.cache/mgc/fashion-mnist (./fashion-mnist without HOME). Returns buf. */
 const char *data_default_dir(char *buf, size_t size);

@@ -107,6 +107,11 @@ static void usage(FILE *out)
         "  --log FILE             one JSON object per epoch (jsonl)\n"
         "  --log-every K          and one every K training steps: {\"step\", \"epoch\", \"loss\" (the K steps' mean),\n"
         "                         \"lr\", \"examples_per_s\"}\n"
+        "  --val-split F          hold out this share of the training set (after --limit-train; drawn from\n"
+        "                         --seed, the same on every device and rank), its accuracy each epoch\n"
+        "  --save-best            with --save FILE: FILE.best.safetensors, the epoch of the best validation\n"
+        "                         accuracy\n"
+        "  --early-stop K         stop after K epochs without a better validation accuracy\n"
         "  --progress-every S     on a terminal a bar (the epoch's progress, loss, examples/s, time to go);\n"
         "                         elsewhere (a log file, nohup, Slurm, CI) a line every S seconds with the\n"
         "                         step, loss, examples/s and the epoch's and run's time to go (default 30;\n"
@@ -308,7 +313,7 @@ enum Opt {
     O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV, O_AUGMENT, O_NORMALIZE, O_RESIZE, O_DUMP_BATCH,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
     O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_GPU_MODEL, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
-    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_NO_FOLD, O_PROGRESS_EVERY, O_LOG_EVERY, O_COUNT
+    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_NO_FOLD, O_PROGRESS_EVERY, O_LOG_EVERY, O_VAL_SPLIT, O_SAVE_BEST, O_EARLY_STOP, O_COUNT
 };
 /* which commands take an option */
 enum { U_TRAIN = 1 << CMD_TRAIN, U_PREDICT = 1 << CMD_PREDICT, U_EVALUATE = 1 << CMD_EVALUATE, U_EXPORT = 1 << CMD_EXPORT,
@@ -331,7 +336,8 @@ static const struct { const char *name; bool flag; int uses; } options[O_COUNT] 
     [O_PRECISION] = { "--precision", false, U_RUN }, [O_OUT] = { "--out", false, U_PREDICT | U_EXPORT },
     [O_FORMAT] = { "--format", false, U_EXPORT }, [O_SPLIT] = { "--split", false, U_PREDICT | U_EVALUATE },
     [O_NET] = { "--net", false, U_MODEL & ~U_TRAIN }, [O_NO_FOLD] = { "--no-fold", true, U_TRAIN | U_EXPORT },
-    [O_PROGRESS_EVERY] = { "--progress-every" }, [O_LOG_EVERY] = { "--log-every" },
+    [O_PROGRESS_EVERY] = { "--progress-every" }, [O_LOG_EVERY] = { "--log-every" }, [O_VAL_SPLIT] = { "--val-split" },
+    [O_SAVE_BEST] = { "--save-best", true }, [O_EARLY_STOP] = { "--early-stop" },
 };
 /* the options handled before the table's (they end the parse, or take no value) */
 static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", "--list-layers",
@@ -531,6 +537,9 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     case O_LOG: t->log = val; break;
     case O_PROGRESS_EVERY: rc = parse_float(name, val, 0, false, 1e6, false, &f); t->progress_every = f; break;
     case O_LOG_EVERY: rc = parse_long(name, val, 1, 1000000000, &v); t->log_every = (int)v; break;
+    case O_VAL_SPLIT: rc = parse_float(name, val, 0, true, 1, true, &f); t->val_split = f; break;
+    case O_SAVE_BEST: t->save_best = true; break;
+    case O_EARLY_STOP: rc = parse_long(name, val, 1, 1000000, &v); t->early_stop = (int)v; break;
     case O_EMIT:
         c->emit = EMIT_NONE;
         for (int k = EMIT_IR; k < EMIT_COUNT; k++)
@@ -708,6 +717,10 @@ static int finish_args(Cli *c, Parse *ps)
     c->fuse = fuse == 1;
     if (t->dump && !t->batch_file) return bad("--dump needs --check-batch FILE (check mode)%s%s", "", "");
     if (t->log_every && !t->log) return bad("--log-every K writes its records into --log FILE: give one%s%s", "", "");
+    if ((t->save_best || t->early_stop) && t->val_split <= 0)
+        return bad("%s measures the validation accuracy: give --val-split F (a share of the training set held out, e.g. 0.1)%s",
+                   t->save_best ? "--save-best" : "--early-stop", "");
+    if (t->save_best && !t->save) return bad("--save-best writes beside --save FILE (FILE.best.safetensors): give --save%s%s", "", "");
     if (c->no_fold && (c->command == CMD_TRAIN ? c->emit != EMIT_INFER_IR : c->format != FORMAT_C && c->format != FORMAT_CUDA))
         return bad("--no-fold applies to --emit infer-ir and mgc export --format c|cuda: it keeps each BatchNorm apart from "
                    "the layer before it in the library's graph%s%s", "", "");

@@ -294,6 +294,31 @@ if "$MGC" $L --epochs 1 --limit-train 6400 --limit-test 256 --batch-size 64 --pr
    [ "$(grep -c '"step": ' "$tmp/steps.jsonl")" = 4 ] && [ "$(grep -c '"test_acc": ' "$tmp/steps.jsonl")" = 1 ] &&
    grep -q '^{"step": 100, "epoch": 1, "epoch_step": 100, "loss": ' "$tmp/steps.jsonl"; then pass=$((pass + 1))
 else echo "FAIL cli progress-lines/log-every: $(head -c 400 "$tmp/out"; head -c 300 "$tmp/steps.jsonl")"; fail=$((fail + 1)); fi
+# --val-split: a share held out and measured each epoch; --save-best keeps the best epoch's parameters;
+# --early-stop ends a run that stopped improving (lr 0: never better than epoch 1, so it stops after 1 + K)
+V="--limit-train 3000 --limit-test 500 --batch-size 100 --val-split 0.2"
+expect val-split 0 "2,400 training (600 held out for validation, --val-split 0.2)" -- $L --epochs 1 $V
+expect early-stop 0 "stopped early after epoch 3 of 10: the validation accuracy has not improved for 2 epochs (best" -- \
+    $L --epochs 10 $V --lr 0 --early-stop 2
+expect save-best-alone 2 "--save-best measures the validation accuracy: give --val-split F" -- $L --save-best --save "$tmp/b.st"
+expect val-split-empty 1 "--val-split 0.001 of 100 training examples leaves none to validate on" -- $L --limit-train 100 --val-split 0.001
+if "$MGC" $L --epochs 3 $V --lr 0.1 --momentum 0.9 --normalize --save "$tmp/vb.safetensors" --save-best --log "$tmp/vb.jsonl" > "$tmp/out" 2>&1 &&
+   "$MGC" $L --epochs 1 $V --lr 0 --log "$tmp/vl1.jsonl" > /dev/null 2>&1 &&
+   "$MGC" $L --epochs 1 $V --lr 0 --devices cpu:2 --log "$tmp/vl2.jsonl" > /dev/null 2>&1 &&
+   /usr/bin/python3 - "$tmp" << 'PY'
+import json, struct, sys
+t = sys.argv[1]
+one = [json.loads(l) for l in open(f"{t}/vb.jsonl")]
+v1, v2 = (json.loads(open(f"{t}/vl{k}.jsonl").readline()) for k in (1, 2))
+best = max(one, key=lambda r: (r["val_acc"], -r["epoch"]))   # the first epoch of the best accuracy
+raw = open(f"{t}/vb.best.safetensors", "rb").read()
+meta = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])["__metadata__"]
+assert int(meta["epoch"]) == best["epoch"], (meta["epoch"], best)
+# the same examples held out on two devices as on one: with lr 0 the initial parameters' accuracy on them, the same
+assert v1["val_acc"] == v2["val_acc"] and v2["replicas"] == 2, (v1, v2)
+assert all(0 < r["val_acc"] < 1 for r in one)
+PY
+then pass=$((pass + 1)); else echo "FAIL cli save-best/val-split on cpu:2: $(tail -3 "$tmp/out")"; fail=$((fail + 1)); fi
 expect batch-old-name 2 "'--batch' is now '--check-batch FILE'" -- $L --batch 64
 expect option-far 2 "unknown option '--bs'" -- $L --bs 64
 HOME=$tmp/no-home XDG_CACHE_HOME= expect home-missing 0 "HOME=$tmp/no-home: No such file or directory" -- $L --epochs 0

@@ -271,6 +271,7 @@ static void report_nan(const Group *g)
 typedef struct EpochResult {
     double loss, correct, seen;   /* sums */
     double t_train, test_acc, secs;
+    double val_acc;               /* --val-split's (NaN: none) */
     long steps;
     float lr;                     /* the rate of the epoch's last step */
 } EpochResult;
@@ -285,8 +286,10 @@ static void report_epoch(Group *g, int epoch, const EpochResult *e, const CommRe
     if (isnan(e->test_acc)) snprintf(accs, sizeof accs, "-");
     else snprintf(accs, sizeof accs, "%.3f", e->test_acc);
     if (cfg->lr_schedule != LR_CONSTANT || cfg->warmup) snprintf(lrs, sizeof lrs, "  lr %.4g", (double)e->lr);
-    printf("epoch %d/%d  loss %.3f  train acc %.3f  test acc %s%s  %s examples/s  %.1f s  on %s\n",
-           epoch, cfg->epochs, e->loss / seen, e->correct / seen, accs, lrs, rt_commas((long)eps, num), e->secs, devs);
+    char vals[48] = "";
+    if (!isnan(e->val_acc)) snprintf(vals, sizeof vals, "  val acc %.3f%s", e->val_acc, g->best_epoch == epoch ? " (best)" : "");
+    printf("epoch %d/%d  loss %.3f  train acc %.3f%s  test acc %s%s  %s examples/s  %.1f s  on %s\n",
+           epoch, cfg->epochs, e->loss / seen, e->correct / seen, vals, accs, lrs, rt_commas((long)eps, num), e->secs, devs);
     if (cr->dev) {
         printf("  communication per step: %.2f MB sent by the busiest replica (ring bound 2(N-1)/N S = %.2f MB)",
                cr->bytes_per_step / 1e6, cr->bound_per_step / 1e6);
@@ -307,6 +310,7 @@ static void report_epoch(Group *g, int epoch, const EpochResult *e, const CommRe
     fprintf(f, "{\"epoch\": %d, \"loss\": %.6f, \"train_acc\": %.6f, \"test_acc\": ", epoch, e->loss / seen, e->correct / seen);
     if (isnan(e->test_acc)) fprintf(f, "null");
     else fprintf(f, "%.6f", e->test_acc);
+    if (!isnan(e->val_acc)) fprintf(f, ", \"val_acc\": %.6f", e->val_acc);
     fprintf(f, ", \"lr\": %.9g, \"examples_per_s\": %.1f, \"seconds\": %.3f, \"train_seconds\": %.3f, \"replicas\": %d",
             (double)e->lr, eps, e->secs, e->t_train, g->total);
     fprintf(f, ", \"precision\": \"%s\"", g->cfg->bf16 ? "bf16" : "fp32");
@@ -333,6 +337,43 @@ static void report_epoch(Group *g, int epoch, const EpochResult *e, const CommRe
         *log = NULL;
         *log_failed = true;
     }
+}
+
+/* --save-best's file: FILE.safetensors as FILE.best.safetensors (else FILE.best) */
+static const char *best_path(const char *save, char *buf, size_t size)
+{
+    size_t n = strlen(save), ext = strlen(".safetensors");
+    if (n > ext && !strcmp(save + n - ext, ".safetensors")) snprintf(buf, size, "%.*s.best.safetensors", (int)(n - ext), save);
+    else snprintf(buf, size, "%s.best", save);
+    return buf;
+}
+
+/* After epoch's validation: the best so far (saved where --save-best), and whether --early-stop
+   stops the run here (said). The same on every rank: the accuracy is the sum over them all. */
+static int after_validation(Group *g, int epoch, const EpochResult *e, bool downloaded, bool *stop)
+{
+    const TrainConfig *cfg = g->cfg;
+    *stop = false;
+    if (isnan(e->val_acc)) return 0;
+    if (g->best_epoch == 0 || e->val_acc > g->best_val) {
+        g->best_val = e->val_acc, g->best_epoch = epoch;
+        char path[4096];
+        if (cfg->save_best && train_save(g, best_path(cfg->save, path, sizeof path), epoch, downloaded)) return 1;
+    } else if (cfg->early_stop && epoch - g->best_epoch >= cfg->early_stop) {
+        *stop = true;
+    }
+    return 0;
+}
+
+static void say_early_stop(const Group *g, int epoch)
+{
+    const TrainConfig *cfg = g->cfg;
+    char best[4200] = "", path[4096];
+    if (cfg->save_best) snprintf(best, sizeof best, "; its parameters are in %s", best_path(cfg->save, path, sizeof path));
+    if (g->world->rank == 0)
+        printf("mgc: stopped early after epoch %d of %d: the validation accuracy has not improved for %d epoch%s (best %.4f after "
+               "epoch %d%s)\n", epoch, cfg->epochs, epoch - g->best_epoch, epoch - g->best_epoch == 1 ? "" : "s", g->best_val,
+               g->best_epoch, best);
 }
 
 /* Trains one epoch on every replica; the sums over every rank in *e. */
@@ -433,6 +474,7 @@ int train_epochs(Group *g, const Dataset *train, const Dataset *test, int *order
 {
     const TrainConfig *cfg = g->cfg;
     g->first_epoch = first_epoch;
+    g->best_epoch = 0;
     g->run_t0 = g->log_t0 = g->last_draw = train_now();
     g->log = *log;
     for (int epoch = first_epoch; epoch <= cfg->epochs; epoch++) {
@@ -448,12 +490,16 @@ int train_epochs(Group *g, const Dataset *train, const Dataset *test, int *order
         bool downloaded;
         if (check_epoch(g, epoch, first_epoch, &downloaded)) return 1;
         e.test_acc = train_evaluate(g, test, order);
+        e.val_acc = g->val ? train_evaluate(g, g->val, order) : NAN;
         e.secs = train_now() - g->t0;
+        bool early = false;
+        if (after_validation(g, epoch, &e, downloaded, &early)) return 1;
         CommReport cr = comm_report(g, e.steps);
         if (g->world->rank == 0) report_epoch(g, epoch, &e, &cr, log, log_failed);
         free(cr.dev);
         if (cfg->save && train_save(g, cfg->save, epoch, downloaded)) return 1;
-        if (epoch == cfg->epochs) break;
+        if (early) say_early_stop(g, epoch);
+        if (epoch == cfg->epochs || early) break;
         /* rank 0's --log could not be written (a full disk), on every rank; or a
            stop asked during the evaluation or the save: stop here */
         int stop = train_stop_point(g->world, *log_failed ? 1 : 0);

@@ -64,6 +64,9 @@ typedef struct Group {
     double run_t0;            /* the first trained epoch's start (the run's ETA) */
     int first_epoch;          /* the run's first epoch (after --resume, not 1) */
     FILE *log;                /* rank 0's --log, for --log-every's step records (NULL: none) */
+    const Dataset *val;       /* --val-split's held-out examples (NULL: none) */
+    double best_val;          /* the best validation accuracy so far, */
+    int best_epoch;           /* ... after this epoch (0: none yet) */
     double log_loss;          /* the loss summed over the steps since the last step record, */
     long log_seen, log_steps; /* ... over this many examples and steps */
     double log_t0;            /* ... since this time */

@@ -363,7 +363,12 @@ static void say_run(const Group *g, const Dataset *train, const Dataset *test, c
     if (!cpu) printf(" (%s)", g->r[0].dev->model);
     else printf(" with %d thread%s%s", g->r[0].dev->threads, g->r[0].dev->threads == 1 ? "" : "s", g->n > 1 ? " each" : "");
     if (cfg->evaluate) printf("; %s test examples (%s), batch %d\n", rt_commas(test->n, num3), data, cfg->batch_size);
-    else printf("; %s training and %s test examples (%s), batch %d%s\n", rt_commas(train->n, num2),
+    else if (g->val) {
+        char num4[32];
+        printf("; %s training (%s held out for validation, --val-split %g) and %s test examples (%s), batch %d%s\n",
+               rt_commas(train->n, num2), rt_commas(g->val->n, num4), cfg->val_split, rt_commas(test->n, num3), data,
+               cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
+    } else printf("; %s training and %s test examples (%s), batch %d%s\n", rt_commas(train->n, num2),
                 rt_commas(test->n, num3), data, cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
     if (cfg->bf16)   /* says once how bf16 runs here */
         printf("mgc: precision bf16: convolutions and linear layers multiply bf16 operands, sum in fp32 (%s)\n",
@@ -524,7 +529,7 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
     char err[2048];
     if (!data->file && data_describe(cfg->data_dir, &info, err, sizeof err) >= 0 && check_net(g, &info, true))
         return 1;   /* (one file of mgc predict's is read in a moment, its layout as the net takes it) */
-    Dataset train = { 0 }, test = { 0 };
+    Dataset train = { 0 }, test = { 0 }, val = { 0 };
     FILE *log = NULL;
     bool log_failed = false;
     int status = take_data(g, data, &train, &test, &log);
@@ -553,9 +558,24 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
     if (!status) {
         data_limit(&train, cfg->limit_train);
         data_limit(&test, cfg->limit_test);
+        if (cfg->val_split > 0 && !cfg->evaluate && !cfg->predict) {   /* after --limit-train: a share of what it trains on */
+            if (data_split(&train, &val, cfg->val_split, cfg->seed)) {
+                fprintf(stderr, "mgc: out of memory holding out the validation examples\n");
+                status = 1;
+            } else if (val.n == 0 || train.n == 0) {
+                if (g->world->rank == 0)
+                    fprintf(stderr, "mgc: --val-split %g of %d training examples leaves %s: give a share that leaves examples on "
+                            "both sides\n", cfg->val_split, train.n + val.n, val.n == 0 ? "none to validate on" : "none to train on");
+                status = 1;
+            }
+            g->val = status ? NULL : &val;
+        }
+    }
+    if (!status) {
         /* every full batch, and a last one with an example for each replica at least (gather_shard) */
         g->steps_per_epoch = train.n / cfg->batch_size + (train.n % cfg->batch_size >= g->total ? 1 : 0);
-        order = malloc(sizeof(int) * (size_t)(train.n > test.n ? train.n : test.n) + 1);
+        int most = train.n > test.n ? train.n : test.n;
+        order = malloc(sizeof(int) * (size_t)(most > val.n ? most : val.n) + 1);
         if (g->world->rank == 0) say_run(g, &train, &test, &data->info);
     }
     if (!status && cfg->dump_batch) {
@@ -588,6 +608,8 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
     free(order);
     data_free(&train);
     data_free(&test);
+    data_free(&val);
+    g->val = NULL;
     return status;
 }
 
