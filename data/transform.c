@@ -46,6 +46,15 @@ static void channel_stats(const Dataset *d, int c, double *mean, double *sd)
 int transform_fit(Transform *t, const Dataset *d, char *err, size_t err_size)
 {
     if (!t->normalize) return 0;
+    if (t->given) {   /* the values given (ImageNet's, say): for the data's channels, each of them */
+        if (t->given != d->channels) {
+            set_err(err, err_size, "--normalize= gives the mean and std of %d channel%s, and the images have %d: give %d mean%s, "
+                    "then %d standard deviation%s", t->given, t->given == 1 ? "" : "s", d->channels, d->channels,
+                    d->channels == 1 ? "" : "s", d->channels, d->channels == 1 ? "" : "s");
+            return -1;
+        }
+        return 0;
+    }
     for (int c = 0; c < d->channels && c < TRANSFORM_MAX_CHANNELS; c++) {
         double mean, sd;
         channel_stats(d, c, &mean, &sd);

@@ -27,6 +27,7 @@ typedef struct Transform {
     bool flip;                /* --augment flip */
     bool normalize;           /* --normalize: (x - mean[c]) / std[c] */
     float mean[TRANSFORM_MAX_CHANNELS], std[TRANSFORM_MAX_CHANNELS];   /* filled by transform_fit() */
+    int given;                /* --normalize=M1,..,Mc,S1,..,Sc: the channels whose mean and std were given (0: fitted) */
 } Transform;
 
 /* Whether t changes anything (else data_gather's plain copy is the loader). */

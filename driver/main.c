@@ -93,7 +93,8 @@ static void usage(FILE *out)
         "  --augment LIST         training images: crop[:P] (a random window after P zeros around, default 4),\n"
         "                         flip (horizontal, half of them); drawn per example from --seed, the epoch and\n"
         "                         its index (the same on any devices)\n"
-        "  --normalize            (x - mean) / std per channel, the training set's (transforms.Normalize)\n"
+        "  --normalize            (x - mean) / std per channel, the training set's (transforms.Normalize);\n"
+        "                         --normalize=M1,..,Mc,S1,..,Sc given values (--normalize=imagenet: torchvision's)\n"
         "  --resize H[xW]         images bilinear to H x W first (torchvision's Resize, antialias=False)\n"
         "  --dump-batch FILE      write epoch 1's first training batch as the net sees it (x, y, index) to\n"
         "                         FILE.safetensors, and exit\n"
@@ -400,6 +401,34 @@ static int parse_augment(const char *val, Transform *t)
     return 0;
 }
 
+/* --normalize=M1,...,Mc,S1,...,Sc (or imagenet): each channel's mean and standard deviation given, not
+   the training set's: 0, or 2 said */
+static int parse_normalize(const char *val, Transform *t)
+{
+    if (!strcmp(val, "imagenet")) val = "0.485,0.456,0.406,0.229,0.224,0.225";   /* torchvision's */
+    float v[2 * TRANSFORM_MAX_CHANNELS];
+    int n = 0;
+    for (const char *p = val;; p++) {
+        char *end;
+        errno = 0;
+        double x = strtod(p, &end);
+        if (end == p || errno || !isfinite(x) || (*end && *end != ',') || n == 2 * TRANSFORM_MAX_CHANNELS)
+            return bad("--normalize=M1,...,Mc,S1,...,Sc takes each channel's mean, then each one's standard deviation (or "
+                       "imagenet), e.g. --normalize=0.286,0.353; got '%s'%s", val, "");
+        v[n++] = (float)x;
+        p = end;
+        if (!*end) break;
+    }
+    if (n % 2) return bad("--normalize=%s: an odd count of numbers; give the means, then as many standard deviations%s", val, "");
+    for (int c = 0; c < n / 2; c++) {
+        if (!(v[n / 2 + c] > 0))
+            return bad("--normalize=%s: a standard deviation must be above 0 (it divides)%s", val, "");
+        t->mean[c] = v[c], t->std[c] = v[n / 2 + c];
+    }
+    t->given = n / 2;
+    return 0;
+}
+
 /* --resize H or HxW: 0, or 2 said */
 static int parse_resize(const char *val, Transform *t)
 {
@@ -501,7 +530,10 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     case O_EPS: rc = parse_float(name, val, 0, true, 1, false, &t->eps); ps->eps_given = true; break;
     case O_NESTEROV: t->nesterov = true; break;
     case O_AUGMENT: rc = parse_augment(val, &t->transform); break;
-    case O_NORMALIZE: t->transform.normalize = c->normalize_given = true; break;
+    case O_NORMALIZE:
+        t->transform.normalize = c->normalize_given = true;
+        if (val) rc = parse_normalize(val, &t->transform);
+        break;
     case O_RESIZE: rc = parse_resize(val, &t->transform); c->resize_given = true; break;
     case O_OUT: c->out = val; break;
     case O_FORMAT: {
@@ -815,7 +847,7 @@ static int parse_args(int argc, char **argv, Cli *c)
                            uses & U_EXPORT && !(uses & U_PREDICT) ? "export" : uses & U_PREDICT ? "predict" : "evaluate");
             return bad("%s is for training (mgc NET.net ...), not for mgc %s: the checkpoint holds what it needs", name, cmd);
         }
-        if (options[which].flag && val) return bad("%s takes no value, got '%s'", name, val);
+        if (options[which].flag && val && which != O_NORMALIZE) return bad("%s takes no value, got '%s'", name, val);
         if (!val && !options[which].flag) {
             if (i + 1 >= argc) return bad("%s needs a value%s", name, "");
             val = argv[++i];

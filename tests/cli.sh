@@ -319,6 +319,20 @@ assert v1["val_acc"] == v2["val_acc"] and v2["replicas"] == 2, (v1, v2)
 assert all(0 < r["val_acc"] < 1 for r in one)
 PY
 then pass=$((pass + 1)); else echo "FAIL cli save-best/val-split on cpu:2: $(tail -3 "$tmp/out")"; fail=$((fail + 1)); fi
+# --normalize=MEAN,STD: the values given, not the training set's: pixels 0..1 come out at (p - 0.5) / 0.25, -2..2
+expect normalize-given-channels 1 "--normalize= gives the mean and std of 3 channels, and the images have 1" -- $L --epochs 1 --normalize=imagenet
+expect normalize-given-odd 2 "an odd count of numbers" -- $L --normalize=0.2
+if "$MGC" $L --normalize=0.5,0.25 --limit-train 512 --dump-batch "$tmp/nb.safetensors" > "$tmp/out" 2>&1 &&
+   grep -q "normalize (mean 0.5000 std 0.2500)" "$tmp/out" && /usr/bin/python3 - "$tmp/nb.safetensors" << 'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+a, b = h["x"]["data_offsets"]
+x = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
+assert min(x) == -2.0 and max(x) == 2.0, (min(x), max(x))
+PY
+then pass=$((pass + 1)); else echo "FAIL cli normalize-given: $(head -3 "$tmp/out")"; fail=$((fail + 1)); fi
 expect batch-old-name 2 "'--batch' is now '--check-batch FILE'" -- $L --batch 64
 expect option-far 2 "unknown option '--bs'" -- $L --bs 64
 HOME=$tmp/no-home XDG_CACHE_HOME= expect home-missing 0 "HOME=$tmp/no-home: No such file or directory" -- $L --epochs 0
