@@ -103,8 +103,24 @@ endif
 endif
 endif
 
+# TensorBoard's event files (train/tensorboard.c, --tensorboard) when protoc-c and protobuf-c's
+# header are found: $(BUILD)/tensorboard.pb-c.[ch] from train/tensorboard.proto. TB=0 builds without.
+TB_OBJ =
+ifneq ($(TB),0)
+ifneq ($(PROTOC_C),)
+ifneq ($(wildcard /usr/include/protobuf-c/protobuf-c.h),)
+HAVE_TB := 1
+TB_OBJ   = $(BUILD)/tensorboard.pb-c.o
+ifndef HAVE_ONNX
+LDLIBS  += -lprotobuf-c
+endif
+$(BUILD)/train/tensorboard.o: CPPFLAGS += -DHAVE_TB -I$(BUILD)
+endif
+endif
+endif
+
 SRC  = $(wildcard ir/*.c frontend/*.c codegen/*.c pipeline/*.c runtime/*.c data/*.c train/*.c export/*.c driver/*.c)
-OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.o $(ONNX_OBJ)
+OBJ  = $(patsubst %.c,$(BUILD)/%.o,$(SRC)) $(BUILD)/parser.tab.o $(BUILD)/lexer.o $(ONNX_OBJ) $(TB_OBJ)
 
 all: $(BIN)
 
@@ -115,6 +131,7 @@ $(BIN): $(OBJ)
 	$(CC) $(LDFLAGS) $(BGEMM_EXPORTS) -o $@ $(OBJ) $(LDLIBS)
 	@echo "mgc: built $@ with CPU devices$(if $(HAVE_MPI), and MPI ($(MPICC)), without MPI ($(if $(filter 0,$(MPI)),MPI=0,no mpicc found)))"
 	@echo "     $(if $(HAVE_ONNX),ONNX export ($(ONNX_PROTO) through $(PROTOC_C)),no ONNX export ($(if $(filter 0,$(ONNX)),ONNX=0,needs protoc-c and protobuf-c and $(ONNX_PROTO): apt-get install protobuf-c-compiler libprotobuf-c-dev libonnx-dev)))"
+	@echo "     $(if $(HAVE_TB),TensorBoard event files (protobuf-c),no TensorBoard event files ($(if $(filter 0,$(TB)),TB=0,needs protoc-c and protobuf-c: apt-get install protobuf-c-compiler libprotobuf-c-dev)))"
 	@echo "     $(if $(HAVE_CUDA),CUDA devices ($(CUDA_HOME): NVRTC, driver, cuBLAS opened at run time)$(if $(HAVE_NCCL), with NCCL ($(NCCL_HOME)),; without NCCL (no $(NCCL_HOME)/include/nccl.h): one GPU only),$(if $(HAVE_NVRTC),NVRTC ($(CUDA_HOME)) for --emit ptx; no CUDA devices (no cuda.h or cublas_v2.h),no CUDA ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/include/nvrtc.h))))"
 
 
@@ -138,6 +155,15 @@ $(BUILD)/onnx.pb-c.c $(BUILD)/onnx.pb-c.h &: $(ONNX_PROTO)
 	@mkdir -p $(BUILD)
 	$(PROTOC_C) --c_out=$(BUILD) --proto_path=$(dir $(ONNX_PROTO)) $(notdir $(ONNX_PROTO))
 $(BUILD)/onnx.pb-c.o: $(BUILD)/onnx.pb-c.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -std=c11 -Wall -c -o $@ $<
+# TensorBoard's messages (the subset train/tensorboard.proto holds)
+ifdef HAVE_TB
+$(BUILD)/train/tensorboard.o: $(BUILD)/tensorboard.pb-c.h
+endif
+$(BUILD)/tensorboard.pb-c.c $(BUILD)/tensorboard.pb-c.h &: train/tensorboard.proto
+	@mkdir -p $(BUILD)
+	$(PROTOC_C) --c_out=$(BUILD) --proto_path=train tensorboard.proto
+$(BUILD)/tensorboard.pb-c.o: $(BUILD)/tensorboard.pb-c.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -std=c11 -Wall -c -o $@ $<
 
 $(BUILD)/%.o: %.c $(BUILD)/parser.tab.h

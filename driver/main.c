@@ -108,6 +108,8 @@ static void usage(FILE *out)
         "  --log FILE             one JSON object per epoch (jsonl)\n"
         "  --log-every K          and one every K training steps: {\"step\", \"epoch\", \"loss\" (the K steps' mean),\n"
         "                         \"lr\", \"examples_per_s\"}\n"
+        "  --tensorboard DIR      TensorBoard's event files in DIR: loss, accuracy, lr and examples/s per\n"
+        "                         step and per epoch, the settings, each parameter's histogram per epoch\n"
         "  --val-split F          hold out this share of the training set (after --limit-train; drawn from\n"
         "                         --seed, the same on every device and rank), its accuracy each epoch\n"
         "  --save-best            with --save FILE: FILE.best.safetensors, the epoch of the best validation\n"
@@ -314,7 +316,7 @@ enum Opt {
     O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV, O_AUGMENT, O_NORMALIZE, O_RESIZE, O_DUMP_BATCH,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
     O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_GPU_MODEL, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
-    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_NO_FOLD, O_PROGRESS_EVERY, O_LOG_EVERY, O_VAL_SPLIT, O_SAVE_BEST, O_EARLY_STOP, O_COUNT
+    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_NO_FOLD, O_PROGRESS_EVERY, O_LOG_EVERY, O_VAL_SPLIT, O_SAVE_BEST, O_EARLY_STOP, O_TENSORBOARD, O_COUNT
 };
 /* which commands take an option */
 enum { U_TRAIN = 1 << CMD_TRAIN, U_PREDICT = 1 << CMD_PREDICT, U_EVALUATE = 1 << CMD_EVALUATE, U_EXPORT = 1 << CMD_EXPORT,
@@ -338,7 +340,7 @@ static const struct { const char *name; bool flag; int uses; } options[O_COUNT] 
     [O_FORMAT] = { "--format", false, U_EXPORT }, [O_SPLIT] = { "--split", false, U_PREDICT | U_EVALUATE },
     [O_NET] = { "--net", false, U_MODEL & ~U_TRAIN }, [O_NO_FOLD] = { "--no-fold", true, U_TRAIN | U_EXPORT },
     [O_PROGRESS_EVERY] = { "--progress-every" }, [O_LOG_EVERY] = { "--log-every" }, [O_VAL_SPLIT] = { "--val-split" },
-    [O_SAVE_BEST] = { "--save-best", true }, [O_EARLY_STOP] = { "--early-stop" },
+    [O_SAVE_BEST] = { "--save-best", true }, [O_EARLY_STOP] = { "--early-stop" }, [O_TENSORBOARD] = { "--tensorboard" },
 };
 /* the options handled before the table's (they end the parse, or take no value) */
 static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", "--list-layers",
@@ -571,6 +573,7 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     case O_LOG_EVERY: rc = parse_long(name, val, 1, 1000000000, &v); t->log_every = (int)v; break;
     case O_VAL_SPLIT: rc = parse_float(name, val, 0, true, 1, true, &f); t->val_split = f; break;
     case O_SAVE_BEST: t->save_best = true; break;
+    case O_TENSORBOARD: t->tensorboard = val; break;
     case O_EARLY_STOP: rc = parse_long(name, val, 1, 1000000, &v); t->early_stop = (int)v; break;
     case O_EMIT:
         c->emit = EMIT_NONE;

@@ -13,8 +13,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 P=build/plain
 rm -f $P/mgc   # linked again: the build report comes with the link, also when the objects are up to date
-if make -s -j2 CUDA=0 MPI=0 ONNX=0 BUILD=$P BIN=$P/mgc > "$tmp/build" 2>&1; then
+if make -s -j2 CUDA=0 MPI=0 ONNX=0 TB=0 BUILD=$P BIN=$P/mgc > "$tmp/build" 2>&1; then
     grep -q "without MPI (MPI=0)" "$tmp/build" && grep -q "no CUDA (CUDA=0)" "$tmp/build" && grep -q "no ONNX export (ONNX=0)" "$tmp/build" &&
+        grep -q "no TensorBoard event files (TB=0)" "$tmp/build" &&
         ok "CUDA=0 MPI=0 ONNX=0 builds and says so: $(grep -c . "$tmp/build") lines" || { bad "the plain build's report"; cat "$tmp/build"; }
     ! ldd $P/mgc | grep -qE "nvrtc|libmpi|protobuf-c" && ok "the plain build links neither NVRTC nor MPI nor protobuf-c" ||
         bad "the plain build links NVRTC, MPI or protobuf-c"
@@ -23,8 +24,11 @@ if make -s -j2 CUDA=0 MPI=0 ONNX=0 BUILD=$P BIN=$P/mgc > "$tmp/build" 2>&1; then
     rc=$?
     [ $rc -eq 1 ] && grep -q "built without ONNX export; install protoc-c, protobuf-c and ONNX's onnx.proto (Debian: apt-get install protobuf-c-compiler libprotobuf-c-dev libonnx-dev)" "$tmp/out" &&
         [ ! -e "$tmp/m.onnx" ] && ok "plain build: export --format onnx says what to install (exit 1)" || { bad "plain build export --format onnx: exit $rc"; cat "$tmp/out"; }
-    make -s CUDA=0 MPI=0 ONNX=0 BUILD=$P BIN=$P/mgc $P/unit_export > "$tmp/out" 2>&1 && $P/unit_export >> "$tmp/out" 2>&1 &&
+    make -s CUDA=0 MPI=0 ONNX=0 TB=0 BUILD=$P BIN=$P/mgc $P/unit_export > "$tmp/out" 2>&1 && $P/unit_export >> "$tmp/out" 2>&1 &&
         ok "plain build: unit_export ($(tail -1 "$tmp/out"))" || { bad "plain build: unit_export"; tail -5 "$tmp/out"; }
+    $P/mgc nets/lenet.net --epochs 1 --limit-train 256 --tensorboard "$tmp/tb" > "$tmp/out" 2>&1
+    [ $? -eq 1 ] && grep -q "built without protobuf-c, which writes TensorBoard's events" "$tmp/out" &&
+        ok "plain build: --tensorboard says what it lacks (exit 1)" || { bad "plain build --tensorboard"; cat "$tmp/out"; }
     $P/mgc nets/lenet.net --gpus 1 > "$tmp/out" 2>&1
     rc=$?
     [ $rc -eq 2 ] && grep -q "built without CUDA" "$tmp/out" && grep -q "train on CPU devices with --devices cpu:1" "$tmp/out" &&

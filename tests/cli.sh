@@ -333,6 +333,19 @@ x = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
 assert min(x) == -2.0 and max(x) == 2.0, (min(x), max(x))
 PY
 then pass=$((pass + 1)); else echo "FAIL cli normalize-given: $(head -3 "$tmp/out")"; fail=$((fail + 1)); fi
+# --tensorboard: TensorBoard's own reader (from .venv, .ci/setup) reads the events back, CRCs and all, and
+# finds the --log's numbers in them
+TBPY=${MGC_VENV:-.venv}/bin/python
+if "$TBPY" -c "import tensorboard.backend.event_processing.event_accumulator" 2> /dev/null; then
+    if "$MGC" $L --epochs 2 --limit-train 2000 --limit-test 500 --batch-size 100 --val-split 0.1 --tensorboard "$tmp/tb/run" \
+           --log "$tmp/tb.jsonl" > "$tmp/out" 2>&1 && "$TBPY" tests/tensorboard_check.py "$tmp/tb/run" "$tmp/tb.jsonl" 2 18 > "$tmp/tbc" 2>&1; then
+        pass=$((pass + 1))
+    else echo "FAIL cli tensorboard: $(tail -3 "$tmp/out") $(tail -3 "$tmp/tbc")"; fail=$((fail + 1)); fi
+else
+    echo "skip tensorboard: no tensorboard in ${MGC_VENV:-.venv} (bash .ci/setup makes it)"
+    [ "${CI:-}" = true ] && { echo "FAIL cli: CI has no tensorboard in .venv"; fail=$((fail + 1)); }
+fi
+expect tensorboard-unwritable 1 "--tensorboard: cannot make the directory /proc/nope" -- $L --epochs 1 --tensorboard /proc/nope/tb
 expect batch-old-name 2 "'--batch' is now '--check-batch FILE'" -- $L --batch 64
 expect option-far 2 "unknown option '--bs'" -- $L --bs 64
 HOME=$tmp/no-home XDG_CACHE_HOME= expect home-missing 0 "HOME=$tmp/no-home: No such file or directory" -- $L --epochs 0

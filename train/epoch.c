@@ -11,6 +11,7 @@
 */
 #include "epoch.h"
 #include "checkpoint.h"
+#include "tensorboard.h"
 #include "pool.h"
 #include <errno.h>
 #include <math.h>
@@ -105,6 +106,7 @@ static void epoch_on_replica(Group *g, Replica *r)
     double wait0 = r->tr.wait_seconds;
     long at = 0, b, first, n, step = 0;
     double t0 = train_now();
+    r->step_t = t0;
     bool have = gather_shard(g, r, &r->tr, B, W, at, &b, &first, &n);
     bool per_step = train_lr_per_step(cfg);
     for (; have && !r->stop; step++) {
@@ -135,6 +137,14 @@ static void epoch_on_replica(Group *g, Replica *r)
         else if (control ? control[0] > 0 : train_signal() != 0) r->stop = true, r->stop_reason = 1;
         if (r->global == 0 && g->world->rank == 0) {
             if (cfg->log_every) log_step(g, step + 1, l, n, (int)b);
+            if (g->tb) {   /* the step's scalars, on the run's step axis (the first replica's shard) */
+                long s = (long)(g->epoch - 1) * g->steps_per_epoch + step + 1;
+                tb_scalar(g->tb, "train/loss", l, s);
+                tb_scalar(g->tb, "train/accuracy", n > 0 ? train_read1(&r->tr, p->correct) / (double)n : 0.0, s);
+                tb_scalar(g->tb, "train/lr", train_lr(cfg, g->epoch, step, g->steps_per_epoch), s);
+                tb_scalar(g->tb, "train/examples_per_s", t1 > r->step_t ? (double)b / (t1 - r->step_t) : 0.0, s);
+                r->step_t = t1;
+            }
             double every = cfg->progress ? 0.2 : cfg->progress_every;
             if ((cfg->progress || every > 0) && train_now() - g->last_draw >= every) {
                 progress(g, step + 1, at + b, g->count, r->loss_sum / r->seen);
@@ -304,6 +314,21 @@ static void report_epoch(Group *g, int epoch, const EpochResult *e, const CommRe
             }
     }
     fflush(stdout);
+    if (g->tb) {   /* the epoch's scalars on the epochs' axis */
+        tb_scalar(g->tb, "epoch/loss", e->loss / seen, epoch);
+        tb_scalar(g->tb, "epoch/train_acc", e->correct / seen, epoch);
+        if (!isnan(e->test_acc)) tb_scalar(g->tb, "epoch/test_acc", e->test_acc, epoch);
+        if (!isnan(e->val_acc)) tb_scalar(g->tb, "epoch/val_acc", e->val_acc, epoch);
+        tb_scalar(g->tb, "epoch/examples_per_s", eps, epoch);
+        tb_scalar(g->tb, "epoch/lr", e->lr, epoch);
+        const Store *st = &g->r[0].store;   /* downloaded by the epoch's check (train_epochs) */
+        for (int k = 0; k < st->n; k++)
+            if (st->e[k].trainable) {
+                char tag[300];
+                snprintf(tag, sizeof tag, "params/%s", st->e[k].name);
+                tb_histogram(g->tb, tag, st->e[k].data, st->e[k].numel, epoch);
+            }
+    }
     FILE *f = *log;
     if (!f) return;
     errno = 0;
@@ -489,6 +514,7 @@ int train_epochs(Group *g, const Dataset *train, const Dataset *test, int *order
         if (cfg->progress && g->world->rank == 0) fprintf(stderr, "\r%*s\r", 100, "");
         bool downloaded;
         if (check_epoch(g, epoch, first_epoch, &downloaded)) return 1;
+        if (g->tb && !downloaded) rt_store_download(&g->r[0].store, STORE_ALL), downloaded = true;   /* the histograms' */
         e.test_acc = train_evaluate(g, test, order);
         e.val_acc = g->val ? train_evaluate(g, g->val, order) : NAN;
         e.secs = train_now() - g->t0;

@@ -29,6 +29,7 @@ typedef struct Replica {
     Store store;
     Exec tr, ev;
     bool have_tr, have_ev;
+    double step_t;            /* when its last training step ended (--tensorboard's examples/s) */
     /* results of the current epoch or check */
     double loss_sum, correct, eval_correct;
     long seen;
@@ -64,6 +65,7 @@ typedef struct Group {
     double run_t0;            /* the first trained epoch's start (the run's ETA) */
     int first_epoch;          /* the run's first epoch (after --resume, not 1) */
     FILE *log;                /* rank 0's --log, for --log-every's step records (NULL: none) */
+    struct Tb *tb;            /* rank 0's --tensorboard event file (NULL: none) */
     const Dataset *val;       /* --val-split's held-out examples (NULL: none) */
     double best_val;          /* the best validation accuracy so far, */
     int best_epoch;           /* ... after this epoch (0: none yet) */

@@ -24,6 +24,7 @@
 #include "bgemm.h"
 #include "agree.h"
 #include "memlimit.h"
+#include "tensorboard.h"
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -447,6 +448,33 @@ static int agree_data(World *w, const DataInfo *info)
 /* The data (read meanwhile by its thread) and rank 0's --log, on every rank:
    0, 1 (said), 2 (the ranks read different data, said), or 128 + a stop
    signal. */
+/* Rank 0's --tensorboard event file, and the run's settings in it as a text summary: 0, or 1 said */
+static int open_tensorboard(Group *g)
+{
+    const TrainConfig *cfg = g->cfg;
+    static Tb tb;
+    char err[512];
+    if (tb_open(&tb, cfg->tensorboard, err, sizeof err)) {
+        fprintf(stderr, "mgc: %s\n", err);
+        return 1;
+    }
+    g->tb = &tb;
+    char text[2048], aug[64] = "none";
+    if (cfg->transform.crop_pad || cfg->transform.flip)
+        snprintf(aug, sizeof aug, "%s%s%s", cfg->transform.crop_pad ? "crop" : "", cfg->transform.crop_pad && cfg->transform.flip ? "," : "",
+                 cfg->transform.flip ? "flip" : "");
+    snprintf(text, sizeof text,
+             "| setting | value |\n|---|---|\n| net | %s |\n| epochs | %d |\n| batch size | %d |\n| optimizer | %s |\n| lr | %g |\n"
+             "| lr schedule | %s |\n| warmup steps | %d |\n| momentum | %g |\n| weight decay | %g |\n| seed | %llu |\n"
+             "| augment | %s |\n| normalize | %s |\n| precision | %s |\n| val split | %g |\n| replicas | %d |\n",
+             train_primary(g->m)->net_name, cfg->epochs, cfg->batch_size, cfg->optimizer == IR_ADAMW ? "adamw" : "sgd",
+             (double)cfg->lr, cfg->lr_schedule == LR_COSINE ? "cosine" : cfg->lr_schedule == LR_CONSTANT ? "constant" : "step",
+             cfg->warmup, (double)cfg->momentum, (double)cfg->weight_decay, (unsigned long long)cfg->seed, aug,
+             cfg->transform.normalize ? "yes" : "no", cfg->bf16 ? "bf16" : "fp32", cfg->val_split, g->total);
+    tb_text(&tb, "run/settings", text, 0);
+    return tb.failed;
+}
+
 static int take_data(Group *g, DataLoad *data, Dataset *train, Dataset *test, FILE **log)
 {
     const TrainConfig *cfg = g->cfg;
@@ -465,6 +493,7 @@ static int take_data(Group *g, DataLoad *data, Dataset *train, Dataset *test, FI
         fprintf(stderr, "mgc: cannot write --log %s: %s\n", cfg->log, strerror(errno));
         rc = 1;
     }
+    if (!rc && cfg->tensorboard && world->rank == 0 && open_tensorboard(g)) rc = 1;
     int status = train_stop_point(world, rc);
     if (status == 1 && !rc) fprintf(stderr, "mgc: rank %d: stopping, another rank failed (see its message)\n", world->rank);
     return status ? status : agree_data(world, &data->info);
@@ -604,6 +633,8 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
         fprintf(stderr, "mgc: cannot write --log %s: %s\n", cfg->log, strerror(errno));
         log_failed = true;
     }
+    if (g->tb && tb_close(g->tb)) log_failed = true;
+    g->tb = NULL;
     if (log_failed && status == 0) status = 1;
     free(order);
     data_free(&train);

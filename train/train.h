@@ -56,6 +56,7 @@ typedef struct TrainConfig {
     bool progress;            /* draw progress on stderr (a terminal): a bar with the epoch's ETA */
     double progress_every;    /* not a terminal: a line of progress every this many seconds (--progress-every; 0 none) */
     int log_every;            /* --log-every K: a --log record every K training steps too (0: epochs only) */
+    const char *tensorboard;  /* --tensorboard DIR: TensorBoard's event files there (NULL: none) */
     double val_split;         /* --val-split F: this share of the training set held out, measured each epoch (0: none) */
     bool save_best;           /* --save-best: --save's file with .best, the epoch of the best validation accuracy */
     int early_stop;           /* --early-stop K: stop after K epochs without a better validation accuracy (0: never) */
