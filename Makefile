@@ -103,6 +103,19 @@ endif
 endif
 endif
 
+# Image folders (data/data_images.c: torchvision's ImageFolder layout) decoded by libpng and
+# libjpeg(-turbo) where their headers are (Debian: libpng-dev libjpeg62-turbo-dev); IMAGES=0 builds
+# without, and such a folder is refused with what to install.
+ifneq ($(IMAGES),0)
+ifneq ($(wildcard /usr/include/png.h),)
+ifneq ($(wildcard /usr/include/jpeglib.h),)
+HAVE_IMAGES := 1
+LDLIBS += -lpng -ljpeg
+$(BUILD)/data/data_images.o: CPPFLAGS += -DHAVE_IMAGES
+endif
+endif
+endif
+
 # TensorBoard's event files (train/tensorboard.c, --tensorboard) when protoc-c and protobuf-c's
 # header are found: $(BUILD)/tensorboard.pb-c.[ch] from train/tensorboard.proto. TB=0 builds without.
 TB_OBJ =
@@ -131,6 +144,7 @@ $(BIN): $(OBJ)
 	$(CC) $(LDFLAGS) $(BGEMM_EXPORTS) -o $@ $(OBJ) $(LDLIBS)
 	@echo "mgc: built $@ with CPU devices$(if $(HAVE_MPI), and MPI ($(MPICC)), without MPI ($(if $(filter 0,$(MPI)),MPI=0,no mpicc found)))"
 	@echo "     $(if $(HAVE_ONNX),ONNX export ($(ONNX_PROTO) through $(PROTOC_C)),no ONNX export ($(if $(filter 0,$(ONNX)),ONNX=0,needs protoc-c and protobuf-c and $(ONNX_PROTO): apt-get install protobuf-c-compiler libprotobuf-c-dev libonnx-dev)))"
+	@echo "     $(if $(HAVE_IMAGES),image folders (libpng, libjpeg),no image folders ($(if $(filter 0,$(IMAGES)),IMAGES=0,needs libpng and libjpeg: apt-get install libpng-dev libjpeg62-turbo-dev)))"
 	@echo "     $(if $(HAVE_TB),TensorBoard event files (protobuf-c),no TensorBoard event files ($(if $(filter 0,$(TB)),TB=0,needs protoc-c and protobuf-c: apt-get install protobuf-c-compiler libprotobuf-c-dev)))"
 	@echo "     $(if $(HAVE_CUDA),CUDA devices ($(CUDA_HOME): NVRTC, driver, cuBLAS opened at run time)$(if $(HAVE_NCCL), with NCCL ($(NCCL_HOME)),; without NCCL (no $(NCCL_HOME)/include/nccl.h): one GPU only),$(if $(HAVE_NVRTC),NVRTC ($(CUDA_HOME)) for --emit ptx; no CUDA devices (no cuda.h or cublas_v2.h),no CUDA ($(if $(filter 0,$(CUDA)),CUDA=0,no $(CUDA_HOME)/include/nvrtc.h))))"
 
@@ -185,7 +199,7 @@ $(BUILD)/unit_frontend: tests/unit_frontend.c $(FE_OBJ)
 $(BUILD)/unit_verify: tests/unit_verify.c $(FE_OBJ) $(CG_OBJ)
 	$(CC) $(CPPFLAGS) $(INC_tests) $(CFLAGS) $(UNIT_WARN) -o $@ $< $(FE_OBJ) $(CG_OBJ) -lm
 # the runtime's data, checkpoint, store check and NVRTC pieces on their own (no CUDA headers: NVRTC is opened by name)
-UNIT_RT_SRC = data/data.c data/data_cifar.c data/data_st.c data/digest.c data/transform.c data/safetensors.c data/json.c data/paths.c runtime/rng.c runtime/ptx.c \
+UNIT_RT_SRC = data/data.c data/data_cifar.c data/data_st.c data/data_images.c data/digest.c data/transform.c data/safetensors.c data/json.c data/paths.c runtime/rng.c runtime/ptx.c \
               runtime/memlimit.c runtime/store.c ir/graph.c ir/arena.c
 $(BUILD)/unit_runtime: tests/unit_runtime.c $(UNIT_RT_SRC) $(wildcard runtime/*.h data/*.h)
 	@mkdir -p $(BUILD)

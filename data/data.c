@@ -500,10 +500,19 @@ static void class_names(const DataFiles *f, int classes, char *out, size_t size)
     if (text[0]) names_take(text, classes, out, size);
 }
 
+static int image_hint[3];
+
+void data_image_shape(int c, int h, int w) { image_hint[0] = c, image_hint[1] = h, image_hint[2] = w; }
+
 int data_load(const char *dir, Dataset *train, Dataset *test, DataInfo *info, char *err, size_t err_size)
 {
     memset(train, 0, sizeof *train);
     memset(test, 0, sizeof *test);
+    if (dir && *dir && images_found(dir)) {
+        int rc = images_load(dir, image_hint[0] ? image_hint : NULL, train, test, info, err, err_size);
+        if (rc) data_free(train), data_free(test);
+        return rc;
+    }
     DataFiles *f = files_new(err, err_size);
     if (!f)
         return -1;
@@ -588,6 +597,13 @@ static int idx_size(const DataFiles *f, size_t *bytes, long long *examples)
 int data_size(const char *dir, DataSize *size)
 {
     memset(size, 0, sizeof *size);
+    if (dir && *dir && images_found(dir)) {   /* decoded at the net's shape (else guessed at 3x224x224: an upper bound) */
+        if (images_count(dir, &size->examples)) return -1;
+        long per = image_hint[0] ? (long)image_hint[0] * image_hint[1] * image_hint[2] : 3L * 224 * 224;
+        size->bytes = (size_t)size->examples * ((size_t)per + sizeof(int)) * 2;   /* the decoded sets and the loader's copy */
+        snprintf(size->format, sizeof size->format, "images");
+        return 0;
+    }
     char err[2048];
     DataFiles *f = files_new(err, sizeof err);
     if (!f) return -1;
@@ -613,6 +629,10 @@ int data_describe(const char *dir, DataInfo *info, char *err, size_t err_size)
         snprintf(info->format, sizeof info->format, "safetensors");
         info->classes = 0;
         return st_data_describe(dir, info, err, err_size);
+    }
+    if (images_found(dir)) {
+        free(f);
+        return images_describe(dir, image_hint[0] ? image_hint : NULL, info, err, err_size);
     }
     int rc = locate(dir, f, err, err_size);
     if (!rc) {
@@ -694,6 +714,12 @@ static int file_digest(const char *path, long long *bytes, unsigned long *crc)
 
 void data_probe(const char *dir, char *out, size_t size)
 {
+    long long n;
+    if (dir && *dir && images_found(dir)) {   /* the file count; data_load's digests cover every name, size and time */
+        if (images_count(dir, &n)) snprintf(out, size, "images: unreadable");
+        else snprintf(out, size, "images: %lld files", n);
+        return;
+    }
     DataFiles *f = malloc(sizeof *f);
     char err[2048];
     out[0] = 0;

@@ -13,6 +13,8 @@
 **   CIFAR-100    train.bin and test.bin (records of a coarse and a fine label
 **                byte and 3072 pixel bytes; the fine label is the class), in
 **                DIR or DIR/cifar-100-binary
+**   images       DIR/train/CLASS/NAME.png|jpg and DIR/test/CLASS/... (torchvision's
+**                ImageFolder; data_images.c), decoded at the net's shape
 **   IDX          train-images-idx3-ubyte, train-labels-idx1-ubyte,
 **                t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, each as
 **                NAME.gz or NAME, gzip or plain (detected by the magic bytes
@@ -74,6 +76,9 @@ typedef struct DataInfo {
     DataDigest files[DATA_MAX_FILES];
 } DataInfo;
 
+/* Image folders (DIR/train/CLASS/NAME.png|jpg, DIR/test/...) are decoded at this shape (the net's C,
+   H, W) by data_load and described so by data_describe; 0s (the default): the first image's. */
+void data_image_shape(int c, int h, int w);
 /* Loads the training and test sets from dir (see above). Returns 0 (info,
    when not NULL, says what was read), or -1 with a message in err (err_size
    bytes) and both data sets empty. */

@@ -39,4 +39,12 @@ int st_data_size(const DataFiles *f, size_t *bytes, long long *examples);
 /* The images' shape and dtype from train.safetensors's header, into info. */
 int st_data_describe(const char *path, DataInfo *info, char *err, size_t err_size);
 
+/* Image folders (data_images.c): whether dir/train holds class folders; both sets decoded at hint's
+   C, H, W (NULL: the first image's size, grayscale where it is), cached beside them; the classes, the
+   training folders' sorted names, in info->class_names. */
+bool images_found(const char *dir);
+int images_load(const char *dir, const int *hint, Dataset *train, Dataset *test, DataInfo *info, char *err, size_t size);
+int images_describe(const char *dir, const int *hint, DataInfo *info, char *err, size_t size);
+int images_count(const char *dir, long long *examples);
+
 #endif

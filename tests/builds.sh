@@ -13,18 +13,22 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 P=build/plain
 rm -f $P/mgc   # linked again: the build report comes with the link, also when the objects are up to date
-if make -s -j2 CUDA=0 MPI=0 ONNX=0 TB=0 BUILD=$P BIN=$P/mgc > "$tmp/build" 2>&1; then
+if make -s -j2 CUDA=0 MPI=0 ONNX=0 TB=0 IMAGES=0 BUILD=$P BIN=$P/mgc > "$tmp/build" 2>&1; then
     grep -q "without MPI (MPI=0)" "$tmp/build" && grep -q "no CUDA (CUDA=0)" "$tmp/build" && grep -q "no ONNX export (ONNX=0)" "$tmp/build" &&
-        grep -q "no TensorBoard event files (TB=0)" "$tmp/build" &&
+        grep -q "no TensorBoard event files (TB=0)" "$tmp/build" && grep -q "no image folders (IMAGES=0)" "$tmp/build" &&
         ok "CUDA=0 MPI=0 ONNX=0 builds and says so: $(grep -c . "$tmp/build") lines" || { bad "the plain build's report"; cat "$tmp/build"; }
-    ! ldd $P/mgc | grep -qE "nvrtc|libmpi|protobuf-c" && ok "the plain build links neither NVRTC nor MPI nor protobuf-c" ||
-        bad "the plain build links NVRTC, MPI or protobuf-c"
+    ! ldd $P/mgc | grep -qE "nvrtc|libmpi|protobuf-c|libpng|libjpeg" && ok "the plain build links neither NVRTC nor MPI nor protobuf-c nor libpng/libjpeg" ||
+        bad "the plain build links NVRTC, MPI, protobuf-c, libpng or libjpeg"
+    mkdir -p "$tmp/imgs/train/a" "$tmp/imgs/test/a" && printf x > "$tmp/imgs/train/a/1.png" && printf x > "$tmp/imgs/test/a/1.png"
+    $P/mgc nets/lenet.net --epochs 1 --data "$tmp/imgs" > "$tmp/out" 2>&1
+    [ $? -eq 1 ] && grep -q "built without libpng and libjpeg, which decode image folders" "$tmp/out" &&
+        ok "plain build: an image folder says what to install (exit 1)" || { bad "plain build image folder"; cat "$tmp/out"; }
     $P/mgc nets/lenet.net --epochs 0 --save "$tmp/ck.safetensors" > /dev/null 2>&1
     $P/mgc export "$tmp/ck.safetensors" --out "$tmp/m.onnx" > "$tmp/out" 2>&1
     rc=$?
     [ $rc -eq 1 ] && grep -q "built without ONNX export; install protoc-c, protobuf-c and ONNX's onnx.proto (Debian: apt-get install protobuf-c-compiler libprotobuf-c-dev libonnx-dev)" "$tmp/out" &&
         [ ! -e "$tmp/m.onnx" ] && ok "plain build: export --format onnx says what to install (exit 1)" || { bad "plain build export --format onnx: exit $rc"; cat "$tmp/out"; }
-    make -s CUDA=0 MPI=0 ONNX=0 TB=0 BUILD=$P BIN=$P/mgc $P/unit_export > "$tmp/out" 2>&1 && $P/unit_export >> "$tmp/out" 2>&1 &&
+    make -s CUDA=0 MPI=0 ONNX=0 TB=0 IMAGES=0 BUILD=$P BIN=$P/mgc $P/unit_export > "$tmp/out" 2>&1 && $P/unit_export >> "$tmp/out" 2>&1 &&
         ok "plain build: unit_export ($(tail -1 "$tmp/out"))" || { bad "plain build: unit_export"; tail -5 "$tmp/out"; }
     $P/mgc nets/lenet.net --epochs 1 --limit-train 256 --tensorboard "$tmp/tb" > "$tmp/out" 2>&1
     [ $? -eq 1 ] && grep -q "built without protobuf-c, which writes TensorBoard's events" "$tmp/out" &&

@@ -75,6 +75,7 @@ lane_a() {
     fi
     suite examples bash tests/examples.sh
     suite predict bash tests/predict.sh   # mgc evaluate, predict: a checkpoint alone
+    suite images bash tests/images.sh   # image folders (PNG, JPEG) against Pillow
     suite builds bash tests/builds.sh
     suite export bash tests/export.sh   # mgc export --format onnx against ONNX Runtime (.venv), every net: 2-3 minutes
     # The bad-input corpus and the command-line checks again under AddressSanitizer

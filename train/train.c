@@ -671,11 +671,13 @@ int train_run(const Model *m, const TrainConfig *cfg)
        this process's memory before the data is read, meanwhile, as the kernels load */
     bool data_needed = !cfg->batch_file && (cfg->epochs > 0 || cfg->dump_batch);
     DataSize data_bytes = { 0 };
-    if (data_needed && data_size(cfg->data_dir, &data_bytes) < 0) data_bytes = (DataSize){ 0 };   /* the loader says why */
-    int too_large = check_host_memory(&G, (cfg->batch_size + G.total - 1) / G.total, &data_bytes);
     const Shape *in = &train_primary(m)->input_shape;
     if (in->nd == 4 && !cfg->transform.out_h)   /* the net's shape is the file's (a resize would make it so) */
         data.hint[0] = (int)in->d[1], data.hint[1] = (int)in->d[2], data.hint[2] = (int)in->d[3];
+    if (in->nd == 3 && !cfg->transform.out_h) data_image_shape(1, (int)in->d[1], (int)in->d[2]);   /* image folders: the net's */
+    else data_image_shape(data.hint[0], data.hint[1], data.hint[2]);
+    if (data_needed && data_size(cfg->data_dir, &data_bytes) < 0) data_bytes = (DataSize){ 0 };   /* the loader says why */
+    int too_large = check_host_memory(&G, (cfg->batch_size + G.total - 1) / G.total, &data_bytes);
     if (data_needed && !too_large)
         data_start(&data, cfg->data_dir, cfg->evaluate && data_is_file(cfg->data_dir));
     /* from here on a stop signal is a request, answered at the next stop point or step */
