@@ -12,6 +12,7 @@
 ** 2 bad command line or environment (ranks started differently included),
 ** 128 + the signal when SIGINT, SIGTERM or SIGHUP stopped the run.
 */
+#include "plot.h"
 #include "run.h"
 #include "ckmodel.h"
 #include "data.h"
@@ -41,6 +42,7 @@ static void usage(FILE *out)
         "       mgc evaluate CK.safetensors [DATA] [options]  the test accuracy of a checkpoint\n"
         "       mgc predict CK.safetensors [DATA] --out FILE  every example's logits and prediction\n"
         "       mgc export CK.safetensors --format F --out PATH\n"
+        "       mgc plot RUN.jsonl [RUN2.jsonl ...] --out curves.svg   runs' --log files as curves\n"
         "Compiles a network described in NET.net and trains it on Fashion-MNIST (or the data in --data).\n"
         "A checkpoint of --save holds its net, its --set values and its transform, so the three commands\n"
         "need nothing else (docs/after-training.md):\n"
@@ -928,6 +930,7 @@ int main(int argc, char **argv)
         char path[256];
         if (confstr(_CS_PATH, path, sizeof path) > 0) setenv("PATH", path, 1);
     }
+    if (argc > 1 && !strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);   /* no net, no data: a picture of logs */
     Cli c;
     int status = parse_args(argc, argv, &c);
     if (status) return status;   /* under mpirun too: a rank that stops with an error makes mpirun end the others */

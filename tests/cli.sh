@@ -346,6 +346,28 @@ else
     [ "${CI:-}" = true ] && { echo "FAIL cli: CI has no tensorboard in .venv"; fail=$((fail + 1)); }
 fi
 expect tensorboard-unwritable 1 "--tensorboard: cannot make the directory /proc/nope" -- $L --epochs 1 --tensorboard /proc/nope/tb
+# mgc plot: the runs' --log files as SVG curves (the step records left out); the points are the epochs',
+# higher values higher up; a missing file and a wrong --out said
+if "$MGC" plot "$tmp/vb.jsonl" "$tmp/steps.jsonl" --out "$tmp/curves.svg" > "$tmp/out" 2>&1 && /usr/bin/python3 - "$tmp" << 'PY'
+import json, sys
+import xml.etree.ElementTree as ET
+t = sys.argv[1]
+lines = {p.get("data-run") + "/" + p.get("data-series"): [tuple(map(float, q.split(","))) for q in p.get("points").split()]
+         for p in ET.parse(f"{t}/curves.svg").getroot().iter("{http://www.w3.org/2000/svg}polyline")}
+assert sorted(lines) == sorted(["vb.jsonl/loss", "vb.jsonl/test_acc", "vb.jsonl/val_acc", "vb.jsonl/train_acc",
+                                "steps.jsonl/loss", "steps.jsonl/test_acc", "steps.jsonl/train_acc"]), sorted(lines)
+log = [json.loads(l) for l in open(f"{t}/vb.jsonl")]
+for series in ("test_acc", "val_acc", "loss"):
+    pts, vals = lines["vb.jsonl/" + series], [r[series] for r in log]
+    assert len(pts) == len(vals) == 3 and pts[0][0] < pts[1][0] < pts[2][0], pts
+    for i in range(3):
+        for j in range(3):   # SVG's y grows downwards: a larger value is drawn higher
+            assert (vals[i] > vals[j]) == (pts[i][1] < pts[j][1] - 1e-9) or vals[i] == vals[j], (series, vals, pts)
+assert len(lines["steps.jsonl/loss"]) == 1   # its 4 step records are not epochs
+PY
+then pass=$((pass + 1)); else echo "FAIL cli plot: $(tail -3 "$tmp/out")"; fail=$((fail + 1)); fi
+expect plot-missing 1 "mgc plot: cannot read $tmp/none.jsonl" -- plot "$tmp/none.jsonl" --out "$tmp/c.svg"
+expect plot-out 2 "mgc plot RUN.jsonl [RUN2.jsonl ...] --out curves.svg" -- plot "$tmp/vb.jsonl" --out "$tmp/c.png"
 expect batch-old-name 2 "'--batch' is now '--check-batch FILE'" -- $L --batch 64
 expect option-far 2 "unknown option '--bs'" -- $L --bs 64
 HOME=$tmp/no-home XDG_CACHE_HOME= expect home-missing 0 "HOME=$tmp/no-home: No such file or directory" -- $L --epochs 0
