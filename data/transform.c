@@ -12,7 +12,8 @@
 
 bool transform_active(const Transform *t)
 {
-    return t && (t->out_h > 0 || t->crop_pad > 0 || t->flip || t->normalize);
+    return t && (t->out_h > 0 || t->crop_pad > 0 || t->flip || t->normalize || t->crop_scale > 0 || t->rotate > 0 ||
+                 t->translate > 0 || t->erase > 0);
 }
 
 /* The mean and standard deviation of channel c over every pixel of every
@@ -103,6 +104,88 @@ static unsigned int draw(unsigned long long seed, int epoch, long index, int k)
 /* Uniform in [0, n) from 32 random bits (multiply-shift; n is small). */
 static int below(unsigned int r, int n) { return (int)(((unsigned long long)r * (unsigned)n) >> 32); }
 
+/* The draws of the augmentations after crop and flip: a stream of their own (128 an example) */
+static double uniform(unsigned long long seed, int epoch, long index, int k, double lo, double hi)
+{
+    unsigned long long key = seed ^ (0x4155474D32ULL + (unsigned long long)(long long)epoch * 0xD1B54A32D192ED03ULL);
+    return lo + (hi - lo) * (double)rng_hash(key, (unsigned long long)index * 128 + (unsigned long long)k) / 4294967296.0;
+}
+
+static int rounded(double v) { return (int)floor(v + 0.5); }
+
+/* RandomResizedCrop's window (torchvision's draws: 10 tries, then the centre), resized back to H x W
+   bilinearly, in place on img [C, H, W]; tmp: C * H * W floats */
+static void crop_resize(const Transform *t, float *img, int C, int H, int W, unsigned long long seed, int epoch, long k, float *tmp)
+{
+    int top = 0, left = 0, h = H, w = W;
+    bool found = false;
+    for (int tr = 0; tr < 10 && !found; tr++) {
+        double area = (double)H * W * uniform(seed, epoch, k, 4 * tr, t->crop_scale, 1.0);
+        double ratio = exp(uniform(seed, epoch, k, 4 * tr + 1, log(3.0 / 4.0), log(4.0 / 3.0)));
+        w = rounded(sqrt(area * ratio)), h = rounded(sqrt(area / ratio));
+        if (w > 0 && w <= W && h > 0 && h <= H) {
+            top = (int)uniform(seed, epoch, k, 4 * tr + 2, 0, H - h + 1), left = (int)uniform(seed, epoch, k, 4 * tr + 3, 0, W - w + 1);
+            found = true;
+        }
+    }
+    if (!found) {   /* the centre, its aspect clamped to the range */
+        double in = (double)W / H;
+        w = W, h = H;
+        if (in < 3.0 / 4.0) h = rounded(W / (3.0 / 4.0));
+        else if (in > 4.0 / 3.0) w = rounded(H * (4.0 / 3.0));
+        top = (H - h) / 2, left = (W - w) / 2;
+    }
+    Tap ty[4096], tx[4096];
+    if (H > 4096 || W > 4096) return;
+    bilinear_taps(h, H, ty), bilinear_taps(w, W, tx);
+    memcpy(tmp, img, sizeof(float) * (size_t)C * H * W);
+    for (int c = 0; c < C; c++)
+        for (int r = 0; r < H; r++) {
+            const float *r0 = tmp + (size_t)c * H * W + (size_t)(top + ty[r].i0) * W + left, *r1 = r0 + (size_t)ty[r].step * W;
+            for (int q = 0; q < W; q++) {
+                int c0 = tx[q].i0, c1 = c0 + tx[q].step;
+                float lx = tx[q].l, ly = ty[r].l;
+                img[(size_t)c * H * W + (size_t)r * W + q] = (1 - ly) * ((1 - lx) * r0[c0] + lx * r0[c1]) + ly * ((1 - lx) * r1[c0] + lx * r1[c1]);
+            }
+        }
+}
+
+/* RandomRotation and RandomAffine's translation as one map, in place on img: output pixel (x, y) reads
+   the input at the rotation back by the angle about the centre ((W - 1) / 2, (H - 1) / 2) of (x - tx,
+   y - ty), the nearest pixel, 0 outside (before normalisation: torchvision's fill 0) */
+static void affine(const Transform *t, float *img, int C, int H, int W, unsigned long long seed, int epoch, long k, float *tmp)
+{
+    double a = t->rotate > 0 ? uniform(seed, epoch, k, 40, -t->rotate, t->rotate) * M_PI / 180.0 : 0.0;
+    int dx = t->translate > 0 ? rounded(uniform(seed, epoch, k, 41, -t->translate * W, t->translate * W)) : 0;
+    int dy = t->translate > 0 ? rounded(uniform(seed, epoch, k, 42, -t->translate * H, t->translate * H)) : 0;
+    double cs = cos(a), sn = sin(a), cx = (W - 1) * 0.5, cy = (H - 1) * 0.5;
+    memcpy(tmp, img, sizeof(float) * (size_t)C * H * W);
+    for (int y = 0; y < H; y++)
+        for (int x = 0; x < W; x++) {
+            double u = x - dx - cx, v = y - dy - cy;
+            int sx = rounded(cs * u + sn * v + cx), sy = rounded(-sn * u + cs * v + cy);
+            bool in = sx >= 0 && sx < W && sy >= 0 && sy < H;
+            for (int c = 0; c < C; c++)
+                img[(size_t)c * H * W + (size_t)y * W + x] = in ? tmp[(size_t)c * H * W + (size_t)sy * W + sx] : 0.0f;
+        }
+}
+
+/* RandomErasing(p, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0) on dst [C, H, W], after normalisation */
+static void erase(const Transform *t, float *dst, int C, int H, int W, unsigned long long seed, int epoch, long k)
+{
+    if (uniform(seed, epoch, k, 43, 0, 1) >= t->erase) return;
+    for (int tr = 0; tr < 10; tr++) {
+        double area = (double)H * W * uniform(seed, epoch, k, 44 + 4 * tr, 0.02, 0.33);
+        double ratio = exp(uniform(seed, epoch, k, 45 + 4 * tr, log(0.3), log(3.3)));
+        int h = rounded(sqrt(area * ratio)), w = rounded(sqrt(area / ratio));
+        if (!(h < H && w < W) || h < 1 || w < 1) continue;
+        int top = (int)uniform(seed, epoch, k, 46 + 4 * tr, 0, H - h + 1), left = (int)uniform(seed, epoch, k, 47 + 4 * tr, 0, W - w + 1);
+        for (int c = 0; c < C; c++)
+            for (int r = top; r < top + h; r++) memset(dst + (size_t)c * H * W + (size_t)r * W + left, 0, sizeof(float) * (size_t)w);
+        return;
+    }
+}
+
 /* Channel c of example k as floats: byte / 255 into buf, or the values as stored. */
 static const float *source_plane(const Dataset *d, long k, int c, float *buf)
 {
@@ -179,9 +262,10 @@ void transform_gather(const Transform *t, const Dataset *d, const int *order, in
     transform_shape(t, d, &C, &H, &W);
     size_t plane = (size_t)H * W;
     float *img = malloc(sizeof(float) * (size_t)C * plane);   /* one example, resized */
+    float *tmp = malloc(sizeof(float) * (size_t)C * plane);   /* the augmentations' copy */
     float *buf = malloc(sizeof(float) * (size_t)d->rows * d->cols);   /* one stored plane as floats */
     Tap *ty = malloc(sizeof(Tap) * (size_t)H), *tx = malloc(sizeof(Tap) * (size_t)W);
-    if (!img || !buf || !ty || !tx) {   /* a few KB: cannot fail where the data set fit */
+    if (!img || !tmp || !buf || !ty || !tx) {   /* a few KB: cannot fail where the data set fit */
         fprintf(stderr, "mgc: out of memory in the data loader\n");
         abort();
     }
@@ -190,13 +274,17 @@ void transform_gather(const Transform *t, const Dataset *d, const int *order, in
     for (int i = 0; i < b; i++) {
         long k = order[i];
         resize_example(d, k, H, W, resize ? ty : NULL, resize ? tx : NULL, buf, img);
+        if (augment && t->crop_scale > 0) crop_resize(t, img, C, H, W, seed, epoch, k, tmp);
+        if (augment && (t->rotate > 0 || t->translate > 0)) affine(t, img, C, H, W, seed, epoch, k, tmp);
         int P = augment ? t->crop_pad : 0;
         int oy = P ? below(draw(seed, epoch, k, 0), 2 * P + 1) : P, ox = P ? below(draw(seed, epoch, k, 1), 2 * P + 1) : P;
         bool flip = augment && t->flip && (draw(seed, epoch, k, 2) >> 31);
         place_example(t, img, C, H, W, P, oy, ox, flip, x + (size_t)i * C * plane);
+        if (augment && t->erase > 0) erase(t, x + (size_t)i * C * plane, C, H, W, seed, epoch, k);
         y[i] = (float)d->labels[k];
     }
     free(img);
+    free(tmp);
     free(buf);
     free(ty);
     free(tx);
@@ -210,5 +298,9 @@ void transform_str(const Transform *t, char *out, size_t size)
     if (t->out_h > 0) p += snprintf(out + p, size - (size_t)p, "resize %dx%d", t->out_h, t->out_w);
     if (t->crop_pad > 0 && p < (int)size) p += snprintf(out + p, size - (size_t)p, "%scrop:%d", p ? ", " : "", t->crop_pad);
     if (t->flip && p < (int)size) p += snprintf(out + p, size - (size_t)p, "%sflip", p ? ", " : "");
+    if (t->crop_scale > 0 && p < (int)size) p += snprintf(out + p, size - (size_t)p, "%scrop-resize:%g", p ? ", " : "", t->crop_scale);
+    if (t->rotate > 0 && p < (int)size) p += snprintf(out + p, size - (size_t)p, "%srotate:%g", p ? ", " : "", t->rotate);
+    if (t->translate > 0 && p < (int)size) p += snprintf(out + p, size - (size_t)p, "%stranslate:%g", p ? ", " : "", t->translate);
+    if (t->erase > 0 && p < (int)size) p += snprintf(out + p, size - (size_t)p, "%serase:%g", p ? ", " : "", t->erase);
     if (t->normalize && p < (int)size) p += snprintf(out + p, size - (size_t)p, "%snormalize", p ? ", " : "");
 }

@@ -25,6 +25,10 @@ typedef struct Transform {
     int out_h, out_w;         /* --resize: the size images come out at; 0: as stored */
     int crop_pad;             /* --augment crop:P (0: no crop) */
     bool flip;                /* --augment flip */
+    float crop_scale;         /* --augment crop-resize:S: RandomResizedCrop, area (S, 1), aspect (3/4, 4/3) (0: none) */
+    float rotate;             /* --augment rotate:D: RandomRotation(D) degrees, nearest, zeros outside (0: none) */
+    float translate;          /* --augment translate:F: RandomAffine(translate=(F, F)), whole pixels (0: none) */
+    float erase;              /* --augment erase:P: RandomErasing(p=P), area (0.02, 0.33), aspect (0.3, 3.3), value 0 */
     bool normalize;           /* --normalize: (x - mean[c]) / std[c] */
     float mean[TRANSFORM_MAX_CHANNELS], std[TRANSFORM_MAX_CHANNELS];   /* filled by transform_fit() */
     int given;                /* --normalize=M1,..,Mc,S1,..,Sc: the channels whose mean and std were given (0: fitted) */

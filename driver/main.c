@@ -380,11 +380,36 @@ static int parse_schedule(const char *val, TrainConfig *t)
 /* --augment crop[:P],flip (either, or both): 0, or 2 said */
 static int parse_augment(const char *val, Transform *t)
 {
-    t->crop_pad = 0, t->flip = false;
+    t->crop_pad = 0, t->flip = false, t->crop_scale = t->rotate = t->translate = t->erase = 0;
     const char *p = val;
     for (;;) {
         size_t len = strcspn(p, ",");
-        if (len == 4 && !strncmp(p, "flip", 4)) t->flip = true;
+        /* NAME:V of the augmentations that take a number: their field, range, and what V is */
+        static const struct { const char *name; double lo, hi; bool hi_open; const char *what; } augs[] = {
+            { "crop-resize", 0, 1, true, "the smallest share of the area kept (RandomResizedCrop's scale (S, 1))" },
+            { "rotate", 0, 180, false, "degrees either way (RandomRotation(D))" },
+            { "translate", 0, 1, true, "the largest shift, a share of the width and height (RandomAffine's translate)" },
+            { "erase", 0, 1, false, "the probability of erasing a rectangle (RandomErasing(p))" },
+        };
+        float *fields[4] = { &t->crop_scale, &t->rotate, &t->translate, &t->erase };
+        int which = -1;
+        for (int k = 0; k < 4 && which < 0; k++) {
+            size_t n = strlen(augs[k].name);
+            if (len > n + 1 && !strncmp(p, augs[k].name, n) && p[n] == ':') which = k;
+        }
+        if (which >= 0) {
+            size_t n = strlen(augs[which].name) + 1;
+            char txt[32], *end;
+            snprintf(txt, sizeof txt, "%.*s", (int)(len - n < 31 ? len - n : 31), p + n);
+            double v = strtod(txt, &end);
+            if (*end || !(v > augs[which].lo) || (augs[which].hi_open ? v >= augs[which].hi : v > augs[which].hi)) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "--augment %s:V takes V above 0 and %s %g: %s", augs[which].name,
+                         augs[which].hi_open ? "below" : "at most", augs[which].hi, augs[which].what);
+                return bad("%s; got '%s'", msg, val);
+            }
+            *fields[which] = (float)v;
+        } else if (len == 4 && !strncmp(p, "flip", 4)) t->flip = true;
         else if (len == 4 && !strncmp(p, "crop", 4)) t->crop_pad = 4;
         else if (len > 5 && !strncmp(p, "crop:", 5)) {
             char num[16], *end;
@@ -396,8 +421,8 @@ static int parse_augment(const char *val, Transform *t)
                 return bad("--augment crop:P expects P from 1 to 64 (zeros around the image), got '%s'%s", val, "");
             t->crop_pad = (int)v;
         } else {
-            return bad("--augment expects crop[:P] (random crop after P zeros around, default 4) and/or flip, "
-                       "e.g. crop:4,flip; got '%s'%s", val, "");
+            return bad("--augment expects a list of crop[:P] (a random crop after P zeros around, default 4), flip, "
+                       "crop-resize:S, rotate:D, translate:F, erase:P, e.g. crop:4,flip; got '%s'%s", val, "");
         }
         if (!p[len]) break;
         p += len + 1;

@@ -387,7 +387,9 @@ static void say_run(const Group *g, const Dataset *train, const Dataset *test, c
         for (int k = 0; g->transform.normalize && k < c; k++)
             printf("%s%.4f std %.4f", k ? ", " : " (mean ", (double)g->transform.mean[k], (double)g->transform.std[k]);
         printf("%s%s\n", g->transform.normalize ? ")" : "",
-               g->transform.crop_pad || g->transform.flip ? "; crop and flip drawn per example from the seed, the epoch and its index" : "");
+               g->transform.crop_pad || g->transform.flip || g->transform.crop_scale > 0 || g->transform.rotate > 0 ||
+                       g->transform.translate > 0 || g->transform.erase > 0
+                   ? "; the augmentations drawn per example from the seed, the epoch and its index" : "");
     }
     long last = train->n % cfg->batch_size;
     if (last > 0 && last < g->total)
@@ -459,14 +461,13 @@ static int open_tensorboard(Group *g)
         return 1;
     }
     g->tb = &tb;
-    char text[2048], aug[64] = "none";
-    if (cfg->transform.crop_pad || cfg->transform.flip)
-        snprintf(aug, sizeof aug, "%s%s%s", cfg->transform.crop_pad ? "crop" : "", cfg->transform.crop_pad && cfg->transform.flip ? "," : "",
-                 cfg->transform.flip ? "flip" : "");
+    char text[2048], aug[256];
+    transform_str(&cfg->transform, aug, sizeof aug);
+    if (!aug[0]) snprintf(aug, sizeof aug, "none");
     snprintf(text, sizeof text,
              "| setting | value |\n|---|---|\n| net | %s |\n| epochs | %d |\n| batch size | %d |\n| optimizer | %s |\n| lr | %g |\n"
              "| lr schedule | %s |\n| warmup steps | %d |\n| momentum | %g |\n| weight decay | %g |\n| seed | %llu |\n"
-             "| augment | %s |\n| normalize | %s |\n| precision | %s |\n| val split | %g |\n| replicas | %d |\n",
+             "| transform | %s |\n| normalize | %s |\n| precision | %s |\n| val split | %g |\n| replicas | %d |\n",
              train_primary(g->m)->net_name, cfg->epochs, cfg->batch_size, cfg->optimizer == IR_ADAMW ? "adamw" : "sgd",
              (double)cfg->lr, cfg->lr_schedule == LR_COSINE ? "cosine" : cfg->lr_schedule == LR_CONSTANT ? "constant" : "step",
              cfg->warmup, (double)cfg->momentum, (double)cfg->weight_decay, (unsigned long long)cfg->seed, aug,

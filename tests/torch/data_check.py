@@ -136,6 +136,121 @@ def check_rgb(rep):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def dump(rep, name, args):
+    """mgc's first training batch with args: x [B, C, H, W] and the examples' indices, or None (said)"""
+    out = os.path.join(tempfile.mkdtemp(prefix="mgc-data-"), "batch.safetensors")
+    try:
+        run_mgc(["nets/lenet.net", "--dump-batch", out, "--batch-size", 128] + args)
+    except MgcError as e:
+        rep.check(name, "mgc --dump-batch", False, str(e))
+        return None, None
+    b = st_load(out)
+    return b["x"].double(), b["index"].long()
+
+
+def bilinear(img, top, left, h, w, H, W):
+    """img [C, H, W]'s window resized to H x W: F.interpolate's bilinear (align_corners=False)"""
+    return F.interpolate(img[None, :, top:top + h, left:left + w], size=(H, W), mode="bilinear", align_corners=False)[0]
+
+
+def check_augment_ops(rep, images):
+    """The augmentations past crop and flip, each alone, by what they must do to each image:
+    translate:F an integer shift within F of the size (zeros in), found exactly; rotate:D a
+    rotation by an angle within D (nearest, zeros in), found on a grid of angles; crop-resize:S a
+    window of area at least S and aspect within (3/4, 4/3), resized back (bilinear), found among
+    every such window; erase:P the image with a rectangle of area at most a third zeroed, in about
+    P of them. And each spread over what it may draw."""
+    x, index = dump(rep, "translate", ["--augment", "translate:0.15", "--seed", 7])
+    if x is not None:
+        shifts, ok = [], 0
+        for i, k in enumerate(index.tolist()[:64]):
+            img = images[k].double() / 255
+            for dy in range(-4, 5):
+                for dx in range(-4, 5):
+                    cand = torch.zeros_like(img)
+                    ys, yd = (slice(0, 28 - dy), slice(dy, 28)) if dy >= 0 else (slice(-dy, 28), slice(0, 28 + dy))
+                    xs, xd = (slice(0, 28 - dx), slice(dx, 28)) if dx >= 0 else (slice(-dx, 28), slice(0, 28 + dx))
+                    cand[:, yd, xd] = img[:, ys, xs]
+                    if (cand - x[i]).abs().max().item() <= 1e-6:
+                        ok += 1
+                        shifts.append((dy, dx))
+                        break
+                else:
+                    continue
+                break
+        rep.check("translate", "each image a shift of at most 0.15 x 28 = 4.2 pixels", ok == 64, f"{ok}/64")
+        rep.check("translate", "shifts spread", len(set(shifts)) >= 20, f"{len(set(shifts))} distinct")
+    x, index = dump(rep, "rotate", ["--augment", "rotate:20", "--seed", 8])
+    if x is not None:
+        ys, xs = torch.meshgrid(torch.arange(28, dtype=torch.float64), torch.arange(28, dtype=torch.float64), indexing="ij")
+        u, v = xs - 13.5, ys - 13.5
+        grid = torch.arange(-20, 20.001, 0.02, dtype=torch.float64)
+        exact, angles, worst = 0, [], 0.0
+        for i, k in enumerate(index.tolist()[:32]):
+            img = (images[k].double() / 255)[0]
+            best, at = None, None
+            for a in grid.tolist():
+                r = a * torch.pi / 180
+                sx = torch.floor(torch.cos(torch.tensor(r)) * u + torch.sin(torch.tensor(r)) * v + 13.5 + 0.5).long()
+                sy = torch.floor(-torch.sin(torch.tensor(r)) * u + torch.cos(torch.tensor(r)) * v + 13.5 + 0.5).long()
+                inside = (sx >= 0) & (sx < 28) & (sy >= 0) & (sy < 28)
+                cand = torch.where(inside, img[sy.clamp(0, 27), sx.clamp(0, 27)], torch.zeros(()))
+                err = (cand - x[i][0]).abs().gt(1e-6).double().mean().item()
+                if best is None or err < best:
+                    best, at = err, a
+                if best == 0:
+                    break
+            exact += best == 0
+            worst = max(worst, best)
+            angles.append(at)
+        rep.check("rotate", "each image a rotation within 20 degrees", exact >= 30 and worst <= 0.01,
+                  f"{exact}/32 exactly at a grid angle; the rest {worst:.3%} of pixels off at most")
+        rep.check("rotate", "angles spread both ways", min(angles) < -10 and max(angles) > 10, f"{min(angles):.1f}..{max(angles):.1f}")
+    x, index = dump(rep, "crop_resize", ["--augment", "crop-resize:0.6", "--seed", 9])
+    if x is not None:
+        ok, areas = 0, []
+        for i, k in enumerate(index.tolist()[:16]):
+            img = images[k].float() / 255
+            done = False
+            for h in range(1, 29):
+                for w in range(1, 29):
+                    if h * w < 0.6 * 784 - 40 or not 0.75 - 0.05 <= w / h <= 4 / 3 + 0.05:
+                        continue
+                    for top in range(0, 29 - h):
+                        for left in range(0, 29 - w):
+                            cand = bilinear(img, top, left, h, w, 28, 28).double()
+                            if (cand - x[i]).abs().max().item() <= 1e-5:
+                                ok, done = ok + 1, True
+                                areas.append(h * w / 784)
+                                break
+                        if done:
+                            break
+                    if done:
+                        break
+                if done:
+                    break
+        rep.check("crop_resize", "each image a window of area >= 0.6, aspect 3/4..4/3, resized", ok == 16, f"{ok}/16")
+        rep.check("crop_resize", "areas spread", len(areas) > 1 and max(areas) - min(areas) > 0.1,
+                  f"{min(areas or [0]):.2f}..{max(areas or [0]):.2f}")
+    x, index = dump(rep, "erase", ["--augment", "erase:0.5", "--seed", 10])
+    if x is not None:
+        erased, ok = 0, 0
+        for i, k in enumerate(index.tolist()):
+            img = images[k].double() / 255
+            diff = (x[i] - img).abs() > 1e-6
+            if not diff.any():
+                ok += 1
+                continue
+            ys, xs = diff[0].nonzero(as_tuple=True)
+            box = (ys.max() - ys.min() + 1) * (xs.max() - xs.min() + 1)
+            ok += bool((x[i][diff] == 0).all()) and box.item() <= 0.33 * 784 + 28
+            erased += 1
+        rep.check("erase", "each image itself, or with a rectangle of at most 0.33 of it zeroed", ok == len(index),
+                  f"{ok}/{len(index)}")
+        rep.check("erase", "about half erased (a rectangle on the black background shows no change)",
+                  0.25 <= erased / len(index) <= 0.6, f"{erased}/{len(index)}")
+
+
 def main():
     rep = Report()
     try:
@@ -159,6 +274,7 @@ def main():
     if a is not None and b is not None:
         rep.check("same_seed", "bit for bit as before", torch.equal(a, b), "")
     check_rgb(rep)
+    check_augment_ops(rep, images)
     print(f"{rep.passed} passed, {rep.failed} failed")
     return 1 if rep.failed else 0
 
