@@ -538,6 +538,38 @@ static int conv_transpose_to_onnx(Ox *o, const Node *n, const char *out)
     return 0;
 }
 
+/* MaxPool (the padding never the max); AveragePool with the padding counted, as PyTorch. A ceil_mode
+   average whose last window overhangs the padded input divides, in PyTorch, by the window's part within
+   the padded input, which ONNX Runtime's count_include_pad does not: there the mean over the window's
+   taps inside the input (count_include_pad=0, the same in both), times a constant [1, 1, OH, OW] of
+   their count over PyTorch's divisor. */
+static int pool_to_onnx(Ox *o, const Node *n, const char *out)
+{
+    const char *v[1];
+    if (!ins(o, n, 1, v)) return -1;
+    const Shape *xs = &o->g->nodes[n->in[0]].shape;
+    int K = n->attr.kernel, S = n->attr.stride, P = n->attr.padding, H = xs->d[2], W = xs->d[3], OH = n->shape.d[2], OW = n->shape.d[3];
+    bool avg = n->op == OP_AVGPOOL, rescale = avg && n->attr.ceil_mode && !n->attr.exclude_pad && P > 0;
+    const char *pooled = rescale ? step(o, out, "mean_inside") : out;
+    Onnx__NodeProto *p = node(o, avg ? "AveragePool" : "MaxPool", pooled, 1, v, n);
+    attr_ints(o, p, "kernel_shape", 2, K);
+    attr_ints(o, p, "strides", 2, S);
+    attr_ints(o, p, "pads", 4, P);
+    /* without padding, counting it or not is the same: the taps inside (ORT's ceil_mode windows agree then) */
+    if (avg) attr_int(o, p, "count_include_pad", !n->attr.exclude_pad && P > 0 && !rescale);
+    if (n->attr.ceil_mode) attr_int(o, p, "ceil_mode", 1);
+    if (!rescale) return 0;
+    float *f = arena_alloc(&o->a, sizeof(float) * (size_t)OH * OW);
+    for (int y = 0; y < OH; y++)
+        for (int x = 0; x < OW; x++) {
+            int hs = y * S - P, ws = x * S - P, he = hs + K < H + P ? hs + K : H + P, we = ws + K < W + P ? ws + K : W + P;
+            int ih = (he < H ? he : H) - (hs > 0 ? hs : 0), iw = (we < W ? we : W) - (ws > 0 ? ws : 0);
+            f[y * OW + x] = (float)((double)ih * iw / ((double)(he - hs) * (we - ws)));
+        }
+    binary(o, "Mul", out, pooled, const_f32(o, step(o, out, "divisor_ratio"), 4, (int64_t[]){ 1, 1, OH, OW }, f), n);
+    return 0;
+}
+
 /* concat's input k of batch 1 (a param), Expanded to the batch of input full: its new name */
 static const char *expanded(Ox *o, const Node *n, int k, const char *v, const char *full, const char *out)
 {
@@ -620,16 +652,8 @@ static int ir_to_onnx(Ox *o, const Node *n, const char *out)
         if (nd > 2) attr_int_list(o, node(o, "Transpose", out, 1, &normed, n), "perm", nd, back);
         return 0;
     }
-    case OP_MAXPOOL: case OP_AVGPOOL: {   /* MaxPool (padding never the max); AveragePool with the padding counted, as PyTorch */
-        if (!ins(o, n, 1, v)) return -1;
-        Onnx__NodeProto *p = node(o, n->op == OP_MAXPOOL ? "MaxPool" : "AveragePool", out, 1, v, n);
-        attr_ints(o, p, "kernel_shape", 2, n->attr.kernel);
-        attr_ints(o, p, "strides", 2, n->attr.stride);
-        attr_ints(o, p, "pads", 4, n->attr.padding);
-        if (n->op == OP_AVGPOOL) attr_int(o, p, "count_include_pad", !n->attr.exclude_pad);
-        if (n->attr.ceil_mode) attr_int(o, p, "ceil_mode", 1);
-        return 0;
-    }
+    case OP_MAXPOOL: case OP_AVGPOOL:
+        return pool_to_onnx(o, n, out);
     case OP_GAP: case OP_GLOBAL_MAXPOOL: {
         if (!ins(o, n, 1, v)) return -1;
         unary(o, n->op == OP_GAP ? "GlobalAveragePool" : "GlobalMaxPool", out, v[0], n);

@@ -250,7 +250,7 @@ expect betas-round-to-one 2 "--betas' first 0.99999999 rounds to 1 in float32, o
 expect lr-rounds-to-zero 2 "--lr 1e-50 rounds to 0 in float32: write 0, or at least 1.40129846e-45" -- $L --lr 1e-50
 expect lr-subnormal 0 "initialised" -- $L --lr 1e-40 --epochs 0
 expect augment-zero 2 "--augment crop:P expects P from 1 to 64 (zeros around the image), got 'crop:0'" -- $L --augment crop:0
-expect augment-word 2 "--augment expects crop[:P] (random crop after P zeros around, default 4) and/or flip, e.g. crop:4,flip; got 'crop:4,flop'" -- $L --augment crop:4,flop
+expect augment-word 2 "--augment expects a list of crop[:P] (a random crop after P zeros around, default 4), flip, crop-resize:S, rotate:D, translate:F, erase:P, e.g. crop:4,flip; got 'crop:4,flop'" -- $L --augment crop:4,flop
 expect resize-bad 2 "--resize expects H or HxW (each 1 to 4096), e.g. 32 or 64x48, got '32x'" -- $L --resize 32x
 expect resize-three 2 "got '32x40x3'" -- $L --resize 32x40x3
 expect dump-batch-evaluate 2 "--dump-batch writes a training batch and exits; it does not go with --evaluate" -- $L --dump-batch x.st --evaluate

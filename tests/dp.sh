@@ -66,10 +66,10 @@ train "$tmp/l3.st" "$MGC" $L $LA --devices cpu:3 && {
 }
 # --augment's draws follow each example's index, not its replica: with them
 # cpu:2 is cpu:1 as closely (another image on one replica would be far off)
-AUG="--augment crop:4,flip --normalize"
+AUG="--augment crop:4,flip,crop-resize:0.7,rotate:10,translate:0.1,erase:0.3 --normalize"
 train "$tmp/la1.st" "$MGC" $L $LA $AUG --devices cpu:1 &&
     train "$tmp/la2.st" "$MGC" $L $LA $AUG --devices cpu:2 &&
-    compare "$tmp/la2.st" "$tmp/la1.st" 1e-4 0 "LeNet 201 steps --augment crop:4,flip --normalize: cpu:2 = cpu:1"
+    compare "$tmp/la2.st" "$tmp/la1.st" 1e-4 0 "LeNet 201 steps --augment (every kind) --normalize: cpu:2 = cpu:1"
 grep -q "communication per step" "$tmp/log" && ok "cpu:3 prints the communication report" || bad "no communication report on cpu:3"
 # --precision bf16: k devices are one device as closely (9e-8 apart), and the run is
 # not fp32's (1e-3 apart: the GEMMs' operands were rounded on the replicas too)

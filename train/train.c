@@ -312,7 +312,7 @@ static int start_parameters(Group *g, int *first_epoch)
     const TrainConfig *cfg = g->cfg;
     rt_store_init(&g->r[0].store, cfg->seed);
     Resume resume = { 0 };
-    int rc = cfg->load && g->world->rank == 0 && train_load_checkpoint(&g->r[0].store, cfg->load, g->m->train->net_name,
+    int rc = cfg->load && g->world->rank == 0 && train_load_checkpoint(&g->r[0].store, cfg->load, train_primary(g->m)->net_name,
                                                                             cfg->resume ? &resume : NULL, cfg);
     if (rt_world_max_status(g->world, rc ? 1 : 0)) return 1;
     *first_epoch = 1;
