@@ -131,7 +131,8 @@ static void epoch_on_replica(Group *g, Replica *r)
         if (!isfinite(l) || (r->tr.check_nan && r->tr.nan_step >= 0)) r->diverged = true;
         if (r->tr.check_nan && r->tr.nan_step >= 0 && !r->nan_epoch) r->nan_epoch = g->epoch, r->nan_batch = r->steps;
         r->loss_sum += (double)l * n;
-        r->correct += train_read1(&r->tr, p->correct);
+        float hits = train_read1(&r->tr, p->correct);
+        r->correct += hits;
         r->seen += n;
         if (control ? control[1] > 0 : r->diverged) r->stop = true, r->stop_reason = 2;
         else if (control ? control[0] > 0 : train_signal() != 0) r->stop = true, r->stop_reason = 1;
@@ -140,7 +141,7 @@ static void epoch_on_replica(Group *g, Replica *r)
             if (g->tb) {   /* the step's scalars, on the run's step axis (the first replica's shard) */
                 long s = (long)(g->epoch - 1) * g->steps_per_epoch + step + 1;
                 tb_scalar(g->tb, "train/loss", l, s);
-                tb_scalar(g->tb, "train/accuracy", n > 0 ? train_read1(&r->tr, p->correct) / (double)n : 0.0, s);
+                tb_scalar(g->tb, "train/accuracy", n > 0 ? hits / (double)n : 0.0, s);
                 tb_scalar(g->tb, "train/lr", train_lr(cfg, g->epoch, step, g->steps_per_epoch), s);
                 tb_scalar(g->tb, "train/examples_per_s", t1 > r->step_t ? (double)b / (t1 - r->step_t) : 0.0, s);
                 r->step_t = t1;
@@ -522,6 +523,7 @@ int train_epochs(Group *g, const Dataset *train, const Dataset *test, int *order
         if (after_validation(g, epoch, &e, downloaded, &early)) return 1;
         CommReport cr = comm_report(g, e.steps);
         if (g->world->rank == 0) report_epoch(g, epoch, &e, &cr, log, log_failed);
+        g->log = *log;   /* closed there where it could not be written: no step records after */
         free(cr.dev);
         if (cfg->save && train_save(g, cfg->save, epoch, downloaded)) return 1;
         if (early) say_early_stop(g, epoch);
