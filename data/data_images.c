@@ -13,6 +13,7 @@
 */
 #include "data_formats.h"
 #include "errbuf.h"
+#include "transform.h"
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
@@ -247,19 +248,6 @@ static int decode_png(const char *path, int c, unsigned char **px, int *w, int *
 }
 #endif
 
-/* One axis of a bilinear resize (PyTorch's align_corners=False): output i reads i0 and i0 + step */
-static void taps(int in, int out, int *i0, int *step, float *l)
-{
-    float scale = (float)in / (float)out;
-    for (int i = 0; i < out; i++) {
-        float r = scale * (i + 0.5f) - 0.5f;
-        if (r < 0) r = 0;
-        i0[i] = (int)r;
-        step[i] = i0[i] < in - 1;
-        l[i] = r - (float)i0[i];
-    }
-}
-
 /* px (w x h x c, interleaved) into dst (c planes of oh x ow), resized where the sizes differ */
 static void to_planes(const unsigned char *px, int w, int h, int c, unsigned char *dst, int ow, int oh)
 {
@@ -268,20 +256,17 @@ static void to_planes(const unsigned char *px, int w, int h, int c, unsigned cha
             for (int i = 0; i < w * h; i++) dst[(size_t)ch * w * h + i] = px[(size_t)i * c + ch];
         return;
     }
-    int *y0 = malloc(sizeof(int) * (size_t)(2 * oh + 2 * ow)), *ys = y0 + oh, *x0 = ys + oh, *xs = x0 + ow;
-    float *ly = malloc(sizeof(float) * (size_t)(oh + ow)), *lx = ly + oh;
-    if (!y0 || !ly) { free(y0), free(ly); memset(dst, 0, (size_t)c * ow * oh); return; }
-    taps(h, oh, y0, ys, ly);
-    taps(w, ow, x0, xs, lx);
-    for (int ch = 0; ch < c; ch++)
-        for (int y = 0; y < oh; y++)
-            for (int x = 0; x < ow; x++) {
-                const unsigned char *r0 = px + (size_t)y0[y] * w * c, *r1 = r0 + (size_t)ys[y] * w * c;
-                int a = x0[x] * c + ch, b = a + xs[x] * c;
-                float v = (1 - ly[y]) * ((1 - lx[x]) * r0[a] + lx[x] * r0[b]) + ly[y] * ((1 - lx[x]) * r1[a] + lx[x] * r1[b]);
-                dst[(size_t)ch * oh * ow + (size_t)y * ow + x] = (unsigned char)(v + 0.5f);
-            }
-    free(y0), free(ly);
+    /* each channel as a float plane, resized as the loader resizes (transform.c), rounded back to bytes */
+    Tap *ty = malloc(sizeof(Tap) * (size_t)(oh + ow)), *tx = ty + oh;
+    float *plane = malloc(sizeof(float) * ((size_t)w * h + (size_t)ow * oh)), *out = plane + (size_t)w * h;
+    if (!ty || !plane) { free(ty), free(plane); memset(dst, 0, (size_t)c * ow * oh); return; }
+    transform_taps(h, oh, ty), transform_taps(w, ow, tx);
+    for (int ch = 0; ch < c; ch++) {
+        for (long i = 0; i < (long)w * h; i++) plane[i] = px[(size_t)i * c + ch];
+        transform_resize_plane(plane, w, ty, tx, oh, ow, out);
+        for (long i = 0; i < (long)ow * oh; i++) dst[(size_t)ch * oh * ow + i] = (unsigned char)(out[i] + 0.5f);
+    }
+    free(ty), free(plane);
 }
 
 typedef struct Decode {

@@ -78,12 +78,7 @@ void transform_shape(const Transform *t, const Dataset *d, int *c, int *h, int *
     *w = t && t->out_w > 0 ? t->out_w : d->cols;
 }
 
-/* One axis of a bilinear resize as PyTorch's upsample_bilinear2d
-   (align_corners=False): output i reads inputs i0 and i0 + step, weights
-   1 - l and l. */
-typedef struct Tap { int i0, step; float l; } Tap;
-
-static void bilinear_taps(int in, int out, Tap *taps)
+void transform_taps(int in, int out, Tap *taps)
 {
     float scale = (float)in / (float)out;
     for (int i = 0; i < out; i++) {
@@ -137,17 +132,10 @@ static void crop_resize(const Transform *t, float *img, int C, int H, int W, uns
     }
     Tap ty[4096], tx[4096];
     if (H > 4096 || W > 4096) return;
-    bilinear_taps(h, H, ty), bilinear_taps(w, W, tx);
+    transform_taps(h, H, ty), transform_taps(w, W, tx);
     memcpy(tmp, img, sizeof(float) * (size_t)C * H * W);
-    for (int c = 0; c < C; c++)
-        for (int r = 0; r < H; r++) {
-            const float *r0 = tmp + (size_t)c * H * W + (size_t)(top + ty[r].i0) * W + left, *r1 = r0 + (size_t)ty[r].step * W;
-            for (int q = 0; q < W; q++) {
-                int c0 = tx[q].i0, c1 = c0 + tx[q].step;
-                float lx = tx[q].l, ly = ty[r].l;
-                img[(size_t)c * H * W + (size_t)r * W + q] = (1 - ly) * ((1 - lx) * r0[c0] + lx * r0[c1]) + ly * ((1 - lx) * r1[c0] + lx * r1[c1]);
-            }
-        }
+    for (int c = 0; c < C; c++)   /* the window's planes: rows W apart, from (top, left) */
+        transform_resize_plane(tmp + (size_t)c * H * W + (size_t)top * W + left, W, ty, tx, H, W, img + (size_t)c * H * W);
 }
 
 /* RandomRotation and RandomAffine's translation as one map, in place on img: output pixel (x, y) reads
@@ -196,6 +184,19 @@ static const float *source_plane(const Dataset *d, long k, int c, float *buf)
     return buf;
 }
 
+void transform_resize_plane(const float *s, int IW, const Tap *ty, const Tap *tx, int H, int W, float *o)
+{
+    for (int r = 0; r < H; r++) {
+        const float *r0 = s + (size_t)ty[r].i0 * IW, *r1 = r0 + (size_t)ty[r].step * IW;
+        float ly = ty[r].l, hy = 1.0f - ly;
+        for (int q = 0; q < W; q++) {
+            int c0 = tx[q].i0, c1 = c0 + tx[q].step;
+            float lx = tx[q].l, hx = 1.0f - lx;
+            o[(size_t)r * W + q] = hy * (hx * r0[c0] + lx * r0[c1]) + ly * (hx * r1[c0] + lx * r1[c1]);
+        }
+    }
+}
+
 /* Example k at H x W into img [C, H, W]: resized through the taps ty and tx,
    or as stored where they are NULL. buf: a plane of the stored size. */
 static void resize_example(const Dataset *d, long k, int H, int W, const Tap *ty, const Tap *tx, float *buf, float *img)
@@ -205,19 +206,8 @@ static void resize_example(const Dataset *d, long k, int H, int W, const Tap *ty
     for (int c = 0; c < d->channels; c++) {
         const float *s = source_plane(d, k, c, buf);
         float *o = img + (size_t)c * plane;
-        if (!ty) {
-            memcpy(o, s, sizeof(float) * plane);
-            continue;
-        }
-        for (int r = 0; r < H; r++) {
-            const float *r0 = s + (size_t)ty[r].i0 * IW, *r1 = r0 + (size_t)ty[r].step * IW;
-            float ly = ty[r].l, hy = 1.0f - ly;
-            for (int q = 0; q < W; q++) {
-                int c0 = tx[q].i0, c1 = c0 + tx[q].step;
-                float lx = tx[q].l, hx = 1.0f - lx;
-                o[(size_t)r * W + q] = hy * (hx * r0[c0] + lx * r0[c1]) + ly * (hx * r1[c0] + lx * r1[c1]);
-            }
-        }
+        if (!ty) memcpy(o, s, sizeof(float) * plane);
+        else transform_resize_plane(s, IW, ty, tx, H, W, o);
     }
 }
 
@@ -270,7 +260,7 @@ void transform_gather(const Transform *t, const Dataset *d, const int *order, in
         abort();
     }
     bool resize = H != d->rows || W != d->cols;
-    if (resize) bilinear_taps(d->rows, H, ty), bilinear_taps(d->cols, W, tx);
+    if (resize) transform_taps(d->rows, H, ty), transform_taps(d->cols, W, tx);
     for (int i = 0; i < b; i++) {
         long k = order[i];
         resize_example(d, k, H, W, resize ? ty : NULL, resize ? tx : NULL, buf, img);

@@ -34,6 +34,13 @@ typedef struct Transform {
     int given;                /* --normalize=M1,..,Mc,S1,..,Sc: the channels whose mean and std were given (0: fitted) */
 } Transform;
 
+/* One axis of a bilinear resize as PyTorch's upsample_bilinear2d (align_corners=False): output i
+   reads inputs i0 and i0 + step, weights 1 - l and l. */
+typedef struct Tap { int i0, step; float l; } Tap;
+void transform_taps(int in, int out, Tap *taps);
+/* Plane s (rows IW apart) resized through the taps ty and tx into o [H, W]. */
+void transform_resize_plane(const float *s, int IW, const Tap *ty, const Tap *tx, int H, int W, float *o);
+
 /* Whether t changes anything (else data_gather's plain copy is the loader). */
 bool transform_active(const Transform *t);
 /* The per-channel mean and standard deviation of d's pixels (byte / 255, or
