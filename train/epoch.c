@@ -55,14 +55,13 @@ static void progress(Group *g, long step, long done, long total, double loss)
     fflush(stderr);
 }
 
-/* --log-every K: after step `step` of the epoch, every K steps, a record of the steps since the last
+/* --log-every K: after step `step` of the epoch (run_step of the run), every K steps, a record of the steps since the last
    one (their mean loss on the first replica's shard, the rate, examples/s) in rank 0's --log */
-static void log_step(Group *g, long step, double loss, long n, int b)
+static void log_step(Group *g, long step, long run_step, double loss, long n, int b)
 {
     g->log_loss += loss * n, g->log_seen += n, g->log_steps++;
     if (g->log_steps < g->cfg->log_every || !g->log) return;
     double now = train_now(), dt = now - g->log_t0;
-    long run_step = (long)(g->epoch - 1) * g->steps_per_epoch + step;
     fprintf(g->log, "{\"step\": %ld, \"epoch\": %d, \"epoch_step\": %ld, \"loss\": %.6f, \"lr\": %.9g, \"examples_per_s\": %.1f}\n",
             run_step, g->epoch, step, g->log_seen ? g->log_loss / g->log_seen : 0.0, train_lr(g->cfg, g->epoch, step - 1, g->steps_per_epoch),
             dt > 0 ? (double)g->log_steps * b / dt : 0.0);
@@ -137,9 +136,9 @@ static void epoch_on_replica(Group *g, Replica *r)
         if (control ? control[1] > 0 : r->diverged) r->stop = true, r->stop_reason = 2;
         else if (control ? control[0] > 0 : train_signal() != 0) r->stop = true, r->stop_reason = 1;
         if (r->global == 0 && g->world->rank == 0) {
-            if (cfg->log_every) log_step(g, step + 1, l, n, (int)b);
-            if (g->tb) {   /* the step's scalars, on the run's step axis (the first replica's shard) */
-                long s = (long)(g->epoch - 1) * g->steps_per_epoch + step + 1;
+            long s = (long)(g->epoch - 1) * g->steps_per_epoch + step + 1;   /* the run's step axis */
+            if (cfg->log_every) log_step(g, step + 1, s, l, n, (int)b);
+            if (g->tb) {   /* the step's scalars (the first replica's shard) */
                 tb_scalar(g->tb, "train/loss", l, s);
                 tb_scalar(g->tb, "train/accuracy", n > 0 ? hits / (double)n : 0.0, s);
                 tb_scalar(g->tb, "train/lr", train_lr(cfg, g->epoch, step, g->steps_per_epoch), s);
