@@ -115,6 +115,19 @@ static const char *cpu_blas_core(void)
     return NULL;
 }
 
+/* Whether this CPU runs OpenBLAS's `core` kernels: AVX-512 ones need what
+   cpu_blas_core() calls SkylakeX, AVX2 ones at least Haswell; the rest any x86-64. */
+static bool blas_core_runs(const char *core, const char *want)
+{
+    static const char *const avx512[] = { "skylakex", "cooperlake", "sapphirerapids" };
+    static const char *const avx2[] = { "haswell", "zen" };
+    for (int k = 0; k < 3; k++)
+        if (!strcasecmp(core, avx512[k])) return want && !strcmp(want, "SkylakeX");
+    for (int k = 0; k < 2; k++)
+        if (!strcasecmp(core, avx2[k])) return want != NULL;
+    return true;
+}
+
 /* OpenBLAS's `core` (openblas_get_corename()) is as good as `want`. */
 static bool blas_core_enough(const char *core, const char *want)
 {
@@ -152,6 +165,12 @@ int rt_cpu_blas_core(char **argv, bool verbose)
                 "does not know, or kernels it has no build of); unset it (OpenBLAS chooses, and mgc corrects a choice "
                 "older than the CPU), or name kernels OpenBLAS has, e.g. OPENBLAS_CORETYPE=%s\n", set, core,
                 want ? want : "Haswell");
+        return -1;
+    }
+    if (set && *set && !blas_core_runs(core, want)) {   /* it took the name, but its kernels would stop on an illegal instruction */
+        fprintf(stderr, "mgc: OPENBLAS_CORETYPE=%s names OpenBLAS kernels for instructions this CPU lacks (%s): unset it "
+                "(mgc chooses kernels this CPU runs), or name such kernels, e.g. OPENBLAS_CORETYPE=%s\n", set,
+                strcasecmp(set, "Haswell") && strcasecmp(set, "Zen") ? "AVX-512" : "AVX2", want ? want : "Prescott");
         return -1;
     }
     if (!set && want && !blas_core_enough(core, want)) {

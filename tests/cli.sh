@@ -37,6 +37,12 @@ else
     pass=$((pass + 1))
 fi
 OPENBLAS_CORETYPE=Prescott expect blas-core-chosen 0 "OpenBLAS kernels for Prescott (OPENBLAS_CORETYPE)" -- $L --epochs 0 -v
+# a choice of kernels for instructions the CPU lacks is refused, not run into an illegal instruction
+if [[ $want == SkylakeX* ]]; then
+    OPENBLAS_CORETYPE=SkylakeX expect blas-core-avx512 0 "OpenBLAS kernels for SkylakeX (OPENBLAS_CORETYPE)" -- $L --epochs 1 --limit-train 256 --limit-test 256 -v
+else
+    OPENBLAS_CORETYPE=SkylakeX expect blas-core-avx512 2 "names OpenBLAS kernels for instructions this CPU lacks (AVX-512): unset it" -- $L --epochs 1 --limit-train 256 --limit-test 256
+fi
 # A damaged cache entry (truncated, then garbage) is found out by its seal and
 # compiled again: no crash in dlopen, the run succeeds, and says so.
 for damage in "truncate -s 1000" "dd if=/dev/urandom bs=4096 count=1 status=none of="; do
