@@ -10,7 +10,7 @@ epochs, batch, learning rate, devices) and in PyTorch (bench/torch_lenet.py or
 bench/torch_resnet.py, the same settings; --torch-shards K gives PyTorch the
 semantics of K data-parallel replicas: BatchNorm on each shard alone), one
 after the other with the same threads and OPENBLAS_CORETYPE (default
-SkylakeX). The two start from different initial weights (each its own random
+the newest kernels the CPU runs). The two start from different initial weights (each its own random
 generator, the same distributions) and see the batches in different orders:
 the comparison is between the two distributions of outcomes, not run by run.
 
@@ -31,6 +31,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_cpu import blas_core  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -130,7 +132,7 @@ def main():
     if a.epochs is None:
         a.epochs = epochs
     env = dict(os.environ)
-    env.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    env["OPENBLAS_CORETYPE"] = blas_core()
     if a.no_mgc and a.no_torch:
         ap.error("--no-mgc and --no-torch leave nothing to run")
     if not a.no_mgc and not os.path.isfile(a.mgc):

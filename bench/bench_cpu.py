@@ -8,7 +8,7 @@ sgemm roof, peak memory and mgc's ResNet-18 step profile by kind.
 On an otherwise idle machine it runs, each in mgc (./mgc) and in PyTorch
 (bench/torch_lenet.py, bench/torch_resnet.py: tests/torch/models.py's twins of
 the .net files), with the same batch, learning rate, thread count, data and
-OPENBLAS_CORETYPE (default SkylakeX, set for every process):
+OPENBLAS_CORETYPE (default: SkylakeX on AVX-512 CPUs, Haswell on AVX2 ones; set for every process):
 
   lenet         nets/lenet.net, batch 256, T threads (default nproc)
   lenet-1t      the same on one thread
@@ -44,6 +44,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "torch"))
 
+
+
+def blas_core():
+    """OPENBLAS_CORETYPE for every run: the environment's, else the newest kernels this CPU runs
+    (SkylakeX with AVX-512 F/BW/DQ/VL, else Haswell with AVX2 and FMA, else Prescott), as mgc chooses."""
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return os.environ["OPENBLAS_CORETYPE"]
+    try:
+        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+    except (OSError, StopIteration):
+        flags = []
+    if all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl")):
+        return "SkylakeX"
+    return "Haswell" if "avx2" in flags and "fma" in flags else "Prescott"
 
 def run(cmd, env, out_path):
     """Runs cmd; returns (exit status, peak resident MB of that process and
@@ -133,11 +147,11 @@ def add_common(ap, quick_help):
 
 def bench_env(a):
     """(mgc, python, env): the binary ($MGC), PyTorch's interpreter ($PYTHON) and
-    the environment every run takes (OPENBLAS_CORETYPE default SkylakeX, the data,
+    the environment every run takes (OPENBLAS_CORETYPE default blas_core(), the data,
     no MGC_PROFILE)."""
     mgc = os.environ.get("MGC", os.path.join(ROOT, "mgc"))
     python = os.environ.get("PYTHON", "/usr/bin/python3")
-    env = dict(os.environ, OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "SkylakeX"), MGC_DATA=a.data)
+    env = dict(os.environ, OPENBLAS_CORETYPE=blas_core(), MGC_DATA=a.data)
     env.pop("MGC_PROFILE", None)
     return mgc, python, env
 

@@ -18,7 +18,7 @@
 #   --batch-size B, --lr X   (default 256, 0.1; the global batch: 128 per replica on cpu:2)
 #   --repeat R               mgc's cpu:1 and cpu:2 runs R times each, alternating (default 2)
 # Environment: MGC (default ./mgc), PYTHON (default /usr/bin/python3, the one
-# with torch), OPENBLAS_CORETYPE (default SkylakeX; set for every run).
+# with torch), OPENBLAS_CORETYPE (default SkylakeX on AVX-512 CPUs, else Haswell; set for every run).
 #
 # Throughput is examples/s of the training steps: the per-epoch `examples_per_s`
 # of mgc's, torch_lenet.py's and torch_resnet.py's --log JSONL (no start-up, no
@@ -47,7 +47,14 @@ SYNC_BN=
 DATA=${MGC_DATA:-$(cd .. && pwd)/shared/data/fashion-mnist}
 MGC=${MGC:-./mgc}
 PYTHON=${PYTHON:-/usr/bin/python3}
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then   # the newest kernels this CPU runs, as mgc chooses
+    flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+    if [[ $flags == *" avx512f"* && $flags == *" avx512bw"* && $flags == *" avx512dq"* && $flags == *" avx512vl"* ]]; then
+        OPENBLAS_CORETYPE=SkylakeX
+    elif [[ $flags == *" avx2"* && $flags == *" fma"* ]]; then OPENBLAS_CORETYPE=Haswell
+    else OPENBLAS_CORETYPE=Prescott; fi
+fi
+export OPENBLAS_CORETYPE
 
 usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do

@@ -9,7 +9,7 @@
 #   --data DIR    Fashion-MNIST IDX files (default $MGC_DATA, else ../shared/data/fashion-mnist)
 #   --batch-size B, --lr X   (default 256, 0.1)
 # Environment: MGC (default ./mgc), PYTHON (default /usr/bin/python3, the one
-# with torch), OPENBLAS_CORETYPE (default SkylakeX; set for both runs).
+# with torch), OPENBLAS_CORETYPE (default SkylakeX on AVX-512 CPUs, else Haswell; set for both runs).
 #
 # Throughput is examples/s of the training steps: mgc's and torch_lenet.py's
 # per-epoch `examples_per_s` from their --log JSONL (no start-up, no test pass),
@@ -24,7 +24,14 @@ LR=0.1
 DATA=${MGC_DATA:-$(cd .. && pwd)/shared/data/fashion-mnist}
 MGC=${MGC:-./mgc}
 PYTHON=${PYTHON:-/usr/bin/python3}
-export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then   # the newest kernels this CPU runs, as mgc chooses
+    flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+    if [[ $flags == *" avx512f"* && $flags == *" avx512bw"* && $flags == *" avx512dq"* && $flags == *" avx512vl"* ]]; then
+        OPENBLAS_CORETYPE=SkylakeX
+    elif [[ $flags == *" avx2"* && $flags == *" fma"* ]]; then OPENBLAS_CORETYPE=Haswell
+    else OPENBLAS_CORETYPE=Prescott; fi
+fi
+export OPENBLAS_CORETYPE
 
 usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do

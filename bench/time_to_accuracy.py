@@ -36,6 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from accuracy import seed_list  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_cpu import blas_core  # noqa: E402
 
 
 def read_log(path):
@@ -103,7 +105,7 @@ def main():
         a.epochs, a.seeds, a.warmup = 2, [0], 4
         limit = ["--limit-train", "2560", "--limit-test", "1000"]
     env = dict(os.environ)
-    env.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    env["OPENBLAS_CORETYPE"] = blas_core()
     common = ["--epochs", str(a.epochs), "--batch-size", str(a.batch_size), "--lr", str(a.lr),
               "--weight-decay", str(a.weight_decay), "--warmup", str(a.warmup),
               "--threads", str(a.threads), "--data", a.data] + limit
