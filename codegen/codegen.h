@@ -138,6 +138,9 @@ typedef struct Program {
                                  (SGD: lr, momentum, weight decay; AdamW: lr, beta1, 1 - lr wd, beta2, eps,
                                  lr / (1 - beta1^t), sqrt(1 - beta2^t)): a rate that changes from step to step
                                  changes no kernel argument (a recorded CUDA graph stays valid); or -1 */
+    int accumulate;           /* --accumulate K: the float the host sets before every run, read by each bucket's
+                                 accumulation kernel (0: one batch a step; 1: the first micro-batch of a step,
+                                 2: a middle one, 3: the last, summed and applied), or -1 */
     IrOptimizer opt;          /* the optimizer the updates were built with (their hyper-parameters) */
     ProgParam *params;        /* trainable parameters with a gradient, in the net's order */
     int nparams;

@@ -7,6 +7,14 @@
 ** right before the first step that reads a sum (see cg_dp_prepare). An
 ** allreduce on its own (--sync-bn's sums) is a copy into a buffer of its own,
 ** summed and waited at once. Alone, the executor skips collectives.
+**
+** --accumulate K (buckets even on one replica): right before a bucket's
+** collective, a kernel adds the bucket's gradients across the K micro-batches
+** of a step in a buffer of its own (kept from run to run), by the mode the
+** host sets (Program.accumulate): the first micro-batch copies them there,
+** the middle ones add, the last adds that sum into the bucket, which then is
+** summed across replicas and applied as ever. The executor skips the
+** collectives and the updates of every micro-batch but the last.
 */
 #include "lower_internal.h"
 #include <stdlib.h>
@@ -63,6 +71,7 @@ void cg_dp_prepare(Lower *L)
             what = arena_printf(p->arena, "%s %s", what, g->nodes[ar].name);
         }
         L->bucket_coll[k] = new_coll(L, b, b, bk->floats + 2 * final, what);
+        L->bucket_buf[k] = b;
         if (final) {
             p->control = cg_new_buf(L, BUF_VIEW, dimc(2), "stop votes", -1);
             p->bufs[p->control].alias = b;
@@ -70,6 +79,29 @@ void cg_dp_prepare(Lower *L)
         }
     }
     free(last);
+    if (g->accumulate > 1 && g->nbuckets > 0)
+        p->accumulate = cg_new_buf(L, BUF_INPUT, dimc(1), "accumulation mode (0 one batch, 1 first, 2 middle, 3 last micro-batch)", -1);
+}
+
+/* --accumulate: bucket k's gradients summed over the step's micro-batches (see the top). */
+static void accumulate_bucket(Lower *L, int k, int node)
+{
+    const IrBucket *bk = &L->g->buckets[k];
+    Program *p = L->p;
+    int acc = cg_new_buf(L, BUF_KEEP, dimc(bk->floats), arena_printf(p->arena, "bucket %d, summed over micro-batches", k), -1);
+    int b[3] = { L->bucket_buf[k], acc, p->accumulate };
+    const char *names[3] = { "=grads", "=acc", "mode" };
+    cg_kernel(L, node, "accumulate", dimc(bk->floats), 3, b, names);
+    cg_text(L, "    /* --accumulate: bucket $k's gradients over the micro-batches of one step. mode 1 (the first): acc = grads;\n"
+               "       2: acc += grads; 3 (the last): grads += acc, summed across replicas after; 0 (one batch a step): nothing */\n"
+               "    const float m = mode[0];\n"
+               "    FOR_EACH(i, ${n}L) {\n"
+               "        if (m == 1.0f) acc[i] = grads[i];\n"
+               "        else if (m == 2.0f) acc[i] += grads[i];\n"
+               "        else if (m == 3.0f) grads[i] += acc[i];\n"
+               "    }\n",
+            cg_n("k", k), cg_n("n", bk->floats));
+    cg_end_kernel(L);
 }
 
 /* Before a node's steps: wait for the buckets whose sums it reads. */
@@ -91,7 +123,10 @@ void cg_dp_before(Lower *L, int id)
 void cg_dp_after(Lower *L, int id)
 {
     for (int k = 0; k < L->g->nbuckets; k++)
-        if (L->ready[k] == id) coll_step(L, STEP_ALLREDUCE, id, L->bucket_coll[k]);
+        if (L->ready[k] == id) {
+            if (L->p->accumulate >= 0) accumulate_bucket(L, k, id);
+            coll_step(L, STEP_ALLREDUCE, id, L->bucket_coll[k]);
+        }
 }
 
 /* At the end of the step: every bucket finishes within it. */

@@ -28,6 +28,7 @@ typedef struct Lower {
     int *in_bucket;   /* node -> the bucket buffer its output lives in, or -1 */
     int *bucket_at;   /* node -> its offset in that bucket (floats) */
     int *bucket_coll; /* IR bucket -> its collective */
+    int *bucket_buf;  /* IR bucket -> its buffer */
     int *ready;       /* IR bucket -> the node after whose steps its collective starts */
     bool *waited;     /* IR bucket -> its wait step has been emitted */
 } Lower;

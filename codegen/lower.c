@@ -209,6 +209,7 @@ static void lower_init(Lower *L, Arena *a)
         for (int id = 0; id <= g->n; id++) map[id] = -1;
     }
     L->bucket_coll = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
+    L->bucket_buf = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
     L->ready = arena_alloc(a, sizeof(int) * (size_t)(g->nbuckets + 1));
     L->waited = arena_alloc(a, sizeof(bool) * (size_t)(g->nbuckets + 1));
     /* groups of SGD updates (fusion): first member -> last member */
@@ -282,6 +283,7 @@ int cg_lower(const Graph *g, Arena *a, const CgDecisions *dec, Program *p)
     p->decided = kept;
     p->control = -1;
     p->opt_scalars = -1;
+    p->accumulate = -1;
     Lower L = { .g = g, .p = p, .dec = dec, .open_kernel = -1 };
     lower_init(&L, a);
     char *text = NULL;

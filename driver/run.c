@@ -43,7 +43,7 @@ int drv_compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward, b
     MgcOptions o = {
         .net = c->net, .text = c->net_text, .len = c->net_len, .sets = c->sets, .nsets = c->nsets,
         .training = training, .backward = backward, .inference = c->inference && !training, .fold = !c->no_fold,
-        .input_grad = input_grad, .sync_bn = c->cfg.sync_bn, .replicas = c->total_replicas, .bucket_bytes = bucket,
+        .input_grad = input_grad, .sync_bn = c->cfg.sync_bn, .replicas = c->total_replicas, .accumulate = c->cfg.accumulate, .bucket_bytes = bucket,
         .first_bucket_bytes = bucket < 1000000 ? bucket : 1000000,
         .opt = { .kind = c->cfg.optimizer, .lr = c->cfg.lr, .weight_decay = c->cfg.weight_decay, .momentum = c->cfg.momentum,
                  .nesterov = c->cfg.nesterov, .beta1 = c->cfg.beta1, .beta2 = c->cfg.beta2, .eps = c->cfg.eps },
@@ -236,6 +236,7 @@ static void agree_inputs(const Cli *c, const char *devices, bool running, Agreem
     rt_agree_add(a, "--limit-train", "%d%s", t->limit_train, t->limit_train < 0 ? " (all)" : "");
     rt_agree_add(a, "--limit-test", "%d%s", t->limit_test, t->limit_test < 0 ? " (all)" : "");
     rt_agree_add(a, "--sync-bn", "%s", t->sync_bn ? "on" : "off");
+    rt_agree_add(a, "--accumulate", "%d", t->accumulate > 1 ? t->accumulate : 1);
     rt_agree_add(a, "--bucket-mb", "%.9g", (double)c->bucket_mb);
     rt_agree_add(a, "--tf32", "%s", t->tf32 ? "on" : "off");
     rt_agree_add(a, "--precision", "%s", t->bf16 ? "bf16" : "fp32");

@@ -17,6 +17,7 @@ MgcStatus mgc_graph(const MgcOptions *o, Arena *a, Diag *d, Graph *g, const char
     if (failed) *failed = NULL;
     ir_graph_init(g, a, d, NULL, o->training);
     g->sync_bn = o->sync_bn && o->training;
+    g->accumulate = o->training && o->backward && o->accumulate > 1 ? o->accumulate : 1;
     int rc = o->text ? fe_compile_bytes(g, o->net, o->text, o->len, o->sets, o->nsets)   /* parse, check, elaborate, build */
                      : fe_compile(g, o->net, o->sets, o->nsets);
     if (rc) {
@@ -42,7 +43,7 @@ MgcStatus mgc_graph(const MgcOptions *o, Arena *a, Diag *d, Graph *g, const char
     }
     if (o->backward) {
         if ((s = checked("gradients", ir_gradients(g, o->input_grad), g, d, failed))) return s;   /* the backward graph */
-        if (o->replicas > 1 && (s = checked("buckets", ir_buckets(g, o->bucket_bytes, o->first_bucket_bytes), g, d, failed)))
+        if ((o->replicas > 1 || g->accumulate > 1) && (s = checked("buckets", ir_buckets(g, o->bucket_bytes, o->first_bucket_bytes), g, d, failed)))
             return s;                                                                               /* sums across replicas */
         if ((s = checked("update", ir_update(g, &o->opt), g, d, failed))) return s;                /* SGD */
     }

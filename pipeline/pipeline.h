@@ -6,7 +6,7 @@
 **   ir_verify
 **   inference      the logits alone, BatchNorm folded (ir/infer.c) [export, --emit infer-ir]
 **   gradients      the backward graph (ir/autodiff.c)          [training]
-**   buckets        allreduce nodes, bucket by bucket (ir/dp.c) [several replicas]
+**   buckets        allreduce nodes, bucket by bucket (ir/dp.c) [several replicas, or --accumulate]
 **   update         SGD (ir/autodiff.c)                         [training]
 **   autocast       GEMM-class nodes multiply in bf16 (ir/precision.c) [--precision bf16]
 **   fusion, convolution forms (codegen/fuse.c, conv.c)
@@ -36,6 +36,7 @@ typedef struct MgcOptions {
     bool input_grad;          /* the input's gradient too (check mode) */
     bool sync_bn;             /* BatchNorm over the global batch (with training) */
     int replicas;             /* over every rank: more than 1 sums the gradients */
+    int accumulate;           /* --accumulate K: K micro-batches a step (more than 1: buckets even alone) */
     long bucket_bytes;        /* a bucket's size in bytes */
     long first_bucket_bytes;  /* the first bucket's (the last layers', ready first) */
     IrOptimizer opt;

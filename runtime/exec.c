@@ -125,8 +125,8 @@ int rt_exec_init(Exec *x, const Program *p, Device *dev, Store *store, long max_
                 share && x->region == share->region ? ", in the memory of the program before it" : "");
     x->activation_bytes = p->plan_bytes;
     /* what the host sees: in place, or staged */
-    int seen[8 + CG_MAXARGS], nseen = 0;
-    int fixed[] = { p->input, p->labels, p->loss, p->correct, p->logits, p->input_grad, p->control, p->opt_scalars };
+    int seen[9 + CG_MAXARGS], nseen = 0;
+    int fixed[] = { p->input, p->labels, p->loss, p->correct, p->logits, p->input_grad, p->control, p->opt_scalars, p->accumulate };
     for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) seen[nseen++] = fixed[k];
     for (int b = 0; b < p->nbufs; b++) {
         bool wanted = false;
@@ -231,6 +231,8 @@ static void check_step(Exec *x, int k, long n)
 
 void rt_exec_set_lr(Exec *x, double lr) { x->lr = lr; }
 
+void rt_exec_set_accumulate(Exec *x, int mode) { x->accumulate = x->prog->accumulate >= 0 ? mode : 0; }
+
 /* The optimizer's scalars of run t (1, 2, ...: AdamW's bias correction), into x->opt; their count. */
 static int opt_scalars(Exec *x, unsigned long long t)
 {
@@ -272,8 +274,10 @@ static void run_steps(Exec *x, long n, long global_n, long first)
 {
     const Program *p = x->prog;
     Device *dev = x->dev;
+    bool micro = x->accumulate == 1 || x->accumulate == 2;   /* a micro-batch before a step's last */
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
+        if (micro && (s->kind == STEP_ALLREDUCE || s->kind == STEP_WAIT || (s->kind == STEP_KERNEL && s->sgd))) continue;
         double t0 = x->step_seconds ? seconds() : 0;
         switch (s->kind) {
         case STEP_KERNEL: {
@@ -354,11 +358,17 @@ void rt_exec_start(Exec *x, long n, long global_n, long first)
     const Program *p = x->prog;
     Device *dev = x->dev;
     x->runs++;
+    bool micro = x->accumulate == 1 || x->accumulate == 2;
+    if (!micro) x->updates++;
+    if (p->accumulate >= 0) {
+        x->host[p->accumulate][0] = (float)x->accumulate;
+        stage(x, p->accumulate, 1, true);
+    }
     if (p->input >= 0) stage_batch(x, p->input, cg_dim(p->bufs[p->input].size, n));
     stage_batch(x, p->labels, n);
     stage(x, p->control, 2, true);
     if (p->opt_scalars >= 0) {   /* this run's learning rate etc., read by the update kernels */
-        int k = opt_scalars(x, x->opt_steps_before + x->runs);
+        int k = opt_scalars(x, x->opt_steps_before + x->updates);
         memcpy(x->host[p->opt_scalars], x->opt, sizeof(float) * (size_t)k);
         stage(x, p->opt_scalars, k, true);
     }
@@ -366,6 +376,7 @@ void rt_exec_start(Exec *x, long n, long global_n, long first)
     if (dev->ops->replay && dev->can_record && x->record && !x->step_seconds && !x->check_nan) {
         unsigned long long shape = mix(mix(mix(mix(0x6d6763, (unsigned long long)(uintptr_t)p), (unsigned long long)n),
                                            (unsigned long long)global_n), (unsigned long long)first);
+        shape = mix(shape, (unsigned long long)x->accumulate);   /* a micro-batch's run skips steps: recorded apart */
         ran = dev->ops->replay(dev, shape);
         bool seen = false;
         for (int k = 0; k < x->nseen; k++) seen |= x->seen[k] == shape;

@@ -107,6 +107,8 @@ typedef struct Exec {
     double lr;               /* the optimizer's learning rate for the next run (the rest is the program's) */
     float opt[8];            /* the optimizer's scalars of the next run (Program.opt_scalars) */
     unsigned long long seed, runs;
+    unsigned long long updates;   /* runs that updated the parameters (all but --accumulate's first K-1 of a step) */
+    int accumulate;          /* the next run's Program.accumulate mode (rt_exec_set_accumulate) */
     unsigned long long seen[RT_SEEN_SHAPES];   /* shapes run once already (recorded from their second run) */
     int nseen;
     unsigned long long runs_before; /* training steps before this process (--resume): dropout's seeds go on from there */
@@ -151,6 +153,10 @@ void rt_exec_run(Exec *x, long n, long global_n, long first);
    host may fill the next batch: rt_exec_host(input or labels) then gives the
    other staging copy. */
 void rt_exec_start(Exec *x, long n, long global_n, long first);
+/* --accumulate: the next runs' place in a step of several micro-batches (Program.accumulate's
+   modes: 0 a whole step, 1 its first micro-batch, 2 a middle one, 3 its last). A first or middle
+   run starts no collective and updates nothing; global_n is then the whole step's examples. */
+void rt_exec_set_accumulate(Exec *x, int mode);
 void rt_exec_finish(Exec *x);
 /* Where the host writes a buffer it fills before a run (input, labels,
    control): uploaded by the next rt_exec_run. After a run, loss, correct and

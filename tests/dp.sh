@@ -180,6 +180,32 @@ else
     bad "fused SGD: a run failed"; tail -5 "$tmp/out" | sed 's/^/    /'
 fi
 
+# --accumulate K: K batches summed before one update are one batch K times as
+# large (LeNet has no BatchNorm): SGD with Nesterov momentum on 640 examples in
+# steps of 256, 256 and 128 (the last of two batches of 64), and AdamW on 512
+# (two steps: AdamW's first steps move each weight by about lr whatever its
+# gradient, so a gradient near 0 that rounds the other way makes a
+# difference of lr, and a third step shows that as 1e-4 to 1e-2 between any
+# two summation orders, cpu:2 against cpu:1 without accumulation included),
+# on one, two and three replicas (a batch of 64 split 22 + 21 + 21)
+expect accumulate-zero 2 "--accumulate must be in 1..1048576, got 0" -- $L --accumulate 0
+expect accumulate-sync-bn 2 "--accumulate sums the gradients of several batches, --sync-bn's BatchNorm gradients are summed apart" -- $L --accumulate 2 --sync-bn
+AC="--epochs 1 --limit-train 640 --limit-test 64 --lr 0.05 --seed 3"
+for opt in "--momentum 0.9 --nesterov" "--optimizer adamw --lr 0.002 --limit-train 512"; do
+    for d in 1 2 3; do
+        train "$tmp/ab.st" "$MGC" $L $AC $opt --devices cpu:$d --batch-size 256 &&
+        steps=3 && [[ $opt == *adamw* ]] && steps=2
+        train "$tmp/aa.st" "$MGC" $L $AC $opt --devices cpu:$d --batch-size 64 --accumulate 4 --log "$tmp/acc$steps.jsonl" --log-every 1 &&
+            compare "$tmp/aa.st" "$tmp/ab.st" 1e-5 0 "--accumulate 4 x 64 = batch 256, $steps steps, cpu:$d, ${opt%% --lr*}"
+    done
+done
+n=$(grep -c '"step"' "$tmp/acc3.jsonl" 2> /dev/null)
+[ "$n" = 3 ] && grep -q '"epoch_step": 3' "$tmp/acc.jsonl" && ok "--accumulate: 10 batches are 3 steps in --log" ||
+    bad "--accumulate: $n step records, not 3: $(head -c 300 "$tmp/acc.jsonl")"
+"$MGC" $L --accumulate 4 --emit kernels > "$tmp/k" 2>&1
+grep -q "kernel k[0-9]*_accumulate" "$tmp/k" && grep -q "mode 1 (the first): acc = grads" "$tmp/k" &&
+    ok "--emit kernels shows the accumulation kernel before the bucket's sum" || bad "--accumulate: no accumulation kernel in --emit kernels"
+
 # MPI: two ranks of cpu:1 are cpu:2 in one process; two ranks of cpu:2 are cpu:4
 if command -v mpirun > /dev/null && "$MGC" --help | grep -q mpirun && ldd "$MGC" | grep -q libmpi; then
     # Open MPI's own components leak at MPI_Finalize: not ours to report (sanitizer builds)
@@ -191,6 +217,9 @@ if command -v mpirun > /dev/null && "$MGC" --help | grep -q mpirun && ldd "$MGC"
     train "$tmp/m2.st" mpirun -np 2 "$MGC" $L $MA --devices cpu:2 &&
     train "$tmp/p4.st" "$MGC" $L $MA --devices cpu:4 &&
         compare "$tmp/m2.st" "$tmp/p4.st" 1e-4 0 "mpirun -np 2 x cpu:2 = cpu:4"
+    train "$tmp/ma.st" mpirun -np 2 "$MGC" $L $AC --devices cpu:1 --batch-size 64 --accumulate 4 &&
+    train "$tmp/pa.st" "$MGC" $L $AC --devices cpu:2 --batch-size 256 &&
+        compare "$tmp/ma.st" "$tmp/pa.st" 1e-5 0 "mpirun -np 2 --accumulate 4 x 64 = cpu:2 batch 256"
     # --sync-bn across ranks, in check mode (the dump every rank contributes rows
     # of): two ranks of cpu:1 give the dump of cpu:2, bit for bit
     $PY -c "

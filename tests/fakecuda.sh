@@ -148,6 +148,16 @@ if timeout 300 "$MGC" $L $A --gpus 2 --save "$tmp/g2.st" > "$tmp/g2" 2>&1 &&
 else
     bad "LeNet on --gpus 2 or cpu:2 failed"; tail -5 "$tmp/g2" "$tmp/c2" | sed 's/^/    /'
 fi
+# --accumulate on GPUs: 4 batches of 64 summed (the accumulation kernels, the micro-batches'
+# runs recorded apart from the last's) are one batch of 256; 2 epochs of 3 steps, the last of 2
+A="--epochs 2 --limit-train 640 --limit-test 64 --lr 0.05 --momentum 0.9 --seed 3 --gpus 2"
+if timeout 300 "$MGC" $L $A --batch-size 64 --accumulate 4 --save "$tmp/ga.st" > "$tmp/ga" 2>&1 &&
+        timeout 300 "$MGC" $L $A --batch-size 256 --save "$tmp/gb.st" > "$tmp/gb" 2>&1; then
+    if out=$($PY tests/st.py compare "$tmp/ga.st" "$tmp/gb.st" 1e-5); then ok "--accumulate 4 x 64 = batch 256 on --gpus 2: $out"
+    else bad "--accumulate 4 x 64 against batch 256 on --gpus 2: $out (tolerance 1e-5)"; fi
+else
+    bad "--accumulate on --gpus 2 failed"; tail -5 "$tmp/ga" "$tmp/gb" | sed 's/^/    /'
+fi
 
 # mgc predict on GPUs (the evaluation program alone, two GPUs sharing each batch) gives the CPU's
 # predictions from the same checkpoint

@@ -34,6 +34,8 @@ static int save_checkpoint(Store *s, const char *path, const char *net, int epoc
     st_writer_set_meta(w, "seed", v);
     snprintf(v, sizeof v, "%d", cfg->batch_size);
     st_writer_set_meta(w, "batch_size", v);
+    snprintf(v, sizeof v, "%d", cfg->accumulate > 1 ? cfg->accumulate : 1);
+    st_writer_set_meta(w, "accumulate", v);
     char sched[256];
     train_schedule_str(cfg, sched, sizeof sched);
     st_writer_set_meta(w, "lr_schedule", sched);
@@ -64,7 +66,7 @@ int train_save(Group *g, const char *path, int epoch, bool downloaded)
         CkModel model;
         train_model_info(g, &model);
         rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch, x->runs_before + x->runs,
-                                  x->opt_steps_before + x->runs, g->cfg, &model) ? 1 : 0;
+                                  x->opt_steps_before + x->updates, g->cfg, &model) ? 1 : 0;
     }
     return rt_world_max_status(g->world, rc);
 }
@@ -230,6 +232,11 @@ int train_load_checkpoint(Store *s, const char *path, const char *net, Resume *r
     if (resume) {
         char v[8];
         resume->optimizer_steps = resume->steps;
+        resume->accumulate = 1;   /* older checkpoints: one batch a step */
+        if (st_meta_get(&f, "accumulate", v, sizeof v) >= 0 && meta_count(&f, path, "accumulate", &resume->accumulate)) {
+            st_free(&f);
+            return -1;
+        }
         if (st_meta_get(&f, "optimizer_steps", v, sizeof v) >= 0 && meta_count(&f, path, "optimizer_steps", &resume->optimizer_steps)) {
             st_free(&f);
             return -1;
@@ -314,10 +321,11 @@ int train_resume_from(Group *g, const Resume *resume)
                cfg->load, resume->epoch, resume->epoch == 1 ? "" : "s", cfg->epochs);
     } else {
         printf("mgc: going on from %s after epoch %llu (%llu steps)\n", cfg->load, resume->epoch, resume->steps);
-        if (resume->seed != cfg->seed || resume->batch_size != (unsigned long long)cfg->batch_size)
-            printf("mgc: note: the checkpoint was trained with --seed %llu --batch-size %llu, this run has --seed %llu "
-                   "--batch-size %d: it goes on, but not as the first run would have\n",
-                   resume->seed, resume->batch_size, cfg->seed, cfg->batch_size);
+        unsigned long long K = cfg->accumulate > 1 ? (unsigned long long)cfg->accumulate : 1;
+        if (resume->seed != cfg->seed || resume->batch_size != (unsigned long long)cfg->batch_size || resume->accumulate != K)
+            printf("mgc: note: the checkpoint was trained with --seed %llu --batch-size %llu --accumulate %llu, this run has "
+                   "--seed %llu --batch-size %d --accumulate %llu: it goes on, but not as the first run would have\n",
+                   resume->seed, resume->batch_size, resume->accumulate, cfg->seed, cfg->batch_size, K);
         char sched[256];
         train_schedule_str(cfg, sched, sizeof sched);
         if (resume->schedule[0] && strcmp(resume->schedule, sched))

@@ -8,7 +8,7 @@
 
 /* What --resume reads from a checkpoint's metadata besides its tensors. */
 typedef struct Resume {
-    unsigned long long epoch, steps, seed, batch_size;
+    unsigned long long epoch, steps, seed, batch_size, accumulate;
     char schedule[256];       /* the learning-rate recipe (train_schedule_str), or "" (an older mgc's checkpoint) */
     char optimizer[256];      /* the optimizer (train_optimizer_str), or "" (an older mgc's) */
     unsigned long long optimizer_steps;   /* the steps its optimizer's state has taken (= steps in an older mgc's) */

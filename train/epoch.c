@@ -92,6 +92,18 @@ static bool gather_shard(Group *g, Replica *r, Exec *x, int B, int min_b, long a
     return true;
 }
 
+/* --accumulate K: batch `m` of the epoch's place in its step (Program.accumulate's mode: 0 a step of one
+   batch, 1 the first of several, 2 a middle one, 3 the last), and the step's examples (its batches',
+   the last step's fewer) */
+static int step_place(const Group *g, long m, long *examples, long batch)
+{
+    long K = g->cfg->accumulate > 1 ? g->cfg->accumulate : 1, u = m / K;
+    long end = (u + 1) * K < g->batches_per_epoch ? (u + 1) * K : g->batches_per_epoch;   /* the step's batches: [u K, end) */
+    long covered = end * (long)g->cfg->batch_size < g->count ? end * (long)g->cfg->batch_size : g->count;
+    *examples = K == 1 ? batch : covered - u * K * (long)g->cfg->batch_size;
+    return K == 1 ? 0 : m == end - 1 ? 3 : m == u * K ? 1 : 2;
+}
+
 static void epoch_on_replica(Group *g, Replica *r)
 {
     const Program *p = g->m->train;
@@ -103,21 +115,25 @@ static void epoch_on_replica(Group *g, Replica *r)
     r->compute_seconds = 0;
     r->stop = false;
     double wait0 = r->tr.wait_seconds;
-    long at = 0, b, first, n, step = 0;
-    double t0 = train_now();
+    long at = 0, b, first, n, step = 0, m = 0, step_n = 0;
+    double t0 = train_now(), step_loss = 0, step_hits = 0;
     r->step_t = t0;
     bool have = gather_shard(g, r, &r->tr, B, W, at, &b, &first, &n);
     bool per_step = train_lr_per_step(cfg);
-    for (; have && !r->stop; step++) {
-        if (per_step)   /* every replica computes the same rate from the step's place in the run */
+    for (; have && !r->stop; m++) {
+        long examples;
+        int place = step_place(g, m, &examples, b);
+        bool last = place == 0 || place == 3;   /* the step's last batch: summed across replicas, applied */
+        if (per_step && place < 2)   /* every replica computes the same rate from the step's place in the run */
             rt_exec_set_lr(&r->tr, train_lr(cfg, g->epoch, step, g->steps_per_epoch));
-        if (control) {
+        if (control && last) {
             control[0] = train_signal() ? 1.0f : 0.0f;
             control[1] = r->diverged ? 1.0f : 0.0f;
         }
         if (r->steps == 0 && r->global == 0 && cfg->verbose && cfg->started > 0)
             fprintf(stderr, "mgc: the first training step starts %.2f s after mgc did\n", train_now() - cfg->started);
-        rt_exec_start(&r->tr, n, b, first);
+        rt_exec_set_accumulate(&r->tr, place);
+        rt_exec_start(&r->tr, n, examples, first);
         /* the next batch is read while the device computes this one (where it queues work) */
         long nb = 0, nfirst = 0, nn = 0;
         bool more = gather_shard(g, r, &r->tr, B, W, at + B, &nb, &nfirst, &nn);
@@ -133,26 +149,31 @@ static void epoch_on_replica(Group *g, Replica *r)
         float hits = train_read1(&r->tr, p->correct);
         r->correct += hits;
         r->seen += n;
+        step_loss += (double)l * n, step_hits += hits, step_n += n;
+        at += B;
+        have = more, b = nb, first = nfirst, n = nn;
+        if (!last) continue;
         if (control ? control[1] > 0 : r->diverged) r->stop = true, r->stop_reason = 2;
         else if (control ? control[0] > 0 : train_signal() != 0) r->stop = true, r->stop_reason = 1;
         if (r->global == 0 && g->world->rank == 0) {
+            double sl = step_n > 0 ? step_loss / (double)step_n : (double)l;   /* the step's loss: its batches' (their mean) */
             long s = (long)(g->epoch - 1) * g->steps_per_epoch + step + 1;   /* the run's step axis */
-            if (cfg->log_every) log_step(g, step + 1, s, l, n, (int)b);
+            if (cfg->log_every) log_step(g, step + 1, s, sl, step_n, (int)examples);
             if (g->tb) {   /* the step's scalars (the first replica's shard) */
-                tb_scalar(g->tb, "train/loss", l, s);
-                tb_scalar(g->tb, "train/accuracy", n > 0 ? hits / (double)n : 0.0, s);
+                tb_scalar(g->tb, "train/loss", sl, s);
+                tb_scalar(g->tb, "train/accuracy", step_n > 0 ? step_hits / (double)step_n : 0.0, s);
                 tb_scalar(g->tb, "train/lr", train_lr(cfg, g->epoch, step, g->steps_per_epoch), s);
-                tb_scalar(g->tb, "train/examples_per_s", t1 > r->step_t ? (double)b / (t1 - r->step_t) : 0.0, s);
+                tb_scalar(g->tb, "train/examples_per_s", t1 > r->step_t ? (double)examples / (t1 - r->step_t) : 0.0, s);
                 r->step_t = t1;
             }
             double every = cfg->progress ? 0.2 : cfg->progress_every;
             if ((cfg->progress || every > 0) && train_now() - g->last_draw >= every) {
-                progress(g, step + 1, at + b, g->count, r->loss_sum / r->seen);
+                progress(g, step + 1, at < g->count ? at : g->count, g->count, r->loss_sum / r->seen);
                 g->last_draw = train_now();
             }
         }
-        at += B;
-        have = more, b = nb, first = nfirst, n = nn;
+        step++;
+        step_loss = step_hits = 0, step_n = 0;
     }
     r->wait_seconds = r->tr.wait_seconds - wait0;
     r->compute_seconds -= r->wait_seconds;
@@ -412,7 +433,7 @@ static void train_one_epoch(Group *g, const Dataset *train, int *order, int epoc
     g->order = order;
     g->count = train->n;
     if (g->comm) rt_comm_reset_stats(g->comm);
-    long steps0 = g->r[0].steps;
+    long steps0 = (long)g->r[0].tr.updates;   /* steps: updates (--accumulate: not its batches) */
     g->epoch = epoch;
     float lr = train_lr(cfg, epoch, 0, g->steps_per_epoch);
     for (int k = 0; k < g->n; k++) rt_exec_set_lr(&g->r[k].tr, lr);
@@ -426,7 +447,7 @@ static void train_one_epoch(Group *g, const Dataset *train, int *order, int epoc
     }
     rt_world_sum_f64(g->world, sums, 3);
     *e = (EpochResult){ .loss = sums[0], .correct = sums[1], .seen = sums[2], .t_train = train_now() - t0, .lr = lr,
-                        .steps = g->r[0].steps - steps0 };
+                        .steps = (long)g->r[0].tr.updates - steps0 };
     if (train_lr_per_step(cfg) && e->steps > 0) e->lr = train_lr(cfg, epoch, e->steps - 1, g->steps_per_epoch);   /* the last step's */
 }
 

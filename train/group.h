@@ -60,7 +60,8 @@ typedef struct Group {
     const int *order;
     int count;                /* examples */
     int epoch;
-    long steps_per_epoch;     /* training steps in every epoch */
+    long steps_per_epoch;     /* training steps (updates) in every epoch */
+    long batches_per_epoch;   /* the batches they take (--accumulate K: K a step, fewer in the last) */
     double t0, last_draw;     /* the epoch's start, the progress line's last drawing */
     double run_t0;            /* the first trained epoch's start (the run's ETA) */
     int first_epoch;          /* the run's first epoch (after --resume, not 1) */

@@ -371,6 +371,9 @@ static void say_run(const Group *g, const Dataset *train, const Dataset *test, c
                cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
     } else printf("; %s training and %s test examples (%s), batch %d%s\n", rt_commas(train->n, num2),
                 rt_commas(test->n, num3), data, cfg->batch_size, cfg->sync_bn ? ", BatchNorm synchronised" : "");
+    if (cfg->accumulate > 1 && !cfg->evaluate)
+        printf("mgc: --accumulate %d: each step sums the gradients of %d batches of %d, one update for %ld examples\n",
+               cfg->accumulate, cfg->accumulate, cfg->batch_size, (long)cfg->accumulate * cfg->batch_size);
     if (cfg->bf16)   /* says once how bf16 runs here */
         printf("mgc: precision bf16: convolutions and linear layers multiply bf16 operands, sum in fp32 (%s)\n",
                !cpu ? "cuBLAS, the tensor cores" : mgc_bf16_native() ? "AVX512_BF16 on this CPU"
@@ -603,7 +606,9 @@ static int on_data(Group *g, DataLoad *data, int first_epoch)
     }
     if (!status) {
         /* every full batch, and a last one with an example for each replica at least (gather_shard) */
-        g->steps_per_epoch = train.n / cfg->batch_size + (train.n % cfg->batch_size >= g->total ? 1 : 0);
+        g->batches_per_epoch = train.n / cfg->batch_size + (train.n % cfg->batch_size >= g->total ? 1 : 0);
+        int K = cfg->accumulate > 1 ? cfg->accumulate : 1;   /* --accumulate: K batches a step */
+        g->steps_per_epoch = (g->batches_per_epoch + K - 1) / K;
         int most = train.n > test.n ? train.n : test.n;
         order = malloc(sizeof(int) * (size_t)(most > val.n ? most : val.n) + 1);
         if (g->world->rank == 0) say_run(g, &train, &test, &data->info);

@@ -19,7 +19,8 @@ typedef enum { LR_CONSTANT, LR_COSINE, LR_STEP } LrSchedule;
 
 typedef struct TrainConfig {
     int epochs;               /* 0: initialise (and --save) only */
-    int batch_size;           /* the global batch, over every replica of every rank */
+    int batch_size;           /* the global batch, over every replica of every rank (--accumulate: a micro-batch) */
+    int accumulate;           /* --accumulate K: the gradients of K batches summed before one update (0, 1: none) */
     float lr, momentum, weight_decay;
     IrOptKind optimizer;      /* SGD (momentum, Nesterov's) or AdamW (betas, eps) */
     bool nesterov;
