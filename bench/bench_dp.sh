@@ -14,6 +14,7 @@
 #   --threads T              threads of every run (default nproc): mgc cpu:1 has them all,
 #                            cpu:2 shares them out, torch.set_num_threads(T)
 #   --sync-bn                pass --sync-bn to the cpu:2 runs (BatchNorm over the global batch)
+#   --shard-update           also cpu:2 --shard-update (ZeRO-1), against cpu:1 and cpu:2; peak memory of each
 #   --data DIR               Fashion-MNIST IDX files (default $MGC_DATA, else ../shared/data/fashion-mnist)
 #   --batch-size B, --lr X   (default 256, 0.1; the global batch: 128 per replica on cpu:2)
 #   --repeat R               mgc's cpu:1 and cpu:2 runs R times each, alternating (default 2)
@@ -44,6 +45,7 @@ BATCH=256
 LR=0.1
 REPEAT=2
 SYNC_BN=
+SHARD=
 DATA=${MGC_DATA:-$(cd .. && pwd)/shared/data/fashion-mnist}
 MGC=${MGC:-./mgc}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -69,6 +71,7 @@ while [ $# -gt 0 ]; do
         --resnet-limit-test) RESNET_LIMIT_TEST=$2; shift 2 ;;
         --threads) THREADS=$2; shift 2 ;;
         --sync-bn) SYNC_BN=--sync-bn; shift ;;
+        --shard-update) SHARD=1; shift ;;
         --data) DATA=$2; shift 2 ;;
         --batch-size) BATCH=$2; shift 2 ;;
         --lr) LR=$2; shift 2 ;;
@@ -116,12 +119,13 @@ for net in $NETS; do
         "$net" "$file" "$epochs" "${ltrain:-null}" "${ltest:-null}" > "$OUTDIR/$net.meta.json"
 
     for rep in $(seq "$REPEAT"); do
-        for devs in 1 2; do
+        for devs in 1 2 ${SHARD:+2s}; do
             extra=()
-            [ "$devs" = 2 ] && [ -n "$SYNC_BN" ] && extra+=("$SYNC_BN")
-            echo "== $net: mgc --devices cpu:$devs ${extra[*]:-} (run $rep of $REPEAT)"
+            [ "$devs" != 1 ] && [ -n "$SYNC_BN" ] && extra+=("$SYNC_BN")
+            [ "$devs" = 2s ] && extra+=(--shard-update)
+            echo "== $net: mgc --devices cpu:${devs%s} ${extra[*]:-} (run $rep of $REPEAT)"
             t0=$(now)
-            $MGC "$file" --devices "cpu:$devs" "${common[@]}" ${extra[@]+"${extra[@]}"} \
+            $MGC "$file" --devices "cpu:${devs%s}" "${common[@]}" ${extra[@]+"${extra[@]}"} \
                 --log "$OUTDIR/$net.mgc$devs.$rep.jsonl" 2>&1 | tee "$OUTDIR/$net.mgc$devs.$rep.txt"
             echo "$t0 $(now)" > "$OUTDIR/$net.mgc$devs.$rep.wall"
         done
@@ -158,6 +162,7 @@ def run(net, tool):
             continue
         eps = [r["examples_per_s"] for r in recs]
         s = {"examples_per_s": statistics.median(eps), "per_epoch": eps,
+             "peak_resident_mb": max(r.get("peak_resident_mb", 0) for r in recs),
              "test_acc": recs[-1]["test_acc"], "loss": recs[-1]["loss"],
              "wall_s": wall(os.path.basename(path)[:-len(".jsonl")])}
         runs.append(s["examples_per_s"])
@@ -197,6 +202,8 @@ for net in nets:
         r = json.load(f)
     r["mgc_cpu1"], _ = run(net, "mgc1")
     r["mgc_cpu2"], recs2 = run(net, "mgc2")
+    r["mgc_cpu2s"], _ = run(net, "mgc2s")
+    r["cpu2s_vs_cpu1"] = ratio(r["mgc_cpu2s"], r["mgc_cpu1"])
     r["pytorch"], _ = run(net, "torch")
     r["cpu2_vs_cpu1"] = ratio(r["mgc_cpu2"], r["mgc_cpu1"])
     r["mgc_cpu1_vs_pytorch"] = ratio(r["mgc_cpu1"], r["pytorch"])
@@ -216,6 +223,12 @@ for net, r in results.items():
     print(f"{net:10s} {eps[0]:>10s} {eps[1]:>10s} {eps[2]:>10s} "
           f"{dps:>14s} {fmt(r['mgc_cpu1_vs_pytorch'], '.2f'):>12s} "
           f"{fmt(r['mgc_cpu2_vs_pytorch'], '.2f'):>12s}")
+for net, r in results.items():
+    if r["mgc_cpu2s"]:
+        print(f"{net:10s} cpu:2 --shard-update {r['mgc_cpu2s']['examples_per_s']:,.0f} examples/s, "
+              f"{fmt(r['cpu2s_vs_cpu1'], '.2f')} of cpu:1 (target 0.97 ResNet-18, 1.0 LeNet); peak resident "
+              f"{r['mgc_cpu1']['peak_resident_mb']:.0f} MB cpu:1, {r['mgc_cpu2']['peak_resident_mb']:.0f} MB cpu:2, "
+              f"{r['mgc_cpu2s']['peak_resident_mb']:.0f} MB cpu:2 sharded")
 print("== per run")
 for net, r in results.items():
     limit = f"{r['limit_train']:,}" if r["limit_train"] else "all"

@@ -49,7 +49,16 @@ typedef struct Buf {
     int fan_in;               /* INIT_UNIFORM_FAN_IN */
     float init_arg;           /* INIT_CONSTANT's value, INIT_NORMAL's standard deviation */
     bool trainable;           /* a parameter (else state: running statistics, momentum) */
+    /* --shard-update: a parameter of gradient bucket `pack` lives at pack_at in one block of pack_floats
+       holding the bucket's parameters as the bucket holds their gradients (-1: none); a state buffer
+       holds this replica's slice of bucket shard_of's optimizer state (-1: none) */
+    int pack, shard_of;
+    long pack_at, pack_floats;
 } Buf;
+
+/* What a collective does: the sum over every replica, or (--shard-update) its two halves, over
+   a buffer of R x chunk floats, replica KArgs.replica's chunk its own (runtime/comm.h). */
+typedef enum CollKind { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER } CollKind;
 
 /* A collective: the sum of buffer src over every replica, into dst (in place
    when dst == src). Gradient buckets are in place; --sync-bn's sums are not. */
@@ -57,7 +66,22 @@ typedef struct Collective {
     int src, dst;             /* buffer ids */
     long floats;
     const char *what;         /* "bucket 0: fc3.bias fc3.weight ...", "bn1 sums" */
+    CollKind kind;
 } Collective;
+
+/* --shard-update: one gradient bucket's parameters and optimizer state. The parameters lie side
+   by side in one block as the bucket holds their gradients (Buf.pack); each replica updates its
+   chunk of it and holds only that chunk's state (state[k], [max chunk] each); checkpoints gather
+   and scatter the state by parameter (member k: names[k] at at[k], numel[k] floats). */
+typedef struct ShardPack {
+    long floats, chunk;       /* the bucket's floats; each replica's chunk of them, ceil(floats / R) (the buffers hold R x chunk) */
+    int nmembers;
+    const char **names;
+    long *at, *numel;
+    int nstates;
+    const char *suffix[2];    /* "momentum_buffer"; "exp_avg", "exp_avg_sq" */
+    int state[2];             /* their buffers */
+} ShardPack;
 
 /* A parameter and where its gradient is after a step (summed across replicas). */
 typedef struct ProgParam { int buf, grad; } ProgParam;
@@ -93,6 +117,8 @@ typedef struct Step {
     long grain;               /* elements an iteration touches (0: one); the runtime splits work*grain */
     bool blocks;              /* a reduction kernel (FOR_EACH_BLOCK): on CUDA each iteration is one block of
                                  CG_BLOCK threads that share its inner loops (BLOCK_LOOP, BLOCK_SUM) */
+    long touch;               /* floats of each argument the kernel touches at most (0: all of each): --shard-update's
+                                 chunk of a bucket (the GPU cost model's bytes) */
     bool c_only;              /* C target only (CgOptions.cpu_only): calls CBLAS, or splits its work
                                  between the threads itself (a.thread, a.nthreads) */
     /* STEP_GEMM, row-major: C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C */
@@ -142,6 +168,8 @@ typedef struct Program {
                                  accumulation kernel (0: one batch a step; 1: the first micro-batch of a step,
                                  2: a middle one, 3: the last, summed and applied), or -1 */
     IrOptimizer opt;          /* the optimizer the updates were built with (their hyper-parameters) */
+    ShardPack *packs;         /* --shard-update: per gradient bucket (npacks of them), else NULL */
+    int npacks;
     ProgParam *params;        /* trainable parameters with a gradient, in the net's order */
     int nparams;
     long param_scalars;       /* trainable scalars, all parameters */

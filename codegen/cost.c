@@ -97,9 +97,10 @@ static bool conv_loops(const Graph *g, const Step *s)
 }
 
 /* A buffer's bytes at batch n: all fp32, as autocast's bf16 stores it, and as the program does. */
-static void buf_bytes(const Program *p, int b, long n, double *b32, double *b16, double *bm)
+static void buf_bytes(const Program *p, int b, long n, long touch, double *b32, double *b16, double *bm)
 {
     double values = (double)cg_dim(p->bufs[b].size, n) * (p->bufs[b].bf16 ? 2 : 1);
+    if (touch > 0 && values > (double)touch) values = (double)touch;   /* a chunk of it (--shard-update) */
     BufKind k = p->bufs[b].kind == BUF_VIEW && p->bufs[b].alias >= 0 ? p->bufs[p->bufs[b].alias].kind : p->bufs[b].kind;
     *b32 = 4 * values;
     *b16 = k == BUF_ACT || k == BUF_WORK ? 2 * values : 4 * values;
@@ -127,7 +128,7 @@ static void step_cost(const Program *p, int k, long n, const CgGpuModel *m, Step
             for (int i = 0; i < j && !seen; i++) seen = s->args[i] == b;
             if (seen) continue;
             double b32, b16, bm;
-            buf_bytes(p, b, n, &b32, &b16, &bm);
+            buf_bytes(p, b, n, s->touch, &b32, &b16, &bm);
             if (s->outs >> j & 1) c->written += b32, c->written16 += b16, c->writtenm += bm;
             else c->read += b32, c->read16 += b16, c->readm += bm;
         }
@@ -229,10 +230,12 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
         step_cost(p, k, batch, m, &c[k]);
         if (s->kind == STEP_ALLREDUCE && replicas > 1) {
             const Collective *cl = &p->colls[s->coll];
-            double t = 2.0 * (replicas - 1) / replicas * 4.0 * (double)cl->floats / m->link_bytes_per_s;
+            /* a ring: an allreduce sends 2(N-1)/N of the data, a reduce-scatter or all-gather (--shard-update) half that */
+            double t = (cl->kind == COLL_ALLREDUCE ? 2.0 : 1.0) * (replicas - 1) / replicas * 4.0 * (double)cl->floats / m->link_bytes_per_s;
             c[k].s32 = c[k].s16 = c[k].smgc = t;
             comm += t;
-            fprintf(out, "  step %-3d allreduce c%-24d %14s %7s %9.2f %9s %10s %9.1f %9.1f %9.1f  link\n", k, s->coll, "", "",
+            static const char *const kinds[] = { "allreduce", "reduce-scatter", "all-gather" };
+            fprintf(out, "  step %-3d %-14s c%-15d %14s %7s %9.2f %9s %10s %9.1f %9.1f %9.1f  link\n", k, kinds[cl->kind], s->coll, "", "",
                     4.0 * (double)cl->floats / 1e6, "", "", t * 1e6, t * 1e6, t * 1e6);
             continue;
         }
@@ -261,7 +264,7 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
     long global = batch * (replicas > 0 ? replicas : 1);
     long steps = (train_examples + global - 1) / global;
     fprintf(out, "  predicted step (%d kernels, %d GEMMs%s): fp32 %.2f ms in a CUDA graph (%.2f ms launched one by one), bf16 %.2f ms (%.2f)\n",
-            kernels, gemms, comm > 0 ? arena_printf(a, ", allreduces %.2f ms not overlapped", comm * 1e3) : "", graph32 * 1e3,
+            kernels, gemms, comm > 0 ? arena_printf(a, ", collectives %.2f ms not overlapped", comm * 1e3) : "", graph32 * 1e3,
             launched32 * 1e3, graph16 * 1e3, launched16 * 1e3);
     fprintf(out, "  predicted epoch of %ld examples (%ld steps of %ld): fp32 %.2f s, bf16 %.2f s (in CUDA graphs; training steps only)\n",
             train_examples, steps, global, graph32 * (double)steps, graph16 * (double)steps);

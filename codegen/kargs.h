@@ -16,7 +16,8 @@
     F("the examples of this step on every replica together", long global_batch) \
     F("this replica's first example within the global batch", long first)    \
     F("fresh per run, for dropout", unsigned long long seed)                 \
-    F("C only: this call's share of the FOR_EACH", int thread, nthreads)
+    F("C only: this call's share of the FOR_EACH", int thread, nthreads)         \
+    F("--shard-update: the chunk of each bucket this replica owns (rt_comm_owner)", int replica)
 
 #define CG_KARGS_DECLARE_(comment, ...) __VA_ARGS__;
 typedef struct KArgs {

@@ -38,6 +38,7 @@ int cg_new_buf(Lower *L, BufKind kind, Dim size, const char *name, int node)
     b->node = node;
     b->alias = -1;
     b->origin = NULL;
+    b->pack = b->shard_of = -1;
     if (node >= 0) {
         const Node *n = &L->g->nodes[node];
         b->origin = n->loc.file
@@ -466,6 +467,7 @@ void cg_lower_persistent(Lower *L, int id)
     const Node *n = &L->g->nodes[id];
     Program *p = L->p;
     if (p->node_buf[id] >= 0) return;   /* made early, by a kernel that reads it before its node's turn (gemm_weights) */
+    if (L->shard_state && L->shard_state[id]) return;   /* --shard-update: its bucket's slice holds it (codegen/dp.c) */
     int b = p->node_buf[id] = cg_new_buf(L, BUF_PERSISTENT, dim_of(&n->shape), n->name, id);
     p->bufs[b].shape = n->shape;
     p->bufs[b].init = n->init;

@@ -29,6 +29,12 @@ typedef struct Lower {
     int *bucket_at;   /* node -> its offset in that bucket (floats) */
     int *bucket_coll; /* IR bucket -> its collective */
     int *bucket_buf;  /* IR bucket -> its buffer */
+    /* --shard-update (codegen/dp.c) */
+    int *shard_bucket;   /* update node -> the bucket it updates a slice of, or -1 */
+    int *shard_last;     /* IR bucket -> its last update node */
+    bool *shard_state;   /* node -> an optimizer state the sharded update holds in slices (no buffer of its own) */
+    int *gather_coll;    /* IR bucket -> the all-gather of its parameters, or -1 */
+    int votes_coll;      /* the stop votes' own sum, or -1 */
     int *ready;       /* IR bucket -> the node after whose steps its collective starts */
     bool *waited;     /* IR bucket -> its wait step has been emitted */
 } Lower;

@@ -155,6 +155,7 @@ static void pin(Program *p, int b)
 void cg_lower_adamw(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
+    if (cg_sharded(L, id) && cg_shard_update(L, id, opt_scalars(L, n))) return;
     Dim work = dim_of(&n->shape);
     int b[5] = { buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]), opt_scalars(L, n) };
     Step *s = cg_kernel(L, id, "adamw", work, 5, b, (const char *const[]){ "=param", "grad", "=exp_avg", "=exp_avg_sq", "opt" });
@@ -181,6 +182,7 @@ void cg_lower_input(Lower *L, int id)
 void cg_lower_sgd(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
+    if (cg_sharded(L, id) && cg_shard_update(L, id, opt_scalars(L, n))) return;
     int first = cg_fused_into(L->dec, id);
     if (first >= 0) {   /* a member of a group of updates: its parameter; the group's last: its kernel */
         L->p->node_buf[id] = L->p->node_buf[n->in[0]];

@@ -183,6 +183,11 @@ void cg_dp_prepare(Lower *L);                      /* bucket buffers, the gradie
 void cg_dp_before(Lower *L, int id);               /* waits for the buckets node id reads */
 void cg_dp_after(Lower *L, int id);                /* starts the buckets node id completes */
 void cg_dp_finish(Lower *L);                       /* waits for any bucket not waited yet */
+/* --shard-update: update node id lowered as its part of its bucket's sharded update (the
+   bucket's last: the kernel and the parameters' all-gather), scalars the optimizer's; false
+   where id is not sharded (lowered as ever) */
+bool cg_shard_update(Lower *L, int id, int scalars);
+static inline bool cg_sharded(const Lower *L, int id) { return L->shard_bucket && L->shard_bucket[id] >= 0; }
 void cg_lower_allreduce(Lower *L, int id);
 
 #endif

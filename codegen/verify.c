@@ -165,8 +165,11 @@ static int check_steps(const Program *p, char *err, size_t size)
             if (!buf_ok(p, c->src) || !buf_ok(p, c->dst))
                 return fail(err, size, "step %d: collective c%d sums buffer %d into %d, not buffers of the program", k, s->coll,
                             c->src, c->dst);
-            if (c->floats <= 0 || !dim_ge(p->bufs[c->src].size, (Dim){ c->floats, false }) ||
-                !dim_ge(p->bufs[c->dst].size, (Dim){ c->floats, false }))
+            const Buf *sb = &p->bufs[c->src];
+            bool block = c->kind == COLL_ALLGATHER && c->src == c->dst && sb->kind == BUF_PERSISTENT && sb->pack >= 0 &&
+                         sb->pack_at == 0 && c->floats == sb->pack_floats;   /* --shard-update: a bucket's parameters' block */
+            if (c->floats <= 0 || (!block && (!dim_ge(p->bufs[c->src].size, (Dim){ c->floats, false }) ||
+                                              !dim_ge(p->bufs[c->dst].size, (Dim){ c->floats, false }))))
                 return fail(err, size, "step %d: collective c%d of %ld floats does not fit its buffers", k, s->coll, c->floats);
             /* started once before it is waited for, waited once after it is started */
             int starts = 0, waits = 0;

@@ -71,7 +71,9 @@ static void usage(FILE *out)
         "  --epochs N             passes over the training set (default 10; 0: initialise only)\n"
         "  --batch-size B         the global batch (default 256)\n"
         "  --accumulate K         sum the gradients of K batches before each update: steps of K x B examples\n"
-        "                         in the memory of one batch of B (default 1)"
+        "                         in the memory of one batch of B (default 1)\n"
+        "  --shard-update         each of N replicas updates 1/N of the parameters and holds 1/N of the\n"
+        "                         optimizer's state (ZeRO-1): a reduce-scatter, the update, an all-gather"
         "  --lr X                 learning rate (default 0.1)\n"
         "  --lr-schedule S        how the learning rate changes, as PyTorch's schedulers:\n"
         "                           cosine     (default) from --lr down along a half cosine over the run,\n"
@@ -320,7 +322,7 @@ enum Opt {
     O_OPTIMIZER, O_BETAS, O_EPS, O_NESTEROV, O_AUGMENT, O_NORMALIZE, O_RESIZE, O_DUMP_BATCH,
     O_SEED, O_DATA, O_LIMIT_TRAIN, O_LIMIT_TEST, O_THREADS, O_SAVE, O_LOAD, O_RESUME, O_LOG, O_EMIT, O_SET,
     O_BATCH, O_STEPS, O_DUMP, O_BUCKET_MB, O_ARCH, O_GPU_MODEL, O_DUMP_KERNELS, O_SYNC_BN, O_TF32, O_CHECK_NAN, O_EVALUATE,
-    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_NO_FOLD, O_PROGRESS_EVERY, O_LOG_EVERY, O_VAL_SPLIT, O_SAVE_BEST, O_EARLY_STOP, O_TENSORBOARD, O_ACCUMULATE, O_COUNT
+    O_PRECISION, O_OUT, O_FORMAT, O_SPLIT, O_NET, O_NO_FOLD, O_PROGRESS_EVERY, O_LOG_EVERY, O_VAL_SPLIT, O_SAVE_BEST, O_EARLY_STOP, O_TENSORBOARD, O_ACCUMULATE, O_SHARD_UPDATE, O_COUNT
 };
 /* which commands take an option */
 enum { U_TRAIN = 1 << CMD_TRAIN, U_PREDICT = 1 << CMD_PREDICT, U_EVALUATE = 1 << CMD_EVALUATE, U_EXPORT = 1 << CMD_EXPORT,
@@ -345,7 +347,7 @@ static const struct { const char *name; bool flag; int uses; } options[O_COUNT] 
     [O_NET] = { "--net", false, U_MODEL & ~U_TRAIN }, [O_NO_FOLD] = { "--no-fold", true, U_TRAIN | U_EXPORT },
     [O_PROGRESS_EVERY] = { "--progress-every" }, [O_LOG_EVERY] = { "--log-every" }, [O_VAL_SPLIT] = { "--val-split" },
     [O_SAVE_BEST] = { "--save-best", true }, [O_EARLY_STOP] = { "--early-stop" }, [O_TENSORBOARD] = { "--tensorboard" },
-    [O_ACCUMULATE] = { "--accumulate" },
+    [O_ACCUMULATE] = { "--accumulate" }, [O_SHARD_UPDATE] = { "--shard-update", true },
 };
 /* the options handled before the table's (they end the parse, or take no value) */
 static const char *const early_options[] = { "--cache-info", "--cache-clear", "--help", "--version", "--verbose", "--list-layers",
@@ -649,6 +651,7 @@ static int take_option(Cli *c, Parse *ps, enum Opt which, const char *name, cons
     }
     case O_SYNC_BN: t->sync_bn = true; break;
     case O_ACCUMULATE: rc = parse_long(name, val, 1, 1 << 20, &v); t->accumulate = (int)v; break;
+    case O_SHARD_UPDATE: t->shard_update = true; break;
     case O_TF32: t->tf32 = true; break;
     case O_PRECISION:
         c->precision_given = true;
@@ -785,6 +788,8 @@ static int finish_args(Cli *c, Parse *ps)
     if (t->accumulate > 1 && t->sync_bn)
         return bad("--accumulate sums the gradients of several batches, --sync-bn's BatchNorm gradients are summed apart from "
                    "them: use one or the other (BatchNorm per batch with --accumulate, as PyTorch's accumulation does)%s%s", "", "");
+    if (t->shard_update && t->batch_file)
+        return bad("--shard-update applies to training; check mode (--check-batch) compares whole gradients%s%s", "", "");
     if (t->accumulate > 1 && t->batch_file)
         return bad("--accumulate applies to training; check mode (--check-batch) runs one batch%s%s", "", "");
     if (t->log_every && !t->log) return bad("--log-every K writes its records into --log FILE: give one%s%s", "", "");

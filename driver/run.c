@@ -12,6 +12,7 @@
 #include "ptx.h"
 #include "device_cuda.h"
 #include "agree.h"
+#include "comm.h"     /* rt_comm_owner */
 #include "paths.h"
 #include <sys/stat.h>
 #include <errno.h>
@@ -43,7 +44,7 @@ int drv_compile(const Cli *c, Arena *a, Diag *d, bool training, bool backward, b
     MgcOptions o = {
         .net = c->net, .text = c->net_text, .len = c->net_len, .sets = c->sets, .nsets = c->nsets,
         .training = training, .backward = backward, .inference = c->inference && !training, .fold = !c->no_fold,
-        .input_grad = input_grad, .sync_bn = c->cfg.sync_bn, .replicas = c->total_replicas, .accumulate = c->cfg.accumulate, .bucket_bytes = bucket,
+        .input_grad = input_grad, .sync_bn = c->cfg.sync_bn, .replicas = c->total_replicas, .accumulate = c->cfg.accumulate, .shard_update = c->cfg.shard_update, .bucket_bytes = bucket,
         .first_bucket_bytes = bucket < 1000000 ? bucket : 1000000,
         .opt = { .kind = c->cfg.optimizer, .lr = c->cfg.lr, .weight_decay = c->cfg.weight_decay, .momentum = c->cfg.momentum,
                  .nesterov = c->cfg.nesterov, .beta1 = c->cfg.beta1, .beta2 = c->cfg.beta2, .eps = c->cfg.eps },
@@ -141,6 +142,27 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
                    ir_op_name(st->op), ar->name);
         }
     }
+    if (p->npacks > 0) {   /* --shard-update */
+        printf("sharded update (--shard-update, ZeRO-1): each bucket reduce-scattered, each replica updating its chunk\n"
+               "of the bucket's parameters (one block laid out as the bucket) with that chunk's optimizer state, the\n"
+               "block all-gathered; optimizer state per replica:\n");
+        double whole = 0, most = 0;
+        for (int k = 0; k < p->npacks; k++) {
+            const ShardPack *sp = &p->packs[k];
+            printf("  bucket %d: %s floats;", k, rt_commas(sp->floats, num));
+            for (int r = 0; r < total; r++) {   /* the chunk it owns (rt_comm_owner): its rank's replicas hold neighbours */
+                long lo = (long)rt_comm_owner(r % t->replicas, r / t->replicas, w->size) * sp->chunk;
+                long hi = lo + sp->chunk < sp->floats ? lo + sp->chunk : sp->floats;
+                printf(" replica %d [%ld, %ld)", r, lo < hi ? lo : hi, hi);
+            }
+            if (sp->nstates) printf("; state: %d slice%s of %s floats a replica\n", sp->nstates, sp->nstates == 1 ? "" : "s",
+                                    rt_commas(p->bufs[sp->state[0]].size.c, num2));
+            else printf("; no state (SGD without momentum)\n");
+            whole += (double)sp->nstates * (double)sp->floats;
+            if (sp->nstates > 0) most += (double)sp->nstates * (double)p->bufs[sp->state[0]].size.c;
+        }
+        printf("  the optimizer's state: %.2f MB a replica, of %.2f MB in all\n", 4 * most / 1e6, 4 * whole / 1e6);
+    }
     printf("collectives in the schedule of %d steps:\n", p->nsteps);
     int ncoll = 0;
     for (int k = 0; k < p->nsteps; k++) {
@@ -151,8 +173,9 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
         if (s->kind == STEP_ALLREDUCE) {
             const Step *prev = k > 0 ? &p->steps[k - 1] : NULL;
             const char *after = !prev ? "-" : prev->kind == STEP_KERNEL ? prev->fn : prev->kind == STEP_GEMM ? "gemm" : "a collective";
-            printf("  step %-4d start c%-3d %10s floats, after %s (%%%d): %s\n", k, s->coll, rt_commas(cl->floats, num), after,
-                   prev ? prev->node : -1, cl->what);
+            static const char *const kinds[] = { "allreduce", "reduce-scatter", "all-gather" };
+            printf("  step %-4d start c%-3d %-14s %10s floats, after %s (%%%d): %s\n", k, s->coll, kinds[cl->kind],
+                   rt_commas(cl->floats, num), after, prev ? prev->node : -1, cl->what);
         } else {
             printf("  step %-4d wait  c%-3d before %%%d %s\n", k, s->coll, s->node, ir_op_name(g->nodes[s->node].op));
         }
@@ -237,6 +260,7 @@ static void agree_inputs(const Cli *c, const char *devices, bool running, Agreem
     rt_agree_add(a, "--limit-test", "%d%s", t->limit_test, t->limit_test < 0 ? " (all)" : "");
     rt_agree_add(a, "--sync-bn", "%s", t->sync_bn ? "on" : "off");
     rt_agree_add(a, "--accumulate", "%d", t->accumulate > 1 ? t->accumulate : 1);
+    rt_agree_add(a, "--shard-update", "%s", t->shard_update ? "on" : "off");
     rt_agree_add(a, "--bucket-mb", "%.9g", (double)c->bucket_mb);
     rt_agree_add(a, "--tf32", "%s", t->tf32 ? "on" : "off");
     rt_agree_add(a, "--precision", "%s", t->bf16 ? "bf16" : "fp32");
@@ -391,6 +415,17 @@ int drv_local_rank(void)
 int drv_preflight(Cli *c, World *world)
 {
     bool running = c->emit == EMIT_NONE && !c->dump_kernels;   /* trains, evaluates or checks: not an --emit */
+    if (running && c->cfg.shard_update && !c->cfg.evaluate) {   /* where the sharded update runs (see docs/data-parallel.md) */
+        const char *why = c->cfg.replicas * world->size < 2 ? "shards the update across replicas, and this run has one: give --devices cpu:N"
+                        : c->cfg.devices[0].kind == DEV_CUDA && c->cfg.replicas > 1 && c->cfg.devices[1].index == c->cfg.devices[0].index
+                            ? "needs a GPU a replica (NCCL's reduce-scatter and all-gather), not replicas sharing one: give "
+                              "--gpus N or leave it out"
+                        : NULL;
+        if (why) {
+            if (world->rank == 0) fprintf(stderr, "mgc: --shard-update %s\n", why);
+            return 2;
+        }
+    }
     if (world->size > 1) {   /* under mpirun, before anything else */
         char devs[MAX_REPLICAS * 12] = "";
         if (c->cfg.devices[0].kind == DEV_CPU) snprintf(devs, sizeof devs, "cpu:%d", c->cfg.replicas);

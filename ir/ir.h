@@ -109,6 +109,7 @@ typedef struct Graph {
     int n_forward;            /* nodes [0, n_forward) are the forward graph (set by autodiff) */
     bool sync_bn;             /* training BatchNorm normalises over the global batch (set before the front end) */
     int accumulate;           /* --accumulate K: the gradients of K micro-batches summed before one update (1: none) */
+    int shard_update;         /* --shard-update: the replicas each updating its slice of every bucket (codegen/dp.c); 0: none */
     DType precision;          /* DT_BF16: ir_autocast has run (--precision bf16) */
     /* set by ir_gradients: */
     int *grad;                /* grad[id] = node holding d loss / d node id, or -1 */

@@ -18,6 +18,7 @@ MgcStatus mgc_graph(const MgcOptions *o, Arena *a, Diag *d, Graph *g, const char
     ir_graph_init(g, a, d, NULL, o->training);
     g->sync_bn = o->sync_bn && o->training;
     g->accumulate = o->training && o->backward && o->accumulate > 1 ? o->accumulate : 1;
+    g->shard_update = o->training && o->backward && o->shard_update && o->replicas > 1 ? o->replicas : 0;
     int rc = o->text ? fe_compile_bytes(g, o->net, o->text, o->len, o->sets, o->nsets)   /* parse, check, elaborate, build */
                      : fe_compile(g, o->net, o->sets, o->nsets);
     if (rc) {

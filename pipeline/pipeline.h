@@ -37,6 +37,7 @@ typedef struct MgcOptions {
     bool sync_bn;             /* BatchNorm over the global batch (with training) */
     int replicas;             /* over every rank: more than 1 sums the gradients */
     int accumulate;           /* --accumulate K: K micro-batches a step (more than 1: buckets even alone) */
+    bool shard_update;        /* --shard-update: the update sharded across replicas (more than 1) */
     long bucket_bytes;        /* a bucket's size in bytes */
     long first_bucket_bytes;  /* the first bucket's (the last layers', ready first) */
     IrOptimizer opt;

@@ -8,6 +8,14 @@
 **   reduce-scatter, step s = 0..N-2: adds p's chunk (r-1-s) into its own;
 **                                    afterwards r holds the sum of chunk r+1
 **   all-gather,     step t = 0..N-2: copies p's chunk (r-t), already summed
+** A reduce-scatter (--shard-update) is the first N-1 steps alone, an
+** all-gather the last N-1, over equal chunks of ceil(n/N) floats, their
+** indices shifted by one so that r ends the reduce-scatter holding the sum of
+** chunk r, and brings chunk r to the all-gather. Across ranks (P of them,
+** rt_comm_owner), local replica r's chunk is split in P parts, rank q's the
+** q-th: after the ring's reduce-scatter local replica 0's thread
+** reduce-scatters each local chunk across the ranks (MPI), and before the
+** ring's all-gather all-gathers each across the ranks.
 ** Before step k of a sum, r waits until p has finished step k-1 of it. That
 ** chain also keeps r's all-gather from overwriting a chunk its successor has
 ** not read yet (the successor is N-2 links behind p). A sum is finished
@@ -28,7 +36,7 @@
 
 #define QUEUE 1024            /* collectives a replica may have started and not finished */
 
-typedef struct Pending { int coll; float *data; long n; unsigned long seq; } Pending;
+typedef struct Pending { int coll; float *data; long n; unsigned long seq; CommKind kind; } Pending;
 
 typedef struct Member {
     Comm *c;
@@ -40,6 +48,8 @@ typedef struct Member {
     _Atomic unsigned long progress;  /* seq * 2N + ring steps done */
     _Atomic unsigned long finished;  /* last seq whose ring (and MPI) part is done */
     _Atomic unsigned long done;      /* last seq finished for the whole process group */
+    _Atomic unsigned long ready;     /* last seq begun (data set): an all-gather's MPI part may read it */
+    _Atomic unsigned long gathered;  /* replica 0: last all-gather whose MPI part is done */
     float *_Atomic data;      /* the buffer of the sum in progress */
     unsigned long *last_seq;  /* per collective: seq of its latest start */
     CommStats st;
@@ -49,6 +59,7 @@ struct Comm {
     int n;                    /* replicas in this process */
     World *world;
     int ncolls;
+    CommKind *kind;           /* per collective */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool quit;
@@ -86,26 +97,58 @@ static void await(Comm *c, _Atomic unsigned long *where, unsigned long v)
 
 static long chunk_lo(long n, int parts, int c) { return c * (n / parts) + (c < n % parts ? c : n % parts); }
 
-/* Replica r's part of the ring for sum `seq` over data[0, n). */
-static void ring(Comm *c, int r, float *data, long n, unsigned long seq)
+int rt_comm_owner(int local, int rank, int ranks) { return local * ranks + rank; }
+
+/* Where chunk c of N starts: an allreduce's balanced chunks, or the halves' equal ones. */
+static long part_lo(long n, int N, int c, CommKind kind)
 {
-    int N = c->n;
+    if (kind == COMM_ALLREDUCE) return chunk_lo(n, N, c);
+    long size = (n + N - 1) / N, lo = (long)c * size;
+    return lo < n ? lo : n;
+}
+
+/* Replica r's part of the ring for sum `seq` over data[0, n): its steps [k0, k1) of the 2(N-1). */
+static void ring(Comm *c, int r, float *data, long n, unsigned long seq, CommKind kind)
+{
+    int N = c->n, shift = kind != COMM_ALLREDUCE;   /* the halves: r ends owning chunk r, not r + 1 */
     Member *me = &c->m[r], *pred = &c->m[(r + N - 1) % N];
     unsigned long base = seq * 2 * (unsigned long)N;
+    int k0 = kind == COMM_ALLGATHER ? N - 1 : 0, k1 = kind == COMM_REDUCE_SCATTER ? N - 1 : 2 * (N - 1);
     atomic_store_explicit(&me->data, data, memory_order_relaxed);
-    publish(c, &me->progress, base);
+    publish(c, &me->progress, base + (unsigned long)k0);   /* an all-gather: the reduce-scatter's steps count as done */
     if (N == 1) return;
-    for (int k = 0; k < 2 * (N - 1); k++) {
+    for (int k = k0; k < k1; k++) {
         await(c, &pred->progress, base + (unsigned long)k);
         const float *src = atomic_load_explicit(&pred->data, memory_order_relaxed);
         bool gather = k >= N - 1;
-        int chunk = gather ? (r - (k - (N - 1)) + N) % N : (r - 1 - k + 2 * N) % N;
-        long lo = chunk_lo(n, N, chunk), hi = chunk_lo(n, N, chunk + 1);
+        int chunk = gather ? (r - shift - (k - (N - 1)) + 2 * N) % N : (r - 1 - shift - k + 2 * N) % N;
+        long lo = part_lo(n, N, chunk, kind), hi = part_lo(n, N, chunk + 1, kind);
         if (gather) memcpy(data + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
         else for (long i = lo; i < hi; i++) data[i] += src[i];
         pred->st.bytes_sent += 4.0 * (double)(hi - lo);   /* only r reads from pred: no race */
         publish(c, &me->progress, base + (unsigned long)k + 1);
     }
+}
+
+/* --shard-update across ranks, on local replica 0's thread: each local replica k's chunk of
+   the sum (n floats, N equal chunks, each in as many parts as ranks) reduce-scattered or
+   all-gathered with the other ranks, in k's own buffer. */
+static void mpi_halves(Comm *c, long n, CommKind kind)
+{
+    int N = c->n, P = c->world->size, q = c->world->rank;
+    long L = n / N, part = L / P;   /* n is ranks x N x part (codegen pads the buckets so) */
+    float *mine = kind == COMM_REDUCE_SCATTER ? malloc(sizeof(float) * (size_t)(part > 0 ? part : 1)) : NULL;
+    for (int k = 0; k < N; k++) {
+        float *chunk = atomic_load(&c->m[k].data) + (long)k * L;
+        if (kind == COMM_REDUCE_SCATTER && mine) {
+            rt_world_reduce_scatter_f32(c->world, chunk, mine, part);
+            memcpy(chunk + (long)q * part, mine, sizeof(float) * (size_t)part);
+        } else if (kind == COMM_ALLGATHER) {
+            rt_world_allgather_f32(c->world, chunk, part);
+        }
+        c->m[0].st.mpi_bytes += 4.0 * (double)L;
+    }
+    free(mine);
 }
 
 static void *comm_main(void *arg)
@@ -122,8 +165,27 @@ static void *comm_main(void *arg)
         pthread_mutex_unlock(&c->mu);
         if (quit) break;
         atomic_store(&me->taken, seq);
-        ring(c, r, op.data, op.n, seq);
-        if (c->world && c->world->size > 1) {
+        bool ranks = c->world && c->world->size > 1;
+        unsigned long base = seq * 2 * (unsigned long)N;
+        if (op.kind == COMM_ALLGATHER && ranks) {   /* across the ranks first, then the ring */
+            atomic_store(&me->data, op.data);
+            publish(c, &me->ready, seq);
+            if (r == 0) {
+                for (int k = 0; k < N; k++) await(c, &c->m[k].ready, seq);
+                mpi_halves(c, op.n, op.kind);
+                publish(c, &me->gathered, seq);
+            } else {
+                await(c, &c->m[0].gathered, seq);
+            }
+        }
+        ring(c, r, op.data, op.n, seq, op.kind);
+        if (op.kind == COMM_REDUCE_SCATTER && ranks) {   /* the ring, then across the ranks */
+            if (r == 0) {
+                for (int k = 0; k < N; k++) await(c, &c->m[k].progress, base + (unsigned long)(N - 1));
+                mpi_halves(c, op.n, op.kind);
+            }
+            publish(c, &me->finished, seq);
+        } else if (ranks && op.kind == COMM_ALLREDUCE) {
             /* across ranks: local replica 0 sums with the other ranks, the others copy its result */
             if (r == 0) {
                 rt_world_sum_f32(c->world, op.data, op.n);
@@ -139,7 +201,7 @@ static void *comm_main(void *arg)
         }
         for (int k = 0; k < N; k++) await(c, &c->m[k].finished, seq);
         me->st.ops++;
-        me->st.bytes_bound += 2.0 * (N - 1) / N * 4.0 * (double)op.n;
+        me->st.bytes_bound += (op.kind == COMM_ALLREDUCE ? 2.0 : 1.0) * (N - 1) / N * 4.0 * (double)op.n;
         publish(c, &me->done, seq);
     }
     return NULL;
@@ -151,6 +213,7 @@ Comm *rt_comm_new(int local, World *world, int ncolls)
     c->n = local;
     c->world = world;
     c->ncolls = ncolls;
+    c->kind = calloc((size_t)ncolls + 1, sizeof(CommKind));   /* COMM_ALLREDUCE */
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     c->m = calloc((size_t)local, sizeof(Member));
@@ -178,8 +241,11 @@ void rt_comm_free(Comm *c)
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c->m);
+    free(c->kind);
     free(c);
 }
+
+void rt_comm_set_kind(Comm *c, int coll, CommKind kind) { c->kind[coll] = kind; }
 
 void rt_comm_start(Comm *c, int replica, int coll, float *data, long n)
 {
@@ -187,7 +253,7 @@ void rt_comm_start(Comm *c, int replica, int coll, float *data, long n)
     unsigned long seq = m->issued + 1;
     /* room in the queue: the sum QUEUE places back must be finished */
     if (seq > QUEUE) await(c, &m->done, seq - QUEUE);
-    m->q[seq % QUEUE] = (Pending){ coll, data, n, seq };
+    m->q[seq % QUEUE] = (Pending){ coll, data, n, seq, c->kind[coll] };
     m->last_seq[coll] = seq;
     pthread_mutex_lock(&c->mu);
     m->issued = seq;
@@ -226,7 +292,13 @@ static void *ring_test_main(void *arg)
 
 void rt_ring_allreduce_threads(float **bufs, int n, long len, CommStats *stats)
 {
+    rt_ring_threads(bufs, n, len, COMM_ALLREDUCE, stats);
+}
+
+void rt_ring_threads(float **bufs, int n, long len, CommKind kind, CommStats *stats)
+{
     Comm *c = rt_comm_new(n, NULL, 1);
+    rt_comm_set_kind(c, 0, kind);
     pthread_t *tid = calloc((size_t)n, sizeof(pthread_t));
     RingTest *t = calloc((size_t)n, sizeof(RingTest));
     for (int r = 0; r < n; r++) {

@@ -55,7 +55,8 @@ typedef struct DeviceOps {
     /* collectives: starts summing data[0, n) over every replica of the group
        (in place), and waits for that sum; wait returns the seconds the host
        spent waiting. The CPU device's group is comm; a CUDA device has its own. */
-    void   (*allreduce_start)(Device *d, Comm *c, int replica, int coll, float *data, long n);
+    /* starts collective coll of `kind` (CollKind: a sum, or --shard-update's reduce-scatter or all-gather) */
+    void   (*allreduce_start)(Device *d, Comm *c, int replica, int coll, int kind, float *data, long n);
     double (*allreduce_wait)(Device *d, Comm *c, int replica, int coll);
     /* optional (NULL: none), used where the device's can_record is set: a
        run's steps recorded once and replayed (CUDA graphs). A run is named by

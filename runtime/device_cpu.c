@@ -250,8 +250,9 @@ static void cpu_gemm(Device *d, const GemmArgs *g)
 
 static void cpu_synchronize(Device *d) { (void)d; }   /* every call returns when its work is done */
 
-static void cpu_allreduce_start(Device *d, Comm *c, int replica, int coll, float *data, long n)
+static void cpu_allreduce_start(Device *d, Comm *c, int replica, int coll, int kind, float *data, long n)
 {
+    (void)kind;   /* the Comm knows each collective's (rt_comm_set_kind) */
     (void)d;
     rt_comm_start(c, replica, coll, data, n);
 }

@@ -38,6 +38,7 @@
 #include "device_cuda.h"
 #include "ptx.h"
 #include "rendezvous.h"
+#include "comm.h"   /* rt_comm_owner */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -122,7 +123,7 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
 
 #ifdef HAVE_NCCL
 #define NCCL_FUNCS(X) \
-    X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclAllReduce) X(ncclGroupStart) X(ncclGroupEnd) X(ncclCommDestroy) X(ncclCommFinalize) \
+    X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclAllReduce) X(ncclReduceScatter) X(ncclAllGather) X(ncclGroupStart) X(ncclGroupEnd) X(ncclCommDestroy) X(ncclCommFinalize) \
     X(ncclGetErrorString)
 #else
 typedef void *ncclComm_t;
@@ -240,6 +241,7 @@ typedef struct CudaDev {
     CudaGroup *group;
     int replica;
     ncclComm_t comm;
+    int rank, ranks;           /* NCCL's (the chunk --shard-update's replica owns), of ranks */
     CUevent *ready, *done;     /* per collective: its data is computed; its sum is in place */
     CUmodule util;             /* the same-GPU reduction's kernel */
     CUfunction ring_sum;
@@ -571,7 +573,7 @@ static const char ring_source[] =
     "    }\n"
     "}\n";
 
-static void cuda_allreduce_start(Device *d, Comm *comm, int replica, int coll, float *data, long n)
+static void cuda_allreduce_start(Device *d, Comm *comm, int replica, int coll, int kind, float *data, long n)
 {
     (void)comm; (void)replica;
     CudaDev *c = cur(d);
@@ -580,8 +582,16 @@ static void cuda_allreduce_start(Device *d, Comm *comm, int replica, int coll, f
     if (!g->same_gpu) {
 #ifdef HAVE_NCCL
         CU(d, cu.cuStreamWaitEvent(c->ms, c->ready[coll], 0));
-        ncclResult_t r = nccl.ncclAllReduce(data, data, (size_t)n, ncclFloat, ncclSum, c->comm, (cudaStream_t)c->ms);
-        if (r != ncclSuccess) fail(d, "ncclAllReduce", nccl.ncclGetErrorString(r));
+        /* --shard-update's halves, in place: NCCL rank r's chunk of n / ranks is the r-th (its rank is the
+           chunk it owns: rt_comm_owner numbers them so, see cuda_group) */
+        size_t part = (size_t)n / (size_t)c->ranks;
+        ncclResult_t r = kind == COLL_REDUCE_SCATTER
+                             ? nccl.ncclReduceScatter(data, data + (size_t)c->rank * part, part, ncclFloat, ncclSum, c->comm, (cudaStream_t)c->ms)
+                         : kind == COLL_ALLGATHER
+                             ? nccl.ncclAllGather(data + (size_t)c->rank * part, data, part, ncclFloat, c->comm, (cudaStream_t)c->ms)
+                             : nccl.ncclAllReduce(data, data, (size_t)n, ncclFloat, ncclSum, c->comm, (cudaStream_t)c->ms);
+        if (r != ncclSuccess) fail(d, kind == COLL_ALLREDUCE ? "ncclAllReduce" : kind == COLL_ALLGATHER ? "ncclAllGather" : "ncclReduceScatter",
+                                   nccl.ncclGetErrorString(r));
         CU(d, cu.cuEventRecord(c->done[coll], c->ms));
 #endif
         return;
@@ -677,7 +687,9 @@ int rt_cuda_group(Device **devs, int n, World *world, int ncolls, char *err, siz
     nccl.ncclGroupStart();
     for (int k = 0; k < n && r == ncclSuccess; k++) {
         cur(devs[k]);
-        r = nccl.ncclCommInitRank(&g->dev[k]->comm, total, id, world->rank * n + k);
+        /* the rank: the chunk --shard-update's replica owns (rt_comm_owner: a process's replicas hold neighbouring chunks) */
+        g->dev[k]->rank = rt_comm_owner(k, world->rank, world->size), g->dev[k]->ranks = total;
+        r = nccl.ncclCommInitRank(&g->dev[k]->comm, total, id, g->dev[k]->rank);
     }
     ncclResult_t r2 = nccl.ncclGroupEnd();
     if (r == ncclSuccess) r = r2;

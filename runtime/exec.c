@@ -264,7 +264,10 @@ void rt_exec_profile_report(const Exec *x, FILE *out)
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
         const char *what = s->kind == STEP_KERNEL ? s->fn : s->kind == STEP_GEMM ? "gemm"
-                         : s->kind == STEP_ALLREDUCE ? "allreduce (start)" : "allreduce (wait)";
+                         : s->kind == STEP_ALLREDUCE ? (p->colls[s->coll].kind == COLL_REDUCE_SCATTER ? "reduce-scatter (start)"
+                                                        : p->colls[s->coll].kind == COLL_ALLGATHER ? "all-gather (start)" : "allreduce (start)")
+                         : p->colls[s->coll].kind == COLL_REDUCE_SCATTER ? "reduce-scatter (wait)"
+                         : p->colls[s->coll].kind == COLL_ALLGATHER ? "all-gather (wait)" : "allreduce (wait)";
         fprintf(out, "  %-5d %%%-5d %5.1f%%  %9.4f  %s\n", k, s->node, 100 * x->step_seconds[k] / (total > 0 ? total : 1),
                 1e3 * x->step_seconds[k] / (double)(x->runs ? x->runs : 1), what);
     }
@@ -289,6 +292,7 @@ static void run_steps(Exec *x, long n, long global_n, long first)
             a.batch = n;
             a.global_batch = global_n;
             a.first = first;
+            a.replica = x->shard;
             /* the same masks on every replica count: seeded by run, step and the global example index */
             a.seed = s->seeded ? x->seed * 0x9E3779B97F4A7C15ULL + (x->runs_before + x->runs) * 0xD1B54A32D192ED03ULL + (unsigned long long)k : 0;
             dev->ops->launch(dev, x->fn[k], &a, s, work);
@@ -305,7 +309,7 @@ static void run_steps(Exec *x, long n, long global_n, long first)
         case STEP_ALLREDUCE: {
             const Collective *c = &p->colls[s->coll];
             if (c->src != c->dst) dev->ops->copy(dev, x->ptr[c->dst], x->ptr[c->src], sizeof(float) * (size_t)c->floats);
-            if (x->grouped) dev->ops->allreduce_start(dev, x->comm, x->replica, s->coll, x->ptr[c->dst], c->floats);
+            if (x->grouped) dev->ops->allreduce_start(dev, x->comm, x->replica, s->coll, c->kind, x->ptr[c->dst], c->floats);
             break;
         }
         case STEP_WAIT:

@@ -33,15 +33,21 @@ typedef struct StoreEntry {
     int fan_in;
     float init_arg;          /* INIT_CONSTANT's value, INIT_NORMAL's standard deviation */
     bool trainable;
+    int pack;                /* --shard-update: data lies in the store's block of that bucket (Buf.pack), or -1 */
+    int shard_of;            /* --shard-update: this replica's slice of that bucket's optimizer state, or -1 */
 } StoreEntry;
 
 typedef struct Store {
     StoreEntry *e;
     int n, cap;
     Device *dev;             /* the device holding the entries' mem, or NULL */
+    float **packs;           /* --shard-update: per bucket, its parameters' block (host memory), or NULL */
+    float **pack_mem;        /* and its device copy (a device with memory of its own), or NULL */
+    long *pack_floats;
+    int npacks;
 } Store;
 
-typedef enum StoreWhich { STORE_ALL, STORE_RUNNING, STORE_NOT_RUNNING } StoreWhich;
+typedef enum StoreWhich { STORE_ALL, STORE_RUNNING, STORE_NOT_RUNNING, STORE_SHARDS /* --shard-update's state slices */ } StoreWhich;
 
 /* Finds or creates the entry of a persistent buffer; its index, or -1 when
    the name exists with another shape. */
@@ -104,6 +110,7 @@ typedef struct Exec {
     Comm *comm;              /* the CPU devices' data-parallel group, or NULL */
     bool grouped;            /* in a data-parallel group (comm, or the device's own): collectives sum */
     int replica;             /* this replica's index in comm */
+    int shard;               /* --shard-update: the chunk of each bucket this replica owns (KArgs.replica) */
     double lr;               /* the optimizer's learning rate for the next run (the rest is the program's) */
     float opt[8];            /* the optimizer's scalars of the next run (Program.opt_scalars) */
     unsigned long long seed, runs;

@@ -35,7 +35,22 @@ int rt_store_add(Store *s, const Buf *n)
     e->name = strdup(n->name);
     e->shape = n->shape;
     e->numel = ir_numel(&n->shape, 1);
-    e->data = calloc((size_t)e->numel, sizeof(float));
+    e->pack = n->pack >= 0 && n->pack_at >= 0 && n->pack_at + e->numel <= n->pack_floats ? n->pack : -1;
+    e->shard_of = n->shard_of;
+    if (e->pack >= 0) {   /* --shard-update: the bucket's parameters side by side, one block */
+        if (e->pack >= s->npacks) {
+            s->packs = realloc(s->packs, sizeof(float *) * (size_t)(e->pack + 1));
+            s->pack_mem = realloc(s->pack_mem, sizeof(float *) * (size_t)(e->pack + 1));
+            s->pack_floats = realloc(s->pack_floats, sizeof(long) * (size_t)(e->pack + 1));
+            for (int k = s->npacks; k <= e->pack; k++) s->packs[k] = s->pack_mem[k] = NULL, s->pack_floats[k] = 0;
+            s->npacks = e->pack + 1;
+        }
+        s->pack_floats[e->pack] = n->pack_floats;
+        if (!s->packs[e->pack]) s->packs[e->pack] = calloc((size_t)n->pack_floats, sizeof(float));
+        e->data = s->packs[e->pack] ? s->packs[e->pack] + n->pack_at : NULL;
+    } else {
+        e->data = calloc((size_t)e->numel, sizeof(float));
+    }
     e->mem = NULL;
     e->init = n->init;
     e->fan_in = n->fan_in;
@@ -49,7 +64,12 @@ float *rt_store_bind(Store *s, int k, Device *d)
     StoreEntry *e = &s->e[k];
     if (d->host_memory) return e->data;
     s->dev = d;
-    if (!e->mem) e->mem = d->ops->alloc(d, sizeof(float) * (size_t)e->numel);
+    if (!e->mem && e->pack >= 0) {   /* --shard-update: in the bucket's block on the device too */
+        if (!s->pack_mem[e->pack]) s->pack_mem[e->pack] = d->ops->alloc(d, sizeof(float) * (size_t)s->pack_floats[e->pack]);
+        if (s->pack_mem[e->pack]) e->mem = s->pack_mem[e->pack] + (e->data - s->packs[e->pack]);
+    } else if (!e->mem) {
+        e->mem = d->ops->alloc(d, sizeof(float) * (size_t)e->numel);
+    }
     return e->mem;
 }
 
@@ -122,6 +142,7 @@ const char *rt_store_check_str(const StoreEntry *e, const StoreCheck *c, char *b
 
 static bool wanted(const StoreEntry *e, StoreWhich which)
 {
+    if (which == STORE_SHARDS) return e->shard_of >= 0;
     return which == STORE_ALL || (which == STORE_RUNNING) == rt_store_is_running(e);
 }
 
@@ -144,10 +165,17 @@ void rt_store_free(Store *s)
 {
     for (int k = 0; k < s->n; k++) {
         free((char *)s->e[k].name);
-        free(s->e[k].data);
-        if (s->e[k].mem) s->dev->ops->release(s->dev, s->e[k].mem);
+        if (s->e[k].pack < 0) free(s->e[k].data);
+        if (s->e[k].mem && s->e[k].pack < 0) s->dev->ops->release(s->dev, s->e[k].mem);
     }
     free(s->e);
+    for (int k = 0; k < s->npacks; k++) {
+        free(s->packs[k]);
+        if (s->pack_mem[k]) s->dev->ops->release(s->dev, s->pack_mem[k]);
+    }
+    free(s->packs);
+    free(s->pack_mem);
+    free(s->pack_floats);
     memset(s, 0, sizeof *s);
 }
 

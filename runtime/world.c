@@ -99,6 +99,25 @@ void rt_world_sum_f32(World *w, float *v, long n)
     (void)w; (void)v; (void)n;
 }
 
+void rt_world_reduce_scatter_f32(World *w, const float *v, float *mine, long n)
+{
+#ifdef HAVE_MPI
+    if (w->mpi) {
+        MPI_Reduce_scatter_block(v, mine, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        return;
+    }
+#endif
+    memmove(mine, v + (long)w->rank * n, sizeof(float) * (size_t)n);
+}
+
+void rt_world_allgather_f32(World *w, float *v, long n)
+{
+#ifdef HAVE_MPI
+    if (w->mpi) MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, v, (int)n, MPI_FLOAT, MPI_COMM_WORLD);
+#endif
+    (void)w; (void)v; (void)n;
+}
+
 void rt_world_sum_f64(World *w, double *v, int n)
 {
 #ifdef HAVE_MPI

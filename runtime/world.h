@@ -27,6 +27,10 @@ int  rt_world_max_status(World *w, int status);
 void rt_world_sum_f32(World *w, float *v, long n);
 void rt_world_sum_f64(World *w, double *v, int n);
 void rt_world_max_f64(World *w, double *v, int n);
+/* Reduce-scatter: the sums over the ranks of v[0, size x n), rank r's block [r n, (r + 1) n) into mine. */
+void rt_world_reduce_scatter_f32(World *w, const float *v, float *mine, long n);
+/* All-gather in place: each rank's block v[r n, (r + 1) n) to every rank. */
+void rt_world_allgather_f32(World *w, float *v, long n);
 /* Every rank's `bytes` bytes (at most 1 GiB), in rank order: all holds size x bytes. */
 void rt_world_allgather(World *w, const void *mine, void *all, size_t bytes);
 /* The same with a deadline (seconds; 0: none): 0, or -1 when some rank has

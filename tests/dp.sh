@@ -200,11 +200,67 @@ for opt in "--momentum 0.9 --nesterov" "--optimizer adamw --lr 0.002 --limit-tra
     done
 done
 n=$(grep -c '"step"' "$tmp/acc3.jsonl" 2> /dev/null)
-[ "$n" = 3 ] && grep -q '"epoch_step": 3' "$tmp/acc.jsonl" && ok "--accumulate: 10 batches are 3 steps in --log" ||
-    bad "--accumulate: $n step records, not 3: $(head -c 300 "$tmp/acc.jsonl")"
+[ "$n" = 3 ] && grep -q '"epoch_step": 3' "$tmp/acc3.jsonl" && ok "--accumulate: 10 batches are 3 steps in --log" ||
+    bad "--accumulate: $n step records, not 3: $(head -c 300 "$tmp/acc3.jsonl")"
 "$MGC" $L --accumulate 4 --emit kernels > "$tmp/k" 2>&1
 grep -q "kernel k[0-9]*_accumulate" "$tmp/k" && grep -q "mode 1 (the first): acc = grads" "$tmp/k" &&
     ok "--emit kernels shows the accumulation kernel before the bucket's sum" || bad "--accumulate: no accumulation kernel in --emit kernels"
+
+# --shard-update (ZeRO-1): each replica updates its chunk of every bucket after a
+# reduce-scatter, an all-gather brings the rest: the same arithmetic on the same
+# sums, so the unsharded run's numbers (optimizer state gathered into the
+# checkpoint by parameter): bit for bit on cpu:2; on cpu:3 (equal chunks of
+# 14,809, the last 14,808) to float rounding, as the ring adds a chunk's three
+# terms starting from another replica than the allreduce's chunks do: LeNet SGD
+# with Nesterov and AdamW, ResNet-18 one step with several buckets, BatchNorm,
+# --sync-bn (its BatchNorm updates whole), bf16 (AdamW on cpu:2: its first step
+# moves every weight by about lr whatever its gradient, so rounding a gradient
+# near 0 the other way moves a weight by lr); with --accumulate
+expect shard-one 2 "--shard-update shards the update across replicas, and this run has one: give --devices cpu:N" -- $L --shard-update --epochs 0
+expect shard-check 2 "--shard-update applies to training; check mode" -- $L --shard-update --devices cpu:2 --check-batch x.st
+SH="--epochs 1 --limit-train 512 --limit-test 64 --lr 0.05 --seed 5"
+for opt in "--momentum 0.9 --nesterov" "--optimizer adamw --lr 0.002"; do
+    for d in 2 3; do
+        train "$tmp/su.st" "$MGC" $L $SH $opt --devices cpu:$d &&
+        train "$tmp/ss.st" "$MGC" $L $SH $opt --devices cpu:$d --shard-update &&
+            compare "$tmp/ss.st" "$tmp/su.st" $([ $d = 2 ] && echo 0 || { [[ $opt == *adamw* ]] && echo 1e-5 || echo 1e-6; }) 0 \
+                "--shard-update = whole updates: LeNet cpu:$d ${opt%% --lr*}"
+    done
+done
+# devices with memory of their own (as GPUs): the blocks there too, the slices downloaded to save
+train "$tmp/so.st" env MGC_CPU_OWN_MEMORY=1 "$MGC" $L $SH --momentum 0.9 --devices cpu:2 --shard-update &&
+train "$tmp/su.st" "$MGC" $L $SH --momentum 0.9 --devices cpu:2 &&
+    compare "$tmp/so.st" "$tmp/su.st" 0 0 "--shard-update on cpu:2 with device memory of their own = whole updates in host memory, bit for bit"
+R="nets/resnet18.net --epochs 1 --limit-train 128 --limit-test 16 --batch-size 128 --seed 5"
+for extra in "--momentum 0.9 --devices cpu:2" "--momentum 0.9 --devices cpu:2 --sync-bn" "--optimizer adamw --lr 0.001 --devices cpu:2 --precision bf16" \
+             "--momentum 0.9 --devices cpu:3 --precision bf16"; do
+    train "$tmp/su.st" "$MGC" $R $extra &&
+    train "$tmp/ss.st" "$MGC" $R $extra --shard-update &&
+        compare "$tmp/ss.st" "$tmp/su.st" $([[ $extra == *cpu:2* ]] && echo 0 || echo 1e-6) 0 "--shard-update = whole updates: ResNet-18 one step, $extra"
+done
+train "$tmp/sa.st" "$MGC" $L $SH --momentum 0.9 --devices cpu:3 --batch-size 64 --accumulate 4 --shard-update &&
+train "$tmp/sb.st" "$MGC" $L $SH --momentum 0.9 --devices cpu:3 --batch-size 256 &&
+    compare "$tmp/sa.st" "$tmp/sb.st" 1e-5 0 "--shard-update --accumulate 4 x 64 = whole updates at batch 256, cpu:3"
+# resume across replica counts: a sharded checkpoint holds the whole state (epoch 1 on cpu:2),
+# which a sharded run on cpu:3 scatters; the same as the unsharded runs, bit for bit
+SR="--limit-train 512 --limit-test 64 --lr 0.02 --momentum 0.9 --batch-size 128 --lr-schedule constant --seed 5"
+train "$tmp/u1.st" "$MGC" $L $SR --epochs 1 --devices cpu:2 && cp "$tmp/u1.st" "$tmp/u1e1.st" &&
+train "$tmp/s1.st" "$MGC" $L $SR --epochs 1 --devices cpu:2 --shard-update &&
+    compare "$tmp/s1.st" "$tmp/u1.st" 0 0 "a sharded checkpoint: the whole momentum by parameter, bit for bit the unsharded one's"
+if timeout 300 "$MGC" $L $SR --epochs 2 --devices cpu:3 --resume "$tmp/u1.st" > "$tmp/log" 2>&1 &&
+        timeout 300 "$MGC" $L $SR --epochs 2 --devices cpu:3 --shard-update --resume "$tmp/s1.st" > "$tmp/log" 2>&1; then
+    compare "$tmp/s1.st" "$tmp/u1.st" 1e-6 0 "--resume of a cpu:2 checkpoint on cpu:3 --shard-update = unsharded"
+else
+    bad "--shard-update --resume failed: $(tail -3 "$tmp/log")"
+fi
+"$MGC" nets/resnet18.net --devices cpu:2 --shard-update --optimizer adamw --emit dp > "$tmp/k" 2>&1
+if state=$(grep -o "the optimizer's state: [0-9.]* MB a replica, of [0-9.]* MB in all" "$tmp/k") &&
+        $PY -c "import sys; w = sys.argv[1].split(); a, b = float(w[3]), float(w[8]); sys.exit(not (b > 80 and abs(a - b / 2) < 0.01 * b))" "$state" &&
+        grep -q "start c[0-9]* *reduce-scatter" "$tmp/k" && grep -q "start c[0-9]* *all-gather" "$tmp/k"; then
+    ok "--emit dp: reduce-scatters, all-gathers, and $state (AdamW on cpu:2: a half)"
+else
+    bad "--emit dp --shard-update: '$state'; $(grep -c "reduce-scatter" "$tmp/k") reduce-scatters"
+fi
 
 # MPI: two ranks of cpu:1 are cpu:2 in one process; two ranks of cpu:2 are cpu:4
 if command -v mpirun > /dev/null && "$MGC" --help | grep -q mpirun && ldd "$MGC" | grep -q libmpi; then
@@ -217,6 +273,20 @@ if command -v mpirun > /dev/null && "$MGC" --help | grep -q mpirun && ldd "$MGC"
     train "$tmp/m2.st" mpirun -np 2 "$MGC" $L $MA --devices cpu:2 &&
     train "$tmp/p4.st" "$MGC" $L $MA --devices cpu:4 &&
         compare "$tmp/m2.st" "$tmp/p4.st" 1e-4 0 "mpirun -np 2 x cpu:2 = cpu:4"
+    # --shard-update across ranks: each rank's replicas own neighbouring chunks, the ring's halves
+    # within the process and MPI's reduce-scatter and all-gather across; the state gathered over
+    # the ranks into rank 0's checkpoint, scattered from it on --resume
+    train "$tmp/ms1.st" mpirun -np 2 "$MGC" $L $MA --devices cpu:1 --shard-update &&
+        compare "$tmp/ms1.st" "$tmp/p2.st" 0 0 "mpirun -np 2 x cpu:1 --shard-update = cpu:2, bit for bit"
+    train "$tmp/ms2.st" mpirun -np 2 "$MGC" $L $MA --devices cpu:2 --shard-update &&
+        compare "$tmp/ms2.st" "$tmp/p4.st" 1e-6 0 "mpirun -np 2 x cpu:2 --shard-update = cpu:4"
+    cp "$tmp/u1e1.st" "$tmp/mu1.st" && cp "$tmp/u1e1.st" "$tmp/u2.st"
+    if timeout 300 mpirun -np 2 "$MGC" $L $SR --epochs 2 --devices cpu:1 --shard-update --resume "$tmp/mu1.st" > "$tmp/log" 2>&1 &&
+            timeout 300 "$MGC" $L $SR --epochs 2 --devices cpu:2 --resume "$tmp/u2.st" > "$tmp/log" 2>&1; then
+        compare "$tmp/mu1.st" "$tmp/u2.st" 0 0 "--resume on mpirun -np 2 x cpu:1 --shard-update = on cpu:2 unsharded, bit for bit"
+    else
+        bad "mpirun --shard-update --resume failed: $(tail -3 "$tmp/log")"
+    fi
     train "$tmp/ma.st" mpirun -np 2 "$MGC" $L $AC --devices cpu:1 --batch-size 64 --accumulate 4 &&
     train "$tmp/pa.st" "$MGC" $L $AC --devices cpu:2 --batch-size 256 &&
         compare "$tmp/ma.st" "$tmp/pa.st" 1e-5 0 "mpirun -np 2 --accumulate 4 x 64 = cpu:2 batch 256"

@@ -150,14 +150,28 @@ else
 fi
 # --accumulate on GPUs: 4 batches of 64 summed (the accumulation kernels, the micro-batches'
 # runs recorded apart from the last's) are one batch of 256; 2 epochs of 3 steps, the last of 2
-A="--epochs 2 --limit-train 640 --limit-test 64 --lr 0.05 --momentum 0.9 --seed 3 --gpus 2"
-if timeout 300 "$MGC" $L $A --batch-size 64 --accumulate 4 --save "$tmp/ga.st" > "$tmp/ga" 2>&1 &&
-        timeout 300 "$MGC" $L $A --batch-size 256 --save "$tmp/gb.st" > "$tmp/gb" 2>&1; then
+AA="--epochs 2 --limit-train 640 --limit-test 64 --lr 0.05 --momentum 0.9 --seed 3 --gpus 2"
+if timeout 300 "$MGC" $L $AA --batch-size 64 --accumulate 4 --save "$tmp/ga.st" > "$tmp/ga" 2>&1 &&
+        timeout 300 "$MGC" $L $AA --batch-size 256 --save "$tmp/gb.st" > "$tmp/gb" 2>&1; then
     if out=$($PY tests/st.py compare "$tmp/ga.st" "$tmp/gb.st" 1e-5); then ok "--accumulate 4 x 64 = batch 256 on --gpus 2: $out"
     else bad "--accumulate 4 x 64 against batch 256 on --gpus 2: $out (tolerance 1e-5)"; fi
 else
     bad "--accumulate on --gpus 2 failed"; tail -5 "$tmp/ga" "$tmp/gb" | sed 's/^/    /'
 fi
+# --shard-update on GPUs: NCCL's reduce-scatter and all-gather (in place), the parameters of a
+# bucket in one block of GPU memory, each GPU its chunk's update: the whole update's numbers, bit for
+# bit (2 epochs, so the evaluation between them and CUDA graphs' replays too); replicas sharing a GPU
+# sum on it without NCCL: refused
+expect "--shard-update on replicas sharing a GPU: refused, saying why" 2 "--shard-update needs a GPU a replica" -- $L --devices cuda:0,cuda:0 --shard-update --epochs 1
+for opt in "--momentum 0.9 --nesterov" "--optimizer adamw --lr 0.002"; do
+    SA="--epochs 2 --limit-train 512 --limit-test 64 --lr 0.05 --seed 4 --gpus 2 $opt"
+    if timeout 300 "$MGC" $L $SA --save "$tmp/gu.st" > "$tmp/gu" 2>&1 && timeout 300 "$MGC" $L $SA --shard-update --save "$tmp/gs.st" > "$tmp/gs" 2>&1; then
+        if out=$($PY tests/st.py compare "$tmp/gs.st" "$tmp/gu.st" 0); then ok "--gpus 2 --shard-update = whole updates, bit for bit, ${opt%% --lr*}: $out"
+        else bad "--gpus 2 --shard-update against whole updates, ${opt%% --lr*}: $out"; fi
+    else
+        bad "--gpus 2 --shard-update failed"; tail -5 "$tmp/gu" "$tmp/gs" | sed 's/^/    /'
+    fi
+done
 
 # mgc predict on GPUs (the evaluation program alone, two GPUs sharing each batch) gives the CPU's
 # predictions from the same checkpoint
@@ -240,6 +254,12 @@ if [ -f "$tmp/g2.st" ] && command -v mpirun > /dev/null && ldd "$MGC" | grep -q 
     if timeout 300 mpirun -np 2 "$MGC" $L $A --gpus 1 --save "$tmp/m2.st" > "$tmp/m2" 2>&1; then
         if out=$($PY tests/st.py compare "$tmp/m2.st" "$tmp/g2.st" 0); then ok "mpirun -np 2 x --gpus 1 = --gpus 2, bit for bit: $out"
         else bad "mpirun -np 2 x --gpus 1 against --gpus 2: $out"; fi
+        if timeout 300 mpirun -np 2 "$MGC" $L $A --gpus 1 --shard-update --save "$tmp/ms.st" > "$tmp/ms" 2>&1 &&
+                out=$($PY tests/st.py compare "$tmp/ms.st" "$tmp/g2.st" 0); then
+            ok "mpirun -np 2 x --gpus 1 --shard-update (NCCL's halves across processes, the state gathered by MPI) = --gpus 2, bit for bit: $out"
+        else
+            bad "mpirun -np 2 x --gpus 1 --shard-update: ${out:-$(tail -3 "$tmp/ms")}"
+        fi
     else
         bad "mpirun -np 2 $MGC --gpus 1 failed"; tail -5 "$tmp/m2" | sed 's/^/    /'
     fi

@@ -86,6 +86,18 @@ for net in nets/lenet.net nets/resnet18.net; do
     fi
 done
 
+# --shard-update and --accumulate on GPUs: the sharded SGD and AdamW kernels, the buckets'
+# padding and accumulation kernels (fakecuda.sh runs them on the emulated GPUs)
+for opt in "--momentum 0.9 --nesterov" "--optimizer adamw"; do
+    if "$MGC" nets/lenet.net --gpus 3 --shard-update --accumulate 2 $opt --emit cuda > "$tmp/sh.cu" 2> "$tmp/err" &&
+            grep -q "_shard(" "$tmp/sh.cu" && grep -q "zero_padding(" "$tmp/sh.cu" && grep -q "_accumulate(" "$tmp/sh.cu" &&
+            build/nvrtc_check "$tmp/sh.cu" sm_90 > "$tmp/sh.out" 2>&1; then
+        pass=$((pass + 1)); echo "ok   --shard-update --accumulate 2 $opt compiled for sm_90: $(tail -1 "$tmp/sh.out")"
+    else
+        echo "FAIL --shard-update --accumulate 2 $opt (sm_90):"; head -5 "$tmp/err" "$tmp/sh.out" 2> /dev/null; fail=$((fail + 1))
+    fi
+done
+
 # --emit ptx: NVRTC inside mgc, for two architectures: a PTX entry for every kernel step
 # (the GPU program's steps, as --emit cuda lists them: CPU-only fusions make fewer on the C target)
 steps=$("$MGC" nets/lenet.net --emit cuda | grep -c "^  step .* kernel ")

@@ -152,6 +152,44 @@ int main(void)
             free(want);
             (void)scale;
         }
+    /* --shard-update's halves: after a reduce-scatter each replica's own chunk (rt_comm_chunk) is
+       the sum and the chunks cover the buffer once; an all-gather brings each replica's chunk to all */
+    for (int n = 1; n <= 5; n++)
+        for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+            long len = (sizes[si] + n - 1) / n * n;   /* a multiple of the replicas, as codegen pads buckets */
+            float *bufs[5];
+            double *want = calloc((size_t)len, sizeof(double));
+            for (int r = 0; r < n; r++) {
+                bufs[r] = malloc(sizeof(float) * (size_t)len);
+                for (long i = 0; i < len; i++) want[i] += bufs[r][i] = (float)(uniform() - 0.5);
+            }
+            CommStats st[5];
+            rt_ring_threads(bufs, n, len, COMM_REDUCE_SCATTER, st);
+            int ok = 1;
+            long covered = 0;
+            for (int r = 0; r < n; r++) {
+                long lo = (long)rt_comm_owner(r, 0, 1) * (len / n), hi = lo + len / n;
+                covered += hi - lo;
+                for (long i = lo; i < hi; i++) ok &= fabs(bufs[r][i] - want[i]) <= 1e-6 * n * (fabs(want[i]) + 1);
+                ok &= fabs(st[r].bytes_sent - 4.0 * (double)(n - 1) / n * (double)len) <= 4.0 * (n - 1) + 1e-9;
+            }
+            check(ok && covered == len, "reduce-scatter: each replica's chunk the sum, the chunks cover it, (N-1)/N S sent", n, len, "");
+            /* each replica writes its chunk (r * 1000 + i), the all-gather gives every replica all */
+            for (int r = 0; r < n; r++) {
+                long lo = (long)r * (len / n), hi = lo + len / n;
+                for (long i = 0; i < len; i++) bufs[r][i] = i >= lo && i < hi ? (float)(r * 1000 + i % 1000) : -1.0f;
+            }
+            rt_ring_threads(bufs, n, len, COMM_ALLGATHER, NULL);
+            ok = 1;
+            for (int o = 0; o < n; o++) {
+                long lo = (long)o * (len / n), hi = lo + len / n;
+                for (int r = 0; r < n; r++)
+                    for (long i = lo; i < hi; i++) ok &= bufs[r][i] == (float)(o * 1000 + i % 1000);
+            }
+            check(ok, "all-gather: every replica holds every replica's chunk", n, len, "");
+            for (int r = 0; r < n; r++) free(bufs[r]);
+            free(want);
+        }
     /* shards: sizes differ by at most one, cover the batch in order */
     static const long batches[] = { 1, 2, 3, 96, 255, 256, 257, 60000 };
     for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++)

@@ -11,19 +11,85 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* --shard-update: member m's state s of bucket pack sp, whole (numel floats from the member's
+   place in the bucket): gathered from the slices this process's replicas hold (every rank
+   calls it, then sums over the ranks), or scattered into them. */
+static void shard_move(Group *g, const ShardPack *sp, int m, int s, float *whole, bool gather)
+{
+    const char *name = g->m->train->bufs[sp->state[s]].name;
+    long at = sp->at[m], end = at + sp->numel[m];
+    for (int r = 0; r < g->n; r++) {
+        StoreEntry *e = rt_store_find(&g->r[r].store, name);
+        long lo = (long)rt_comm_owner(r, g->world->rank, g->world->size) * sp->chunk, hi = lo + sp->chunk;
+        for (long i = lo > at ? lo : at; e && i < (hi < end ? hi : end); i++) {
+            if (gather) whole[i - at] = e->data[i - lo];
+            else e->data[i - lo] = whole[i - at];
+        }
+    }
+}
+
+/* The whole state of every sharded parameter (by bucket, member and state, as sp orders them),
+   gathered over every replica of every rank (each rank calls it); NULL where there is none. */
+static float **shard_gather(Group *g, int *n)
+{
+    const Program *p = g->m->train;
+    *n = 0;
+    for (int k = 0; p && k < p->npacks; k++) *n += p->packs[k].nmembers * p->packs[k].nstates;
+    if (*n == 0) return NULL;
+    for (int r = 0; r < g->n; r++) rt_store_download(&g->r[r].store, STORE_SHARDS);   /* a GPU's slices */
+    float **whole = calloc((size_t)*n, sizeof(float *));
+    int j = 0;
+    for (int k = 0; whole && k < p->npacks; k++) {
+        const ShardPack *sp = &p->packs[k];
+        for (int m = 0; m < sp->nmembers; m++)
+            for (int st = 0; st < sp->nstates; st++, j++) {
+                whole[j] = calloc((size_t)sp->numel[m] + 1, sizeof(float));   /* zeros where another rank's replicas own it */
+                if (!whole[j]) continue;
+                shard_move(g, sp, m, st, whole[j], true);
+                rt_world_sum_f32(g->world, whole[j], sp->numel[m]);
+            }
+    }
+    return whole;
+}
+
+/* Those tensors into the checkpoint, under the names an unsharded run saves them by
+   ("fc1.weight.momentum_buffer"), the parameters' shapes. */
+static void shard_put(const Program *p, const Store *s, StWriter *w, float **whole)
+{
+    int j = 0;
+    for (int k = 0; whole && k < p->npacks; k++) {
+        const ShardPack *sp = &p->packs[k];
+        for (int m = 0; m < sp->nmembers; m++)
+            for (int st = 0; st < sp->nstates; st++, j++) {
+                const StoreEntry *pe = NULL;
+                for (int e = 0; e < s->n && !pe; e++)
+                    if (!strcmp(s->e[e].name, sp->names[m])) pe = &s->e[e];
+                if (!pe || !whole[j]) continue;
+                long long shape[IR_MAXDIM];
+                for (int d = 0; d < pe->shape.nd; d++) shape[d] = pe->shape.d[d];
+                char name[512];
+                snprintf(name, sizeof name, "%s.%s", sp->names[m], sp->suffix[st]);
+                st_writer_add_f32(w, name, pe->shape.nd, shape, whole[j]);
+            }
+    }
+}
+
 /* The parameters and state, with what --resume needs to go on as if never
    stopped: the epoch finished, the training steps run, the seed and batch;
-   and the rate's recipe, which --resume compares with its own. */
-static int save_checkpoint(Store *s, const char *path, const char *net, int epoch, unsigned long long steps,
+   and the rate's recipe, which --resume compares with its own. p, whole:
+   --shard-update's state, gathered from every replica's slice (shard_gather). */
+static int save_checkpoint(Store *s, const Program *p, float **whole, const char *path, const char *net, int epoch, unsigned long long steps,
                            unsigned long long opt_steps, const TrainConfig *cfg, const CkModel *model)
 {
     StWriter *w = st_writer_new();
     for (int k = 0; k < s->n; k++) {
         StoreEntry *e = &s->e[k];
+        if (e->shard_of >= 0) continue;   /* --shard-update: a replica's slice; the whole below */
         long long shape[IR_MAXDIM];
         for (int d = 0; d < e->shape.nd; d++) shape[d] = e->shape.d[d];
         st_writer_add_f32(w, e->name, e->shape.nd, shape, e->data);
     }
+    shard_put(p, s, w, whole);
     char v[64];
     st_writer_set_meta(w, "net", net);
     snprintf(v, sizeof v, "%d", epoch);
@@ -59,15 +125,18 @@ static int save_checkpoint(Store *s, const char *path, const char *net, int epoc
 /* Rank 0 saves; every rank learns whether it worked. */
 int train_save(Group *g, const char *path, int epoch, bool downloaded)
 {
-    int rc = 0;
+    int rc = 0, nwhole = 0;
+    float **whole = shard_gather(g, &nwhole);   /* --shard-update: every rank takes part */
     if (g->world->rank == 0) {
         if (!downloaded) rt_store_download(&g->r[0].store, STORE_ALL);
         const Exec *x = &g->r[0].tr;
         CkModel model;
         train_model_info(g, &model);
-        rc = save_checkpoint(&g->r[0].store, path, g->m->train->net_name, epoch, x->runs_before + x->runs,
+        rc = save_checkpoint(&g->r[0].store, g->m->train, whole, path, g->m->train->net_name, epoch, x->runs_before + x->runs,
                                   x->opt_steps_before + x->updates, g->cfg, &model) ? 1 : 0;
     }
+    for (int k = 0; k < nwhole && whole; k++) free(whole[k]);
+    free(whole);
     return rt_world_max_status(g->world, rc);
 }
 
@@ -258,6 +327,7 @@ int train_load_checkpoint(Store *s, const char *path, const char *net, Resume *r
     bool state_goes_on = resume && same_optimizer(cfg, resume->optimizer) && keeps_state(resume->optimizer);
     for (int k = 0; k < s->n; k++) {
         StoreEntry *e = &s->e[k];
+        if (e->shard_of >= 0) continue;   /* --shard-update: a replica's slice, from the whole (train_load_shards) */
         const StTensor *t = st_find(&f, e->name);
         if (!t) {
             if (e->trainable || rt_store_is_running(e)) {
@@ -300,6 +370,62 @@ int train_load_checkpoint(Store *s, const char *path, const char *net, Resume *r
         fprintf(stderr, "mgc: %s: %d tensor%s hold%s such values: the checkpoint was saved from a run that diverged, or is "
                 "damaged; load an earlier one\n", path, damaged, damaged == 1 ? "" : "s", damaged == 1 ? "s" : "");
     st_free(&f);
+    return bad ? -1 : 0;
+}
+
+int train_load_shards(Group *g, const char *path, const Resume *resume)
+{
+    const Program *p = g->m->train;
+    if (!p || p->npacks == 0) return 0;
+    bool root = g->world->rank == 0;   /* reads the file; every rank scatters into its replicas */
+    StFile f;
+    char err[512];
+    int bad = 0;
+    if (root && st_load(path, &f, err, sizeof err)) {
+        fprintf(stderr, "mgc: cannot load checkpoint: %s\n", err);
+        bad = 1;
+    }
+    if (rt_world_max_status(g->world, bad)) {
+        if (root && !bad) st_free(&f);
+        return -1;
+    }
+    bool state_goes_on = root && resume && same_optimizer(g->cfg, resume->optimizer) && keeps_state(resume->optimizer);
+    for (int k = 0; k < p->npacks; k++) {
+        const ShardPack *sp = &p->packs[k];
+        for (int m = 0; m < sp->nmembers; m++)
+            for (int s = 0; s < sp->nstates; s++) {
+                float *whole = calloc((size_t)sp->numel[m] + 1, sizeof(float));
+                int have = 0;   /* rank 0's verdict: 1 loaded, 0 not in the file, -1 unusable */
+                if (root) {
+                    char name[512];
+                    snprintf(name, sizeof name, "%s.%s", sp->names[m], sp->suffix[s]);
+                    const StTensor *t = st_find(&f, name);
+                    long numel = 1;
+                    for (int d = 0; t && d < t->nd; d++) numel *= (long)t->shape[d];
+                    if (!t && state_goes_on) {
+                        fprintf(stderr, "mgc: %s: checkpoint has no tensor '%s' of its optimizer's state (%s): --resume cannot "
+                                "go on as the run would have; --load starts a new run from its parameters\n", path, name,
+                                resume->optimizer);
+                        have = -1;
+                    } else if (t && (!whole || numel != sp->numel[m] || st_to_f32(t, whole))) {
+                        fprintf(stderr, "mgc: %s: tensor '%s' is not %ld float32 values, as the parameter's state is\n", path,
+                                name, sp->numel[m]);
+                        have = -1;
+                    } else {
+                        have = t != NULL;
+                    }
+                }
+                rt_world_bcast(g->world, &have, sizeof have);
+                if (have == 1 && whole) {
+                    rt_world_bcast(g->world, whole, sizeof(float) * (size_t)sp->numel[m]);
+                    shard_move(g, sp, m, s, whole, false);
+                }
+                bad += have < 0;
+                free(whole);
+            }
+    }
+    if (root) st_free(&f);
+    for (int r = 0; r < g->n; r++) rt_store_upload(&g->r[r].store, STORE_SHARDS);   /* to a GPU's slices */
     return bad ? -1 : 0;
 }
 

@@ -45,6 +45,9 @@ int  train_check_tensors(Group *g, StoreCheck *found, char *what, size_t size, b
 /* net: the name of the net being trained; a checkpoint whose metadata names another net and does
    not fit is said in one line, not a line a tensor */
 int  train_load_checkpoint(Store *s, const char *path, const char *net, Resume *resume, const TrainConfig *cfg);
+/* --shard-update: the optimizer state of the checkpoint at path, whole per parameter, into every
+   replica's slice (after train_load_checkpoint, which loads the rest); 0, or -1 said. */
+int  train_load_shards(Group *g, const char *path, const Resume *resume);
 /* --resume: says on rank 0 where the run goes on from (and what differs
    from the first run's recipe); the first epoch to train. */
 int  train_resume_from(Group *g, const Resume *r);

@@ -95,6 +95,7 @@ void train_from_replica0(Group *g, StoreWhich which, bool at_start)
     for (int k = 0; k < s0->n; k++) {
         StoreEntry *e = &s0->e[k];
         if (which == STORE_RUNNING && !rt_store_is_running(e)) continue;
+        if (e->shard_of >= 0) continue;   /* --shard-update: each replica's own slice of the state */
         rt_world_bcast(g->world, e->data, sizeof(float) * (size_t)e->numel);
         for (int r = 1; r < g->n; r++)
             memcpy(g->r[r].store.e[k].data, e->data, sizeof(float) * (size_t)e->numel);
@@ -111,7 +112,7 @@ double train_replica_diff(Group *g, bool running)
     for (int r = 0; r < g->n; r++) rt_store_download(&g->r[r].store, running ? STORE_RUNNING : STORE_NOT_RUNNING);
     for (int k = 0; k < s0->n; k++) {
         StoreEntry *e = &s0->e[k];
-        if (rt_store_is_running(e) != running) continue;
+        if (rt_store_is_running(e) != running || e->shard_of >= 0) continue;
         float *ref = malloc(sizeof(float) * (size_t)e->numel);
         memcpy(ref, e->data, sizeof(float) * (size_t)e->numel);
         rt_world_bcast(g->world, ref, sizeof(float) * (size_t)e->numel);

@@ -274,6 +274,9 @@ static int open_group(Group *g)
             fprintf(stderr, "mgc: %s\n", err);
             return 1;
         }
+        static const CommKind kinds[] = { [COLL_ALLREDUCE] = COMM_ALLREDUCE, [COLL_REDUCE_SCATTER] = COMM_REDUCE_SCATTER,
+                                          [COLL_ALLGATHER] = COMM_ALLGATHER };
+        for (int k = 0; g->comm && k < m->train->ncolls; k++) rt_comm_set_kind(g->comm, k, kinds[m->train->colls[k].kind]);
     }
     long shard = (cfg->batch_size + g->total - 1) / g->total;   /* the most examples a replica gets */
     if (check_memory(g, shard)) return 1;
@@ -296,6 +299,7 @@ static int open_group(Group *g)
         r->tr.comm = g->comm;
         r->tr.grouped = g->total > 1;
         r->tr.replica = k;
+        r->tr.shard = rt_comm_owner(k, g->world->rank, g->world->size);
         rt_exec_set_lr(&r->tr, cfg->lr);
         if (cfg->check_nan) rt_exec_check_nan(&r->tr);
         if (cfg->profile && k == 0 && g->world->rank == 0) rt_exec_profile(&r->tr);
@@ -315,6 +319,9 @@ static int start_parameters(Group *g, int *first_epoch)
     int rc = cfg->load && g->world->rank == 0 && train_load_checkpoint(&g->r[0].store, cfg->load, train_primary(g->m)->net_name,
                                                                             cfg->resume ? &resume : NULL, cfg);
     if (rt_world_max_status(g->world, rc ? 1 : 0)) return 1;
+    /* --shard-update: the optimizer state, whole in the file, into each replica's slice (every rank) */
+    if (cfg->load && g->m->train && rt_world_max_status(g->world, train_load_shards(g, cfg->load, cfg->resume ? &resume : NULL) ? 1 : 0))
+        return 1;
     *first_epoch = 1;
     if (cfg->resume) {
         rt_world_bcast(g->world, &resume, sizeof resume);

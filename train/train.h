@@ -21,6 +21,7 @@ typedef struct TrainConfig {
     int epochs;               /* 0: initialise (and --save) only */
     int batch_size;           /* the global batch, over every replica of every rank (--accumulate: a micro-batch) */
     int accumulate;           /* --accumulate K: the gradients of K batches summed before one update (0, 1: none) */
+    bool shard_update;        /* --shard-update: each replica updates its slice of the parameters (ZeRO-1) */
     float lr, momentum, weight_decay;
     IrOptKind optimizer;      /* SGD (momentum, Nesterov's) or AdamW (betas, eps) */
     bool nesterov;

@@ -146,7 +146,7 @@ typedef struct Work {
     int host;                  /* W_COPY issued, not captured: 1 into pinned memory, 2 out of it (checked by hash) */
     uint64_t hash;
     struct { int ta, tb, m, n, k, lda, ldb, ldc; float alpha, beta; const void *a, *b; float *c; int bf16; } g;   /* bf16: BF16_* */
-    struct { ncclComm_t comm; const float *send; float *recv; size_t count; } ar;
+    struct { ncclComm_t comm; const float *send; float *recv; size_t count; int mode; } ar;   /* mode: 0 sum, 1 reduce-scatter, 2 all-gather */
 } Work;
 
 struct CUgraph_st { Work *w; int n, cap; };
@@ -199,6 +199,7 @@ struct CUmod_st { void *h; };
 static __thread Capture *thread_capture;   /* CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: this thread's */
 
 static void allreduce(ncclComm_t comm, const float *send, float *recv, size_t count);
+static void collective(ncclComm_t comm, const float *send, float *recv, size_t count, int mode);
 
 static uint64_t hash_bytes(const void *p, size_t n)
 {
@@ -285,7 +286,7 @@ static void run(const Work *w)
             cblas_sgemm(CblasColMajor, w->g.ta ? CblasTrans : CblasNoTrans, w->g.tb ? CblasTrans : CblasNoTrans, w->g.m, w->g.n,
                         w->g.k, w->g.alpha, (const float *)w->g.a, w->g.lda, (const float *)w->g.b, w->g.ldb, w->g.beta, w->g.c, w->g.ldc);
         break;
-    case W_ALLREDUCE: allreduce(w->ar.comm, w->ar.send, w->ar.recv, w->ar.count); break;
+    case W_ALLREDUCE: collective(w->ar.comm, w->ar.send, w->ar.recv, w->ar.count, w->ar.mode); break;
     }
 }
 
@@ -1065,6 +1066,31 @@ static void allreduce(ncclComm_t comm, const float *send, float *recv, size_t co
     }
 }
 
+/* The halves as sums: a reduce-scatter sums every rank's count x ranks values and keeps the rank's
+   count of them; an all-gather sums zeros but for each rank's own count (x + 0 is x: the same bits). */
+static void collective(ncclComm_t comm, const float *send, float *recv, size_t count, int mode)
+{
+    if (mode == 0) {
+        allreduce(comm, send, recv, count);
+        return;
+    }
+    size_t all = count * (size_t)comm->q->n;
+    float *tmp = calloc(all ? all : 1, sizeof(float));
+    if (!tmp) {
+        say("NCCL emulation: out of memory for %zu floats", all);
+        abort();
+    }
+    if (mode == 1) {
+        allreduce(comm, send, tmp, all);
+        memcpy(recv, tmp + (size_t)comm->rank * count, count * sizeof(float));
+    } else {
+        memcpy(tmp + (size_t)comm->rank * count, send, count * sizeof(float));
+        allreduce(comm, tmp, tmp, all);
+        memcpy(recv, tmp, all * sizeof(float));
+    }
+    free(tmp);
+}
+
 const char *ncclGetErrorString(ncclResult_t r)
 {
     return r == ncclSuccess ? "no error" : r == ncclInvalidArgument ? "invalid argument" : r == ncclInvalidUsage ? "invalid usage"
@@ -1136,6 +1162,36 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int n, ncclUniqueId id, int rank
     pthread_mutex_unlock(&q->m);
     c->q = q;
     *comm = c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t stream)
+{
+    if (type != ncclFloat || op != ncclSum || !comm) {
+        say("ncclReduceScatter: only float sums are emulated");
+        return ncclInvalidArgument;
+    }
+    if (!check_dev(send, count * (size_t)comm->q->n * 4, "ncclReduceScatter's send buffer") ||
+        !check_dev(recv, count * 4, "ncclReduceScatter's receive buffer"))
+        return ncclInvalidArgument;
+    Work w = { .kind = W_ALLREDUCE };
+    w.ar.comm = comm, w.ar.send = send, w.ar.recv = recv, w.ar.count = count, w.ar.mode = 1;
+    submit((CUstream)stream, &w);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream)
+{
+    if (type != ncclFloat || !comm) {
+        say("ncclAllGather: only floats are emulated");
+        return ncclInvalidArgument;
+    }
+    if (!check_dev(send, count * 4, "ncclAllGather's send buffer") || !check_dev(recv, count * (size_t)comm->q->n * 4, "ncclAllGather's receive buffer"))
+        return ncclInvalidArgument;
+    Work w = { .kind = W_ALLREDUCE };
+    w.ar.comm = comm, w.ar.send = send, w.ar.recv = recv, w.ar.count = count, w.ar.mode = 2;
+    submit((CUstream)stream, &w);
     return ncclSuccess;
 }
 
