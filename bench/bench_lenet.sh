@@ -24,13 +24,8 @@ LR=0.1
 DATA=${MGC_DATA:-$(cd .. && pwd)/shared/data/fashion-mnist}
 MGC=${MGC:-./mgc}
 PYTHON=${PYTHON:-/usr/bin/python3}
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then   # the newest kernels this CPU runs, as mgc chooses
-    flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
-    if [[ $flags == *" avx512f"* && $flags == *" avx512bw"* && $flags == *" avx512dq"* && $flags == *" avx512vl"* ]]; then
-        OPENBLAS_CORETYPE=SkylakeX
-    elif [[ $flags == *" avx2"* && $flags == *" fma"* ]]; then OPENBLAS_CORETYPE=Haswell
-    else OPENBLAS_CORETYPE=Prescott; fi
-fi
+# the newest kernels this CPU runs, as mgc chooses (bench/bench_cpu.py's blas_core)
+OPENBLAS_CORETYPE=$(python3 -c 'import sys; sys.path.insert(0, "bench"); from bench_cpu import blas_core; print(blas_core())')
 export OPENBLAS_CORETYPE
 
 usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
