@@ -982,7 +982,12 @@ int main(int argc, char **argv)
         c.cfg.net_len = c.net_len;
         c.cfg.net_sets = c.net_sets = sets_text(&c);
     }
-    if (rt_cpu_blas_core(argv, c.cfg.verbose)) return 2;   /* may start mgc again, with OpenBLAS's right kernels */
+    if (rt_cpu_blas_core(argv, c.cfg.verbose)) {   /* may start mgc again, with OpenBLAS's right kernels */
+        for (int k = 0; k < c.nsets; k++) free((char *)c.sets[k].name);
+        free(c.net_text);
+        free(c.net_sets);
+        return 2;
+    }
     c.cfg.started = (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec;
     World world;
     char err[512], data_dir[4096];
