@@ -81,6 +81,7 @@ typedef struct ShardPack {
     int nstates;
     const char *suffix[2];    /* "momentum_buffer"; "exp_avg", "exp_avg_sq" */
     int state[2];             /* their buffers */
+    int base;                 /* the buffer of the parameter at the block's start: the block's address (-1: none yet) */
 } ShardPack;
 
 /* A parameter and where its gradient is after a step (summed across replicas). */
@@ -275,8 +276,8 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a);
    verified graph. Produces: what cg_fused_into, cg_act*, cg_relu_mask, cg_pool_of/by,
    cg_bn_into_add, cg_ew_into_add and cg_wgrad_* answer. */
 void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d);
-/* The gradient bucket holding the gradient SGD node `sgd` reads (through slices and
-   reshapes: BatchNorm's gamma and beta share a tensor), or -1 (codegen/fuse.c). */
+/* The gradient bucket holding the gradient update node `sgd` (SGD or AdamW) reads (through
+   slices and reshapes: BatchNorm's gamma and beta share a tensor), or -1 (codegen/fuse.c). */
 int cg_grad_bucket(const Graph *g, int sgd);
 /* The convolution pass (codegen/conv.c): how each convolution runs, forward
    and gradients alike (opt->conv forces one); with opt->fuse, the BatchNorm

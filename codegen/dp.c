@@ -54,13 +54,6 @@ static int view_base(const Graph *g, int id)
    bucket the node after which it is complete: its last gradient computed and
    every reader of the replica's own values done (bn_grad_x reads the
    bn_grad_params it shares a bucket slot with), since the sum is in place. */
-/* The bucket whose sum gradient node `grad` reads, or -1. */
-static int grad_bucket(const Graph *g, int grad)
-{
-    const Node *v = &g->nodes[view_base(g, grad)];
-    return v->op == OP_ALLREDUCE ? v->attr.bucket : -1;
-}
-
 /* --shard-update: which updates are sharded, each bucket's last, the state they hold in slices. */
 static void shard_prepare(Lower *L)
 {
@@ -77,7 +70,7 @@ static void shard_prepare(Lower *L)
     for (int id = 0; id < g->n; id++) {
         const Node *n = &g->nodes[id];
         L->shard_bucket[id] = -1;
-        int k = g->shard_update && (n->op == OP_SGD || n->op == OP_ADAMW) ? grad_bucket(g, n->in[1]) : -1;
+        int k = g->shard_update && (n->op == OP_SGD || n->op == OP_ADAMW) ? cg_grad_bucket(g, id) : -1;
         if (k < 0) continue;
         L->shard_bucket[id] = k;
         L->shard_last[k] = id;
@@ -94,7 +87,7 @@ static void shard_prepare(Lower *L)
         sp->names = arena_alloc(a, sizeof(char *) * (size_t)(members[k] + 1));
         sp->at = arena_alloc(a, sizeof(long) * (size_t)(members[k] + 1));
         sp->numel = arena_alloc(a, sizeof(long) * (size_t)(members[k] + 1));
-        sp->state[0] = sp->state[1] = -1;
+        sp->state[0] = sp->state[1] = sp->base = -1;
     }
 }
 
@@ -293,14 +286,13 @@ bool cg_shard_update(Lower *L, int id, int scalars)
     while (p->bufs[gb].kind == BUF_VIEW && gb != L->bucket_buf[k]) at += p->bufs[gb].offset, gb = p->bufs[gb].alias;
     Buf *pb = &p->bufs[param];
     pb->pack = k, pb->pack_at = at, pb->pack_floats = sp->chunk * g->shard_update;
+    if (at == 0) sp->base = param;
     sp->names[sp->nmembers] = pb->name;
     sp->at[sp->nmembers] = at;
     sp->numel[sp->nmembers++] = ir_numel(&n->shape, 1);
     p->node_buf[id] = param;
     if (L->shard_last[k] != id) return true;
-    int base = -1;   /* the block's first parameter: the block's address */
-    for (int b = 0; b < p->nbufs && base < 0; b++)
-        if (p->bufs[b].pack == k && p->bufs[b].pack_at == 0 && p->bufs[b].kind == BUF_PERSISTENT) base = b;
+    int base = sp->base;
     if (base < 0) {
         diag_at(g->diag, n->loc, "internal: --shard-update: no parameter at the start of bucket %d", k);
         return true;

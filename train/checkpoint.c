@@ -54,16 +54,14 @@ static float **shard_gather(Group *g, int *n)
 
 /* Those tensors into the checkpoint, under the names an unsharded run saves them by
    ("fc1.weight.momentum_buffer"), the parameters' shapes. */
-static void shard_put(const Program *p, const Store *s, StWriter *w, float **whole)
+static void shard_put(const Program *p, Store *s, StWriter *w, float **whole)
 {
     int j = 0;
     for (int k = 0; whole && k < p->npacks; k++) {
         const ShardPack *sp = &p->packs[k];
         for (int m = 0; m < sp->nmembers; m++)
             for (int st = 0; st < sp->nstates; st++, j++) {
-                const StoreEntry *pe = NULL;
-                for (int e = 0; e < s->n && !pe; e++)
-                    if (!strcmp(s->e[e].name, sp->names[m])) pe = &s->e[e];
+                const StoreEntry *pe = rt_store_find(s, sp->names[m]);
                 if (!pe || !whole[j]) continue;
                 long long shape[IR_MAXDIM];
                 for (int d = 0; d < pe->shape.nd; d++) shape[d] = pe->shape.d[d];
