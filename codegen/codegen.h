@@ -59,6 +59,11 @@ typedef struct Buf {
 /* What a collective does: the sum over every replica, or (--shard-update) its two halves, over
    a buffer of R x chunk floats, replica KArgs.replica's chunk its own (runtime/comm.h). */
 typedef enum CollKind { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER } CollKind;
+/* Its name in printouts: "allreduce", "reduce-scatter", "all-gather". */
+static inline const char *cg_coll_name(CollKind k)
+{
+    return k == COLL_REDUCE_SCATTER ? "reduce-scatter" : k == COLL_ALLGATHER ? "all-gather" : "allreduce";
+}
 
 /* A collective: the sum of buffer src over every replica, into dst (in place
    when dst == src). Gradient buckets are in place; --sync-bn's sums are not. */

@@ -234,8 +234,7 @@ void cg_print_cost(const Program *p, const CgGpuModel *m, long batch, int replic
             double t = (cl->kind == COLL_ALLREDUCE ? 2.0 : 1.0) * (replicas - 1) / replicas * 4.0 * (double)cl->floats / m->link_bytes_per_s;
             c[k].s32 = c[k].s16 = c[k].smgc = t;
             comm += t;
-            static const char *const kinds[] = { "allreduce", "reduce-scatter", "all-gather" };
-            fprintf(out, "  step %-3d %-14s c%-15d %14s %7s %9.2f %9s %10s %9.1f %9.1f %9.1f  link\n", k, kinds[cl->kind], s->coll, "", "",
+            fprintf(out, "  step %-3d %-14s c%-15d %14s %7s %9.2f %9s %10s %9.1f %9.1f %9.1f  link\n", k, cg_coll_name(cl->kind), s->coll, "", "",
                     4.0 * (double)cl->floats / 1e6, "", "", t * 1e6, t * 1e6, t * 1e6);
             continue;
         }

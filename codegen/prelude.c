@@ -724,8 +724,7 @@ void cg_print_steps(const Program *p, FILE *out)
         fprintf(out, "  step %-3d %%%-4d ", k, s->node);
         if (s->kind == STEP_ALLREDUCE || s->kind == STEP_WAIT) {
             const Collective *c = &p->colls[s->coll];
-            static const char *const kinds[] = { "allreduce", "reduce-scatter", "all-gather" };
-            const char *kind = kinds[c->kind];
+            const char *kind = cg_coll_name(c->kind);
             if (s->kind == STEP_WAIT) fprintf(out, "wait %s c%d", kind, s->coll);
             else if (c->src == c->dst) fprintf(out, "%s c%d b%d (%ld floats, in place; %s)", kind, s->coll, c->dst, c->floats, c->what);
             else fprintf(out, "%s c%d b%d -> b%d (%ld floats; %s)", kind, s->coll, c->src, c->dst, c->floats, c->what);

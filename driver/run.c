@@ -173,8 +173,7 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
         if (s->kind == STEP_ALLREDUCE) {
             const Step *prev = k > 0 ? &p->steps[k - 1] : NULL;
             const char *after = !prev ? "-" : prev->kind == STEP_KERNEL ? prev->fn : prev->kind == STEP_GEMM ? "gemm" : "a collective";
-            static const char *const kinds[] = { "allreduce", "reduce-scatter", "all-gather" };
-            printf("  step %-4d start c%-3d %-14s %10s floats, after %s (%%%d): %s\n", k, s->coll, kinds[cl->kind],
+            printf("  step %-4d start c%-3d %-14s %10s floats, after %s (%%%d): %s\n", k, s->coll, cg_coll_name(cl->kind),
                    rt_commas(cl->floats, num), after, prev ? prev->node : -1, cl->what);
         } else {
             printf("  step %-4d wait  c%-3d before %%%d %s\n", k, s->coll, s->node, ir_op_name(g->nodes[s->node].op));

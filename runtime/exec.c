@@ -233,6 +233,9 @@ void rt_exec_set_lr(Exec *x, double lr) { x->lr = lr; }
 
 void rt_exec_set_accumulate(Exec *x, int mode) { x->accumulate = x->prog->accumulate >= 0 ? mode : 0; }
 
+/* --accumulate: the next run is a micro-batch before its step's last (no collective, no update) */
+static bool micro_batch(const Exec *x) { return x->accumulate == 1 || x->accumulate == 2; }
+
 /* The optimizer's scalars of run t (1, 2, ...: AdamW's bias correction), into x->opt; their count. */
 static int opt_scalars(Exec *x, unsigned long long t)
 {
@@ -263,13 +266,10 @@ void rt_exec_profile_report(const Exec *x, FILE *out)
     fprintf(out, "profile (%s): %llu runs, %.3f s in steps\n  step  node   share     ms/run  what\n", x->dev->name, x->runs, total);
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
-        const char *what = s->kind == STEP_KERNEL ? s->fn : s->kind == STEP_GEMM ? "gemm"
-                         : s->kind == STEP_ALLREDUCE ? (p->colls[s->coll].kind == COLL_REDUCE_SCATTER ? "reduce-scatter (start)"
-                                                        : p->colls[s->coll].kind == COLL_ALLGATHER ? "all-gather (start)" : "allreduce (start)")
-                         : p->colls[s->coll].kind == COLL_REDUCE_SCATTER ? "reduce-scatter (wait)"
-                         : p->colls[s->coll].kind == COLL_ALLGATHER ? "all-gather (wait)" : "allreduce (wait)";
-        fprintf(out, "  %-5d %%%-5d %5.1f%%  %9.4f  %s\n", k, s->node, 100 * x->step_seconds[k] / (total > 0 ? total : 1),
-                1e3 * x->step_seconds[k] / (double)(x->runs ? x->runs : 1), what);
+        const char *what = s->kind == STEP_KERNEL ? s->fn : s->kind == STEP_GEMM ? "gemm" : cg_coll_name(p->colls[s->coll].kind);
+        const char *when = s->kind == STEP_ALLREDUCE ? " (start)" : s->kind == STEP_WAIT ? " (wait)" : "";
+        fprintf(out, "  %-5d %%%-5d %5.1f%%  %9.4f  %s%s\n", k, s->node, 100 * x->step_seconds[k] / (total > 0 ? total : 1),
+                1e3 * x->step_seconds[k] / (double)(x->runs ? x->runs : 1), what, when);
     }
 }
 
@@ -277,7 +277,7 @@ static void run_steps(Exec *x, long n, long global_n, long first)
 {
     const Program *p = x->prog;
     Device *dev = x->dev;
-    bool micro = x->accumulate == 1 || x->accumulate == 2;   /* a micro-batch before a step's last */
+    bool micro = micro_batch(x);
     for (int k = 0; k < p->nsteps; k++) {
         const Step *s = &p->steps[k];
         if (micro && (s->kind == STEP_ALLREDUCE || s->kind == STEP_WAIT || (s->kind == STEP_KERNEL && s->sgd))) continue;
@@ -362,8 +362,7 @@ void rt_exec_start(Exec *x, long n, long global_n, long first)
     const Program *p = x->prog;
     Device *dev = x->dev;
     x->runs++;
-    bool micro = x->accumulate == 1 || x->accumulate == 2;
-    if (!micro) x->updates++;
+    if (!micro_batch(x)) x->updates++;
     if (p->accumulate >= 0) {
         x->host[p->accumulate][0] = (float)x->accumulate;
         stage(x, p->accumulate, 1, true);
