@@ -22,14 +22,26 @@
 ** scratch, then the weights, and the products by GEMMs again (o = p v, dp =
 ** do v^T, dq = ds k, dk += ds^T q, dv += p^T do): the scratch is [64, Tk]
 ** twice, linear in T.
+**
+** Dropout on the weights (training): p_ij becomes z_ij p_ij, z_ij 0 with the
+** op's probability P, else 1 / (1 - P); then o = (z p) v, dv_j = sum_i z_ij
+** p_ij do_i and ds_ij = p_ij (z_ij do_i . v_j - delta_i), delta_i = do_i . o_i
+** as before. No mask is stored: z_ij is a hash of the run's seed and the
+** weight's place (the global example, head, query, key), made again where
+** needed. The op's kernels share one seed (Step.seed_key: its place among the
+** net's attention ops), so its backward sees its forward's masks.
 */
 #include <math.h>
 #include "lower_internal.h"
+
+#define ATTN_SEED_KEY (1ULL << 48)   /* above any step's index, which seeds the other seeded steps */
 
 typedef struct Attn {
     int Tq, Tk, D, H, dh;
     bool causal;
     const char *scale;        /* 1 / sqrt(dh), a float literal */
+    float dropout;            /* the probability of dropping a weight, 0 none */
+    unsigned long long key;   /* the op's seed key (Step.seed_key) */
 } Attn;
 
 /* The sizes of attention op n (its inputs q and k, or o for the delta) */
@@ -37,9 +49,33 @@ static Attn attn_of(Lower *L, const Node *n)
 {
     const Shape *q = &L->g->nodes[n->in[0]].shape;
     const Shape *k = n->op == OP_ATTN_DELTA ? q : &L->g->nodes[n->in[1]].shape;
-    Attn a = { q->d[1], k->d[1], q->d[2], n->attr.heads, q->d[2] / n->attr.heads, n->attr.causal, NULL };
+    Attn a = { q->d[1], k->d[1], q->d[2], n->attr.heads, q->d[2] / n->attr.heads, n->attr.causal, NULL, 0, 0 };
     a.scale = cg_f32(L, 1.0 / sqrt((double)a.dh));
+    if (n->op != OP_ATTN_STATS && n->op != OP_ATTN_DELTA && n->attr.dropout > 0) {
+        a.dropout = n->attr.dropout;
+        int lse = n->in[3], place = 0;   /* the op's place among the net's attention ops */
+        for (int id = 0; id < lse; id++) place += L->g->nodes[id].op == OP_ATTN_STATS;
+        a.key = ATTN_SEED_KEY + (unsigned long long)place;
+    }
     return a;
+}
+
+/* " * z_ij" for weight (row, j), row = (n * H + h) * Tq + i, counted from the global batch's first
+   example (the same masks on any number of replicas); "" without dropout */
+static const char *keep(Lower *L, const Attn *a, const char *row, const char *j)
+{
+    if (!a->dropout) return "";
+    return arena_printf(L->p->arena,
+                        " * (mgc_uniform(a.seed, ((unsigned long long)a.first * %ldULL + (unsigned long long)(%s)) * %dULL + "
+                        "(unsigned long long)(%s)) >= %s ? %s : 0.0f)",
+                        (long)a->H * a->Tq, row, a->Tk, j, cg_f32(L, a->dropout), cg_f32(L, 1.0 / (1.0 - a->dropout)));
+}
+
+/* A kernel of the op: seeded by the op's key where it drops weights */
+static Step *seeded(Step *st, const Attn *a)
+{
+    if (a->dropout) st->seeded = true, st->seed_key = a->key;
+    return st;
 }
 
 /* Iteration r's query: n, h, i, and qi (into t, a [N, Tq, D] tensor, as ti) */
@@ -87,6 +123,10 @@ static void header(Lower *L, const Attn *a, const char *what)
 {
     cg_body(L, "    /* %s; %d heads of %d features, %d queries and %d keys%s.\n", what, a->H, a->dh, a->Tq, a->Tk,
             a->causal ? ", causal (query i sees keys 0..i)" : "");
+    if (a->dropout)
+        cg_body(L, "       Dropout %g: p_ij times z_ij, 0 or 1 / (1 - %g) by a hash of the run's seed and the weight's place "
+                   "(no mask stored; the kernels of the net's attention op %llu share one seed)\n", (double)a->dropout,
+                (double)a->dropout, a->key - ATTN_SEED_KEY);
     if (L->dec->cpu_only)
         cg_body(L, "       Tiling: an iteration a head of an example; its queries in blocks of %d, each block's scores and "
                    "weights [%d, %d] in the thread's scratch (linear in the keys), never an [N, %d, %d, %d] tensor */\n",
@@ -101,7 +141,7 @@ static void header(Lower *L, const Attn *a, const char *what)
 /* The iteration's head (qh, kh, vh, gh: q, k, v, dy of head h of example n, rows D apart), its
    blocks of queries [i0, i0 + bq), each block's scores s = q k^T / sqrt(dh) [bq, Tk] and
    weights p = exp(s - lse) in scratch (p: 0 past the keys a causal query sees). */
-static void cpu_blocks(Lower *L, const Attn *a, const char *kernel, bool weights, bool grad)
+static void cpu_blocks(Lower *L, const Attn *a, const char *kernel, bool weights, bool grad, bool masked)
 {
     cg_body(L, "    float *s = mgc_scratch(%dL * %d * 2, \"%s\"), *dp = s + %dL * %d;\n"
                "    (void)dp;\n"
@@ -120,11 +160,11 @@ static void cpu_blocks(Lower *L, const Attn *a, const char *kernel, bool weights
                "                const long r = (n * %d + h) * %dL + i0 + i;\n"
                "                const int jend = %s;\n"
                "                float *si = s + (long)i * %d;\n"
-               "                for (int j = 0; j < jend; j++) si[j] = expf(si[j] - lse[r]);\n"
+               "                for (int j = 0; j < jend; j++) si[j] = expf(si[j] - lse[r])%s;\n"
                "                for (int j = jend; j < %d; j++) si[j] = 0.0f;\n"
                "            }\n",
             a->H, a->Tq, a->causal ? arena_printf(L->p->arena, "i0 + i + 1 < %d ? i0 + i + 1 : %d", a->Tk, a->Tk)
-                                   : arena_printf(L->p->arena, "%d", a->Tk), a->Tk, a->Tk);
+                                   : arena_printf(L->p->arena, "%d", a->Tk), a->Tk, masked ? keep(L, a, "r", "j") : "", a->Tk);
 }
 
 static void cpu_end(Lower *L)
@@ -134,20 +174,21 @@ static void cpu_end(Lower *L)
     "free(s);\n");
 }
 
-/* ds = p (do v^T - delta) in s, after dp = do_block vh^T (s holds p) */
+/* ds = p (z do v^T - delta) in s, after dp = do_block vh^T (s holds p) */
 static void cpu_ds(Lower *L, const Attn *a)
 {
     cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, bq, %d, %d, 1.0f, gh + (long)i0 * %d, %d, vh, %d, 0.0f, dp, %d);\n"
                "            for (int i = 0; i < bq; i++) {\n"
-               "                const float di = delta[(n * %d + h) * %dL + i0 + i];\n"
-               "                for (int j = 0; j < %d; j++) s[(long)i * %d + j] *= dp[(long)i * %d + j] - di;\n"
+               "                const long r = (n * %d + h) * %dL + i0 + i;\n"
+               "                const float di = delta[r];\n"
+               "                for (int j = 0; j < %d; j++) s[(long)i * %d + j] *= dp[(long)i * %d + j]%s - di;\n"
                "            }\n",
-            a->Tk, a->dh, a->D, a->D, a->D, a->Tk, a->H, a->Tq, a->Tk, a->Tk, a->Tk);
+            a->Tk, a->dh, a->D, a->D, a->D, a->Tk, a->H, a->Tq, a->Tk, a->Tk, a->Tk, keep(L, a, "r", "j"));
 }
 
 static Step *cpu_kernel(Lower *L, int id, const char *what, const Attn *a, int nargs, const int *b, const char *const *names)
 {
-    Step *st = cg_kernel(L, id, what, dimn(a->H), nargs, b, names);
+    Step *st = seeded(cg_kernel(L, id, what, dimn(a->H), nargs, b, names), a);
     st->heavy = st->c_only = true;
     st->grain = (long)a->Tq * a->Tk * a->dh;
     return st;
@@ -159,7 +200,7 @@ static void cpu_stats(Lower *L, int id, const Attn *a)
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     cpu_kernel(L, id, "attention_stats", a, 3, b, (const char *const[]){ "=lse", "q", "k" });
     header(L, a, "lse_i = log sum_j exp(q_i . k_j / sqrt(dh)); a head an iteration, its scores by blocks of queries (CBLAS)");
-    cpu_blocks(L, a, "attention_stats", false, false);
+    cpu_blocks(L, a, "attention_stats", false, false, false);
     cg_body(L, "            for (int i = 0; i < bq; i++) {\n"
                "                const int jend = %s;\n"
                "                const float *si = s + (long)i * %d;\n"
@@ -180,7 +221,7 @@ static void cpu_attention(Lower *L, int id, const Attn *a)
     int b[5] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]) };
     cpu_kernel(L, id, "attention", a, 5, b, (const char *const[]){ "=o", "q", "k", "v", "lse" });
     header(L, a, "o = p v, p = exp(q k^T / sqrt(dh) - lse); a head an iteration, by blocks of queries (CBLAS)");
-    cpu_blocks(L, a, "attention", true, false);
+    cpu_blocks(L, a, "attention", true, false, true);
     cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, bq, %d, %d, 1.0f, s, %d, v + n * %ldL + h * %d, %d, 0.0f,\n"
                "                        o + n * %ldL + h * %d + (long)i0 * %d, %d);\n",
             a->dh, a->Tk, a->Tk, (long)a->Tk * a->D, a->dh, a->D, (long)a->Tq * a->D, a->dh, a->D, a->D);
@@ -202,7 +243,7 @@ static void cpu_grad(Lower *L, int id, const Attn *a)
                    (const char *const[]){ "=dx", "q", "k", "lse", "dy" });
     header(L, a, q ? "dq = ds k / sqrt(dh), ds = p (do v^T - delta); a head an iteration, by blocks of queries (CBLAS)"
                  : key ? "dk = sum over the blocks of queries of ds^T q / sqrt(dh) (CBLAS)" : "dv = sum over the blocks of queries of p^T do (CBLAS)");
-    cpu_blocks(L, a, ir_op_name(n->op), true, true);
+    cpu_blocks(L, a, ir_op_name(n->op), true, true, !q && !key);   /* dv: sum_i z_ij p_ij do_i */
     if (!q && !key) {
         cg_body(L, "            (void)qh;\n"
                    "            cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %d, %d, bq, 1.0f, s, %d, gh + (long)i0 * %d, %d, i0 ? 1.0f : 0.0f,\n"
@@ -260,7 +301,7 @@ void cg_lower_attention(Lower *L, int id)
         return;
     }
     int b[5] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]) };
-    cg_kernel(L, id, "attention", dimn(a.H * a.Tq), 5, b, (const char *const[]){ "=o", "q", "k", "v", "lse" })->grain =
+    seeded(cg_kernel(L, id, "attention", dimn(a.H * a.Tq), 5, b, (const char *const[]){ "=o", "q", "k", "v", "lse" }), &a)->grain =
         2L * a.Tk * a.dh;
     header(L, &a, "o_i = sum_j exp(q_i . k_j / sqrt(dh) - lse_i) v_j");
     cg_body(L, "    FOR_EACH(r, %s) {\n", cg_work_str(L, dimn(a.H * a.Tq)));
@@ -271,11 +312,11 @@ void cg_lower_attention(Lower *L, int id)
                "        for (int d = 0; d < %d; d++) acc[d] = 0.0f;\n"
                "        for (long j = 0; j < jend; j++) {\n", keys_end(L, &a), a.dh, a.dh);
     score(L, &a, true);
-    cg_body(L, "            const float p = expf(s - li);\n"
+    cg_body(L, "            const float p = expf(s - li)%s;\n"
                "            for (int d = 0; d < %d; d++) acc[d] += p * vj[d];\n"
                "        }\n"
                "        float *oi = o + (n * %dL + i) * %d + h * %d;\n"
-               "        for (int d = 0; d < %d; d++) oi[d] = acc[d];\n    }\n", a.dh, a.Tq, a.D, a.dh, a.dh);
+               "        for (int d = 0; d < %d; d++) oi[d] = acc[d];\n    }\n", keep(L, &a, "r", "j"), a.dh, a.Tq, a.D, a.dh, a.dh);
     cg_end_kernel(L);
 }
 
@@ -309,12 +350,12 @@ static void grad_q(Lower *L, const Attn *a)
                "        for (long j = 0; j < jend; j++) {\n", a->Tq, a->D, a->dh, keys_end(L, a), a->dh, a->dh);
     score(L, a, true);
     cg_body(L, "            %s", dot(L, a, "dp", "gi", "vj"));
-    cg_body(L, "            const float ds = expf(s - li) * (dp - di);\n"
+    cg_body(L, "            const float ds = expf(s - li) * (dp%s - di);\n"
                "            for (int d = 0; d < %d; d++) acc[d] += ds * kj[d];\n"
                "        }\n"
                "        float *dqi = dx + (n * %dL + i) * %d + h * %d;\n"
                "        for (int d = 0; d < %d; d++) dqi[d] = acc[d] * %s;\n    }\n",
-            a->dh, a->Tq, a->D, a->dh, a->dh, a->scale);
+            keep(L, a, "r", "j"), a->dh, a->Tq, a->D, a->dh, a->dh, a->scale);
 }
 
 /* dk or dv: one key per iteration, over the queries that see it */
@@ -336,10 +377,11 @@ static void grad_kv(Lower *L, const Attn *a, bool key)
             a->dh, a->dh, a->causal ? "j" : "0", a->Tq, a->H, a->Tq, a->Tq, a->D, a->dh, a->Tq, a->D, a->dh, dot(L, a, "s", "qi", "kj"), a->scale);
     if (key)
         cg_body(L, "            %s"
-                   "            const float ds = p * (dp - delta[r]);\n"
-                   "            for (int d = 0; d < %d; d++) acc[d] += ds * qi[d];\n", dot(L, a, "dp", "gi", "vj"), a->dh);
+                   "            const float ds = p * (dp%s - delta[r]);\n"
+                   "            for (int d = 0; d < %d; d++) acc[d] += ds * qi[d];\n", dot(L, a, "dp", "gi", "vj"), keep(L, a, "r", "j"), a->dh);
     else
-        cg_body(L, "            for (int d = 0; d < %d; d++) acc[d] += p * gi[d];\n", a->dh);
+        cg_body(L, "            const float pz = p%s;\n"
+                   "            for (int d = 0; d < %d; d++) acc[d] += pz * gi[d];\n", keep(L, a, "r", "j"), a->dh);
     cg_body(L, "        }\n"
                "        float *out = dx + (n * %dL + j) * %d + h * %d;\n"
                "        for (int d = 0; d < %d; d++) out[d] = acc[d]%s%s;\n    }\n",
@@ -359,9 +401,9 @@ void cg_lower_attn_grad(Lower *L, int id)
     int b[7] = { cg_out_buf(L, id) };
     for (int k = 0; k < 6; k++) b[k + 1] = buf_of(L, n->in[k]);
     Dim work = dimn(a.H * (q ? a.Tq : a.Tk));
-    Step *st = q || key ? cg_kernel(L, id, ir_op_name(n->op), work, 7, b, (const char *const[]){ "=dx", "q", "k", "v", "lse", "delta", "dy" })
-                        : cg_kernel(L, id, ir_op_name(n->op), work, 5, (const int[]){ b[0], b[1], b[2], b[4], b[6] },
-                                    (const char *const[]){ "=dx", "q", "k", "lse", "dy" });   /* dv reads neither v nor delta */
+    Step *st = seeded(q || key ? cg_kernel(L, id, ir_op_name(n->op), work, 7, b, (const char *const[]){ "=dx", "q", "k", "v", "lse", "delta", "dy" })
+                               : cg_kernel(L, id, ir_op_name(n->op), work, 5, (const int[]){ b[0], b[1], b[2], b[4], b[6] },
+                                           (const char *const[]){ "=dx", "q", "k", "lse", "dy" }), &a);   /* dv reads neither v nor delta */
     st->grain = 3L * (q ? a.Tk : a.Tq) * a.dh;
     header(L, &a, q ? "dq_i = sum_j p_ij (do_i . v_j - delta_i) k_j / sqrt(dh), p_ij = exp(s_ij - lse_i)"
                   : key ? "dk_j = sum_i p_ij (do_i . v_j - delta_i) q_i / sqrt(dh), p_ij = exp(s_ij - lse_i)"

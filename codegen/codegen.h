@@ -116,6 +116,8 @@ typedef struct Step {
     int args[CG_MAXARGS];     /* buffer ids, in the kernel's a.t[] order */
     unsigned outs;            /* bit j set: the kernel writes a.t[j] */
     bool seeded;              /* needs a fresh random seed each run (dropout) */
+    unsigned long long seed_key;   /* a seeded step's key in its seed (0: its index): the kernels of one
+                                      attention op share the op's, so its backward sees its forward's masks */
     bool sgd;                 /* an optimizer's update: reads its scalars from Program.opt_scalars */
     long src_begin, src_end;  /* its text in Program.source: [begin, end) */
     Dim work;                 /* iterations of the kernel's FOR_EACH (threads / grid size) */

@@ -128,7 +128,7 @@ static int build_add(const LayerCall *c)
     return ir_add(c->g, c->loc, c->x, (int)c->i[0]);
 }
 
-/* q -> attention(k, v, heads, causal) */
+/* q -> attention(k, v, heads, causal, dropout) */
 static int build_attention(const LayerCall *c)
 {
     for (int k = 0; k < 2; k++)
@@ -136,7 +136,7 @@ static int build_attention(const LayerCall *c)
             diag_at(c->E->d, c->where[k], "the loss cannot be an input of 'attention'");
             return -1;
         }
-    return ir_attention(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], c->i[3] != 0);
+    return ir_attention(c->g, c->loc, c->x, (int)c->i[0], (int)c->i[1], (int)c->i[2], c->i[3] != 0, (float)c->f[4]);
 }
 
 /* Argument k, a dimension of the input, into *axis: a negative one counted from the end (-1 the
@@ -413,10 +413,13 @@ const Layer fe_layers[] = {
       "`x -> matmul(other)`: `torch.matmul(x, other)` on tensors of one rank, 3 or 4: `[N, M, K]` by `[N, K, P]` is `[N, M, P]`, "
       "each example's matrices (and each head's, `[N, H, M, K]`); a dimension before the last two of 1 in one of them is "
       "broadcast (a learned `[1, K, P]`)" },
-    { "attention", false, 4, { TENSOR_ARG("k"), TENSOR_ARG("v"), INT_ARG("heads", false, 1, 1), BOOL_ARG("causal", 0) }, build_attention,
+    { "attention", false, 5, { TENSOR_ARG("k"), TENSOR_ARG("v"), INT_ARG("heads", false, 1, 1), BOOL_ARG("causal", 0),
+                               FLOAT_ARG("dropout", 0, 0, false, 1, true) }, build_attention,
       "`q -> attention(k, v, heads)`: scaled dot-product attention, PyTorch's (`F.scaled_dot_product_attention` on q, k, v "
       "split into heads): q `[N, Tq, D]`, k and v `[N, Tk, D]`, each head `softmax(q k^T / sqrt(D / heads)) v`, the heads side "
-      "by side `[N, Tq, D]`; `causal`: query i sees keys 0..i. No `[N, heads, Tq, Tk]` tensor is stored" },
+      "by side `[N, Tq, D]`; `causal`: query i sees keys 0..i; `dropout`: in training each weight `p_ij` is dropped with this "
+      "probability and the rest scaled by 1 / (1 - dropout), as `dropout_p` (none in evaluation). No `[N, heads, Tq, Tk]` "
+      "tensor is stored, the dropout mask neither" },
     { "softmax_cross_entropy", false, 1, { FLOAT_ARG("label_smoothing", 0, 0, false, 1, true) }, build_softmax_xent,
       "the loss: once per net, and it must end the chain the net returns (labels are implicit)" },
 };

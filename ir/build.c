@@ -332,10 +332,10 @@ int ir_softmax(Graph *g, Loc loc, int x, int axis)
     return checked_unary(g, loc, OP_SOFTMAX, x, &(IrAttrs){ .axis = axis });
 }
 
-int ir_attention(Graph *g, Loc loc, int q, int k, int v, int heads, bool causal)
+int ir_attention(Graph *g, Loc loc, int q, int k, int v, int heads, bool causal, float dropout)
 {
     if (q < 0 || k < 0 || v < 0) return -1;
-    IrAttrs at = { .heads = heads, .causal = causal };
+    IrAttrs at = { .heads = heads, .causal = causal };   /* the statistics are the same with dropout */
     Shape lse;   /* the rules say what q, k and v must be */
     if (!rule_fits(g, loc, "attention", OP_ATTN_STATS, 2, (int[]){ q, k }, &at, &lse, NULL)) return -1;
     if (!ir_shape_eq(&g->nodes[v].shape, &g->nodes[k].shape)) {
@@ -345,6 +345,7 @@ int ir_attention(Graph *g, Loc loc, int q, int k, int v, int heads, bool causal)
     }
     int stats = ir_op(g, OP_ATTN_STATS, loc, 2, (int[]){ q, k }, &at, NULL);
     if (stats < 0) return -1;
+    at.dropout = g->training ? dropout : 0;   /* none in evaluation, as ir_dropout */
     return ir_op(g, OP_ATTENTION, loc, 4, (int[]){ q, k, v, stats }, &at, NULL);
 }
 

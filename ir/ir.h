@@ -223,7 +223,7 @@ int ir_add(Graph *g, Loc loc, int a, int b);
    of D / heads; each head's softmax(q k^T / sqrt(D / heads)) v ([N, Tq, D], heads side by side),
    query i seeing keys 0..i only where causal. No [N, H, Tq, Tk] tensor is stored: each query's
    log-sum-exp (attention_stats), then its output in one pass over the keys. */
-int ir_attention(Graph *g, Loc loc, int q, int k, int v, int heads, bool causal);
+int ir_attention(Graph *g, Loc loc, int q, int k, int v, int heads, bool causal, float dropout);
 /* x with dimensions dim0 and dim1 (1 or more) swapped, PyTorch's x.transpose(dim0, dim1) (a copy). */
 int ir_transpose(Graph *g, Loc loc, int x, int dim0, int dim1);
 /* x[:, index] along dimension axis (1 or more), that dimension gone: PyTorch's x.select(axis, index). */

@@ -293,8 +293,11 @@ static void run_steps(Exec *x, long n, long global_n, long first)
             a.global_batch = global_n;
             a.first = first;
             a.replica = x->shard;
-            /* the same masks on every replica count: seeded by run, step and the global example index */
-            a.seed = s->seeded ? x->seed * 0x9E3779B97F4A7C15ULL + (x->runs_before + x->runs) * 0xD1B54A32D192ED03ULL + (unsigned long long)k : 0;
+            /* the same masks on every replica count: seeded by run, step (or the step's key) and the global
+               example index */
+            a.seed = s->seeded ? x->seed * 0x9E3779B97F4A7C15ULL + (x->runs_before + x->runs) * 0xD1B54A32D192ED03ULL +
+                                     (s->seed_key ? s->seed_key : (unsigned long long)k)
+                               : 0;
             dev->ops->launch(dev, x->fn[k], &a, s, work);
             break;
         }

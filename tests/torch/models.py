@@ -387,6 +387,43 @@ class OpAttention(nn.Module):
         return self.fc(sdpa(self.cq(h), h, self.cv(h), 1, causal=True).flatten(1))
 
 
+def mgc_attention_mask(place, run, n, heads, tq, tk, p, dtype, first=0, seed=0):
+    """mgc's dropout factors of attention op `place` (its place among the net's attention ops) in
+    training run `run` (the first is 1): [n, heads, tq, tk], 0 where mgc_uniform(s, c) < p else
+    1 / (1 - p), c the weight's place counted from the global batch's first example; s as
+    runtime/exec.c makes it of --seed, the run and the op's key 2^48 + place; mgc_uniform as
+    codegen/prelude.c's (splitmix64's finaliser, its top 24 bits). mgc's own masks, made again
+    by the test, not PyTorch's."""
+    import numpy as np
+    u64 = np.uint64
+    seed = (seed * 0x9E3779B97F4A7C15 + run * 0xD1B54A32D192ED03 + (1 << 48) + place) % (1 << 64)
+    c = np.arange(n * heads * tq * tk, dtype=u64) + u64(first * heads * tq * tk)
+    with np.errstate(over="ignore"):
+        z = u64(seed) + (c + u64(1)) * u64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> u64(30))) * u64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> u64(27))) * u64(0x94D049BB133111EB)
+    z ^= z >> u64(31)
+    keep = (z >> u64(40)).astype(np.float64) / 16777216.0 >= float(np.float32(p))
+    return torch.from_numpy(keep.reshape(n, heads, tq, tk)).to(dtype) / (1 - p)
+
+
+class OpAttentionDropout(nn.Module):
+    """tests/nets/op_attention_dropout.net: attention's weights dropped with mgc's own masks (each
+    training forward a run of mgc's)"""
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.fc = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(280, 10)
+        self.runs = 1
+
+    def forward(self, x):
+        def mask(place, heads, p):
+            return mgc_attention_mask(place, self.runs, x.shape[0], heads, 70, 70, p, x.dtype) if self.training else None
+        a = sdpa(self.q(x), self.k(x), x, 2, causal=True, mask=mask(0, 2, 0.5))
+        c = sdpa(a, a, self.v(x), 1, mask=mask(1, 1, 0.25))
+        self.runs += self.training
+        return self.fc(c.flatten(1))
+
+
 class OpTokens(nn.Module):
     """tests/nets/op_tokens.net: flatten(2), transpose, a class token concatenated, select"""
     param_inits = {"cls": ("normal", 0.5)}
@@ -773,6 +810,7 @@ BUILDERS = {
     "tests/nets/op_matmul.net": (OpMatmul, (5, 6)),
     "tests/nets/op_views.net": (OpViews, (4, 3, 5)),
     "tests/nets/op_attention.net": (OpAttention, (5, 8)),
+    "tests/nets/op_attention_dropout.net": (OpAttentionDropout, (70, 4)),
     "tests/nets/op_layernorm_tokens.net": (OpLayerNormTokens, (5, 6)),
     "tests/nets/op_linear_tokens.net": (OpLinearTokens, (5, 6)),
     "tests/nets/op_block_inputs.net": (OpBlockInputs, (3, 8, 8)),

@@ -966,14 +966,14 @@ def cases():
     # PyTorch. With --sync-bn BatchNorm is over the global batch (SyncBatchNorm's
     # semantics, i.e. plain BatchNorm on the whole batch); without it, each
     # replica normalises its own shard (shards=k in the reference, as DDP).
-    def dp(name, net, replicas, sync, batch, seed, steps=2, tol=1e-4, **kw):
+    def dp(name, net, replicas, sync, batch, seed, steps=2, tol=1e-4, shards=None, **kw):
         where = os.environ.get("REF_DP_DEVICES", "cpu")
         devices = (f"cpu:{replicas}" if where == "cpu" else ",".join([where] * replicas) if ":" in where
                    else ",".join(f"cuda:{k}" for k in range(replicas)))
         args = ["--devices", devices] + (["--sync-bn"] if sync else [])
         cs.append(dict(kind="compare", name=name, net=net, batch=batch, seed=seed, steps=steps,
                        lr=0.05, momentum=0.9, wd=1e-3, tol=tol, mgc_args=args, replicas=replicas,
-                       shards=1 if sync else replicas, **kw))
+                       shards=shards or (1 if sync else replicas), **kw))
     dp("dp_op_batchnorm_sync3", "tests/nets/op_batchnorm.net", 3, True, 7, 200)
     dp("dp_op_batchnorm_shards2", "tests/nets/op_batchnorm.net", 2, False, 8, 201)
     dp("dp_small_resnet_sync2", "tests/nets/small_resnet.net", 2, True, 6, 202)
@@ -982,6 +982,10 @@ def cases():
     dp("dp_lenet_adamw_cpu2", "nets/lenet.net", 2, False, 32, 207, steps=4, real=True,
        optim={"kind": "adamw", "betas": (0.9, 0.99), "eps": 1e-7})
     dp("dp_op_dropout_cpu2", "tests/nets/op_dropout.net", 2, False, 4, 205, steps=1)
+    # attention's dropout: masks by the global example, so 3 replicas drop what one does (the twin
+    # runs the whole batch at once: no BatchNorm, so its shards would change nothing but the masks'
+    # count); 2 steps, 2 runs' masks
+    dp("dp_op_attention_dropout_cpu3", "tests/nets/op_attention_dropout.net", 3, False, 6, 210, shards=1)
     # the token nets: reductions along the tokens, concat along other dimensions (3 replicas: an
     # uneven split of 8 is not allowed, so 6)
     dp("dp_mixer_cpu3", "nets/mixer.net", 3, False, 6, 208, set=("d=24", "token_hidden=16", "channel_hidden=40", "blocks=2"))

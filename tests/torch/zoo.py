@@ -336,17 +336,25 @@ def convnext_like(classes=10, in_channels=1):
                  gap(), flatten(), ("fc", nn.Linear(64, classes)))
 
 
-def sdpa(q, k, v, heads, causal=False):
-    """attention(k, v, heads, causal) of mgc on [N, T, D]: PyTorch's scaled dot-product attention
-    on q, k, v split into heads (written out: torch 1.13 has no F.scaled_dot_product_attention)"""
+def sdpa(q, k, v, heads, causal=False, dropout=0.0, mask=None):
+    """attention(k, v, heads, causal, dropout) of mgc on [N, T, D]: PyTorch's scaled dot-product
+    attention on q, k, v split into heads (written out: torch 1.13 has no F.scaled_dot_product_attention);
+    dropout: of the weights, the caller's to zero outside training; mask: [N, heads, Tq, Tk], the
+    weights' factors (0 or 1 / (1 - p): a given dropout mask, mgc's own)"""
     n, tq, d = q.shape
     split = lambda t: t.reshape(n, t.shape[1], heads, d // heads).transpose(1, 2)
+    if mask is not None:
+        s = split(q) @ split(k).transpose(-2, -1) / math.sqrt(d // heads)
+        if causal:
+            s = s.masked_fill(torch.ones(tq, k.shape[1], dtype=torch.bool).tril().logical_not(), float("-inf"))
+        return ((torch.softmax(s, -1) * mask) @ split(v)).transpose(1, 2).reshape(n, tq, d)
     if hasattr(F, "scaled_dot_product_attention") and q.dtype != torch.float64:   # PyTorch 2's fused kernels (bench/)
-        return F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=causal).transpose(1, 2).reshape(n, tq, d)
+        return F.scaled_dot_product_attention(split(q), split(k), split(v), dropout_p=dropout,
+                                              is_causal=causal).transpose(1, 2).reshape(n, tq, d)
     s = split(q) @ split(k).transpose(-2, -1) / math.sqrt(d // heads)
     if causal:
         s = s.masked_fill(torch.ones(tq, k.shape[1], dtype=torch.bool).tril().logical_not(), float("-inf"))
-    return (torch.softmax(s, -1) @ split(v)).transpose(1, 2).reshape(n, tq, d)
+    return (F.dropout(torch.softmax(s, -1), dropout) @ split(v)).transpose(1, 2).reshape(n, tq, d)
 
 
 class _PatchEmbedding(nn.Module):
@@ -359,14 +367,14 @@ class _PatchEmbedding(nn.Module):
 
 
 class _MultiHeadAttention(nn.Module):
-    """d2l.MultiHeadAttention with use_bias=False, without its dropout of the attention weights"""
-    def __init__(self, d, heads):
+    """d2l.MultiHeadAttention with use_bias=False: its attention weights dropped with probability p"""
+    def __init__(self, d, heads, p=0.0):
         super().__init__()
-        self.heads = heads
+        self.heads, self.p = heads, p
         self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d, d, bias=False) for _ in range(4))
 
     def forward(self, x):
-        return self.W_o(sdpa(self.W_q(x), self.W_k(x), self.W_v(x), self.heads))
+        return self.W_o(sdpa(self.W_q(x), self.W_k(x), self.W_v(x), self.heads, dropout=self.p if self.training else 0.0))
 
 
 class _ViTMLP(nn.Module):
@@ -382,7 +390,7 @@ class _ViTMLP(nn.Module):
 class _ViTBlock(nn.Module):
     def __init__(self, d, hidden, heads, p):
         super().__init__()
-        self.ln1, self.attention = nn.LayerNorm(d), _MultiHeadAttention(d, heads)
+        self.ln1, self.attention = nn.LayerNorm(d), _MultiHeadAttention(d, heads, p)
         self.ln2, self.mlp = nn.LayerNorm(d), _ViTMLP(d, hidden, p)
 
     def forward(self, x):
