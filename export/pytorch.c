@@ -219,10 +219,17 @@ static int make_module(Py *p, const Node *n, const char *path, const char *const
     return 0;
 }
 
+/* Node id, or the parameter it views (layernorm(shape = [...])'s weight of that shape, a vector to the op) */
+static int param_source(const Graph *g, int id)
+{
+    const Node *n = &g->nodes[id];
+    return n->op == OP_RESHAPE && g->nodes[n->in[0]].op == OP_PARAM ? n->in[0] : id;
+}
+
 /* The layer's path, from its parameter in[k] named "<path>.<leaf>", or NULL (said). */
 static const char *param_path(Py *p, const Node *n, int k, const char *leaf)
 {
-    const Node *w = &p->g->nodes[n->in[k]];
+    const Node *w = &p->g->nodes[param_source(p->g, n->in[k])];
     size_t len = w->name ? strlen(w->name) : 0, tail = strlen(leaf) + 1;
     if ((w->op != OP_PARAM && w->op != OP_STATE) || len <= tail || strcmp(w->name + len - tail + 1, leaf) ||
         w->name[len - tail] != '.') {
@@ -374,7 +381,12 @@ static const char *layer(Py *p, const Node *n)
         if (bn && (same_path(p, stats, 0, path, "running_mean") || same_path(p, stats, 1, path, "running_var"))) return NULL;
         int c = g->nodes[n->in[2]].shape.d[0];
         const char *eps = py_float(p, stats->attr.eps);
-        if (!bn) ctor = arena_printf(p->a, "nn.LayerNorm(%d, eps=%s)", c, eps);
+        const Shape *ws = &g->nodes[param_source(g, n->in[2])].shape;
+        if (!bn && ws->nd > 1) {   /* nn.LayerNorm([a, b, ...]) */
+            const char *dims = "";
+            for (int k = 0; k < ws->nd; k++) dims = arena_printf(p->a, "%s%s%d", dims, k ? ", " : "", ws->d[k]);
+            ctor = arena_printf(p->a, "nn.LayerNorm([%s], eps=%s)", dims, eps);
+        } else if (!bn) ctor = arena_printf(p->a, "nn.LayerNorm(%d, eps=%s)", c, eps);
         else if (p->bn1d[n - g->nodes]) ctor = arena_printf(p->a, "BatchNorm1d(%d, eps=%s)", c, eps), p->uses_bn1d = true;
         else ctor = arena_printf(p->a, "BatchNorm2d(%d, eps=%s)", c, eps), p->uses_bn2d = true;
     }
@@ -575,7 +587,7 @@ static void mark(Py *p)
         if (!p->needed[id]) continue;
         bool layer = n->op == OP_CONV2D || n->op == OP_LINEAR || n->op == OP_BN_APPLY || n->op == OP_LN_APPLY;
         for (int k = 0; k < n->nin; k++) {
-            p->needed[n->in[k]] = true;
+            p->needed[layer && k > 0 ? param_source(g, n->in[k]) : n->in[k]] = true;   /* a weight's view is the module's */
             if (n->op == OP_BN_EVAL_STATS || n->op == OP_LN_STATS || n->op == OP_ATTN_STATS || (layer && k > 0) ||
                 (n->op == OP_ATTENTION && k == 3))
                 continue;   /* statistics the layer or attention() computes itself */
@@ -593,6 +605,18 @@ static void mark(Py *p)
         const Node *out = &g->nodes[p->user[id]];
         if (!ir_shape_eq(&out->shape, &g->nodes[in->in[0]].shape)) continue;
         p->alias[n->in[0]] = p->alias[p->user[id]] = p->bn1d[id] = true;
+    }
+    /* layernorm(shape = [...]): reshape X to rows of the last dimensions, LayerNorm, reshape back: nn.LayerNorm of
+       the weight's shape on X, where X's last dimensions are that shape */
+    for (int id = 0; id <= g->logits; id++) {
+        const Node *n = &g->nodes[id];
+        if (!p->needed[id] || n->op != OP_LN_APPLY || id == g->logits || p->uses[id] != 1) continue;
+        const Node *in = &g->nodes[n->in[0]], *out = &g->nodes[p->user[id]];
+        if (in->op != OP_RESHAPE || p->uses[n->in[0]] != 1 || out->op != OP_RESHAPE) continue;
+        const Shape *xs = &g->nodes[in->in[0]].shape, *ws = &g->nodes[param_source(g, n->in[2])].shape;
+        bool last = ir_shape_eq(&out->shape, xs) && ws->nd < xs->nd;
+        for (int k = 0; last && k < ws->nd; k++) last = xs->d[xs->nd - ws->nd + k] == ws->d[k];
+        if (last) p->alias[n->in[0]] = p->alias[p->user[id]] = true;
     }
 }
 

@@ -28,6 +28,7 @@ typedef enum AstKind {
     AST_PIPE,       /* lhs -> stage (rhs, an AST_STAGE) */
     AST_STAGE,      /* [label:] name [(args)]; only as the rhs of a PIPE */
     AST_ARG,        /* one argument: name = lhs (name NULL when positional) */
+    AST_LIST,       /* [a, b, ...]: a shape (layernorm's), its sizes AST_ARG (positional) in args */
     /* statements */
     AST_INPUT,      /* input name[args]: dims are AST_ARG (positional) in args */
     AST_PARAM,      /* param name[args] = lhs: a learned tensor, dims AST_ARG in args, lhs its initialiser */

@@ -65,6 +65,9 @@ static void check_expr(Checker *C, const Ast *e)
         if (e->label) check_expr(C, e->label);
         check_args(C, e->args);
         break;
+    case AST_LIST:
+        check_args(C, e->args);
+        break;
     case AST_PIPE:      /* a long chain is walked, not recursed into */
         while (e->kind == AST_PIPE) {
             check_expr(C, e->rhs);
@@ -182,6 +185,9 @@ static void visit_expr(RefVisit *V, const Ast *e)
             for (const Ast *a = e->args; a && !V->found; a = a->next) visit_expr(V, a->lhs);
             return;
         }
+        case AST_LIST:
+            for (const Ast *a = e->args; a && !V->found; a = a->next) visit_expr(V, a->lhs);
+            return;
         case AST_PIPE:
             visit_expr(V, e->rhs);
             e = e->lhs;

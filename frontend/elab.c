@@ -49,13 +49,14 @@
 
 /* ---- values ---- */
 
-typedef enum VKind { V_INT, V_FLOAT, V_BOOL, V_TENSOR } VKind;
+typedef enum VKind { V_INT, V_FLOAT, V_BOOL, V_TENSOR, V_SHAPE } VKind;
 
 typedef struct Value {
     VKind k;
-    long long i;      /* V_INT, V_BOOL (0/1) */
+    long long i;      /* V_INT, V_BOOL (0/1); V_SHAPE: its sizes' count */
     double f;         /* V_FLOAT */
     int node;         /* V_TENSOR: IR node id */
+    int d[IR_MAXDIM]; /* V_SHAPE: the sizes, [a, b, ...] as written */
 } Value;
 
 typedef enum BindKind { B_PARAM, B_LOOP, B_VAR } BindKind;
@@ -106,6 +107,11 @@ static const char *describe(Elab *E, Value v)
     case V_FLOAT: return arena_printf(E->a, "the number %g", v.f);
     case V_BOOL: return v.i ? "'true'" : "'false'";
     case V_TENSOR: return arena_printf(E->a, "a tensor %s", ir_shape_str(E->a, ir_shape(E->g, v.node)));
+    case V_SHAPE: {
+        char *s = arena_printf(E->a, "the shape [");
+        for (int k = 0; k < v.i; k++) s = arena_printf(E->a, "%s%s%d", s, k ? ", " : "", v.d[k]);
+        return arena_printf(E->a, "%s]", s);
+    }
     }
     return "a value";
 }
@@ -118,14 +124,15 @@ static const char *type_name(ArgType t)
     case A_BOOL: return "'true' or 'false'";
     case A_TENSOR: return "a tensor";
     case A_CHOICE: return "a name of its choices";
+    case A_SHAPE: return "a shape ([a, b, ...], or one size)";
     }
     return "?";
 }
 
-static Value vint(long long i) { Value v = { V_INT, i, 0, -1 }; return v; }
-static Value vfloat(double f) { Value v = { V_FLOAT, 0, f, -1 }; return v; }
-static Value vbool(bool b) { Value v = { V_BOOL, b, 0, -1 }; return v; }
-static Value vtensor(int node) { Value v = { V_TENSOR, 0, 0, node }; return v; }
+static Value vint(long long i) { Value v = { .k = V_INT, .i = i, .node = -1 }; return v; }
+static Value vfloat(double f) { Value v = { .k = V_FLOAT, .f = f, .node = -1 }; return v; }
+static Value vbool(bool b) { Value v = { .k = V_BOOL, .i = b, .node = -1 }; return v; }
+static Value vtensor(int node) { Value v = { .k = V_TENSOR, .node = node }; return v; }
 
 static const char *block_signature(Elab *E, const FeDef *b)
 {
@@ -492,6 +499,37 @@ static int eval_binary(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
     return 0;
 }
 
+/* [a, b, ...]: a shape, each size an integer of 1 to FE_MAX_SIZE, at most IR_MAXDIM - 1 of them
+   (a tensor's dimensions after the batch's) */
+static int eval_shape(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
+{
+    Value v = { .k = V_SHAPE, .node = -1 };
+    for (const Ast *a = e->args; a; a = a->next) {
+        if (a->name) {
+            diag_at(E->d, a->name_loc, "a shape's sizes are written alone ([4, 5]), not named ('%s = ...')", a->name);
+            return -1;
+        }
+        if (v.i == IR_MAXDIM - 1) {
+            diag_at(E->d, a->loc, "a shape of more than %d sizes: tensors have at most %d dimensions after the batch's",
+                    IR_MAXDIM - 1, IR_MAXDIM - 1);
+            return -1;
+        }
+        Value s;
+        if (eval(E, S, env, a->lhs, &s)) return -1;
+        if (s.k != V_INT || s.i < 1 || s.i > FE_MAX_SIZE) {
+            diag_at(E->d, a->loc, "a shape's size must be an integer of 1 to %d, not %s", FE_MAX_SIZE, describe(E, s));
+            return -1;
+        }
+        v.d[v.i++] = (int)s.i;
+    }
+    if (!v.i) {
+        diag_at(E->d, e->loc, "an empty shape []: write its sizes, [4, 5]");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 static int eval_attr(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
 {
     static const char *const attrs[] = { "channels", "height", "width", "features", "rank", "shape" };
@@ -668,6 +706,8 @@ static int eval_node(Elab *E, Scope *S, Env *env, const Ast *e, Value *out)
     }
     case AST_ATTR:
         return eval_attr(E, S, env, e, out);
+    case AST_LIST:
+        return eval_shape(E, S, env, e, out);
     case AST_PIPE: {
         /* x -> a -> b is ((x -> a) -> b): walk down the chain, then apply from x up */
         int n = 0;
@@ -895,7 +935,18 @@ static int apply_layer_values(Elab *E, Scope *S, Env *env, const Ast *st, int id
         }
         Value v = vals[i];
         bool ok = ((a->type == A_INT || a->type == A_CHOICE) && v.k == V_INT) || (a->type == A_FLOAT && is_num(v)) ||
-                  (a->type == A_BOOL && v.k == V_BOOL) || (a->type == A_TENSOR && v.k == V_TENSOR);
+                  (a->type == A_BOOL && v.k == V_BOOL) || (a->type == A_TENSOR && v.k == V_TENSOR) ||
+                  (a->type == A_SHAPE && (v.k == V_SHAPE || v.k == V_INT));
+        if (ok && a->type == A_SHAPE) {   /* one size: a shape of one dimension (nn.LayerNorm(D)) */
+            if (v.k == V_INT && (v.i < 1 || v.i > FE_MAX_SIZE)) {
+                diag_at(E->d, c.where[i], "%s: '%s' = %lld is not a size (1 to %d)", L->name, a->name, v.i, FE_MAX_SIZE);
+                return -1;
+            }
+            if (v.k == V_INT) v.d[0] = (int)v.i, v.i = 1;
+            c.i[i] = v.i;
+            memcpy(c.shape, v.d, sizeof c.shape);
+            continue;
+        }
         if (!ok) {
             diag_at(E->d, c.where[i], "argument '%s' of %s must be %s, not %s", a->name, L->name,
                     type_name(a->type), describe(E, v));

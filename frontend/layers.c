@@ -20,6 +20,7 @@
 #define TENSOR_ARG(name) { name, A_TENSOR, true, 0, 0, 0, false, false, NULL }
 #define MORE_TENSOR_ARG(name) { name, A_TENSOR, false, DEF_NONE, 0, 0, false, false, NULL }
 #define CHOICE_ARG(name, def, n, choices) { name, A_CHOICE, false, def, 0, (n) - 1, false, false, choices }
+#define SHAPE_ARG(name) { name, A_SHAPE, false, 0, 0, 0, false, false, NULL }
 
 int fe_choice_index(const LayerArg *a, const char *name)
 {
@@ -57,6 +58,7 @@ static int build_batchnorm2d(const LayerCall *c)
 
 static int build_layernorm(const LayerCall *c)
 {
+    if (c->i[1]) return ir_layernorm_over(c->g, c->loc, c->prefix, c->x, (float)c->f[0], (int)c->i[1], c->shape);
     return ir_layernorm(c->g, c->loc, c->prefix, c->x, (float)c->f[0]);
 }
 
@@ -342,9 +344,11 @@ const Layer fe_layers[] = {
       build_batchnorm2d, "input `[N, C, H, W]`" },
     { "batchnorm1d", true, 2, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true), FLOAT_ARG("momentum", 0.1, 0, false, 1, false) },
       build_batchnorm1d, "input `[N, F]` (after `linear`): statistics over the batch, as PyTorch's `BatchNorm1d`" },
-    { "layernorm", true, 1, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true) }, build_layernorm,
+    { "layernorm", true, 2, { FLOAT_ARG("eps", 1e-5, 0, true, 1, true), SHAPE_ARG("shape") }, build_layernorm,
       "over the features of `[N, F]` (PyTorch's `LayerNorm(F)`), the last dimension of `[N, T, D]` (`LayerNorm(D)`: "
-      "each token), or the channels of `[N, C, H, W]` at each position (`LayerNorm(C)` over channels-last, as ConvNeXt's)" },
+      "each token), or the channels of `[N, C, H, W]` at each position (`LayerNorm(C)` over channels-last, as ConvNeXt's); "
+      "`shape = [a, b, ...]`: over the input's last dimensions, which must be these (`nn.LayerNorm([a, b, ...])`: "
+      "`[N, T, D]` by `[T, D]`, `[N, C, H, W]` by `[H, W]` or `[C, H, W]`, or `[W]`), its weight and bias of this shape" },
     { "relu", false, 0, { { 0 } }, build_activation, "" },
     { "sigmoid", false, 0, { { 0 } }, build_activation, "" },
     { "tanh", false, 0, { { 0 } }, build_activation, "" },
@@ -486,7 +490,7 @@ static const char *default_str(const LayerArg *a, char *buf, size_t size)
 {
     if (a->def == DEF_KERNEL) return "kernel";
     if (a->def == DEF_HEIGHT) return "height";
-    if (a->type == A_TENSOR || a->def == DEF_ABSENT) return "none";
+    if (a->type == A_TENSOR || a->type == A_SHAPE || a->def == DEF_ABSENT) return "none";
     if (a->def == DEF_LAST) return "-1";
     if (a->def == DEF_INFERRED) return "(inferred)";
     if (a->type == A_BOOL) return a->def ? "true" : "false";
@@ -557,7 +561,7 @@ void fe_print_layers(FILE *out)
             char d[32];
             fprintf(out, "%s`%s", k ? ", " : "", a->name);
             if (!a->required) fprintf(out, " = %s", default_str(a, d, sizeof d));
-            fprintf(out, "`%s", a->type == A_TENSOR ? " (a tensor)" : "");
+            fprintf(out, "`%s", a->type == A_TENSOR ? " (a tensor)" : a->type == A_SHAPE ? " (a shape)" : "");
         }
         fprintf(out, " | ");
         int said = 0;

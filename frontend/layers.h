@@ -11,7 +11,7 @@
 #define FE_MAX_SIZE (1 << 20)       /* largest channel count, feature count, kernel, input dim */
 #define FE_MAX_LAYER_ARGS 8
 
-typedef enum ArgType { A_INT, A_FLOAT, A_BOOL, A_TENSOR, A_CHOICE } ArgType;
+typedef enum ArgType { A_INT, A_FLOAT, A_BOOL, A_TENSOR, A_CHOICE, A_SHAPE } ArgType;   /* A_SHAPE: [a, b, ...] or a size */
 
 typedef struct LayerArg {
     const char *name;
@@ -44,8 +44,9 @@ typedef struct LayerCall {
     Loc where[FE_MAX_LAYER_ARGS];   /* each argument, where given (else the layer's) */
     const char *prefix;      /* its parameters' names' prefix, or NULL */
     int x;                   /* the input tensor's node */
-    long long i[FE_MAX_LAYER_ARGS];   /* ints, bools (0/1), tensors (their nodes) */
+    long long i[FE_MAX_LAYER_ARGS];   /* ints, bools (0/1), tensors (their nodes); a shape: its sizes' count, 0 not given */
     double f[FE_MAX_LAYER_ARGS];      /* numbers */
+    int shape[IR_MAXDIM];             /* a shape argument's sizes (a layer takes one at most) */
 } LayerCall;
 
 struct Layer {

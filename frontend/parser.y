@@ -453,6 +453,7 @@ primary
     | BOOL                  { $$ = NEW(AST_BOOL, @1); $$->ival = $1; }
     | IDENT                 { $$ = NEW(AST_NAME, @1); $$->name = $1; $$->name_loc = $$->loc; }
     | '(' expr ')'          { $$ = $2; }
+    | '[' arg_list ']'      { $$ = NEW(AST_LIST, @1); $$->args = $2.head; DEPTH($$); }
     | IDENT '(' arg_list ')'
         { $$ = call(scanner, NULL, @1, $1, $3.head, AST_CALL); DEPTH($$); }
     | IDENT ':' IDENT '(' arg_list ')'

@@ -276,20 +276,59 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
     return ir_op(g, OP_BN_APPLY, loc, 4, in, NULL, NULL);
 }
 
-int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps)
+/* LayerNorm of x with its weight and bias of shape ps, viewed as x's ir_ln_channels (one dimension) */
+static int layernorm_of(Graph *g, Loc loc, const char *prefix, int x, float eps, Shape ps)
 {
     Shape stats_shape;   /* the statistics' rule says what the input must be */
     if (x < 0 || !rule_fits(g, loc, "layernorm", OP_LN_STATS, 1, &x, NULL, &stats_shape, NULL)) return -1;
     int c = ir_ln_channels(&g->nodes[x].shape);
-    Shape cs = ir_shape_make(1, &c);
-    int gamma = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), cs, INIT_ONES, 0);
-    if (gamma < 0) return -1;
-    int beta = persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), cs, INIT_ZEROS, 0);
+    int gamma = persistent(g, OP_PARAM, loc, pname(g, prefix, "weight"), ps, INIT_ONES, 0);
+    int beta = gamma < 0 ? -1 : persistent(g, OP_PARAM, loc, pname(g, prefix, "bias"), ps, INIT_ZEROS, 0);
     if (beta < 0) return -1;
+    if (ps.nd > 1) {   /* the op's weight and bias are one dimension: views */
+        gamma = ir_reshape(g, loc, gamma, ir_shape_make(1, &c));
+        beta = ir_reshape(g, loc, beta, ir_shape_make(1, &c));
+    }
     int stats = unary(g, OP_LN_STATS, loc, x, &(IrAttrs){ .eps = eps });
-    if (stats < 0) return -1;
+    if (stats < 0 || gamma < 0 || beta < 0) return -1;
     int in[4] = { x, stats, gamma, beta };
     return ir_op(g, OP_LN_APPLY, loc, 4, in, NULL, NULL);
+}
+
+int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps)
+{
+    if (x < 0) return -1;
+    int c = ir_ln_channels(&g->nodes[x].shape);
+    return layernorm_of(g, loc, prefix, x, eps, ir_shape_make(1, &c));
+}
+
+/* Over the last nd dimensions: x viewed as [N, the others' product, their product] (or [N, their
+   product] where they are all but the batch's), whose last dimension the op normalises (contiguous:
+   the last dimensions of a row-major tensor), then viewed back */
+int ir_layernorm_over(Graph *g, Loc loc, const char *prefix, int x, float eps, int nd, const int *shape)
+{
+    if (x < 0) return -1;
+    const Shape xs = g->nodes[x].shape;
+    Shape want = ir_shape_make(nd, shape);
+    bool fits = nd < xs.nd;
+    for (int k = 0; fits && k < nd; k++) fits = xs.d[xs.nd - nd + k] == shape[k];
+    if (!fits) {
+        diag_at(g->diag, loc, "layernorm: the shape %s is not the input's last dimensions (the input is %s): "
+                "nn.LayerNorm's shape, the sizes of the dimensions it normalises over, the last of them the input's last",
+                ir_shape_str(g->arena, &want), shape_str(g, x));
+        return -1;
+    }
+    long long inner = 1, outer = 1;
+    for (int k = 0; k < nd; k++) inner *= shape[k];
+    for (int k = 1; k < xs.nd - nd; k++) outer *= xs.d[k];
+    if (inner > INT_MAX || outer > INT_MAX) {
+        diag_at(g->diag, loc, "layernorm: %lld features a group is too many (the limit is %d)", inner, INT_MAX);
+        return -1;
+    }
+    int v[3] = { xs.d[0], (int)outer, (int)inner };
+    Shape view = xs.nd - nd == 1 ? ir_shape_make(2, (int[]){ v[0], v[2] }) : ir_shape_make(3, v);
+    int y = layernorm_of(g, loc, prefix, ir_reshape(g, loc, x, view), eps, want);
+    return ir_reshape(g, loc, y, xs);
 }
 
 /* op of x with attributes at, its rule's message (if it does not fit) said at the layer */

@@ -183,6 +183,8 @@ int ir_batchnorm2d(Graph *g, Loc loc, const char *prefix, int x, float eps, floa
 /* LayerNorm over dimension 1: the features of [N, F], or the channels of [N, C, H, W] at each position
    (PyTorch's LayerNorm(F), and LayerNorm(C) over channels-last); weight and bias [C]. */
 int ir_layernorm(Graph *g, Loc loc, const char *prefix, int x, float eps);
+/* nn.LayerNorm(shape): over x's last nd dimensions, which must be shape[0..nd); weight and bias of that shape */
+int ir_layernorm_over(Graph *g, Loc loc, const char *prefix, int x, float eps, int nd, const int *shape);
 /* What a LayerNorm of x normalises: the features of [N, F], the channels of [N, C, H, W]
    at each position, or the last dimension of [N, T, D] (each token: PyTorch's LayerNorm(D)).
    Its elements (row, c, p) lie at (row * C + c) * P + p, row over N * R. */

@@ -424,6 +424,18 @@ class OpAttentionDropout(nn.Module):
         return self.fc(c.flatten(1))
 
 
+class OpLayerNormShape(nn.Module):
+    """tests/nets/op_layernorm_shape.net: nn.LayerNorm over several last dimensions"""
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2, self.l3 = nn.LayerNorm([4, 5]), nn.LayerNorm([3, 4, 5]), nn.LayerNorm(5, eps=1e-3)
+        self.l4, self.fc = nn.LayerNorm([3, 20]), nn.Linear(60, 10)
+
+    def forward(self, x):
+        b = self.l3(self.l2(F.gelu(self.l1(x))))
+        return self.fc(self.l4(b.flatten(2)).flatten(1))
+
+
 class OpTokens(nn.Module):
     """tests/nets/op_tokens.net: flatten(2), transpose, a class token concatenated, select"""
     param_inits = {"cls": ("normal", 0.5)}
@@ -811,6 +823,7 @@ BUILDERS = {
     "tests/nets/op_views.net": (OpViews, (4, 3, 5)),
     "tests/nets/op_attention.net": (OpAttention, (5, 8)),
     "tests/nets/op_attention_dropout.net": (OpAttentionDropout, (70, 4)),
+    "tests/nets/op_layernorm_shape.net": (OpLayerNormShape, (3, 4, 5)),
     "tests/nets/op_layernorm_tokens.net": (OpLayerNormTokens, (5, 6)),
     "tests/nets/op_linear_tokens.net": (OpLinearTokens, (5, 6)),
     "tests/nets/op_block_inputs.net": (OpBlockInputs, (3, 8, 8)),
