@@ -1091,7 +1091,7 @@ static int run_input(Elab *E, Scope *S, Env *env, const Ast *s)
             return -1;
         }
         if (nd >= IR_MAXDIM) {
-            diag_at(E->d, a->loc, "too many input dimensions: at most %d, [N, C, H, W]", IR_MAXDIM);
+            diag_at(E->d, a->loc, "too many input dimensions: at most %d with the batch ([N, C, H, W] for images)", IR_MAXDIM);
             return -1;
         }
         if (nd == 0) {

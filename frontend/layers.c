@@ -224,6 +224,15 @@ static int build_reshape(const LayerCall *c)
     Shape s = { 1, { 0 } };
     int unknown = -1;
     if (!sizes_into(c, 0, &s, 1, &unknown)) return -1;
+    long long rest = 1, xe = 1;
+    const Shape *xs = ir_shape(c->g, c->x);
+    for (int k = 2; k < s.nd; k++) rest *= s.d[k];
+    for (int k = 1; k < xs->nd; k++) xe *= xs->d[k];
+    if (unknown == 1 && s.nd > 2 && rest == xe) {   /* PyTorch's x.reshape(-1, ...), -1 the batch: here a 1 */
+        diag_at(c->E->d, c->where[0], "reshape: the batch is kept and not given, so this -1 is a dimension of 1 after it "
+                "([N, 1, ...]); PyTorch's x.reshape(-1, ...) is reshape(...) without the -1 (write 1 for a dimension of 1)");
+        return -1;
+    }
     return view_as(c, s, unknown, " (the batch is kept: give the sizes after it, as x.reshape(N, ...))");
 }
 
@@ -385,15 +394,16 @@ const Layer fe_layers[] = {
       "dimensions `dim0` and `dim1` (not 0, the batch) swapped: `[N, D, T]` by (1, 2) is `[N, T, D]` (a copy)" },
     { "select", false, 2, { INT_ARG("axis", true, 0, 1), INT_ARG("index", true, 0, 0) }, build_select,
       "index `index` of dimension `axis`, that dimension gone: `[N, T, D]` by (1, 0) is `[N, D]` (PyTorch's `x[:, 0]`: a class token)" },
-    { "reshape", false, 3, { INT_ARG("d1", true, 0, -1), INT_ARG("d2", false, DEF_ABSENT, -1), INT_ARG("d3", false, DEF_ABSENT, -1) },
-      build_reshape, "`[N, ...]` -> `[N, d1, d2, d3]`, the same elements (a view, no copy); the batch kept (PyTorch's "
+    { "reshape", false, 5, { INT_ARG("d1", true, 0, -1), INT_ARG("d2", false, DEF_ABSENT, -1), INT_ARG("d3", false, DEF_ABSENT, -1),
+                             INT_ARG("d4", false, DEF_ABSENT, -1), INT_ARG("d5", false, DEF_ABSENT, -1) },
+      build_reshape, "`[N, ...]` -> `[N, d1, d2, ...]`, the same elements (a view, no copy); the batch kept (PyTorch's "
                      "`x.reshape(N, d1, ...)`); one size may be -1, inferred: `[N, 16]` by (16, 1, 1) is `[N, 16, 1, 1]`" },
-    { "unflatten", false, 4, { INT_ARG("axis", true, 0, -IR_MAXDIM), INT_ARG("d1", true, 0, -1), INT_ARG("d2", true, 0, -1),
-                               INT_ARG("d3", false, DEF_ABSENT, -1) },
+    { "unflatten", false, 5, { INT_ARG("axis", true, 0, -IR_MAXDIM), INT_ARG("d1", true, 0, -1), INT_ARG("d2", true, 0, -1),
+                               INT_ARG("d3", false, DEF_ABSENT, -1), INT_ARG("d4", false, DEF_ABSENT, -1) },
       build_unflatten, "dimension `axis` split into `d1, d2, ...` (PyTorch's `x.unflatten(axis, (d1, d2))`): `[N, C, H * W]` by "
                        "(2, H, W) is `[N, C, H, W]`; a view; one size may be -1" },
-    { "permute", false, 4, { INT_ARG("d0", true, 0, 0), INT_ARG("d1", true, 0, 0), INT_ARG("d2", false, DEF_ABSENT, 0),
-                             INT_ARG("d3", false, DEF_ABSENT, 0) },
+    { "permute", false, 6, { INT_ARG("d0", true, 0, 0), INT_ARG("d1", true, 0, 0), INT_ARG("d2", false, DEF_ABSENT, 0),
+                             INT_ARG("d3", false, DEF_ABSENT, 0), INT_ARG("d4", false, DEF_ABSENT, 0), INT_ARG("d5", false, DEF_ABSENT, 0) },
       build_permute, "PyTorch's `x.permute(0, ...)`, every dimension once, the batch first: `[N, C, H, W]` by (0, 2, 3, 1) is "
                      "`[N, H, W, C]` (made of transposes, a copy each)" },
     { "sum", false, 2, { INT_ARG("axis", true, 0, -IR_MAXDIM), BOOL_ARG("keepdim", 0) }, build_reduce,
@@ -414,7 +424,7 @@ const Layer fe_layers[] = {
       "PyTorch's broadcasting: each dimension equal, or 1 in one of them (`[N, C, H, W]` by `[N, C, 1, 1]`: an SE block's gate)" },
     { "sub", false, 1, { TENSOR_ARG("other") }, build_broadcast, "as `mul`: `x - other`" },
     { "matmul", false, 1, { TENSOR_ARG("other") }, build_matmul,
-      "`x -> matmul(other)`: `torch.matmul(x, other)` on tensors of one rank, 3 or 4: `[N, M, K]` by `[N, K, P]` is `[N, M, P]`, "
+      "`x -> matmul(other)`: `torch.matmul(x, other)` on tensors of one rank, 3 to 6: `[N, M, K]` by `[N, K, P]` is `[N, M, P]`, "
       "each example's matrices (and each head's, `[N, H, M, K]`); a dimension before the last two of 1 in one of them is "
       "broadcast (a learned `[1, K, P]`)" },
     { "attention", false, 5, { TENSOR_ARG("k"), TENSOR_ARG("v"), INT_ARG("heads", false, 1, 1), BOOL_ARG("causal", 0),

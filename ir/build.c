@@ -215,7 +215,17 @@ int ir_conv_transpose2d(Graph *g, Loc loc, const char *prefix, int x, int out_ch
 
 int ir_linear_in(Graph *g, Loc loc, const char *prefix, int x, int in_features, int out_features, bool bias)
 {
-    /* [N, features], or [N, T, features]: over the last dimension, each token a row (PyTorch's) */
+    /* [N, features], or [N, T, features]: over the last dimension, each token a row (PyTorch's); [N, A, B, ...,
+       features] viewed as [N, A * B * ..., features] and back */
+    if (x >= 0 && g->nodes[x].shape.nd > 3) {
+        Shape xs = g->nodes[x].shape, out = xs;
+        long long rows = 1;
+        for (int k = 1; k < xs.nd - 1; k++) rows *= xs.d[k];
+        int y = ir_linear_in(g, loc, prefix, ir_reshape(g, loc, x, ir_shape_make(3, (int[]){ xs.d[0], (int)rows, xs.d[xs.nd - 1] })),
+                             in_features, out_features, bias);
+        out.d[out.nd - 1] = out_features;
+        return y < 0 || !shape_within(g, loc, "linear", "the output", &out) ? -1 : ir_reshape(g, loc, y, out);
+    }
     if ((x < 0 || g->nodes[x].shape.nd != 3) && !need_rank(g, loc, x, 2, "linear", "[N, features] (or [N, T, features])"))
         return -1;
     const Shape *xs = &g->nodes[x].shape;
@@ -547,8 +557,11 @@ int ir_softmax_xent(Graph *g, Loc loc, int logits, float label_smoothing)
     if (logits < 0) return -1;
     const Shape *ls = &g->nodes[logits].shape;
     if (ls->nd != 2 || ls->d[0] != IR_BATCH) {
+        const Node *made = &g->nodes[logits];
+        if (made->op == OP_RESHAPE) made = &g->nodes[made->in[0]];
         diag_at(g->diag, loc, "softmax_cross_entropy expects logits [N, classes], got %s%s", shape_str(g, logits),
-                ls->nd == 4 ? "; flatten and add a linear layer before it" : "");
+                ls->nd > 2 && made->op == OP_LINEAR ? "; a linear layer works on the last dimension (as nn.Linear): flatten before it"
+                : ls->nd == 4 ? "; flatten and add a linear layer before it" : "");
         return -1;
     }
     if (g->loss >= 0) {

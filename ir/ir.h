@@ -22,7 +22,7 @@
 #include "arena.h"
 #include "diag.h"
 
-#define IR_MAXDIM 4
+#define IR_MAXDIM 6
 #define IR_MAXIN  8           /* a node's inputs at most (concat's)*/
 #define IR_BATCH  (-1)        /* the symbolic batch size N, only ever as dim 0 */
 

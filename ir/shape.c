@@ -251,7 +251,9 @@ static int positions(const Shape *x)
 /* LayerNorm's input: [N, F] or [N, C, H, W] */
 static bool ln_input(Rule *r, const Shape *x)
 {
-    return x->nd >= 2 || no(r, "the input %s is not [N, features], [N, T, features] or [N, C, H, W]", str(r, x));
+    return (x->nd >= 2 && x->nd <= 4) ||
+           no(r, "the input %s is not [N, features], [N, T, features] or [N, C, H, W]%s", str(r, x),
+              x->nd > 4 ? ": give the dimensions it normalises, layernorm(shape = [...]) (nn.LayerNorm's)" : "");
 }
 
 /* A LayerNorm's statistics (mean, 1 / sqrt(var + eps)) of x: [N, 2, P], or [N, T, 2] over
@@ -430,7 +432,7 @@ static bool rule_matmul(Rule *r)
     bool ta = r->n->attr.trans_a, tb = r->n->attr.trans_b;
     r->blame = 1;
     if (a->nd < 3 || a->nd != b->nd)
-        return no(r, "multiplies %s by %s: two tensors of one rank, 3 or 4 (the batch, ..., then the matrices' two dimensions)",
+        return no(r, "multiplies %s by %s: two tensors of one rank, 3 to 6 (the batch, ..., then the matrices' two dimensions)",
                   str(r, a), str(r, b));
     int nd = a->nd, M = a->d[nd - (ta ? 1 : 2)], K = a->d[nd - (ta ? 2 : 1)], Kb = b->d[nd - (tb ? 1 : 2)], P = b->d[nd - (tb ? 2 : 1)];
     if (K != Kb)

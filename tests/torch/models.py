@@ -436,6 +436,30 @@ class OpLayerNormShape(nn.Module):
         return self.fc(self.l4(b.flatten(2)).flatten(1))
 
 
+class OpRank5(nn.Module):
+    """tests/nets/op_rank5.net: tensors of five and six dimensions (timm's attention's qkv, and more)"""
+    param_inits = {"bias5": ("normal", 0.5), "w5": ("normal", 0.5)}
+
+    def __init__(self):
+        super().__init__()
+        self.bias5 = nn.Parameter(torch.randn(1, 1, 2, 1, 4) * 0.5)
+        self.w5 = nn.Parameter(torch.randn(1, 3, 1, 4, 2) * 0.5)
+        self.qkv, self.proj, self.mix = nn.Linear(8, 24), nn.Linear(8, 8), nn.Linear(8, 4)
+        self.ln, self.fc = nn.LayerNorm([5, 4]), nn.Linear(120, 10)
+
+    def forward(self, x):
+        n = x.shape[0]
+        qkv = self.qkv(x).reshape(n, 5, 3, 2, 4).permute(0, 2, 3, 1, 4)
+        q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]
+        a = torch.softmax(torch.matmul(q, k.transpose(2, 3)) * 0.5, -1) @ v
+        o = self.proj(a.transpose(1, 2).flatten(2))
+        t = F.gelu(torch.softmax(qkv + self.bias5, 2))
+        s = self.ln(self.mix(torch.cat([t, qkv], 4)))
+        u = s.unflatten(4, (2, 2)).permute(0, 5, 2, 1, 3, 4).sum(3).mean(1, keepdim=True)
+        m = F.relu(torch.matmul(qkv, self.w5))
+        return self.fc(torch.cat([u.flatten(1), o.flatten(1), m.flatten(1)], 1))
+
+
 class OpTokens(nn.Module):
     """tests/nets/op_tokens.net: flatten(2), transpose, a class token concatenated, select"""
     param_inits = {"cls": ("normal", 0.5)}
@@ -824,6 +848,7 @@ BUILDERS = {
     "tests/nets/op_attention.net": (OpAttention, (5, 8)),
     "tests/nets/op_attention_dropout.net": (OpAttentionDropout, (70, 4)),
     "tests/nets/op_layernorm_shape.net": (OpLayerNormShape, (3, 4, 5)),
+    "tests/nets/op_rank5.net": (OpRank5, (5, 8)),
     "tests/nets/op_layernorm_tokens.net": (OpLayerNormTokens, (5, 6)),
     "tests/nets/op_linear_tokens.net": (OpLinearTokens, (5, 6)),
     "tests/nets/op_block_inputs.net": (OpBlockInputs, (3, 8, 8)),

@@ -990,6 +990,7 @@ def cases():
     # uneven split of 8 is not allowed, so 6)
     dp("dp_mixer_cpu3", "nets/mixer.net", 3, False, 6, 208, set=("d=24", "token_hidden=16", "channel_hidden=40", "blocks=2"))
     dp("dp_op_views_cpu2", "tests/nets/op_views.net", 2, False, 4, 209)
+    dp("dp_op_rank5_cpu2", "tests/nets/op_rank5.net", 2, False, 4, 211)
     # step-0 quantities at 1e-4, as for one device; what follows the second step
     # drifts more (see "resnet18" above): 4e-4 with this seed on cpu:1 or cpu:2
     # with --sync-bn, from the rounding of the statistics' sums alone
