@@ -29,22 +29,34 @@ static void shard_move(Group *g, const ShardPack *sp, int m, int s, float *whole
 }
 
 /* The whole state of every sharded parameter (by bucket, member and state, as sp orders them),
-   gathered over every replica of every rank (each rank calls it); NULL where there is none. */
-static float **shard_gather(Group *g, int *n)
+   gathered over every replica of every rank (each rank calls it); NULL where there is none, or
+   with *failed set on every rank where one could not hold it (said on that rank). */
+static float **shard_gather(Group *g, int *n, int *failed)
 {
     const Program *p = g->m->train;
-    *n = 0;
+    *n = 0, *failed = 0;
     for (int k = 0; p && k < p->npacks; k++) *n += p->packs[k].nmembers * p->packs[k].nstates;
     if (*n == 0) return NULL;
-    for (int r = 0; r < g->n; r++) rt_store_download(&g->r[r].store, STORE_SHARDS);   /* a GPU's slices */
+    /* every buffer first, and every rank told whether all have theirs: a rank short of memory that
+       skipped a sum would leave the others waiting in it */
     float **whole = calloc((size_t)*n, sizeof(float *));
-    int j = 0;
-    for (int k = 0; whole && k < p->npacks; k++) {
+    int oom = !whole;
+    for (int k = 0, j = 0; whole && k < p->npacks; k++)
+        for (int m = 0; m < p->packs[k].nmembers; m++)
+            for (int st = 0; st < p->packs[k].nstates; st++, j++)
+                oom |= !(whole[j] = calloc((size_t)p->packs[k].numel[m] + 1, sizeof(float)));   /* zeros: another rank's */
+    if (rt_world_max_status(g->world, oom)) {
+        if (oom) fprintf(stderr, "mgc: out of memory for --shard-update's optimizer state gathered whole (%d tensors)\n", *n);
+        for (int j = 0; whole && j < *n; j++) free(whole[j]);
+        free(whole);
+        *failed = 1;
+        return NULL;
+    }
+    for (int r = 0; r < g->n; r++) rt_store_download(&g->r[r].store, STORE_SHARDS);   /* a GPU's slices */
+    for (int k = 0, j = 0; k < p->npacks; k++) {
         const ShardPack *sp = &p->packs[k];
         for (int m = 0; m < sp->nmembers; m++)
             for (int st = 0; st < sp->nstates; st++, j++) {
-                whole[j] = calloc((size_t)sp->numel[m] + 1, sizeof(float));   /* zeros where another rank's replicas own it */
-                if (!whole[j]) continue;
                 shard_move(g, sp, m, st, whole[j], true);
                 rt_world_sum_f32(g->world, whole[j], sp->numel[m]);
             }
@@ -123,8 +135,11 @@ static int save_checkpoint(Store *s, const Program *p, float **whole, const char
 /* Rank 0 saves; every rank learns whether it worked. */
 int train_save(Group *g, const char *path, int epoch, bool downloaded)
 {
-    int rc = 0, nwhole = 0;
-    float **whole = shard_gather(g, &nwhole);   /* --shard-update: every rank takes part */
+    int rc = 0, nwhole = 0, lost = 0;
+    float **whole = shard_gather(g, &nwhole, &lost);   /* --shard-update: every rank takes part */
+    if (lost && g->world->rank == 0)   /* the parameters are rank 0's: saved, not lost with the state */
+        fprintf(stderr, "mgc: warning: %s holds the parameters without the optimizer's state (a rank had no memory to "
+                "gather it): --load starts from them; --resume cannot go on exactly\n", path);
     if (g->world->rank == 0) {
         if (!downloaded) rt_store_download(&g->r[0].store, STORE_ALL);
         const Exec *x = &g->r[0].tr;
@@ -371,6 +386,36 @@ int train_load_checkpoint(Store *s, const char *path, const char *net, Resume *r
     return bad ? -1 : 0;
 }
 
+/* Root's verdict on each sharded state tensor of path (as shard_gather orders them) into have[]: 1 in the
+   file and usable, 0 not in it, -1 unusable (said); its values go out later, one tensor at a time */
+static void shard_verdicts(Group *g, const StFile *f, const char *path, const Resume *resume, int *have)
+{
+    const Program *p = g->m->train;
+    bool state_goes_on = resume && same_optimizer(g->cfg, resume->optimizer) && keeps_state(resume->optimizer);
+    for (int k = 0, j = 0; k < p->npacks; k++) {
+        const ShardPack *sp = &p->packs[k];
+        for (int m = 0; m < sp->nmembers; m++)
+            for (int s = 0; s < sp->nstates; s++, j++) {
+                char name[512];
+                snprintf(name, sizeof name, "%s.%s", sp->names[m], sp->suffix[s]);
+                const StTensor *t = st_find(f, name);
+                long numel = 1;
+                for (int d = 0; t && d < t->nd; d++) numel *= (long)t->shape[d];
+                have[j] = t != NULL;
+                if (!t && state_goes_on) {
+                    fprintf(stderr, "mgc: %s: checkpoint has no tensor '%s' of its optimizer's state (%s): --resume cannot "
+                            "go on as the run would have; --load starts a new run from its parameters\n", path, name,
+                            resume->optimizer);
+                    have[j] = -1;
+                } else if (t && numel != sp->numel[m]) {
+                    fprintf(stderr, "mgc: %s: tensor '%s' is not %ld float32 values, as the parameter's state is\n", path,
+                            name, sp->numel[m]);
+                    have[j] = -1;
+                }
+            }
+    }
+}
+
 int train_load_shards(Group *g, const char *path, const Resume *resume)
 {
     const Program *p = g->m->train;
@@ -378,51 +423,47 @@ int train_load_shards(Group *g, const char *path, const Resume *resume)
     bool root = g->world->rank == 0;   /* reads the file; every rank scatters into its replicas */
     StFile f;
     char err[512];
-    int bad = 0;
-    if (root && st_load(path, &f, err, sizeof err)) {
-        fprintf(stderr, "mgc: cannot load checkpoint: %s\n", err);
-        bad = 1;
-    }
-    if (rt_world_max_status(g->world, bad)) {
+    int n = 0, bad = 0;
+    long most = 0;
+    for (int k = 0; k < p->npacks; k++)
+        for (int m = 0; m < p->packs[k].nmembers; m++) {
+            n += p->packs[k].nstates;
+            if (p->packs[k].numel[m] > most) most = p->packs[k].numel[m];
+        }
+    /* one buffer for the largest tensor and the verdicts, every rank's or none: a rank without them
+       would leave the others in the broadcasts */
+    int *have = calloc((size_t)n, sizeof(int));
+    float *whole = calloc((size_t)most + 1, sizeof(float));
+    if (!have || !whole) fprintf(stderr, "mgc: cannot load checkpoint %s: out of memory for its optimizer's state\n", path), bad = 1;
+    if (!bad && root && st_load(path, &f, err, sizeof err)) fprintf(stderr, "mgc: cannot load checkpoint: %s\n", err), bad = 2;
+    if (rt_world_max_status(g->world, bad ? 1 : 0)) {
         if (root && !bad) st_free(&f);
+        free(have), free(whole);
         return -1;
     }
-    bool state_goes_on = root && resume && same_optimizer(g->cfg, resume->optimizer) && keeps_state(resume->optimizer);
-    for (int k = 0; k < p->npacks; k++) {
+    if (root) shard_verdicts(g, &f, path, resume, have);
+    rt_world_bcast(g->world, have, sizeof(int) * (size_t)n);   /* one message for all */
+    for (int j = 0; j < n; j++) bad += have[j] < 0;
+    for (int k = 0, j = 0; !bad && k < p->npacks; k++) {
         const ShardPack *sp = &p->packs[k];
-        for (int m = 0; m < sp->nmembers; m++)
-            for (int s = 0; s < sp->nstates; s++) {
-                float *whole = calloc((size_t)sp->numel[m] + 1, sizeof(float));
-                int have = 0;   /* rank 0's verdict: 1 loaded, 0 not in the file, -1 unusable */
+        for (int m = 0; !bad && m < sp->nmembers; m++)
+            for (int s = 0; !bad && s < sp->nstates; s++, j++) {
+                if (have[j] != 1) continue;
+                int rc = 0;
                 if (root) {
                     char name[512];
                     snprintf(name, sizeof name, "%s.%s", sp->names[m], sp->suffix[s]);
-                    const StTensor *t = st_find(&f, name);
-                    long numel = 1;
-                    for (int d = 0; t && d < t->nd; d++) numel *= (long)t->shape[d];
-                    if (!t && state_goes_on) {
-                        fprintf(stderr, "mgc: %s: checkpoint has no tensor '%s' of its optimizer's state (%s): --resume cannot "
-                                "go on as the run would have; --load starts a new run from its parameters\n", path, name,
-                                resume->optimizer);
-                        have = -1;
-                    } else if (t && (!whole || numel != sp->numel[m] || st_to_f32(t, whole))) {
-                        fprintf(stderr, "mgc: %s: tensor '%s' is not %ld float32 values, as the parameter's state is\n", path,
-                                name, sp->numel[m]);
-                        have = -1;
-                    } else {
-                        have = t != NULL;
-                    }
+                    rc = st_to_f32(st_find(&f, name), whole);
+                    if (rc) fprintf(stderr, "mgc: %s: tensor '%s' cannot be read as float32\n", path, name);
                 }
-                rt_world_bcast(g->world, &have, sizeof have);
-                if (have == 1 && whole) {
-                    rt_world_bcast(g->world, whole, sizeof(float) * (size_t)sp->numel[m]);
-                    shard_move(g, sp, m, s, whole, false);
-                }
-                bad += have < 0;
-                free(whole);
+                rt_world_bcast(g->world, &rc, sizeof rc);   /* every rank stops at the same tensor */
+                if ((bad = rc != 0)) continue;
+                rt_world_bcast(g->world, whole, sizeof(float) * (size_t)sp->numel[m]);
+                shard_move(g, sp, m, s, whole, false);
             }
     }
     if (root) st_free(&f);
+    free(have), free(whole);
     for (int r = 0; r < g->n; r++) rt_store_upload(&g->r[r].store, STORE_SHARDS);   /* to a GPU's slices */
     return bad ? -1 : 0;
 }
