@@ -100,6 +100,14 @@ typedef struct Scope {
 
 static const Loc no_loc = { 0 };
 
+/* A shape value as written: [4, 5] */
+static const char *shape_text(Elab *E, Value v)
+{
+    const char *s = "[";
+    for (int k = 0; k < v.i; k++) s = arena_printf(E->a, "%s%s%d", s, k ? ", " : "", v.d[k]);
+    return arena_printf(E->a, "%s]", s);
+}
+
 static const char *describe(Elab *E, Value v)
 {
     switch (v.k) {
@@ -107,11 +115,7 @@ static const char *describe(Elab *E, Value v)
     case V_FLOAT: return arena_printf(E->a, "the number %g", v.f);
     case V_BOOL: return v.i ? "'true'" : "'false'";
     case V_TENSOR: return arena_printf(E->a, "a tensor %s", ir_shape_str(E->a, ir_shape(E->g, v.node)));
-    case V_SHAPE: {
-        char *s = arena_printf(E->a, "the shape [");
-        for (int k = 0; k < v.i; k++) s = arena_printf(E->a, "%s%s%d", s, k ? ", " : "", v.d[k]);
-        return arena_printf(E->a, "%s]", s);
-    }
+    case V_SHAPE: return arena_printf(E->a, "the shape %s", shape_text(E, v));
     }
     return "a value";
 }
@@ -904,7 +908,12 @@ static int apply_layer(Elab *E, Scope *S, Env *env, const Ast *st, int id, Value
     for (int i = 0; i < L->nargs; i++) { names[i] = L->args[i].name; where[i] = st->name_loc; }
     if (want_tensor_input(E, st, in)) return -1;
     if (bind_args(E, S, env, st, sig, names, L->args, L->nargs, args, vals, given, where)) return -1;
-    /* layernorm(64), PyTorch's LayerNorm(64): a size where eps goes */
+    /* layernorm([5, 4]) and layernorm(64), PyTorch's LayerNorm([5, 4]) and LayerNorm(64): a shape or a size where eps goes */
+    if (args && !args->name && vals[0].k == V_SHAPE && !strcmp(L->name, "layernorm")) {
+        diag_at(E->d, where[0], "layernorm: the first argument is 'eps', not the shape %s: write 'layernorm(shape = %s)' "
+                "(nn.LayerNorm's normalised shape)", shape_text(E, vals[0]), shape_text(E, vals[0]));
+        return -1;
+    }
     if (args && !args->name && vals[0].k == V_INT && fe_layer_size_for_eps(E, where[0], L, in.node, vals[0].i))
         return -1;
     return apply_layer_values(E, S, env, st, id, in, vals, given, where, out);
