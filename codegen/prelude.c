@@ -79,7 +79,7 @@ static const char prelude_common[] =
     "    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;\n"
     "    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;\n"
     "    z ^= z >> 31;\n"
-    "    return (float)(z >> 40) * (1.0f / 16777216.0f);\n"
+    "    return (float)(int)(z >> 40) * (1.0f / 16777216.0f);   /* its top 24 bits, exact; by int: AVX2 has no vector u64 -> float */\n"
     "}\n"
     "/* tanh(softplus(x)) = tanh(log(1 + e^x)) = m / (m + 2), m = e^x (e^x + 2): no log, nothing lost\n"
     "   where e^x is small; x taken at most 20 (the value is 1 in float from x = 9 on): Mish's */\n"

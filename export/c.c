@@ -699,7 +699,7 @@ static int write_makefile(Lib *L)
                "# The flags mgc compiles its CPU kernels with: with the same compiler the numbers are mgc's, bit for bit.\n"
                "# -march=native makes code for this machine's kind of CPU; for a library that runs on others give e.g.\n"
                "# CFLAGS='-O3 -march=x86-64-v3 ...' (the logits may then differ from mgc's by float rounding).\n"
-               "CFLAGS ?= -O3 -march=native -std=gnu11 -fPIC -fno-math-errno -Wno-unused\n");
+               "CFLAGS ?= -O3 -march=native -std=gnu11 -fPIC -fno-math-errno -fno-trapping-math -Wno-unused\n");
     if (L->cuda) {
         fprintf(f, "CUDA_HOME ?= /usr/local/cuda\nNVCC      ?= $(CUDA_HOME)/bin/nvcc\nCUDA_ARCH ?= 90\n"
                    "NVCCFLAGS ?= -std=c++17 -gencode arch=compute_$(CUDA_ARCH),code=[sm_$(CUDA_ARCH),compute_$(CUDA_ARCH)]\n"
