@@ -465,9 +465,9 @@ bool fe_layer_size_for_eps(Elab *E, Loc where, const Layer *L, int x, long long 
 {
     if (L->nargs < 1 || strcmp(L->args[0].name, "eps")) return false;
     const Shape *s = ir_shape(E->g, x);
-    long long size = s->nd < 2 ? -1 : !strcmp(L->name, "layernorm") ? ir_ln_channels(s) : s->d[1];
-    if (v < 2 && v != size) return false;
     bool ln = !strcmp(L->name, "layernorm");
+    long long size = s->nd < 2 ? -1 : ln ? ir_ln_channels(s) : s->d[1];
+    if (v < 2 && v != size) return false;
     diag_at(E->d, where, "%s: the first argument is 'eps', not a size (%lld); the size comes from the input "
             "(%s), so write '%s', or '%s(eps = 1e-5)' to set eps%s",
             L->name, v, ir_shape_str(E->a, s), L->name, L->name,
