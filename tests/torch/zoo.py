@@ -478,6 +478,7 @@ def builder(net, sets):
         k, v = s.split("=", 1)
         kw[k] = float(v) if "." in v else int(v)
     f = NETS[net]
-    size = kw.get("size", f.__defaults__[list(f.__code__.co_varnames).index("size")] if "size" in f.__code__.co_varnames
+    side = "size" if "size" in f.__code__.co_varnames else "image"   # the ViT's and the Mixer's is `image`
+    size = kw.get(side, f.__defaults__[list(f.__code__.co_varnames).index(side)] if side in f.__code__.co_varnames
                   else 28)
-    return (lambda: f(**kw)), (kw.get("in_channels", 1), size, size)
+    return (lambda: f(**kw)), (kw.get("in_channels", kw.get("channels", 1)), size, size)
