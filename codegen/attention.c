@@ -140,16 +140,18 @@ static void header(Lower *L, const Attn *a, const char *what)
 
 /* The iteration's head (qh, kh, vh, gh: q, k, v, dy of head h of example n, rows D apart), its
    blocks of queries [i0, i0 + bq), each block's scores s = q k^T / sqrt(dh) [bq, Tk] and
-   weights p = exp(s - lse) in scratch (p: 0 past the keys a causal query sees). */
-static void cpu_blocks(Lower *L, const Attn *a, const char *kernel, bool weights, bool grad, bool masked)
+   weights p = exp(s - lse) in scratch (p: 0 past the keys a causal query sees); nbuf blocks [64, Tk]
+   of scratch: s, dp, and pz and zk where nbuf is 4. */
+static void cpu_blocks_in(Lower *L, const Attn *a, const char *kernel, bool weights, bool grad, bool masked, int nbuf)
 {
-    cg_body(L, "    float *s = mgc_scratch(%dL * %d * 2, \"%s\"), *dp = s + %dL * %d;\n"
+    cg_body(L, "    float *s = mgc_scratch(%dL * %d * %d, \"%s\"), *dp = s + %dL * %d;\n"
                "    (void)dp;\n"
                "    FOR_EACH(bh, %s) {\n"
                "        const long n = bh / %d, h = bh %% %d;\n"
                "        const float *qh = q + n * %ldL + h * %d, *kh = k + n * %ldL + h * %d;\n",
-            ATTN_BLOCK, a->Tk, kernel, ATTN_BLOCK, a->Tk, cg_work_str(L, dimn(a->H)), a->H, a->H, (long)a->Tq * a->D, a->dh,
+            ATTN_BLOCK, a->Tk, nbuf, kernel, ATTN_BLOCK, a->Tk, cg_work_str(L, dimn(a->H)), a->H, a->H, (long)a->Tq * a->D, a->dh,
             (long)a->Tk * a->D, a->dh);
+    if (nbuf > 2) cg_body(L, "        float *pz = dp + %dL * %d, *zk = pz + %dL * %d;\n        (void)zk;\n", ATTN_BLOCK, a->Tk, ATTN_BLOCK, a->Tk);
     if (grad) cg_body(L, "        const float *gh = dy + n * %ldL + h * %d;\n", (long)a->Tq * a->D, a->dh);
     cg_body(L, "        for (int i0 = 0; i0 < %d; i0 += %d) {\n"
                "            const int bq = %d - i0 < %d ? %d - i0 : %d;\n"
@@ -167,6 +169,11 @@ static void cpu_blocks(Lower *L, const Attn *a, const char *kernel, bool weights
                                    : arena_printf(L->p->arena, "%d", a->Tk), a->Tk, masked ? keep(L, a, "r", "j") : "", a->Tk);
 }
 
+static void cpu_blocks(Lower *L, const Attn *a, const char *kernel, bool weights, bool grad, bool masked)
+{
+    cpu_blocks_in(L, a, kernel, weights, grad, masked, 2);
+}
+
 static void cpu_end(Lower *L)
 {
     cg_body(L, "        }\n"
@@ -175,7 +182,8 @@ static void cpu_end(Lower *L)
 }
 
 /* ds = p (z do v^T - delta) in s, after dp = do_block vh^T (s holds p) */
-static void cpu_ds(Lower *L, const Attn *a)
+/* The same with the dropout factor z_ij as the text z (" * z_ij", or "" without dropout) */
+static void cpu_ds_by(Lower *L, const Attn *a, const char *z)
 {
     cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, bq, %d, %d, 1.0f, gh + (long)i0 * %d, %d, vh, %d, 0.0f, dp, %d);\n"
                "            for (int i = 0; i < bq; i++) {\n"
@@ -183,7 +191,12 @@ static void cpu_ds(Lower *L, const Attn *a)
                "                const float di = delta[r];\n"
                "                for (int j = 0; j < %d; j++) s[(long)i * %d + j] *= dp[(long)i * %d + j]%s - di;\n"
                "            }\n",
-            a->Tk, a->dh, a->D, a->D, a->D, a->Tk, a->H, a->Tq, a->Tk, a->Tk, a->Tk, keep(L, a, "r", "j"));
+            a->Tk, a->dh, a->D, a->D, a->D, a->Tk, a->H, a->Tq, a->Tk, a->Tk, a->Tk, z);
+}
+
+static void cpu_ds(Lower *L, const Attn *a)
+{
+    cpu_ds_by(L, a, keep(L, a, "r", "j"));
 }
 
 static Step *cpu_kernel(Lower *L, int id, const char *what, const Attn *a, int nargs, const int *b, const char *const *names)
@@ -194,23 +207,39 @@ static Step *cpu_kernel(Lower *L, int id, const char *what, const Attn *a, int n
     return st;
 }
 
+/* lse (and, where the attention is fused in, o = p v from the same scores: cg_attn_out) */
 static void cpu_stats(Lower *L, int id, const Attn *a)
 {
     const Node *n = &L->g->nodes[id];
-    int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
-    cpu_kernel(L, id, "attention_stats", a, 3, b, (const char *const[]){ "=lse", "q", "k" });
-    header(L, a, "lse_i = log sum_j exp(q_i . k_j / sqrt(dh)); a head an iteration, its scores by blocks of queries (CBLAS)");
-    cpu_blocks(L, a, "attention_stats", false, false, false);
+    int att = cg_attn_out(L->dec, id);
+    Attn ao = att >= 0 ? attn_of(L, &L->g->nodes[att]) : *a;   /* the output's dropout */
+    int b[5] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), -1, -1 };
+    if (att >= 0) b[3] = cg_out_buf(L, att), b[4] = buf_of(L, L->g->nodes[att].in[2]);
+    const char *kernel = att >= 0 ? "attention" : "attention_stats";
+    seeded(cpu_kernel(L, id, kernel, a, att >= 0 ? 5 : 3, b, (const char *const[]){ "=lse", "q", "k", "=o", "v" }), &ao);
+    header(L, &ao, att >= 0 ? "lse_i = log sum_j exp(s_ij), s = q k^T / sqrt(dh), and o = p v, p = exp(s - lse), from the same "
+                              "scores; a head an iteration, by blocks of queries (CBLAS)"
+                            : "lse_i = log sum_j exp(q_i . k_j / sqrt(dh)); a head an iteration, its scores by blocks of queries (CBLAS)");
+    cpu_blocks(L, a, kernel, false, false, false);
     cg_body(L, "            for (int i = 0; i < bq; i++) {\n"
+               "                const long r = (n * %d + h) * %dL + i0 + i;\n"
                "                const int jend = %s;\n"
-               "                const float *si = s + (long)i * %d;\n"
+               "                float *si = s + (long)i * %d;\n"
                "                float m = -3.402823466e38f, l = 0.0f;\n"
                "                for (int j = 0; j < jend; j++) m = si[j] > m ? si[j] : m;\n"
                "                for (int j = 0; j < jend; j++) l += expf(si[j] - m);\n"
-               "                lse[(n * %d + h) * %dL + i0 + i] = m + logf(l);\n"
-               "            }\n",
-            a->causal ? arena_printf(L->p->arena, "i0 + i + 1 < %d ? i0 + i + 1 : %d", a->Tk, a->Tk) : arena_printf(L->p->arena, "%d", a->Tk),
-            a->Tk, a->H, a->Tq);
+               "                const float li = m + logf(l);\n"
+               "                lse[r] = li;\n",
+            a->H, a->Tq, a->causal ? arena_printf(L->p->arena, "i0 + i + 1 < %d ? i0 + i + 1 : %d", a->Tk, a->Tk) : arena_printf(L->p->arena, "%d", a->Tk),
+            a->Tk);
+    if (att >= 0)
+        cg_body(L, "                for (int j = 0; j < jend; j++) si[j] = expf(si[j] - li)%s;\n"
+                   "                for (int j = jend; j < %d; j++) si[j] = 0.0f;\n", keep(L, &ao, "r", "j"), a->Tk);
+    cg_body(L, "            }\n");
+    if (att >= 0)
+        cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, bq, %d, %d, 1.0f, s, %d, v + n * %ldL + h * %d, %d, 0.0f,\n"
+                   "                        o + n * %ldL + h * %d + (long)i0 * %d, %d);\n",
+                a->dh, a->Tk, a->Tk, (long)a->Tk * a->D, a->dh, a->D, (long)a->Tq * a->D, a->dh, a->D, a->D);
     cpu_end(L);
     cg_end_kernel(L);
 }
@@ -261,6 +290,72 @@ static void cpu_grad(Lower *L, int id, const Attn *a)
                        "                        dx + n * %ldL + h * %d, %d);\n",
                     a->Tk, a->dh, a->scale, a->Tk, a->D, a->D, (long)a->Tk * a->D, a->dh, a->D);
     }
+    cpu_end(L);
+    cg_end_kernel(L);
+}
+
+/* "dq, dk and dv", or those of them that w names (w[k] >= 0) */
+static const char *grads_text(Lower *L, const int *w)
+{
+    const char *name[3] = { "dq", "dk", "dv" }, *t = "";
+    int n = (w[0] >= 0) + (w[1] >= 0) + (w[2] >= 0), said = 0;
+    for (int k = 0; k < 3; k++)
+        if (w[k] >= 0) {
+            said++;
+            t = arena_printf(L->p->arena, "%s%s%s", t, said == 1 ? "" : said == n ? " and " : ", ", name[k]);
+        }
+    return t;
+}
+
+/* An op's gradients in one kernel (cg_attn_grad: those of dq, dk and dv that exist): a block's
+   scores and weights made once, then dv += (z p)^T do, ds = p (z do v^T - delta), dq = ds k / sqrt(dh),
+   dk += ds^T q / sqrt(dh): the very operations of the three kernels, so the same numbers */
+static void cpu_grads(Lower *L, int id, const Attn *a)
+{
+    const Node *n = &L->g->nodes[id];
+    int w[3], nargs = 0, b[9];
+    const char *names[9];
+    for (int k = 0; k < 3; k++)
+        if ((w[k] = cg_attn_grad(L->dec, id, k)) >= 0) b[nargs] = cg_out_buf(L, w[k]), names[nargs++] = (const char *[]){ "=dq", "=dk", "=dv" }[k];
+    bool ds = w[0] >= 0 || w[1] >= 0, pz = a->dropout && w[2] >= 0;   /* ds needed; dv's weights apart from p */
+    const char *ins[6] = { "q", "k", "v", "lse", "delta", "dy" };
+    for (int k = 0; k < 6; k++)
+        if (ds || (k != 2 && k != 4)) b[nargs] = buf_of(L, n->in[k]), names[nargs++] = ins[k];   /* dv alone reads neither v nor delta */
+    cpu_kernel(L, id, "attention_grad", a, nargs, b, names);
+    header(L, a, arena_printf(L->p->arena, "%s from one pass over the scores: dv += (z p)^T do, ds = p (z do v^T - delta), dq = ds k / sqrt(dh), "
+                                            "dk += ds^T q / sqrt(dh); a head an iteration, by blocks of queries (CBLAS)",
+                              grads_text(L, w)));
+    cpu_blocks_in(L, a, "attention_grad", false, true, false, pz ? 4 : 2);
+    cg_body(L, "            for (int i = 0; i < bq; i++) {\n"
+               "                const long r = (n * %d + h) * %dL + i0 + i;\n"
+               "                const int jend = %s;\n"
+               "                float *si = s + (long)i * %d;\n"
+               "                for (int j = 0; j < jend; j++) si[j] = expf(si[j] - lse[r]);\n"
+               "                for (int j = jend; j < %d; j++) si[j] = 0.0f;\n",
+            a->H, a->Tq, a->causal ? arena_printf(L->p->arena, "i0 + i + 1 < %d ? i0 + i + 1 : %d", a->Tk, a->Tk) : arena_printf(L->p->arena, "%d", a->Tk),
+            a->Tk, a->Tk);
+    if (pz)   /* each weight's factor z_ij made once, for dv's weights and for ds */
+        cg_body(L, "                float *zi = zk + (long)i * %d;\n"
+                   "                for (int j = 0; j < %d; j++) zi[j] = 1.0f%s;\n"
+                   "                for (int j = 0; j < %d; j++) pz[(long)i * %d + j] = si[j] * zi[j];\n",
+                a->Tk, a->Tk, keep(L, a, "r", "j"), a->Tk, a->Tk);
+    cg_body(L, "            }\n");
+    if (w[2] >= 0)
+        cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %d, %d, bq, 1.0f, %s, %d, gh + (long)i0 * %d, %d, i0 ? 1.0f : 0.0f,\n"
+                   "                        dv + n * %ldL + h * %d, %d);\n",
+                a->Tk, a->dh, pz ? "pz" : "s", a->Tk, a->D, a->D, (long)a->Tk * a->D, a->dh, a->D);
+    if (ds) {
+        cg_body(L, "            const float *vh = v + n * %ldL + h * %d;\n", (long)a->Tk * a->D, a->dh);
+        cpu_ds_by(L, a, pz ? arena_printf(L->p->arena, " * zk[(long)i * %d + j]", a->Tk) : keep(L, a, "r", "j"));
+    }
+    if (w[0] >= 0)
+        cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_NO_TRANS, bq, %d, %d, %s, s, %d, kh, %d, 0.0f,\n"
+                   "                        dq + n * %ldL + h * %d + (long)i0 * %d, %d);\n",
+                a->dh, a->Tk, a->scale, a->Tk, a->D, (long)a->Tq * a->D, a->dh, a->D, a->D);
+    if (w[1] >= 0)
+        cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %d, %d, bq, %s, s, %d, qh + (long)i0 * %d, %d, i0 ? 1.0f : 0.0f,\n"
+                   "                        dk + n * %ldL + h * %d, %d);\n",
+                a->Tk, a->dh, a->scale, a->Tk, a->D, a->D, (long)a->Tk * a->D, a->dh, a->D);
     cpu_end(L);
     cg_end_kernel(L);
 }
@@ -394,7 +489,8 @@ void cg_lower_attn_grad(Lower *L, int id)
     const Node *n = &L->g->nodes[id];
     Attn a = attn_of(L, n);
     if (L->dec->cpu_only) {
-        cpu_grad(L, id, &a);
+        if (cg_attn_grad(L->dec, id, 0) >= 0 || cg_attn_grad(L->dec, id, 1) >= 0 || cg_attn_grad(L->dec, id, 2) >= 0) cpu_grads(L, id, &a);
+        else cpu_grad(L, id, &a);
         return;
     }
     bool q = n->op == OP_ATTN_BWD_Q, key = n->op == OP_ATTN_BWD_K;

@@ -259,6 +259,12 @@ int cg_wgrad_bias(const CgDecisions *d, int wgrad);
    beta it reads). -1 where none. */
 int cg_bn_grad_act(const CgDecisions *d, int params);
 int cg_bn_grad_act_bn(const CgDecisions *d, int params);
+/* CPUs: attention_stats: the attention (its o) its kernel computes too, from the scores it has
+   just made, or -1. attention_grad_q, _k or _v, the first of an op's: the op's gradient `which`
+   (0 q, 1 k, 2 v) its kernel computes too (the others fused into it), from one pass over the
+   scores, or -1 (none, or not grouped). */
+int cg_attn_out(const CgDecisions *d, int stats);
+int cg_attn_grad(const CgDecisions *d, int first, int which);
 
 /* ---- The setters, for the passes (fuse.c, conv.c); each sets both sides of a pair. */
 void cg_set_conv(CgDecisions *d, int id, ConvStrategy form, const char *why);

@@ -61,6 +61,9 @@ struct CgNode {
     int wgrad_bias;           /* such a conv2d_grad_w: the bias_grad its kernel computes too (fused into it), or -1 */
     int grad_act;             /* bn_grad_params: the activation gradient folded in (fused into it), or -1 */
     int grad_act_bn;          /* such a bn_grad_params: the bn_apply that applied the activation, or -1 */
+    int attn_out;             /* attention_stats: the attention computed by its kernel (fused into it), or -1 */
+    int attn_grad[3];         /* the first of an attention op's gradients: its dq, dk and dv nodes (each -1 where
+                                 absent), computed by its kernel (the others fused into it); all -1 elsewhere */
 };
 
 void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
@@ -71,7 +74,8 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     for (int id = 0; id <= g->n; id++)
         d->node[id] = (CgNode){ .fused = -1, .conv = -1, .stats_of = -1, .stats_by = -1, .pool_of = -1, .pool_by = -1,
                                 .bn_into_add = -1, .wgrad_pool = -1, .wgrad_bias = -1, .act = -1,
-                                .act_node = -1, .ew_into_add = -1, .grad_act = -1, .grad_act_bn = -1 };
+                                .act_node = -1, .ew_into_add = -1, .grad_act = -1, .grad_act_bn = -1, .attn_out = -1,
+                                .attn_grad = { -1, -1, -1 } };
 }
 
 /* ------------------------------------------------------------ the questions */
@@ -98,6 +102,8 @@ int cg_wgrad_pool(const CgDecisions *d, int wgrad) { return d->node[wgrad].wgrad
 int cg_wgrad_bias(const CgDecisions *d, int wgrad) { return d->node[wgrad].wgrad_bias; }
 int cg_bn_grad_act(const CgDecisions *d, int params) { return d->node[params].grad_act; }
 int cg_bn_grad_act_bn(const CgDecisions *d, int params) { return d->node[params].grad_act_bn; }
+int cg_attn_out(const CgDecisions *d, int stats) { return d->node[stats].attn_out; }
+int cg_attn_grad(const CgDecisions *d, int first, int which) { return d->node[first].attn_grad[which]; }
 
 /* -------------------------------------------------------------- the setters */
 
@@ -163,6 +169,26 @@ static void fuse_grad_act(CgDecisions *d, int params, int ga, int b)
     fuse_into(d, ga, params);
     d->node[params].grad_act = ga;
     d->node[params].grad_act_bn = b;
+}
+
+/* CPUs: attention a computed by its statistics' kernel (lse and o from one pass over the scores). */
+static void fuse_attention(CgDecisions *d, int stats, int a)
+{
+    fuse_into(d, a, stats);
+    d->node[stats].attn_out = a;
+}
+
+/* CPUs: an attention op's gradients (ids[0..2]: dq, dk, dv, -1 where absent) computed by the first's
+   kernel, one pass over the scores where each made them again. */
+static void fuse_attn_grads(CgDecisions *d, const int *ids)
+{
+    int first = -1;
+    for (int w = 0; w < 3; w++)
+        if (ids[w] >= 0 && (first < 0 || ids[w] < first)) first = ids[w];
+    for (int w = 0; w < 3; w++) {
+        d->node[first].attn_grad[w] = ids[w];
+        if (ids[w] >= 0 && ids[w] != first) fuse_into(d, ids[w], first);
+    }
 }
 
 /* Input x of add normalised (a bn_apply) or computed (a mul or sub) by the add's kernel as it reads. */
@@ -328,6 +354,32 @@ static int grad_act_source(const Graph *g, const CgDecisions *d, int ga)
    activation's input or output and wrote the gradient that bn_grad_params read
    back. Where the activation's gradients are all folded so, nothing reads its
    input any more: the activation is applied in place, one store fewer. */
+/* CPUs (codegen/attention.c): an attention op's statistics and output one kernel, its gradients
+   another. Each kernel makes a head's scores [Tq, Tk] again, a block of queries at a time: the
+   forward's two kernels made them twice, the gradients' three three times. The grouped gradients
+   share all six inputs; the output needs v made before the statistics (as ir_attention orders them). */
+static int attn_grad_which(Op op) { return op == OP_ATTN_BWD_Q ? 0 : op == OP_ATTN_BWD_K ? 1 : op == OP_ATTN_BWD_V ? 2 : -1; }
+
+static void fuse_attention_ops(const Graph *g, CgDecisions *d)
+{
+    for (int id = 0; id < g->n; id++) {
+        const Node *n = &g->nodes[id];
+        if (n->op == OP_ATTENTION) {
+            int st = n->in[3];
+            if (g->nodes[st].op == OP_ATTN_STATS && n->in[2] < st && cg_fused_into(d, st) < 0 && cg_attn_out(d, st) < 0)
+                fuse_attention(d, st, id);
+        } else if (attn_grad_which(n->op) >= 0 && cg_fused_into(d, id) < 0) {
+            int ids[3] = { -1, -1, -1 };
+            for (int o = id; o < g->n; o++) {
+                const Node *m = &g->nodes[o];
+                int w = attn_grad_which(m->op);
+                if (w >= 0 && ids[w] < 0 && m->nin == n->nin && !memcmp(m->in, n->in, sizeof(int) * (size_t)n->nin)) ids[w] = o;
+            }
+            fuse_attn_grads(d, ids);
+        }
+    }
+}
+
 static void fuse_bn_grad_acts(const Graph *g, CgDecisions *d, const int *uses)
 {
     for (int ga = 0; ga < g->n; ga++) {
@@ -457,6 +509,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
     }
     if (opt->fuse) fuse_bn_grad_acts(g, d, uses);
     if (opt->fuse && opt->cpu_only) fuse_pooled_wgrad(g, d, uses);
+    if (opt->fuse && opt->cpu_only) fuse_attention_ops(g, d);
     free(uses);
     if (opt->fuse) fuse_sgd(g, d, !opt->cpu_only);
 }
