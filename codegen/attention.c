@@ -21,7 +21,11 @@
 ** of up to 64: the block's scores [64, Tk] by one CBLAS GEMM into the thread's
 ** scratch, then the weights, and the products by GEMMs again (o = p v, dp =
 ** do v^T, dq = ds k, dk += ds^T q, dv += p^T do): the scratch is [64, Tk]
-** twice, linear in T.
+** two to four times, linear in T. There, with fusion (fuse.c), the statistics
+** and the output are one kernel ("attention": lse, then o from the same block
+** of scores) and the three gradients one more ("attention_grad": the block's
+** weights made once for dv, ds, dq and dk), the same operations in the same
+** order as the separate kernels, which MGC_FUSE=0 keeps.
 **
 ** Dropout on the weights (training): p_ij becomes z_ij p_ij, z_ij 0 with the
 ** op's probability P, else 1 / (1 - P); then o = (z p) v, dv_j = sum_i z_ij
@@ -181,8 +185,8 @@ static void cpu_end(Lower *L)
     "free(s);\n");
 }
 
-/* ds = p (z do v^T - delta) in s, after dp = do_block vh^T (s holds p) */
-/* The same with the dropout factor z_ij as the text z (" * z_ij", or "" without dropout) */
+/* ds = p (z do v^T - delta) in s, after dp = do_block vh^T (s holds p); z the text of the dropout
+   factor z_ij (" * z_ij", or "" without dropout) */
 static void cpu_ds_by(Lower *L, const Attn *a, const char *z)
 {
     cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_NO_TRANS, MGC_TRANS, bq, %d, %d, 1.0f, gh + (long)i0 * %d, %d, vh, %d, 0.0f, dp, %d);\n"
@@ -194,6 +198,7 @@ static void cpu_ds_by(Lower *L, const Attn *a, const char *z)
             a->Tk, a->dh, a->D, a->D, a->D, a->Tk, a->H, a->Tq, a->Tk, a->Tk, a->Tk, z);
 }
 
+/* The same, z_ij made here */
 static void cpu_ds(Lower *L, const Attn *a)
 {
     cpu_ds_by(L, a, keep(L, a, "r", "j"));
