@@ -19,6 +19,10 @@
 **   gate, then the skip path's sum): computed by the add as it reads, never
 **   stored (their gradients read their inputs, not their output).
 **
+**   CPUs: an attention op's statistics and output one kernel, its three
+**   gradients another (codegen/attention.c), where each kernel made a head's
+**   scores again.
+**
 **   The SGD update of a gradient bucket (data parallelism): the updates of
 **   parameters whose gradients lie in one bucket buffer are one kernel per
 **   group, over the group's parameters one after another. A kernel takes at
@@ -345,15 +349,6 @@ static int grad_act_source(const Graph *g, const CgDecisions *d, int ga)
     return v == (ir_activation_reads_y(f) ? cg_act_node(d, b) : b) ? b : -1;
 }
 
-/* A BatchNorm's activation (MobileNetV2's BatchNorm + ReLU6, an MBConv's + SiLU)
-   differentiated where its gradient is read: an activation gradient whose only
-   readers are the BatchNorm gradients of the bn_apply that applied it is computed
-   by bn_grad_params's kernel as it reads dy, the activation's input recomputed from
-   the BatchNorm's input (bn_apply's multiply-add, the same bits), and stored there
-   for bn_grad_x: one pass over dy where a kernel of its own read dy and the
-   activation's input or output and wrote the gradient that bn_grad_params read
-   back. Where the activation's gradients are all folded so, nothing reads its
-   input any more: the activation is applied in place, one store fewer. */
 /* CPUs (codegen/attention.c): an attention op's statistics and output one kernel, its gradients
    another. Each kernel makes a head's scores [Tq, Tk] again, a block of queries at a time: the
    forward's two kernels made them twice, the gradients' three three times. The grouped gradients
@@ -380,6 +375,15 @@ static void fuse_attention_ops(const Graph *g, CgDecisions *d)
     }
 }
 
+/* A BatchNorm's activation (MobileNetV2's BatchNorm + ReLU6, an MBConv's + SiLU)
+   differentiated where its gradient is read: an activation gradient whose only
+   readers are the BatchNorm gradients of the bn_apply that applied it is computed
+   by bn_grad_params's kernel as it reads dy, the activation's input recomputed from
+   the BatchNorm's input (bn_apply's multiply-add, the same bits), and stored there
+   for bn_grad_x: one pass over dy where a kernel of its own read dy and the
+   activation's input or output and wrote the gradient that bn_grad_params read
+   back. Where the activation's gradients are all folded so, nothing reads its
+   input any more: the activation is applied in place, one store fewer. */
 static void fuse_bn_grad_acts(const Graph *g, CgDecisions *d, const int *uses)
 {
     for (int ga = 0; ga < g->n; ga++) {
