@@ -49,6 +49,7 @@ NETS = {
     "efficientnet_like": ("tests/nets/like/efficientnet.net", 0, 128),
     "convnext_like": ("tests/nets/like/convnext.net", 0, 128),
     "vit": ("nets/vit.net", 0, 128),
+    "mixer": ("nets/mixer.net", 0, 128),
 }
 
 
