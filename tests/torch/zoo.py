@@ -418,8 +418,10 @@ class ViT(nn.Module):
         return self.head(x[:, 0])
 
 
-def vit(classes=10, channels=1, image=28, patch=4, d=128, hidden=256, heads=4, blocks=2, p=0.1):
-    return ViT(classes, channels, image, patch, d, hidden, heads, blocks, p)
+def vit(classes=10, channels=1, image=28, patch=4, d=128, hidden=256, heads=4, blocks=2, p=0.1, label_smoothing=0.0):
+    m = ViT(classes, channels, image, patch, d, hidden, heads, blocks, p)
+    m.label_smoothing = label_smoothing   # the loss's (ref.py and the benchmarks read it)
+    return m
 
 
 class _MixerMlp(nn.Module):
