@@ -265,6 +265,7 @@ int cg_bn_grad_act_bn(const CgDecisions *d, int params);
    scores, or -1 (none, or not grouped). */
 int cg_attn_out(const CgDecisions *d, int stats);
 int cg_attn_grad(const CgDecisions *d, int first, int which);
+int cg_ln_apply(const CgDecisions *d, int stats);   /* ln_stats: the ln_apply its kernel computes too, or -1 */
 
 /* ---- The setters, for the passes (fuse.c, conv.c); each sets both sides of a pair. */
 void cg_set_conv(CgDecisions *d, int id, ConvStrategy form, const char *why);

@@ -66,6 +66,7 @@ struct CgNode {
     int grad_act;             /* bn_grad_params: the activation gradient folded in (fused into it), or -1 */
     int grad_act_bn;          /* such a bn_grad_params: the bn_apply that applied the activation, or -1 */
     int attn_out;             /* attention_stats: the attention computed by its kernel (fused into it), or -1 */
+    int ln_apply;             /* ln_stats: the ln_apply computed by its kernel (fused into it), or -1 */
     int attn_grad[3];         /* the first of an attention op's gradients: its dq, dk and dv nodes (each -1 where
                                  absent), computed by its kernel (the others fused into it); all -1 elsewhere */
 };
@@ -78,7 +79,7 @@ void cg_decisions_init(CgDecisions *d, const Graph *g, Arena *a)
     for (int id = 0; id <= g->n; id++)
         d->node[id] = (CgNode){ .fused = -1, .conv = -1, .stats_of = -1, .stats_by = -1, .pool_of = -1, .pool_by = -1,
                                 .bn_into_add = -1, .wgrad_pool = -1, .wgrad_bias = -1, .act = -1,
-                                .act_node = -1, .ew_into_add = -1, .grad_act = -1, .grad_act_bn = -1, .attn_out = -1,
+                                .act_node = -1, .ew_into_add = -1, .grad_act = -1, .grad_act_bn = -1, .attn_out = -1, .ln_apply = -1,
                                 .attn_grad = { -1, -1, -1 } };
 }
 
@@ -108,6 +109,7 @@ int cg_bn_grad_act(const CgDecisions *d, int params) { return d->node[params].gr
 int cg_bn_grad_act_bn(const CgDecisions *d, int params) { return d->node[params].grad_act_bn; }
 int cg_attn_out(const CgDecisions *d, int stats) { return d->node[stats].attn_out; }
 int cg_attn_grad(const CgDecisions *d, int first, int which) { return d->node[first].attn_grad[which]; }
+int cg_ln_apply(const CgDecisions *d, int stats) { return d->node[stats].ln_apply; }
 
 /* -------------------------------------------------------------- the setters */
 
@@ -193,6 +195,13 @@ static void fuse_attn_grads(CgDecisions *d, const int *ids)
         d->node[first].attn_grad[w] = ids[w];
         if (ids[w] >= 0 && ids[w] != first) fuse_into(d, ids[w], first);
     }
+}
+
+/* CPUs: LayerNorm's apply a computed by its statistics' kernel, each row of x read once. */
+static void fuse_ln_apply(CgDecisions *d, int stats, int a)
+{
+    fuse_into(d, a, stats);
+    d->node[stats].ln_apply = a;
 }
 
 /* Input x of add normalised (a bn_apply) or computed (a mul or sub) by the add's kernel as it reads. */
@@ -375,6 +384,21 @@ static void fuse_attention_ops(const Graph *g, CgDecisions *d)
     }
 }
 
+/* CPUs (codegen/layernorm.c): a LayerNorm over rows (tokens, features: each normalised row
+   contiguous) one kernel, a row's statistics and then its values while the row is in cache, where
+   the apply read x again. */
+static void fuse_layernorm_ops(const Graph *g, CgDecisions *d)
+{
+    for (int id = 0; id < g->n; id++) {
+        const Node *n = &g->nodes[id];
+        if (n->op != OP_LN_APPLY || cg_fused_into(d, id) >= 0) continue;
+        int st = n->in[1];
+        if (g->nodes[st].op == OP_LN_STATS && g->nodes[st].in[0] == n->in[0] && ir_ln_positions(&n->shape) == 1 &&
+            cg_fused_into(d, st) < 0 && cg_ln_apply(d, st) < 0)
+            fuse_ln_apply(d, st, id);
+    }
+}
+
 /* A BatchNorm's activation (MobileNetV2's BatchNorm + ReLU6, an MBConv's + SiLU)
    differentiated where its gradient is read: an activation gradient whose only
    readers are the BatchNorm gradients of the bn_apply that applied it is computed
@@ -514,6 +538,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
     if (opt->fuse) fuse_bn_grad_acts(g, d, uses);
     if (opt->fuse && opt->cpu_only) fuse_pooled_wgrad(g, d, uses);
     if (opt->fuse && opt->cpu_only) fuse_attention_ops(g, d);
+    if (opt->fuse && opt->cpu_only) fuse_layernorm_ops(g, d);
     free(uses);
     if (opt->fuse) fuse_sgd(g, d, !opt->cpu_only);
 }

@@ -335,6 +335,18 @@ int cg_out_buf(Lower *L, int node)
    prefetched 4 images ahead (the rows are a stride of C * HW apart, too
    far and too short for the hardware prefetcher: without it these passes
    wait on memory). */
+const char *cg_name_accs(Lower *L, const char *body, int nacc, const char *const *accs, const char *suffix)
+{
+    char *text = arena_printf(L->p->arena, "%s", body);
+    for (int a = 0; a < nacc; a++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "A%d", a);
+        for (char *hit; (hit = strstr(text, tag));)
+            text = arena_printf(L->p->arena, "%.*s%s%s%s", (int)(hit - text), text, accs[a], suffix, hit + strlen(tag));
+    }
+    return text;
+}
+
 void cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, int nacc, const char *const *accs,
                   const char *reads, const char *body)
 {
@@ -347,15 +359,7 @@ void cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, 
         r += len;
     }
     /* body with An -> accs[n]_l[l] (lanes), and -> accs[n]_l[0] (the tail) */
-    char *in_lanes = arena_printf(L->p->arena, "%s", body), *tail = arena_printf(L->p->arena, "%s", body);
-    for (int a = 0; a < nacc; a++) {
-        char tag[16];
-        snprintf(tag, sizeof tag, "A%d", a);
-        for (char *hit; (hit = strstr(in_lanes, tag));)
-            in_lanes = arena_printf(L->p->arena, "%.*s%s_l[l]%s", (int)(hit - in_lanes), in_lanes, accs[a], hit + strlen(tag));
-        for (char *hit; (hit = strstr(tail, tag));)
-            tail = arena_printf(L->p->arena, "%.*s%s_l[0]%s", (int)(hit - tail), tail, accs[a], hit + strlen(tag));
-    }
+    const char *in_lanes = cg_name_accs(L, body, nacc, accs, "_l[l]"), *tail = cg_name_accs(L, body, nacc, accs, "_l[0]");
     for (int a = 0; a < nacc; a++)
         cg_body(L, "        %s %s_l[%s];\n        for (int l = 0; l < %s; l++) %s_l[l] = 0;\n", type, accs[a], lanes, lanes, accs[a]);
     cg_body(L, "        BLOCK_LOOP2(k, N, j, %d / %s) {\n"

@@ -163,6 +163,8 @@ void cg_rows_body(Lower *L, Dim rows, long len, const char *setup, const char *s
    (see kernel.c): the reductions' inner loop, written once. */
 void  cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW, int nacc, const char *const *accs,
                    const char *reads, const char *body);
+/* body ("A0 += x[at]; A1 += ...") with each An (n < nacc) named accs[n] followed by suffix ("_l[l]") */
+const char *cg_name_accs(Lower *L, const char *body, int nacc, const char *const *accs, const char *suffix);
 /* GPUs: the slices of the batch a per-channel reduction over C channels is split
    into, a block each, so that few channels still fill the GPU (about
    CG_FILL_BLOCKS blocks in all, at most 64 slices); 1 on the C target. */

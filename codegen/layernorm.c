@@ -24,13 +24,118 @@ static const char *rows_text(Lower *L, Dim rows)
     return rows.c == 1 ? "N" : cg_work_str(L, rows);
 }
 
+/* Rows of C contiguous floats (P == 1: tokens, features), in a FOR_EACH over them: sums over
+   a row into the doubles accs[0..nacc), declared here, body ("A0 += xp[cc]; ...") adding its
+   element cc to A0, A1, ... C: MGC_DLANES partial sums each (the compiler vectorises them; one
+   chain waits on the add's latency: 8 cycles an element), combined in lane order; CUDA: one
+   lane, the row's order. */
+static void row_sums(Lower *L, int C, int nacc, const char *const *accs, const char *body)
+{
+    const char *lane = cg_name_accs(L, body, nacc, accs, "_l[l]");
+    for (int a = 0; a < nacc; a++) cg_body(L, "        double %s_l[MGC_DLANES] = { 0 }, %s = 0.0;\n", accs[a], accs[a]);
+    cg_text(L, "        {\n"
+               "            int c0 = 0;\n"
+               "            for (; c0 + MGC_DLANES <= $C; c0 += MGC_DLANES)\n"
+               "                for (int l = 0; l < MGC_DLANES; l++) { const int cc = c0 + l; $lane }\n"
+               "            for (int l = 0; c0 + l < $C; l++) { const int cc = c0 + l; $lane }\n"
+               "        }\n",
+            cg_n("C", C), cg_s("lane", lane));
+    for (int a = 0; a < nacc; a++) cg_body(L, "        for (int l = 0; l < MGC_DLANES; l++) %s += %s_l[l];\n", accs[a], accs[a]);
+}
+
+/* In a FOR_EACH(row, ...) over rows of C: the row's mean and 1/sqrt(var + eps) (two passes) into
+   stats[row * 2] and [row * 2 + 1]; xp the row */
+static void row_stats(Lower *L, int C, double eps)
+{
+    cg_body(L, "        const float *xp = x + row * %dL;\n", C);
+    row_sums(L, C, 1, (const char *const[]){ "s" }, "A0 += xp[cc];");
+    cg_body(L, "        const double mean = s / %d.0;\n", C);
+    row_sums(L, C, 1, (const char *const[]){ "q" }, "double d = xp[cc] - mean; A0 += d * d;");
+    cg_body(L, "        stats[row * 2] = (float)mean;\n"
+               "        stats[row * 2 + 1] = (float)(1.0 / sqrt(q / %d.0 + %s));\n", C, cg_f64(L, eps));
+}
+
+/* In a FOR_EACH(row, ...) over rows of C: y's row from x's (xp) and its stats */
+static void row_apply(Lower *L, int C)
+{
+    cg_text(L, "        const float m = stats[row * 2], is = stats[row * 2 + 1];\n"
+               "        float *yp = y + row * ${C}L;\n"
+               "        for (int c = 0; c < $C; c++) yp[c] = (xp[c] - m) * is * gamma[c] + beta[c];\n",
+            cg_n("C", C));
+}
+
+/* CPUs, rows of C (P == 1): stats, and where ln_apply is fused in (cg_ln_apply) y from the
+   same row while it is in cache, a row per iteration */
+static void ln_rows(Lower *L, int id, Dim rows, int C)
+{
+    const Node *n = &L->g->nodes[id];
+    int ap = cg_ln_apply(L->dec, id);
+    const Node *a = ap >= 0 ? &L->g->nodes[ap] : NULL;
+    int b[5] = { cg_out_buf(L, id), buf_of(L, n->in[0]), -1, -1, -1 };
+    if (a) b[2] = cg_out_buf(L, ap), b[3] = buf_of(L, a->in[2]), b[4] = buf_of(L, a->in[3]);
+    cg_kernel(L, id, a ? "layernorm" : "ln_stats", rows, a ? 5 : 2, b,
+              (const char *const[]){ "=stats", "x", "=y", "gamma", "beta" })->grain = C;
+    cg_body(L, "    /* x [%s, %d]: each row's mean and 1/sqrt(var + eps)%s; a row an iteration */\n", rows_text(L, rows), C,
+            a ? ", and y = (x - mean) * invstd * gamma + beta" : "");
+    cg_body(L, "    FOR_EACH(row, %s) {\n", cg_work_str(L, rows));
+    row_stats(L, C, n->attr.eps);
+    if (a) row_apply(L, C);
+    cg_body(L, "    }\n");
+    cg_end_kernel(L);
+}
+
+/* CPUs, x [rows, C, P] (P > 1: a position's C values P apart): a FOR_EACH over blocks of 8
+   positions of a row, body once for a whole block ($W 8) and once for the row's last (w), with
+   xp (x at the block's first position) and so (its index in stats [rows, 2, P]); $C, $P and
+   $eps (eps, where given) bound. A position an iteration summed its channels in one chain, waiting on the
+   add's latency; eight side by side vectorise, each position's sums in the same order. */
+static void position_blocks(Lower *L, Dim rows, int P, int C, const char *body, const char *eps)
+{
+    const char *full = eps ? cg_str(L, body, cg_n("C", C), cg_n("P", P), cg_s("W", "8"), cg_s("eps", eps))
+                           : cg_str(L, body, cg_n("C", C), cg_n("P", P), cg_s("W", "8"));
+    const char *last = eps ? cg_str(L, body, cg_n("C", C), cg_n("P", P), cg_s("W", "w"), cg_s("eps", eps))
+                           : cg_str(L, body, cg_n("C", C), cg_n("P", P), cg_s("W", "w"));
+    cg_text(L, "    FOR_EACH(blk, $work) {\n"
+               "        const long img = blk / $PB, p0 = blk % $PB * 8;\n"
+               "        const long at = img * ${CP}L + p0, so = img * ${P2}L + p0;\n"
+               "        const float *xp = x + at;\n"
+               "        if (p0 + 8 <= $P) {\n$full"
+               "        } else {\n"
+               "            const int w = (int)($P - p0);\n$last"
+               "        }\n"
+               "    }\n",
+            cg_s("work", cg_work_str(L, dimn(rows.c * ((P + 7) / 8)))), cg_n("PB", (P + 7) / 8), cg_n("CP", (long)C * P),
+            cg_n("P2", 2L * P), cg_n("P", P), cg_s("full", full), cg_s("last", last));
+}
+
 /* x -> stats [N, 2, P]: one position per iteration */
 void cg_lower_ln_stats(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     int C, P;
     Dim rows = ln_dims(&L->g->nodes[n->in[0]].shape, &C, &P), work = dimn(rows.c * P);
+    if (P == 1 && L->dec->cpu_only) {
+        ln_rows(L, id, rows, C);
+        return;
+    }
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    if (L->dec->cpu_only) {
+        cg_kernel(L, id, "ln_stats", dimn(rows.c * ((P + 7) / 8)), 2, b, (const char *const[]){ "=stats", "x" })->grain = 8L * C;
+        cg_body(L, "    /* x [N, %d, %d]: each position's mean and 1/sqrt(var + eps) over the %d channels, 8 positions an\n"
+                   "       iteration (side by side: each position's sums in channel order) */\n", C, P, C);
+        position_blocks(L, rows, P, C,
+                        "            double s[8] = { 0 }, q[8] = { 0 }, mean[8];\n"
+                        "            for (int c = 0; c < $C; c++) for (int t = 0; t < $W; t++) s[t] += xp[(long)c * $P + t];\n"
+                        "            for (int t = 0; t < $W; t++) mean[t] = s[t] / $C.0;\n"
+                        "            for (int c = 0; c < $C; c++)\n"
+                        "                for (int t = 0; t < $W; t++) { double d = xp[(long)c * $P + t] - mean[t]; q[t] += d * d; }\n"
+                        "            for (int t = 0; t < $W; t++) {\n"
+                        "                stats[so + t] = (float)mean[t];\n"
+                        "                stats[so + $P + t] = (float)(1.0 / sqrt(q[t] / $C.0 + $eps));\n"
+                        "            }\n", cg_f64(L, n->attr.eps));
+        cg_end_kernel(L);
+        return;
+    }
     cg_kernel(L, id, "ln_stats", work, 2, b, (const char *const[]){ "=stats", "x" })->grain = C;
     cg_body(L, "    /* x [N, %d, %d]: each position's mean and 1/sqrt(var + eps) over the %d channels */\n", C, P, C);
     cg_body(L, "    FOR_EACH(pos, %s) {\n"
@@ -53,6 +158,15 @@ void cg_lower_ln_apply(Lower *L, int id)
     int C, P;
     Dim rows = ln_dims(&n->shape, &C, &P), work = dimn(rows.c * C);
     int b[5] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]) };
+    if (P == 1 && L->dec->cpu_only) {   /* a row an iteration (an element each was 5 ns) */
+        cg_kernel(L, id, "ln_apply", rows, 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta" })->grain = C;
+        cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta; rows [%s, %d] */\n", rows_text(L, rows), C);
+        cg_body(L, "    FOR_EACH(row, %s) {\n        const float *xp = x + row * %dL;\n", cg_work_str(L, rows), C);
+        row_apply(L, C);
+        cg_body(L, "    }\n");
+        cg_end_kernel(L);
+        return;
+    }
     cg_kernel(L, id, "ln_apply", work, 5, b, (const char *const[]){ "=y", "x", "stats", "gamma", "beta" })->grain = P;
     cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta; planes [%s*%d, %d] */\n", rows.c == 1 ? "N" : cg_work_str(L, rows), C, P);
     cg_body(L, "    FOR_EACH(plane, %s) {\n"
@@ -112,7 +226,45 @@ void cg_lower_ln_grad_x(Lower *L, int id)
     int C, P;
     Dim rows = ln_dims(&n->shape, &C, &P), work = dimn(rows.c * P);
     int b[5] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), buf_of(L, n->in[2]), buf_of(L, n->in[3]) };
+    if (P > 1 && L->dec->cpu_only) {
+        cg_kernel(L, id, "ln_grad_x", dimn(rows.c * ((P + 7) / 8)), 5, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy" })->grain = 8L * C;
+        cg_body(L, "    /* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, means over the %d channels;\n"
+                   "       8 positions an iteration */\n", C);
+        position_blocks(L, rows, P, C,
+                        "            float mean[8], is[8], mg[8], mgx[8];\n"
+                        "            double sg[8] = { 0 }, sgx[8] = { 0 };\n"
+                        "            for (int t = 0; t < $W; t++) { mean[t] = stats[so + t]; is[t] = stats[so + $P + t]; }\n"
+                        "            for (int c = 0; c < $C; c++)\n"
+                        "                for (int t = 0; t < $W; t++) {\n"
+                        "                    float g = dy[at + (long)c * $P + t] * gamma[c], xh = (xp[(long)c * $P + t] - mean[t]) * is[t];\n"
+                        "                    sg[t] += g; sgx[t] += (double)g * xh;\n"
+                        "                }\n"
+                        "            for (int t = 0; t < $W; t++) { mg[t] = (float)(sg[t] / $C.0); mgx[t] = (float)(sgx[t] / $C.0); }\n"
+                        "            for (int c = 0; c < $C; c++)\n"
+                        "                for (int t = 0; t < $W; t++) {\n"
+                        "                    float g = dy[at + (long)c * $P + t] * gamma[c], xh = (xp[(long)c * $P + t] - mean[t]) * is[t];\n"
+                        "                    dx[at + (long)c * $P + t] = is[t] * (g - mg[t] - xh * mgx[t]);\n"
+                        "                }\n", NULL);
+        cg_end_kernel(L);
+        return;
+    }
     cg_kernel(L, id, "ln_grad_x", work, 5, b, (const char *const[]){ "=dx", "x", "stats", "gamma", "dy" })->grain = C;
+    if (P == 1 && L->dec->cpu_only) {   /* rows of C: the sums in lanes */
+        cg_body(L, "    /* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, means over rows of %d */\n", C);
+        cg_text(L, "    FOR_EACH(row, $rows) {\n"
+                   "        const long at = row * ${C}L;\n"
+                   "        const float mean = stats[row * 2], is = stats[row * 2 + 1];\n",
+                cg_s("rows", cg_work_str(L, work)), cg_n("C", C));
+        row_sums(L, C, 2, (const char *const[]){ "sg", "sgx" },
+                 "float g = dy[at + cc] * gamma[cc], xh = (x[at + cc] - mean) * is; A0 += g; A1 += (double)g * xh;");
+        cg_text(L, "        const float mg = (float)(sg / $C.0), mgx = (float)(sgx / $C.0);\n"
+                   "        for (int c = 0; c < $C; c++) {\n"
+                   "            float g = dy[at + c] * gamma[c], xh = (x[at + c] - mean) * is;\n"
+                   "            dx[at + c] = is * (g - mg - xh * mgx);\n        }\n    }\n",
+                cg_n("C", C));
+        cg_end_kernel(L);
+        return;
+    }
     cg_body(L, "    /* dx = invstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, means over the %d channels */\n", C);
     cg_body(L, "    FOR_EACH(pos, %s) {\n"
                "        const long img = pos / %d, p = pos %% %d;\n"
