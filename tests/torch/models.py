@@ -476,6 +476,22 @@ class OpTokens(nn.Module):
         return self.fc(h.select(1, 0) + self.l2(h.transpose(1, 2).select(1, 2)))
 
 
+class OpTranspose(nn.Module):
+    """tests/nets/op_transpose.net: transposes moving the last dimension (blocks of 8 and their
+    remainders), across a dimension between, and keeping rows whole"""
+    def __init__(self):
+        super().__init__()
+        self.l0, self.l1 = nn.Linear(11, 11), nn.Linear(9, 4)
+        self.fa, self.fb, self.fc = nn.Linear(297, 10), nn.Linear(297, 10), nn.Linear(132, 10)
+
+    def forward(self, x):
+        h = self.l0(x)
+        a = F.gelu(h.transpose(1, 3))
+        b = h.transpose(1, 2)
+        c = self.l1(h.flatten(2).transpose(1, 2))
+        return self.fa(a.flatten(1)) + self.fb(b.flatten(1)) + self.fc(c.flatten(1))
+
+
 class OpReduce(nn.Module):
     """tests/nets/op_reduce.net: sum, mean (keepdim too) and softmax along a dimension"""
     def __init__(self):
@@ -839,6 +855,7 @@ BUILDERS = {
     "tests/nets/op_scale.net": (OpScale, (3, 6, 6)),
     "tests/nets/op_attention_long.net": (OpAttentionLong, (70, 4)),
     "tests/nets/op_tokens.net": (OpTokens, (3, 4, 5)),
+    "tests/nets/op_transpose.net": (OpTranspose, (9, 3, 11)),
     "tests/nets/op_reduce.net": (OpReduce, (3, 6, 6)),
     "tests/nets/op_pool_modes.net": (OpPoolModes, (3, 8, 9)),
     "tests/nets/op_upsample_bilinear.net": (OpUpsampleBilinear, (3, 5, 7)),
