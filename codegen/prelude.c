@@ -10,6 +10,7 @@
 **   expf, tanhf, erff  C: mgc's own, branch-free so that loops of them vectorise (the C
 **                    prelude says how, and how close); CUDA: CUDA's
 **   mgc_tanh_softplus(x)  tanh(log(1 + e^x)) without a log (Mish)
+**   mgc_gelu_grad(x) GELU's derivative (C: erf's exponential shared with phi's)
 **   mgc_keep(v, k)   v where k is non-zero, else +0.0f (v's bits kept, even a NaN's or an
 **                    infinity's): C: by masking the bits, which compilers keep branch-free
 **                    (a float select on data-dependent conditions may become a branch that
@@ -124,7 +125,7 @@ static const char prelude_c[] =
     "    float big = 1.0f - 2.0f / (mgc_expf(2.0f * a) + 1.0f);\n"
     "    return x != x ? x : __builtin_copysignf(a < 0.55f ? small : big, x);\n"
     "}\n"
-    "static inline __attribute__((always_inline)) float mgc_erff(float x)\n"
+    "static inline __attribute__((always_inline)) float mgc_erff_e(float x, float e)   /* e = e^-x^2 */\n"
     "{\n"
     "    float a = __builtin_fabsf(x), s = a * a;\n"
     "    float small = a * (1.128379167e+00f + s * (-3.761263590e-01f + s * (1.128372540e-01f + s * (-2.686097921e-02f +\n"
@@ -132,8 +133,16 @@ static const char prelude_c[] =
     "    float t = 1.0f / (1.0f + 0.5f * a);\n"
     "    float g = -1.355299816e-04f + t * (2.845925875e-01f + t * (2.620671309e-01f + t * (3.377840735e-01f + t * (-7.750006129e-02f +\n"
     "              t * (5.201438862e-01f + t * (-4.271320494e-01f + t * (9.387584934e-02f + t * 6.377271754e-03f)))))));\n"
-    "    float big = a >= 4.0f ? 1.0f : 1.0f - mgc_expf(-s) * g;\n"
+    "    float big = a >= 4.0f ? 1.0f : 1.0f - e * g;\n"
     "    return x != x ? x : __builtin_copysignf(a < 0.85f ? small : big, x);\n"
+    "}\n"
+    "static inline __attribute__((always_inline)) float mgc_erff(float x) { return mgc_erff_e(x, mgc_expf(-(x * x))); }\n"
+    "/* GELU's derivative Phi(x) + x phi(x), phi(x) = e^(-x^2 / 2) / sqrt(2 pi): the e^-z^2 that\n"
+    "   erf(z), z = x / sqrt 2, needs, made once */\n"
+    "static inline __attribute__((always_inline)) float mgc_gelu_grad(float x)\n"
+    "{\n"
+    "    float z = x * 0.70710678118654752f, e = mgc_expf(-(z * z));\n"
+    "    return 0.5f * (1.0f + mgc_erff_e(z, e)) + x * 0.39894228040143268f * e;\n"
     "}\n"
     "#define expf(x) mgc_expf(x)\n"
     "#define tanhf(x) mgc_tanhf(x)\n"
@@ -520,6 +529,11 @@ static const char prelude_cuda[] =
     "#define MGC_INF __int_as_float(0x7f800000)\n"
     "#define MGC_NAN __int_as_float(0x7fc00000)\n"
     "#define KERNEL(name) extern \"C\" __global__ void name\n"
+    "/* GELU's derivative Phi(x) + x phi(x) (the C prelude's shares erf's exponential) */\n"
+    "DEVICE_FN float mgc_gelu_grad(float x)\n"
+    "{\n"
+    "    return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);\n"
+    "}\n"
     "#define FOR_EACH(i, n) \\\n"
     "    for (long i##_n = (n), i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < i##_n; \\\n"
     "         i += (long)blockDim.x * gridDim.x)\n"
