@@ -90,11 +90,14 @@ static void query_row(Lower *L, const Attn *a, const char *t, const char *ti)
             (long)a->H * a->Tq, a->Tq, a->H, a->Tq, ti, t, a->Tq, a->D, a->dh);
 }
 
-/* The keys query i sees: [0, jend) */
-static const char *keys_end(Lower *L, const Attn *a)
+/* The keys query `query` (an expression: "i", or "i0 + i" in a block) sees: [0, jend) */
+static const char *keys_end_of(Lower *L, const Attn *a, const char *query)
 {
-    return a->causal ? arena_printf(L->p->arena, "i + 1 < %d ? i + 1 : %d", a->Tk, a->Tk) : arena_printf(L->p->arena, "%d", a->Tk);
+    return a->causal ? arena_printf(L->p->arena, "%s + 1 < %d ? %s + 1 : %d", query, a->Tk, query, a->Tk)
+                     : arena_printf(L->p->arena, "%d", a->Tk);
 }
+
+static const char *keys_end(Lower *L, const Attn *a) { return keys_end_of(L, a, "i"); }
 
 /* "float s = a . b" over a head's dh features: four partial sums where dh allows (four
    chains of adds instead of one: a product's latency hidden, and vectorisable) */
@@ -169,8 +172,7 @@ static void cpu_blocks_in(Lower *L, const Attn *a, const char *kernel, bool weig
                "                for (int j = 0; j < jend; j++) si[j] = expf(si[j] - lse[r])%s;\n"
                "                for (int j = jend; j < %d; j++) si[j] = 0.0f;\n"
                "            }\n",
-            a->H, a->Tq, a->causal ? arena_printf(L->p->arena, "i0 + i + 1 < %d ? i0 + i + 1 : %d", a->Tk, a->Tk)
-                                   : arena_printf(L->p->arena, "%d", a->Tk), a->Tk, masked ? keep(L, a, "r", "j") : "", a->Tk);
+            a->H, a->Tq, keys_end_of(L, a, "i0 + i"), a->Tk, masked ? keep(L, a, "r", "j") : "", a->Tk);
 }
 
 static void cpu_blocks(Lower *L, const Attn *a, const char *kernel, bool weights, bool grad, bool masked)
@@ -235,7 +237,7 @@ static void cpu_stats(Lower *L, int id, const Attn *a)
                "                for (int j = 0; j < jend; j++) l += expf(si[j] - m);\n"
                "                const float li = m + logf(l);\n"
                "                lse[r] = li;\n",
-            a->H, a->Tq, a->causal ? arena_printf(L->p->arena, "i0 + i + 1 < %d ? i0 + i + 1 : %d", a->Tk, a->Tk) : arena_printf(L->p->arena, "%d", a->Tk),
+            a->H, a->Tq, keys_end_of(L, a, "i0 + i"),
             a->Tk);
     if (att >= 0)
         cg_body(L, "                for (int j = 0; j < jend; j++) si[j] = expf(si[j] - li)%s;\n"
@@ -330,21 +332,16 @@ static void cpu_grads(Lower *L, int id, const Attn *a)
     header(L, a, arena_printf(L->p->arena, "%s from one pass over the scores: dv += (z p)^T do, ds = p (z do v^T - delta), dq = ds k / sqrt(dh), "
                                             "dk += ds^T q / sqrt(dh); a head an iteration, by blocks of queries (CBLAS)",
                               grads_text(L, w)));
-    cpu_blocks_in(L, a, "attention_grad", false, true, false, pz ? 4 : 2);
-    cg_body(L, "            for (int i = 0; i < bq; i++) {\n"
-               "                const long r = (n * %d + h) * %dL + i0 + i;\n"
-               "                const int jend = %s;\n"
-               "                float *si = s + (long)i * %d;\n"
-               "                for (int j = 0; j < jend; j++) si[j] = expf(si[j] - lse[r]);\n"
-               "                for (int j = jend; j < %d; j++) si[j] = 0.0f;\n",
-            a->H, a->Tq, a->causal ? arena_printf(L->p->arena, "i0 + i + 1 < %d ? i0 + i + 1 : %d", a->Tk, a->Tk) : arena_printf(L->p->arena, "%d", a->Tk),
-            a->Tk, a->Tk);
+    cpu_blocks_in(L, a, "attention_grad", true, true, false, pz ? 4 : 2);
     if (pz)   /* each weight's factor z_ij made once, for dv's weights and for ds */
-        cg_body(L, "                float *zi = zk + (long)i * %d;\n"
+        cg_body(L, "            for (int i = 0; i < bq; i++) {\n"
+                   "                const long r = (n * %d + h) * %dL + i0 + i;\n"
+                   "                const float *si = s + (long)i * %d;\n"
+                   "                float *zi = zk + (long)i * %d;\n"
                    "                for (int j = 0; j < %d; j++) zi[j] = 1.0f%s;\n"
-                   "                for (int j = 0; j < %d; j++) pz[(long)i * %d + j] = si[j] * zi[j];\n",
-                a->Tk, a->Tk, keep(L, a, "r", "j"), a->Tk, a->Tk);
-    cg_body(L, "            }\n");
+                   "                for (int j = 0; j < %d; j++) pz[(long)i * %d + j] = si[j] * zi[j];\n"
+                   "            }\n",
+                a->H, a->Tq, a->Tk, a->Tk, a->Tk, keep(L, a, "r", "j"), a->Tk, a->Tk);
     if (w[2] >= 0)
         cg_body(L, "            cblas_sgemm(MGC_ROW_MAJOR, MGC_TRANS, MGC_NO_TRANS, %d, %d, bq, 1.0f, %s, %d, gh + (long)i0 * %d, %d, i0 ? 1.0f : 0.0f,\n"
                    "                        dv + n * %ldL + h * %d, %d);\n",

@@ -266,6 +266,8 @@ int cg_bn_grad_act_bn(const CgDecisions *d, int params);
 int cg_attn_out(const CgDecisions *d, int stats);
 int cg_attn_grad(const CgDecisions *d, int first, int which);
 int cg_ln_apply(const CgDecisions *d, int stats);   /* ln_stats: the ln_apply its kernel computes too, or -1 */
+/* dropout_mask: made by each reader (a mul, or the add it is fused into) as it reads, never stored */
+bool cg_mask_inline(const CgDecisions *d, int mask);
 
 /* ---- The setters, for the passes (fuse.c, conv.c); each sets both sides of a pair. */
 void cg_set_conv(CgDecisions *d, int id, ConvStrategy form, const char *why);

@@ -163,27 +163,62 @@ void cg_bn_scale_shift(Lower *L, int C)
     cg_body(L, "%s", cg_bn_scale_shift_text(L, C, "plane"));
 }
 
+#define DROPOUT_SEED_KEY (1ULL << 49)   /* above any step's index and attention's keys (codegen/attention.c) */
+
+/* Dropout mask m's element at idx (its index in the step's part of the batch) as an expression:
+   0 with probability p, else 1/(1-p), of the run's seed, the mask's key (mask_key) and the
+   element's index in the global batch: the same masks on any number of replicas, wherever made. */
+static const char *mask_value(Lower *L, int m, const char *idx)
+{
+    const Node *n = &L->g->nodes[m];
+    return arena_printf(L->p->arena, "(mgc_uniform(a.seed, (unsigned long long)(a.first * %ldL + %s)) >= %s ? %s : 0.0f)",
+                        dim_of(&n->shape).c, idx, cg_f32(L, n->attr.p), cg_f32(L, 1.0 / (1.0 - n->attr.p)));
+}
+
+/* The seed key of mask m: its place among the net's masks (the same whichever step makes it) */
+static unsigned long long mask_key(const Lower *L, int m)
+{
+    unsigned long long place = 0;
+    for (int id = 0; id < m; id++) place += L->g->nodes[id].op == OP_DROPOUT_MASK;
+    return DROPOUT_SEED_KEY + place;
+}
+
+/* Node in of a kernel read at idx: its buffer (named name, appended to a), or a dropout mask made
+   there (cg_mask_inline; *mask set to it) */
+static const char *read_at(Lower *L, int in, const char *name, const char *idx, CgArgs *a, int *mask)
+{
+    if (cg_mask_inline(L->dec, in)) {
+        *mask = in;
+        return mask_value(L, in, idx);
+    }
+    cg_arg(L, a, buf_of(L, in), "%s", name);
+    return arena_printf(L->p->arena, "%s[%s]", name, idx);
+}
+
 /* Node in's operand of an add's, mul's or sub's kernel as an expression: a
    buffer (named name) or, fused into the add (cg_ew_into_add), a product or
    difference of two (named name_l and name_r), each read at its index: idx(shape)
-   gives it. Appends the buffers to a. */
+   gives it. Appends the buffers to a; a dropout mask made as it is read sets *mask. */
 typedef const char *(*IndexOf)(Lower *L, const Shape *s, const Shape *out);
-static const char *operand(Lower *L, int id, int in, const char *name, IndexOf idx, CgArgs *a)
+static const char *operand(Lower *L, int id, int in, const char *name, IndexOf idx, CgArgs *a, int *mask)
 {
     const Graph *g = L->g;
     const Node *n = &g->nodes[id];
-    if (in != cg_ew_into_add(L->dec, id)) {
-        cg_arg(L, a, buf_of(L, in), "%s", name);
-        return arena_printf(L->p->arena, "%s[%s]", name, idx(L, &g->nodes[in].shape, &n->shape));
-    }
+    if (in != cg_ew_into_add(L->dec, id)) return read_at(L, in, name, idx(L, &g->nodes[in].shape, &n->shape), a, mask);
     const Node *e = &g->nodes[in];
     const char *side[2];
-    for (int k = 0; k < 2; k++) {
-        const char *nm = arena_printf(L->p->arena, "%s_%c", name, k ? 'r' : 'l');
-        cg_arg(L, a, buf_of(L, e->in[k]), "%s", nm);
-        side[k] = arena_printf(L->p->arena, "%s[%s]", nm, idx(L, &g->nodes[e->in[k]].shape, &n->shape));
-    }
+    for (int k = 0; k < 2; k++)
+        side[k] = read_at(L, e->in[k], arena_printf(L->p->arena, "%s_%c", name, k ? 'r' : 'l'),
+                          idx(L, &g->nodes[e->in[k]].shape, &n->shape), a, mask);
     return arena_printf(L->p->arena, "(%s %c %s)", side[0], e->op == OP_MUL ? '*' : '-', side[1]);
+}
+
+/* A kernel that makes dropout mask m as it reads (m >= 0): seeded with the mask's key */
+static void seed_by_mask(Lower *L, Step *s, int m)
+{
+    if (m < 0) return;
+    s->seeded = true;
+    s->seed_key = mask_key(L, m);
 }
 
 /* Indices: the flat loop's (i, or from its coordinates where s broadcasts), and a plane loop's
@@ -216,8 +251,9 @@ void cg_lower_binary(Lower *L, int id)
     int y = cg_out_buf(L, id);
     cg_arg(L, &a, y, "=y");
     if (beside >= 0) cg_arg(L, &a, cg_out_buf(L, beside), "=ya");
-    int other = bn < 0 ? -1 : n->in[0] == bn ? n->in[1] : n->in[0];
-    if (bn >= 0 && beside < 0 && ew < 0 && L->dec->cpu_only && ir_shape_eq(&L->g->nodes[other].shape, &n->shape)) {
+    int other = bn < 0 ? -1 : n->in[0] == bn ? n->in[1] : n->in[0], mask = -1;
+    bool inline_mask = cg_mask_inline(L->dec, n->in[0]) || cg_mask_inline(L->dec, n->in[1]);
+    if (bn >= 0 && beside < 0 && ew < 0 && !inline_mask && L->dec->cpu_only && ir_shape_eq(&L->g->nodes[other].shape, &n->shape)) {
         const Node *bnn = &L->g->nodes[bn];
         int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
         int b6[6] = { y, buf_of(L, bnn->in[0]), buf_of(L, bnn->in[1]), buf_of(L, bnn->in[2]), buf_of(L, bnn->in[3]),
@@ -238,13 +274,13 @@ void cg_lower_binary(Lower *L, int id)
         const Node *bnn = &L->g->nodes[bn];
         int C = n->shape.d[1], HW = n->shape.d[2] * n->shape.d[3];
         for (int k = 0; k < 4; k++) cg_arg(L, &a, buf_of(L, bnn->in[k]), "%s", (const char *[]){ "x", "stats", "gamma", "beta" }[k]);
-        const char *skip = operand(L, id, other, "skip", plane_index, &a);
+        const char *skip = operand(L, id, other, "skip", plane_index, &a, &mask);
         const char *what = ew >= 0 ? arena_printf(L->p->arena, "bn_apply_add_%s", ir_op_name(L->g->nodes[ew].op))
                                    : "bn_apply_add";
         const char *stmt = arena_printf(L->p->arena, "{ float v = (x[plane * %d + k] * scale + shift) + %s; %s }", HW, skip,
                                         cg_store(L, id, "y", arena_printf(L->p->arena, "plane * %d + k", HW), "v"));
         if (!L->dec->cpu_only) {   /* GPUs: an element per thread (cg_rows_body) */
-            cg_kernel_args(L, id, what, cg_rows_work(dimn(C), HW), &a);
+            seed_by_mask(L, cg_kernel_args(L, id, what, cg_rows_work(dimn(C), HW), &a), mask);
             cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + %s; one element per iteration, planes [N*%d, %d] */\n",
                     skip, C, HW);
             cg_rows_body(L, dimn(C), HW,
@@ -252,7 +288,9 @@ void cg_lower_binary(Lower *L, int id)
             cg_end_kernel(L);
             return;
         }
-        cg_kernel_args(L, id, what, dimn(C), &a)->grain = HW;
+        Step *st = cg_kernel_args(L, id, what, dimn(C), &a);
+        st->grain = HW;
+        seed_by_mask(L, st, mask);
         cg_body(L, "    /* y = (x - mean) * invstd * gamma + beta (the fused BatchNorm) + %s; planes [N*%d, %d] */\n", skip, C, HW);
         cg_body(L, "    FOR_EACH(plane, %s) {\n", cg_work_str(L, dimn(C)));
         cg_bn_scale_shift(L, C);
@@ -264,7 +302,7 @@ void cg_lower_binary(Lower *L, int id)
     const char *W = cg_work_str(L, work);
     const Shape *ls = &L->g->nodes[n->in[0]].shape, *rs = &L->g->nodes[n->in[1]].shape;
     bool same = ir_shape_eq(ls, &n->shape) && ir_shape_eq(rs, &n->shape);
-    if (beside < 0 && ew < 0 && !same && act < 0) {   /* broadcast: each input's index from the output's coordinates */
+    if (beside < 0 && ew < 0 && !same && act < 0 && !inline_mask) {   /* broadcast: each input's index from the output's coordinates */
         int b3[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
         cg_kernel(L, id, ir_op_name(n->op), work, 3, b3, (const char *const[]){ "=y", "lhs", "rhs" });
         cg_body(L, "    /* y %s = lhs %s %c rhs %s, broadcast */\n", ir_shape_str(L->p->arena, &n->shape), ir_shape_str(L->p->arena, ls), op,
@@ -275,7 +313,7 @@ void cg_lower_binary(Lower *L, int id)
         cg_end_kernel(L);
         return;
     }
-    if (beside < 0 && ew < 0 && same && (act < 0 || n->op == OP_ADD)) {
+    if (beside < 0 && ew < 0 && same && (act < 0 || n->op == OP_ADD) && !inline_mask) {
         int b3[3] = { y, buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
         cg_kernel(L, id, ir_op_name(n->op), work, 3, b3, (const char *const[]){ "=y", "lhs", "rhs" });
         if (act >= 0)
@@ -289,11 +327,10 @@ void cg_lower_binary(Lower *L, int id)
     }
     /* broadcast, a product or difference fused in, or an activation after a mul or sub, or stored beside:
        each operand's index from the output's coordinates where its shape differs */
-    const char *lhs = operand(L, id, n->in[0], "lhs", flat_index, &a);
-    const char *rhs = operand(L, id, n->in[1], "rhs", flat_index, &a);
-    cg_kernel_args(L, id, ew >= 0 ? arena_printf(L->p->arena, "%s_%s", ir_op_name(L->g->nodes[ew].op), ir_op_name(n->op))
-                                  : ir_op_name(n->op),
-                   work, &a);
+    const char *lhs = operand(L, id, n->in[0], "lhs", flat_index, &a, &mask);
+    const char *rhs = operand(L, id, n->in[1], "rhs", flat_index, &a, &mask);
+    const char *what = ew >= 0 ? arena_printf(L->p->arena, "%s_%s", ir_op_name(L->g->nodes[ew].op), ir_op_name(n->op)) : ir_op_name(n->op);
+    seed_by_mask(L, cg_kernel_args(L, id, mask >= 0 ? arena_printf(L->p->arena, "%s_dropout", what) : what, work, &a), mask);
     cg_body(L, "    /* y %s = %s %c %s%s */\n", ir_shape_str(L->p->arena, &n->shape), lhs, op, rhs, same ? "" : ", broadcast");
     cg_body(L, "    FOR_EACH(i, %s) {\n", W);
     bool coords = !same;
@@ -386,10 +423,8 @@ void cg_lower_dropout_mask(Lower *L, int id)
     Dim work = dim_of(&n->shape);
     const char *W = cg_work_str(L, work);
     int y = cg_out_buf(L, id);
-    Step *s = cg_kernel(L, id, "dropout_mask", work, 1, &y, (const char *const[]){ "=mask" });
-    s->seeded = true;
+    seed_by_mask(L, cg_kernel(L, id, "dropout_mask", work, 1, &y, (const char *const[]){ "=mask" }), id);
     cg_body(L, "    /* counted from the global batch's first example: the same masks on any number of replicas */\n"
-               "    FOR_EACH(i, %s) {\n        mask[i] = mgc_uniform(a.seed, (unsigned long long)(a.first * %ldL + i)) >= %s ? %s : 0.0f;\n    }\n",
-            W, work.c, cg_f32(L, n->attr.p), cg_f32(L, 1.0 / (1.0 - n->attr.p)));
+               "    FOR_EACH(i, %s) {\n        mask[i] = %s;\n    }\n", W, mask_value(L, id, "i"));
     cg_end_kernel(L);
 }

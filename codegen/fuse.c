@@ -67,6 +67,7 @@ struct CgNode {
     int grad_act_bn;          /* such a bn_grad_params: the bn_apply that applied the activation, or -1 */
     int attn_out;             /* attention_stats: the attention computed by its kernel (fused into it), or -1 */
     int ln_apply;             /* ln_stats: the ln_apply computed by its kernel (fused into it), or -1 */
+    bool mask_inline;         /* dropout_mask: made by each of its readers where it reads (fused into the first) */
     int attn_grad[3];         /* the first of an attention op's gradients: its dq, dk and dv nodes (each -1 where
                                  absent), computed by its kernel (the others fused into it); all -1 elsewhere */
 };
@@ -110,6 +111,7 @@ int cg_bn_grad_act_bn(const CgDecisions *d, int params) { return d->node[params]
 int cg_attn_out(const CgDecisions *d, int stats) { return d->node[stats].attn_out; }
 int cg_attn_grad(const CgDecisions *d, int first, int which) { return d->node[first].attn_grad[which]; }
 int cg_ln_apply(const CgDecisions *d, int stats) { return d->node[stats].ln_apply; }
+bool cg_mask_inline(const CgDecisions *d, int mask) { return d->node[mask].mask_inline; }
 
 /* -------------------------------------------------------------- the setters */
 
@@ -384,6 +386,46 @@ static void fuse_attention_ops(const Graph *g, CgDecisions *d)
     }
 }
 
+/* Reader r of dropout mask m, a product of it and a tensor of its shape, may make the mask as it
+   reads: computed by its own kernel or by an add's (cg_ew_into_add) that reads no other mask (a
+   kernel has one seed, so one mask). */
+static bool mask_reader_fits(const Graph *g, const CgDecisions *d, int r, int m)
+{
+    const Node *n = &g->nodes[r];
+    if (n->op != OP_MUL || n->nin != 2 || !ir_shape_eq(&n->shape, &g->nodes[m].shape)) return false;
+    int other = n->in[0] == m ? n->in[1] : n->in[0];
+    if (g->nodes[other].op == OP_DROPOUT_MASK || !ir_shape_eq(&g->nodes[other].shape, &n->shape)) return false;
+    int add = cg_fused_into(d, r);
+    if (add < 0) return true;
+    if (g->nodes[add].op != OP_ADD || cg_ew_into_add(d, add) != r) return false;
+    int side = g->nodes[add].in[0] == r ? g->nodes[add].in[1] : g->nodes[add].in[0];
+    return g->nodes[side].op != OP_DROPOUT_MASK;
+}
+
+/* Dropout masks made where they are read (codegen/elementwise.c): the forward's product and the
+   gradient's each compute mask element i from the run's seed, the mask's key and the element's
+   global index, as the mask's own kernel did, where every reader fits; the mask is never stored
+   (a pass and a tensor less a dropout, and a read less each reader). */
+static void fuse_dropout_masks(const Graph *g, CgDecisions *d)
+{
+    for (int m = 0; m < g->n; m++) {
+        if (g->nodes[m].op != OP_DROPOUT_MASK || cg_fused_into(d, m) >= 0) continue;
+        int first = -1;
+        bool fits = true;
+        for (int r = m + 1; r < g->n && fits; r++)
+            for (int j = 0; j < g->nodes[r].nin; j++)
+                if (g->nodes[r].in[j] == m) {
+                    fits = mask_reader_fits(g, d, r, m);
+                    if (first < 0) first = r;
+                    break;
+                }
+        if (fits && first >= 0) {
+            fuse_into(d, m, first);
+            d->node[m].mask_inline = true;
+        }
+    }
+}
+
 /* CPUs (codegen/layernorm.c): a LayerNorm over rows (tokens, features: each normalised row
    contiguous) one kernel, a row's statistics and then its values while the row is in cache, where
    the apply read x again. */
@@ -539,6 +581,7 @@ void cg_fuse(const Graph *g, const CgOptions *opt, CgDecisions *d)
     if (opt->fuse && opt->cpu_only) fuse_pooled_wgrad(g, d, uses);
     if (opt->fuse && opt->cpu_only) fuse_attention_ops(g, d);
     if (opt->fuse && opt->cpu_only) fuse_layernorm_ops(g, d);
+    if (opt->fuse) fuse_dropout_masks(g, d);
     free(uses);
     if (opt->fuse) fuse_sgd(g, d, !opt->cpu_only);
 }

@@ -413,7 +413,11 @@ const Layer fe_layers[] = {
     { "softmax", false, 1, { INT_ARG("axis", false, DEF_LAST, -IR_MAXDIM) }, build_softmax,
       "`exp(x) / its sum` along dimension `axis` (not 0; -1 the last), PyTorch's `x.softmax(axis)`; the loss takes logits: "
       "no softmax before `softmax_cross_entropy`" },
-    { "dropout", false, 1, { FLOAT_ARG("p", 0.5, 0, false, 1, true) }, build_dropout, "" },
+    { "dropout", false, 1, { FLOAT_ARG("p", 0.5, 0, false, 1, true) }, build_dropout,
+      "in training each element is dropped with probability p and the rest scaled by 1 / (1 - p) (`nn.Dropout`; nothing in "
+      "evaluation). The mask depends on `--seed`, the step of the run, the layer's place among the net's dropouts and the "
+      "element's place in the global batch: the same on any number of replicas, fused or not (`MGC_FUSE=0`). The product "
+      "and its gradient make it as they read it: no mask is stored" },
     { "add", false, 1, { TENSOR_ARG("other") }, build_add, "as `mul`: `x + other` (a residual connection: both shapes equal)" },
     { "concat", false, 7, { TENSOR_ARG("b"), MORE_TENSOR_ARG("c"), MORE_TENSOR_ARG("d"), MORE_TENSOR_ARG("e"), MORE_TENSOR_ARG("f"),
                             MORE_TENSOR_ARG("g"), INT_ARG("axis", false, 1, -IR_MAXDIM) },
