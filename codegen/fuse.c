@@ -21,7 +21,12 @@
 **
 **   CPUs: an attention op's statistics and output one kernel, its three
 **   gradients another (codegen/attention.c), where each kernel made a head's
-**   scores again.
+**   scores again; a LayerNorm over rows (tokens) one kernel, statistics and
+**   apply (codegen/layernorm.c).
+**
+**   A dropout mask: made by each product that reads it (the forward's and
+**   its gradient's, or the add such a product is fused into) from the seed,
+**   the mask's key and the element's place, never stored (elementwise.c).
 **
 **   The SGD update of a gradient bucket (data parallelism): the updates of
 **   parameters whose gradients lie in one bucket buffer are one kernel per

@@ -7,6 +7,12 @@
 ** 1 / sqrt(var + eps) (biased), in double. Backward: dgamma and dbeta summed over examples and positions;
 ** dx = invstd (g - mean_c(g) - xhat mean_c(g xhat)), g = dy gamma. Kernels
 ** overwrite what they write.
+**
+** On CPUs rows (P = 1) take a row an iteration, each row's sums in
+** MGC_DLANES lanes, and with fusion on the statistics and the apply are one
+** kernel (fuse.c's cg_ln_apply: the row read once); channels (P > 1) take 8
+** positions an iteration side by side, each position's sums in channel order
+** as on GPUs, where a thread takes a position (or an element, for the apply).
 */
 #include "lower_internal.h"
 
@@ -87,8 +93,8 @@ static void ln_rows(Lower *L, int id, Dim rows, int C)
 /* CPUs, x [rows, C, P] (P > 1: a position's C values P apart): a FOR_EACH over blocks of 8
    positions of a row, body once for a whole block ($W 8) and once for the row's last (w), with
    xp (x at the block's first position) and so (its index in stats [rows, 2, P]); $C, $P and
-   $eps (eps, where given) bound. A position an iteration summed its channels in one chain, waiting on the
-   add's latency; eight side by side vectorise, each position's sums in the same order. */
+   $eps (eps, where given) bound. A position an iteration summed its channels in one chain,
+   waiting on the add's latency; eight side by side vectorise, each one's sums in that order. */
 static void position_blocks(Lower *L, Dim rows, int P, int C, const char *body, const char *eps)
 {
     const char *full = eps ? cg_str(L, body, cg_n("C", C), cg_n("P", P), cg_s("W", "8"), cg_s("eps", eps))
@@ -108,7 +114,7 @@ static void position_blocks(Lower *L, Dim rows, int P, int C, const char *body, 
             cg_n("P2", 2L * P), cg_n("P", P), cg_s("full", full), cg_s("last", last));
 }
 
-/* x -> stats [N, 2, P]: one position per iteration */
+/* x -> stats [N, 2, P]: one position per iteration (CPUs: a row, or 8 positions) */
 void cg_lower_ln_stats(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
