@@ -4,7 +4,8 @@
 ** gradients; their C-only variants (a row of outputs with every output channel
 ** in vectors, conv2d_rows_vec, with a fused 2x2 max pool; depthwise layers'
 ** own kernels over a zero-bordered copy of each plane); and the weight
-** gradient that routes a fused 2x2 max pool's gradient itself.
+** gradient that routes a fused 2x2 max pool's gradient itself. On GPUs the
+** form is conv_direct_gpu.c's (a thread an element, not a plane).
 */
 #include "conv_forms.h"
 #include <string.h>
@@ -517,6 +518,10 @@ void cg_conv_direct_forward(Lower *L, int id, const ConvGeom *G)
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
     bool bias = n->nin == 3;
     int b[4] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]), bias ? buf_of(L, n->in[2]) : -1 };
+    if (!L->dec->cpu_only) {
+        cg_conv_direct_gpu_forward(L, id, G, b, bias);
+        return;
+    }
     if (cg_conv_rows_vec_fits(L->dec->cpu_only, G, false)) {   /* C only: all output channels in vectors */
         conv_rows_vec(L, id, G, b, bias);
         return;
@@ -595,6 +600,10 @@ void cg_conv_direct_grad_x(Lower *L, int id, const ConvGeom *G)
     const Node *n = &L->g->nodes[id];
     int C = G->C, H = G->H, W = G->W, O = G->O, K = G->K, S = G->S, P = G->P, OH = G->OH, OW = G->OW;
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
+    if (!L->dec->cpu_only) {
+        cg_conv_direct_gpu_grad_x(L, id, G, b);
+        return;
+    }
     if (depthwise_grad_x_fits(L->dec->cpu_only, G)) {   /* C only */
         conv_depthwise_grad_x(L, id, G, b);
         return;
@@ -638,6 +647,10 @@ void cg_conv_direct_grad_w(Lower *L, int id, const ConvGeom *G)
     int b[3] = { cg_out_buf(L, id), buf_of(L, n->in[0]), buf_of(L, n->in[1]) };
     int Cg = C / G->groups;
     const char *gx = group_base(L, G, "o"), *kyv = cg_dilated(L, "ky", G->D), *kxv = cg_dilated(L, "kx", G->D);
+    if (!L->dec->cpu_only) {
+        cg_conv_direct_gpu_grad_w(L, id, G, b);
+        return;
+    }
     if (depthwise_grad_w_fits(L->dec->cpu_only, G)) {   /* C only */
         conv_depthwise_grad_w(L, id, G, b);
         return;

@@ -20,6 +20,10 @@ typedef struct ConvForm {
 void cg_conv_direct_forward(Lower *L, int id, const ConvGeom *G);
 void cg_conv_direct_grad_x(Lower *L, int id, const ConvGeom *G);
 void cg_conv_direct_grad_w(Lower *L, int id, const ConvGeom *G);
+/* conv_direct_gpu.c: the direct form on GPUs (an element a thread; the weight gradient a block a weight) */
+void cg_conv_direct_gpu_forward(Lower *L, int id, const ConvGeom *G, const int *b, bool bias);
+void cg_conv_direct_gpu_grad_x(Lower *L, int id, const ConvGeom *G, const int *b);
+void cg_conv_direct_gpu_grad_w(Lower *L, int id, const ConvGeom *G, const int *b);
 /* whether a layer takes the direct form's depthwise kernels, and its rows_vec variant (pairs: two
    rows at a time, for a fused 2x2 max pool): C only, where cpu_only */
 bool cg_conv_depthwise_fits(bool cpu_only, const ConvGeom *G);
