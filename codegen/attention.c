@@ -21,8 +21,10 @@
 ** of up to 64: the block's scores [64, Tk] by one CBLAS GEMM into the thread's
 ** scratch, then the weights, and the products by GEMMs again (o = p v, dp =
 ** do v^T, dq = ds k, dk += ds^T q, dv += p^T do): the scratch is [64, Tk]
-** two to four times, linear in T. There, with fusion (fuse.c), the statistics
-** and the output are one kernel ("attention": lse, then o from the same block
+** two to four times, linear in T. A row's maximum and its sum of
+** exponentials run in MGC_LANES lanes (vectorised: one chain would wait on
+** each add). There, with fusion (fuse.c), the statistics and the output are
+** one kernel ("attention": lse, then o from the same block
 ** of scores) and the three gradients one more ("attention_grad": the block's
 ** weights made once for dv, ds, dq and dk), the same operations in the same
 ** order as the separate kernels, which MGC_FUSE=0 keeps.
@@ -57,9 +59,7 @@ static Attn attn_of(Lower *L, const Node *n)
     a.scale = cg_f32(L, 1.0 / sqrt((double)a.dh));
     if (n->op != OP_ATTN_STATS && n->op != OP_ATTN_DELTA && n->attr.dropout > 0) {
         a.dropout = n->attr.dropout;
-        int lse = n->in[3], place = 0;   /* the op's place among the net's attention ops */
-        for (int id = 0; id < lse; id++) place += L->g->nodes[id].op == OP_ATTN_STATS;
-        a.key = ATTN_SEED_KEY + (unsigned long long)place;
+        a.key = ATTN_SEED_KEY + (unsigned long long)cg_op_place(L->g, n->in[3], OP_ATTN_STATS);   /* its lse's place */
     }
     return a;
 }
@@ -232,9 +232,17 @@ static void cpu_stats(Lower *L, int id, const Attn *a)
                "                const long r = (n * %d + h) * %dL + i0 + i;\n"
                "                const int jend = %s;\n"
                "                float *si = s + (long)i * %d;\n"
-               "                float m = -3.402823466e38f, l = 0.0f;\n"
-               "                for (int j = 0; j < jend; j++) m = si[j] > m ? si[j] : m;\n"
-               "                for (int j = 0; j < jend; j++) l += expf(si[j] - m);\n"
+               "                float m_l[MGC_LANES], l_l[MGC_LANES], m = -3.402823466e38f, l = 0.0f;\n"
+               "                for (int t = 0; t < MGC_LANES; t++) m_l[t] = m, l_l[t] = 0.0f;\n"
+               "                const int jl = jend / MGC_LANES * MGC_LANES;\n"
+               "                for (int j = 0; j < jl; j += MGC_LANES)\n"
+               "                    for (int t = 0; t < MGC_LANES; t++) m_l[t] = si[j + t] > m_l[t] ? si[j + t] : m_l[t];\n"
+               "                for (int t = 0; t < MGC_LANES; t++) m = m_l[t] > m ? m_l[t] : m;\n"
+               "                for (int j = jl; j < jend; j++) m = si[j] > m ? si[j] : m;\n"
+               "                for (int j = 0; j < jl; j += MGC_LANES)\n"
+               "                    for (int t = 0; t < MGC_LANES; t++) l_l[t] += expf(si[j + t] - m);\n"
+               "                for (int t = 0; t < MGC_LANES; t++) l += l_l[t];\n"
+               "                for (int j = jl; j < jend; j++) l += expf(si[j] - m);\n"
                "                const float li = m + logf(l);\n"
                "                lse[r] = li;\n",
             a->H, a->Tq, keys_end_of(L, a, "i0 + i"),

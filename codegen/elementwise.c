@@ -178,9 +178,7 @@ static const char *mask_value(Lower *L, int m, const char *idx)
 /* The seed key of mask m: its place among the net's masks (the same whichever step makes it) */
 static unsigned long long mask_key(const Lower *L, int m)
 {
-    unsigned long long place = 0;
-    for (int id = 0; id < m; id++) place += L->g->nodes[id].op == OP_DROPOUT_MASK;
-    return DROPOUT_SEED_KEY + place;
+    return DROPOUT_SEED_KEY + (unsigned long long)cg_op_place(L->g, m, OP_DROPOUT_MASK);
 }
 
 /* Node in of a kernel read at idx: its buffer (named name, appended to a), or a dropout mask made
@@ -351,42 +349,123 @@ void cg_lower_neg(Lower *L, int id)
     cg_end_kernel(L);
 }
 
-/* x -> y, the shape given: each y summed over the x it broadcast to (the dimensions y has as 1);
-   one y per iteration, in double */
-/* x [rows, O] summed over its rows into y [1, .., 1, O] (a linear layer's bias gradient over
-   [N, T, O]): 16 columns an iteration, the rows in order (each column's sum as the general
-   loop's), reading a row's 16 floats at once where the general loop strides O */
+/* CPUs: x [rows, O] summed over its rows into y [1, .., 1, O] (a linear layer's bias gradient over
+   [N, T, O]; a learned [1, T, D] tensor's gradient over the batch, O = T * D): y's dimensions
+   those of x after a run of leading 1s. 16 columns an iteration, the rows in order (each column's
+   sum as the general loop's), reading a row's 16 floats at once where the general loop strides O */
 static bool sum_rows(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Shape *xs = &L->g->nodes[n->in[0]].shape, *ys = &n->shape;
-    int O = xs->d[xs->nd - 1];
-    for (int k = 0; k < ys->nd - 1; k++) if (ys->d[k] != 1) return false;
-    if (ys->d[ys->nd - 1] != O || O < 16) return false;
+    int lead = 0;   /* y's leading 1s, where x's dimensions are summed */
+    while (lead < ys->nd && ys->d[lead] == 1) lead++;
+    if (!L->dec->cpu_only || lead == 0 || lead == ys->nd) return false;   /* GPUs: sum_slices, or a thread a y */
+    long O = 1;
+    for (int k = lead; k < ys->nd; k++) {
+        if (ys->d[k] != xs->d[k]) return false;
+        O *= ys->d[k];
+    }
+    if (O < 16 || O > (1L << 24)) return false;
     Dim rows = dim_of(xs);
     rows.c /= O;
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     cg_kernel(L, id, "sum_to", dimc((O + 15) / 16), 2, b, (const char *const[]){ "=y", "x" });
-    cg_body(L, "    /* x %s summed over its %s rows of %d, to y %s; 16 columns an iteration */\n",
+    cg_body(L, "    /* x %s summed over its %s rows of %ld, to y %s; 16 columns an iteration */\n",
             ir_shape_str(L->p->arena, xs), cg_work_str(L, rows), O, ir_shape_str(L->p->arena, ys));
-    cg_body(L, "    FOR_EACH(blk, %dL) {\n"
+    /* w is 16 in every block but a last, narrower one: its bound a constant where O divides, so the
+       compiler makes the 16 sums four vectors of doubles (the same additions, in the same order) */
+    const char *w = O % 16 == 0 ? "16" : arena_printf(L->p->arena, "(%ld - o0 < 16 ? (int)(%ld - o0) : 16)", O, O);
+    cg_body(L, "    FOR_EACH(blk, %ldL) {\n"
                "        const long o0 = blk * 16;\n"
-               "        const int w = %d - o0 < 16 ? (int)(%d - o0) : 16;\n"
+               "        const int w = %s;\n"
                "        double s[16];\n"
                "        for (int t = 0; t < 16; t++) s[t] = 0.0;\n"
                "        for (long r = 0; r < %s; r++) {\n"
-               "            const float *xr = x + r * %dL + o0;\n"
+               "            const float *xr = x + r * %ldL + o0;\n"
                "            for (int t = 0; t < w; t++) s[t] += xr[t];\n"
                "        }\n"
                "        for (int t = 0; t < w; t++) y[o0 + t] = (float)s[t];\n    }\n",
-            (O + 15) / 16, O, O, cg_work_str(L, rows), O);
+            (O + 15) / 16, w, cg_work_str(L, rows), O);
+    cg_end_kernel(L);
+    return true;
+}
+
+/* GPUs, x [N, R.., O..] summed to y [1, .., 1, O..] (a bias gradient over tokens, a learned
+   tensor's over the batch): S slices of the batch per column, a block each, its threads over the
+   slice's N * R rows; each column's S partial sums added in order by its last block. (Sixteen
+   columns a thread, every row alone, ran the ViT's bias gradients on 8 or 16 threads.) */
+static bool sum_slices(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &L->g->nodes[n->in[0]].shape, *ys = &n->shape;
+    int lead = 0;
+    while (lead < ys->nd && ys->d[lead] == 1) lead++;
+    if (L->dec->cpu_only || xs->d[0] != IR_BATCH || lead == 0 || lead == ys->nd) return false;
+    long R = 1, O = 1;
+    for (int k = 1; k < lead; k++) R *= xs->d[k];
+    for (int k = lead; k < ys->nd; k++) {
+        if (ys->d[k] != xs->d[k]) return false;
+        O *= ys->d[k];
+    }
+    if (O > (1L << 24)) return false;
+    int S = cg_batch_slices(L, (int)O);
+    CgArgs in = { 0 };
+    cg_arg(L, &in, cg_out_buf(L, id), "=y");
+    cg_arg(L, &in, buf_of(L, n->in[0]), "x");
+    cg_slices_kernel(L, id, "sum_to_slices", (int)O, S, 1, &in,
+                     arena_printf(L->p->arena, "    /* x %s summed to y %s: x as [N * %ld rows, %ld]; part[s * %ld + c] = slice s's (of %d) "
+                                               "sum of column c; y[c] the slices' sums */\n",
+                                  ir_shape_str(L->p->arena, xs), ir_shape_str(L->p->arena, ys), R, O, O, S));
+    cg_text(L, "        float acc = 0.0f;\n"
+               "        BLOCK_LOOP(k, (n1 - n0) * ${R}L) acc += x[(n0 * ${R}L + k) * ${O}L + c];\n"
+               "        acc = BLOCK_SUM(acc);\n"
+               "        if (BLOCK_LEADER) part[i] = acc;\n", cg_n("R", R), cg_n("O", O));
+    cg_slices_combine(L, S, cg_str(L, "            float sum = 0.0f;\n"
+                                      "            for (long k = 0; k < $S; k++) sum += part[k * ${O}L + c];\n"
+                                      "            y[c] = sum;\n", cg_n("S", S), cg_n("O", O)));
+    cg_end_kernel(L);
+    return true;
+}
+
+/* x -> y, the shape given: each y summed over the x it broadcast to (the dimensions y has as 1);
+   one y per iteration, in double (or sum_slices, sum_rows) */
+/* GPUs, each y a sum of at least a block's worth of x (an SE gate's gradient, [N, C, 28, 28] to
+   [N, C, 1, 1]): a block a y, its threads over the summed elements (a thread a y left 16 blocks
+   of threads on SE-ResNet's [N, 16, 1, 1], 88 us of an H200's step by the model). */
+static bool sum_blocks(Lower *L, int id)
+{
+    const Node *n = &L->g->nodes[id];
+    const Shape *xs = &L->g->nodes[n->in[0]].shape, *ys = &n->shape;
+    Dim per = { 1, false };   /* the elements each y sums */
+    for (int k = 0; k < xs->nd; k++)
+        if (ys->d[k] == 1 && xs->d[k] != 1) {
+            if (xs->d[k] == IR_BATCH) per.batch = true;
+            else per.c *= xs->d[k];
+        }
+    if (L->dec->cpu_only || (!per.batch && per.c < 256)) return false;
+    Dim work = dim_of(ys);
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    Step *st = cg_kernel(L, id, "sum_to", work, 2, b, (const char *const[]){ "=y", "x" });
+    st->heavy = st->blocks = true;
+    cg_body(L, "    /* x %s summed to y %s: a block a y, its threads over the %s elements it sums */\n"
+               "    FOR_EACH_BLOCK(i, %s) {\n", ir_shape_str(L->p->arena, xs), ir_shape_str(L->p->arena, ys), cg_work_str(L, per),
+            cg_work_str(L, work));
+    cg_coords(L, ys, "i");
+    cg_body(L, "        double s = 0.0;\n        BLOCK_LOOP(j, %s) {\n            long q_ = j;\n", cg_work_str(L, per));
+    for (int k = xs->nd - 1; k >= 0; k--)   /* the summed dimensions' coordinates from j, the last fastest */
+        if (ys->d[k] == 1 && xs->d[k] != 1) {
+            if (xs->d[k] == IR_BATCH) cg_body(L, "            const long c%d = q_;\n", k);
+            else cg_body(L, "            const long c%d = q_ %% %d; q_ /= %d;\n", k, xs->d[k], xs->d[k]);
+        }
+    cg_body(L, "            (void)q_;\n            s += x[%s];\n        }\n        s = BLOCK_SUM(s);\n"
+               "        if (BLOCK_LEADER) y[i] = (float)s;\n    }\n", cg_index_of(L, xs));
     cg_end_kernel(L);
     return true;
 }
 
 void cg_lower_sum_to(Lower *L, int id)
 {
-    if (sum_rows(L, id)) return;
+    if (sum_slices(L, id) || sum_rows(L, id) || sum_blocks(L, id)) return;
     const Node *n = &L->g->nodes[id];
     const Shape *xs = &L->g->nodes[n->in[0]].shape, *ys = &n->shape;
     Dim work = dim_of(ys);

@@ -323,6 +323,13 @@ int cg_out_buf(Lower *L, int node)
     return b;
 }
 
+long cg_op_place(const Graph *g, int id, Op op)
+{
+    long place = 0;
+    for (int k = 0; k < id; k++) place += g->nodes[k].op == op;
+    return place;
+}
+
 /* A block's sums over one channel c's N*HW elements, into the accumulators
    named in accs, of type `type` (declared and summed over the block here).
    Each element is `at` (its index in an [N, C, HW] tensor), and body is what

@@ -165,6 +165,10 @@ void  cg_lane_sums(Lower *L, const char *type, const char *lanes, int C, int HW,
                    const char *reads, const char *body);
 /* body ("A0 += x[at]; A1 += ...") with each An (n < nacc) named accs[n] followed by suffix ("_l[l]") */
 const char *cg_name_accs(Lower *L, const char *body, int nacc, const char *const *accs, const char *suffix);
+/* Node id's place among the graph's nodes of op `op` before it (0 for the first): the seed key
+   of the ops whose kernels draw from the run's seed (dropout masks, attention), the same
+   whichever step makes them */
+long cg_op_place(const Graph *g, int id, Op op);
 /* GPUs: the slices of the batch a per-channel reduction over C channels is split
    into, a block each, so that few channels still fill the GPU (about
    CG_FILL_BLOCKS blocks in all, at most 64 slices); 1 on the C target. */

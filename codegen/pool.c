@@ -524,7 +524,16 @@ void cg_lower_global_avgpool(Lower *L, int id)
     int HW = xs->d[2] * xs->d[3];
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     Dim work = dim_of(&n->shape);
-    cg_kernel(L, id, "global_avgpool", work, 2, b, (const char *const[]){ "=y", "x" });
+    Step *st = cg_kernel(L, id, "global_avgpool", work, 2, b, (const char *const[]){ "=y", "x" });
+    if (!L->dec->cpu_only && HW >= 256) {   /* GPUs, planes of a block's worth: a block a plane (a thread a plane: SE-ResNet's
+                                               [N, 16, 28, 28] on 16 blocks of threads) */
+        st->heavy = st->blocks = true;
+        cg_body(L, "    FOR_EACH_BLOCK(i, %s) {\n        const float *xp = x + i * %dL;\n        float acc = 0.0f;\n"
+                   "        BLOCK_LOOP(k, %d) acc += xp[k];\n        acc = BLOCK_SUM(acc);\n        if (BLOCK_LEADER) y[i] = acc * %s;\n    }\n",
+                cg_work_str(L, work), HW, HW, cg_f32(L, 1.0 / HW));
+        cg_end_kernel(L);
+        return;
+    }
     cg_body(L, "    FOR_EACH(i, %s) {\n        const float *xp = x + i * %d;\n        float acc = 0.0f;\n"
                "        for (int k = 0; k < %d; k++) acc += xp[k];\n        y[i] = acc * %s;\n    }\n",
             cg_work_str(L, work), HW, HW, cg_f32(L, 1.0 / HW));
@@ -538,6 +547,12 @@ void cg_lower_global_avgpool_grad(Lower *L, int id)
     const Shape *xs = &n->shape;
     int C = xs->d[1], HW = xs->d[2] * xs->d[3];
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    if (!L->dec->cpu_only) {   /* GPUs: an element a thread */
+        cg_kernel(L, id, "global_avgpool_grad", cg_rows_work(dimn(C), HW), 2, b, (const char *const[]){ "=dx", "dy" });
+        cg_rows_body(L, dimn(C), HW, "", arena_printf(L->p->arena, "dx[e_] = dy[row] * %s;", cg_f32(L, 1.0 / HW)));
+        cg_end_kernel(L);
+        return;
+    }
     cg_kernel(L, id, "global_avgpool_grad", dimn(C), 2, b, (const char *const[]){ "=dx", "dy" })->grain = HW;
     cg_body(L, "    FOR_EACH(plane, %s) {\n        float g = dy[plane] * %s;\n"
                "        for (int k = 0; k < %d; k++) dx[plane * %d + k] = g;\n    }\n", cg_work_str(L, dimn(C)), cg_f32(L, 1.0 / HW), HW, HW);

@@ -105,18 +105,51 @@ static void with_axis(Lower *L, int nd, int axis, const char *at, const char **c
     for (int k = 0, j = 0; k < nd; k++) coord[k] = k == axis ? at : coord_name(L, j++);
 }
 
+/* CPUs, where N leads x [P, A, Q] (A the dimension axis, P the product of those before it, N's
+   among them, Q after it): a row of Q an iteration, no coordinates made from an index. select:
+   y[p, q] = x[p, index, q]; its gradient dx[p, a, q] = a == index ? dy[p, q] : 0; sum's and
+   mean's dx[p, a, q] = dy[p, q] * factor. */
+static bool axis_rows(Lower *L, int id, const Shape *full, const char *kind, const char *const *names, const char *what)
+{
+    const Node *n = &L->g->nodes[id];
+    int axis = n->attr.axis;
+    if (!L->dec->cpu_only || axis < 1 || full->d[0] != IR_BATCH) return false;
+    long P = dims_product(full, 1, axis), A = full->d[axis], Q = dims_product(full, axis + 1, full->nd);
+    int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
+    cg_kernel(L, id, kind, dimn(P), 2, b, names)->grain = A * Q;
+    cg_body(L, "    /* %s; viewed as [%s, %ld, %ld], a row of %ld an iteration */\n", what, cg_work_str(L, dimn(P)), A, Q, Q);
+    if (n->op == OP_SELECT)
+        cg_body(L, "    FOR_EACH(p, %s) {\n        const float *xr = x + (p * %ldL + %d) * %ldL;\n        float *yr = y + p * %ldL;\n"
+                   "        for (long q = 0; q < %ldL; q++) yr[q] = xr[q];\n    }\n",
+                cg_work_str(L, dimn(P)), A, n->attr.index, Q, Q, Q);
+    else
+        cg_body(L, "    FOR_EACH(p, %s) {\n        const float *dy_p = dy + p * %ldL;\n"
+                   "        for (long a = 0; a < %ldL; a++) {\n            float *dxr = dx + (p * %ldL + a) * %ldL;\n"
+                   "            %s\n        }\n    }\n",
+                cg_work_str(L, dimn(P)), Q, A, A, Q,
+                n->op == OP_SELECT_BWD
+                    ? arena_printf(L->p->arena, "if (a == %d) for (long q = 0; q < %ldL; q++) dxr[q] = dy_p[q];\n"
+                                                "            else for (long q = 0; q < %ldL; q++) dxr[q] = 0.0f;", n->attr.index, Q, Q)
+                    : arena_printf(L->p->arena, "for (long q = 0; q < %ldL; q++) dxr[q] = dy_p[q]%s;", Q,
+                                   n->attr.factor == 1.0f ? "" : arena_printf(L->p->arena, " * %.9gf", n->attr.factor)));
+    cg_end_kernel(L);
+    return true;
+}
+
 /* y = x.select(axis, index) */
 void cg_lower_select(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Shape *xs = &L->g->nodes[n->in[0]].shape;
     Dim work = dim_of(&n->shape);
+    const char *what = arena_printf(L->p->arena, "y %s = x %s at index %d of dimension %d", ir_shape_str(L->p->arena, &n->shape),
+                                    ir_shape_str(L->p->arena, xs), n->attr.index, n->attr.axis);
+    if (axis_rows(L, id, xs, "select", (const char *const[]){ "=y", "x" }, what)) return;
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     cg_kernel(L, id, "select", work, 2, b, (const char *const[]){ "=y", "x" });
     const char *coord[IR_MAXDIM] = { 0 };
     with_axis(L, xs->nd, n->attr.axis, arena_printf(L->p->arena, "%d", n->attr.index), coord);
-    cg_body(L, "    /* y %s = x %s at index %d of dimension %d */\n", ir_shape_str(L->p->arena, &n->shape),
-            ir_shape_str(L->p->arena, xs), n->attr.index, n->attr.axis);
+    cg_body(L, "    /* %s */\n", what);
     cg_body(L, "    FOR_EACH(i, %s) {\n", cg_work_str(L, work));
     cg_coords(L, &n->shape, "i");
     cg_body(L, "        y[i] = x[%s];\n    }\n", index_by(L, xs, coord));
@@ -130,17 +163,17 @@ void cg_lower_select_grad(Lower *L, int id)
     const Node *n = &L->g->nodes[id];
     const Shape *ys = &L->g->nodes[n->in[0]].shape;
     bool sel = n->op == OP_SELECT_BWD;
+    const char *what = sel ? arena_printf(L->p->arena, "dx %s: dy %s at index %d of dimension %d, 0 elsewhere", ir_shape_str(L->p->arena, &n->shape),
+                                          ir_shape_str(L->p->arena, ys), n->attr.index, n->attr.axis)
+                           : arena_printf(L->p->arena, "dx %s: dy %s repeated along dimension %d, times %.9g", ir_shape_str(L->p->arena, &n->shape),
+                                          ir_shape_str(L->p->arena, ys), n->attr.axis, n->attr.factor);
+    if (axis_rows(L, id, &n->shape, sel ? "select_grad" : "reduce_grad", (const char *const[]){ "=dx", "dy" }, what)) return;
     Dim work = dim_of(&n->shape);
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     cg_kernel(L, id, sel ? "select_grad" : "reduce_grad", work, 2, b, (const char *const[]){ "=dx", "dy" });
     const char *coord[IR_MAXDIM] = { 0 };
     for (int k = 0, j = 0; k < n->shape.nd; k++) if (k != n->attr.axis) coord[j++] = coord_name(L, k);
-    if (sel)
-        cg_body(L, "    /* dx %s: dy %s at index %d of dimension %d, 0 elsewhere */\n", ir_shape_str(L->p->arena, &n->shape),
-                ir_shape_str(L->p->arena, ys), n->attr.index, n->attr.axis);
-    else
-        cg_body(L, "    /* dx %s: dy %s repeated along dimension %d, times %.9g */\n", ir_shape_str(L->p->arena, &n->shape),
-                ir_shape_str(L->p->arena, ys), n->attr.axis, n->attr.factor);
+    cg_body(L, "    /* %s */\n", what);
     cg_body(L, "    FOR_EACH(i, %s) {\n", cg_work_str(L, work));
     cg_coords(L, &n->shape, "i");
     if (sel) cg_body(L, "        dx[i] = c%d == %d ? dy[%s] : 0.0f;\n    }\n", n->attr.axis, n->attr.index, index_by(L, ys, coord));

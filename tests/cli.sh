@@ -149,6 +149,22 @@ else
     echo "FAIL cli gpu-cost: the cost model's GEMM line or its step sum is off:"; grep -E "gemm 1000x120x256|predicted step" "$tmp/cost" | sed 's/^/    /'
     fail=$((fail + 1))
 fi
+# the token nets on GPUs, by the same model: their reductions over tokens (LayerNorm's, the bias
+# gradients', over N * T rows) in slices of the batch or a block a row, no kernel a few threads
+# summing every row alone (the ViT's step was predicted at 282 ms on an H200, the mixer's 1,010;
+# now about 1.3 each): the step under 5 ms, no kernel but a GEMM over 100 us
+for tn in vit mixer; do
+    if "$MGC" nets/$tn.net --emit kernels --gpus 1 --batch-size 256 > "$tmp/cost_$tn" 2>&1 &&
+       awk '$1 == "step" && $2 ~ /^[0-9]+$/ && $3 != "gemm" && $NF ~ /^(memory|compute|launch)$/ && $(NF - 3) > 100 { slow = slow " " $3 }
+            /predicted step/ { for (i = 1; i <= NF; i++) if ($i == "fp32") ms = $(i + 1) }
+            END { if (slow != "") print "slow kernels:" slow; exit !(ms > 0 && ms < 5 && slow == "") }' "$tmp/cost_$tn" > "$tmp/cost_${tn}_why"; then
+        pass=$((pass + 1))
+    else
+        echo "FAIL cli gpu-cost-$tn: the predicted step or a kernel of it is slow:"; cat "$tmp/cost_${tn}_why" | sed 's/^/    /'
+        grep "predicted step" "$tmp/cost_$tn" | sed 's/^/    /'
+        fail=$((fail + 1))
+    fi
+done
 # --precision: what it takes; what --emit ir shows of it (the GEMM-class nodes in bf16, forward
 # and backward; MobileNetV2's depthwise layers and every other node f32); --emit kernels
 # (the GEMMs, and the chunked kernels calling the bf16 GEMM)
