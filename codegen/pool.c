@@ -549,7 +549,7 @@ void cg_lower_global_avgpool_grad(Lower *L, int id)
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
     if (!L->dec->cpu_only) {   /* GPUs: an element a thread */
         cg_kernel(L, id, "global_avgpool_grad", cg_rows_work(dimn(C), HW), 2, b, (const char *const[]){ "=dx", "dy" });
-        cg_rows_body(L, dimn(C), HW, "", arena_printf(L->p->arena, "dx[e_] = dy[row] * %s;", cg_f32(L, 1.0 / HW)));
+        cg_rows_body(L, dimn(C), HW, "", arena_printf(L->p->arena, "dx[row * %dL + at] = dy[row] * %s;", HW, cg_f32(L, 1.0 / HW)));
         cg_end_kernel(L);
         return;
     }
