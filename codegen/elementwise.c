@@ -349,6 +349,22 @@ void cg_lower_neg(Lower *L, int id)
     cg_end_kernel(L);
 }
 
+/* Where y is x after a run of leading 1s (x summed over its first *lead dimensions, the rest
+   kept): the product O of the kept ones (at most 2^24); else 0 */
+static long summed_lead(const Shape *xs, const Shape *ys, int *lead)
+{
+    int k = 0;
+    while (k < ys->nd && ys->d[k] == 1) k++;
+    *lead = k;
+    if (k == 0 || k == ys->nd) return 0;
+    long O = 1;
+    for (; k < ys->nd; k++) {
+        if (ys->d[k] != xs->d[k]) return 0;
+        O *= ys->d[k];
+    }
+    return O > (1L << 24) ? 0 : O;
+}
+
 /* CPUs: x [rows, O] summed over its rows into y [1, .., 1, O] (a linear layer's bias gradient over
    [N, T, O]; a learned [1, T, D] tensor's gradient over the batch, O = T * D): y's dimensions
    those of x after a run of leading 1s. 16 columns an iteration, the rows in order (each column's
@@ -357,15 +373,9 @@ static bool sum_rows(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Shape *xs = &L->g->nodes[n->in[0]].shape, *ys = &n->shape;
-    int lead = 0;   /* y's leading 1s, where x's dimensions are summed */
-    while (lead < ys->nd && ys->d[lead] == 1) lead++;
-    if (!L->dec->cpu_only || lead == 0 || lead == ys->nd) return false;   /* GPUs: sum_slices, or a thread a y */
-    long O = 1;
-    for (int k = lead; k < ys->nd; k++) {
-        if (ys->d[k] != xs->d[k]) return false;
-        O *= ys->d[k];
-    }
-    if (O < 16 || O > (1L << 24)) return false;
+    int lead;
+    long O = summed_lead(xs, ys, &lead);
+    if (!L->dec->cpu_only || O < 16) return false;   /* GPUs: sum_slices, or a thread a y */
     Dim rows = dim_of(xs);
     rows.c /= O;
     int b[2] = { cg_out_buf(L, id), buf_of(L, n->in[0]) };
@@ -398,16 +408,10 @@ static bool sum_slices(Lower *L, int id)
 {
     const Node *n = &L->g->nodes[id];
     const Shape *xs = &L->g->nodes[n->in[0]].shape, *ys = &n->shape;
-    int lead = 0;
-    while (lead < ys->nd && ys->d[lead] == 1) lead++;
-    if (L->dec->cpu_only || xs->d[0] != IR_BATCH || lead == 0 || lead == ys->nd) return false;
-    long R = 1, O = 1;
+    int lead;
+    long O = summed_lead(xs, ys, &lead), R = 1;
+    if (L->dec->cpu_only || xs->d[0] != IR_BATCH || O == 0) return false;
     for (int k = 1; k < lead; k++) R *= xs->d[k];
-    for (int k = lead; k < ys->nd; k++) {
-        if (ys->d[k] != xs->d[k]) return false;
-        O *= ys->d[k];
-    }
-    if (O > (1L << 24)) return false;
     int S = cg_batch_slices(L, (int)O);
     CgArgs in = { 0 };
     cg_arg(L, &in, cg_out_buf(L, id), "=y");
