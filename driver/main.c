@@ -73,7 +73,7 @@ static void usage(FILE *out)
         "  --accumulate K         sum the gradients of K batches before each update: steps of K x B examples\n"
         "                         in the memory of one batch of B (default 1)\n"
         "  --shard-update         each of N replicas updates 1/N of the parameters and holds 1/N of the\n"
-        "                         optimizer's state (ZeRO-1): a reduce-scatter, the update, an all-gather"
+        "                         optimizer's state (ZeRO-1): a reduce-scatter, the update, an all-gather\n"
         "  --lr X                 learning rate (default 0.1)\n"
         "  --lr-schedule S        how the learning rate changes, as PyTorch's schedulers:\n"
         "                           cosine     (default) from --lr down along a half cosine over the run,\n"

@@ -247,6 +247,15 @@ MGC_CACHE_MB=lots expect cache-limit-bad 2 "MGC_CACHE_MB='lots' is not a size in
 # MGC_CC that is not a compiler: a clear message, no crash
 MGC_CC=no-such-cc expect cc-missing 1 "cannot run the C compiler 'no-such-cc'" -- $L --epochs 0
 expect help 0 "usage: mgc NET.net" -- --help
+# the usage text: every line within 110 columns, every option at the start of its own line (a missing
+# \n between two of the C strings glues one option's text to the next option)
+bad=$("$MGC" --help 2>&1 | awk 'length > 110 || /[^ ]  --[a-z]/' | head -1)
+if [ -z "$bad" ]; then
+    pass=$((pass + 1))
+else
+    echo "FAIL cli help-lines: a line of --help too long or with two options: '$bad'"
+    fail=$((fail + 1))
+fi
 expect version 0 "mgc " -- --version
 expect no-net 2 "no net given" -- --epochs 1
 expect unknown-option 2 "unknown option '--epoch'; did you mean '--epochs'?" -- $L --epoch 3
