@@ -349,6 +349,9 @@ void cg_lower_neg(Lower *L, int id)
     cg_end_kernel(L);
 }
 
+/* Whether sum_to sums x [xs] over dimension k to make y [ys] (over the batch too: a param's gradient, [1, ...]) */
+static bool summed_dim(const Shape *xs, const Shape *ys, int k) { return ys->d[k] == 1 && xs->d[k] != 1; }
+
 /* Where y is x after a run of leading 1s (x summed over its first *lead dimensions, the rest
    kept): the product O of the kept ones (at most 2^24); else 0 */
 static long summed_lead(const Shape *xs, const Shape *ys, int *lead)
@@ -442,7 +445,7 @@ static bool sum_blocks(Lower *L, int id)
     const Shape *xs = &L->g->nodes[n->in[0]].shape, *ys = &n->shape;
     Dim per = { 1, false };   /* the elements each y sums */
     for (int k = 0; k < xs->nd; k++)
-        if (ys->d[k] == 1 && xs->d[k] != 1) {
+        if (summed_dim(xs, ys, k)) {
             if (xs->d[k] == IR_BATCH) per.batch = true;
             else per.c *= xs->d[k];
         }
@@ -457,7 +460,7 @@ static bool sum_blocks(Lower *L, int id)
     cg_coords(L, ys, "i");
     cg_body(L, "        double s = 0.0;\n        BLOCK_LOOP(j, %s) {\n            long q_ = j;\n", cg_work_str(L, per));
     for (int k = xs->nd - 1; k >= 0; k--)   /* the summed dimensions' coordinates from j, the last fastest */
-        if (ys->d[k] == 1 && xs->d[k] != 1) {
+        if (summed_dim(xs, ys, k)) {
             if (xs->d[k] == IR_BATCH) cg_body(L, "            const long c%d = q_;\n", k);
             else cg_body(L, "            const long c%d = q_ %% %d; q_ /= %d;\n", k, xs->d[k], xs->d[k]);
         }
@@ -480,7 +483,7 @@ void cg_lower_sum_to(Lower *L, int id)
     cg_coords(L, ys, "i");
     cg_body(L, "        double s = 0.0;\n");
     for (int k = 0; k < xs->nd; k++)   /* the dimensions summed over: a loop each, the others at y's coordinate */
-        if (ys->d[k] == 1 && xs->d[k] != 1)   /* (over the batch too: a param's gradient, [1, ...]) */
+        if (summed_dim(xs, ys, k))
             cg_body(L, "        for (long c%d = 0; c%d < %s; c%d++)\n", k, k,
                     xs->d[k] == IR_BATCH ? "N" : arena_printf(L->p->arena, "%d", xs->d[k]), k);
     cg_body(L, "        s += x[%s];\n        y[i] = (float)s;\n    }\n", cg_index_of(L, xs));
