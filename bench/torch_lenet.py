@@ -22,6 +22,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import mgc_stream  # noqa: E402  (bench/: mgc's data stream, for --stream mgc and --init)
+
 DEFAULT_DATA = os.environ.get("MGC_DATA", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "fashion-mnist"))
 
 
@@ -172,6 +174,12 @@ def add_options(ap, epochs):
                     help="K > 1: data parallelism's semantics on one process, as DDP on K replicas: "
                          "each batch in K shards (sizes within one), BatchNorm on each shard's own "
                          "statistics, the running statistics replica 0's")
+    ap.add_argument("--stream", choices=("torch", "mgc"), default="torch",
+                    help="mgc: the epochs' example orders and each example's crop and flip drawn as mgc draws them "
+                         "from --seed (bench/mgc_stream.py), so the twin trains on mgc's very batches")
+    ap.add_argument("--init", metavar="CK.safetensors",
+                    help="start from these parameters (mgc's names), e.g. mgc's own initialisation: "
+                         "mgc NET --epochs 0 --seed S --save CK")
 
 
 def forward_shards(model, xb, yb, k, loss_fn):
@@ -210,19 +218,23 @@ def parse_augment(text):
     return pad, flip
 
 
-def augment_batch(xb, pad, flip, g):
+def augment_batch(xb, pad, flip, g, drawn=None):
     """RandomCrop(size, padding=pad) then RandomHorizontalFlip, per example, on
-    a batch [B, C, H, W] of pixels as ToTensor gives them (zeros around)."""
+    a batch [B, C, H, W] of pixels as ToTensor gives them (zeros around); the
+    offsets and flips from g, or given: drawn = (oy, ox, flipped) per example."""
     b, _, h, w = xb.shape
     if pad:
         xp = F.pad(xb, (pad, pad, pad, pad))
-        oy = torch.randint(0, 2 * pad + 1, (b,), generator=g)
-        ox = torch.randint(0, 2 * pad + 1, (b,), generator=g)
+        if drawn:
+            oy, ox = drawn[0], drawn[1]
+        else:
+            oy = torch.randint(0, 2 * pad + 1, (b,), generator=g)
+            ox = torch.randint(0, 2 * pad + 1, (b,), generator=g)
         rows = (oy[:, None] + torch.arange(h))[:, None, :, None]
         cols = (ox[:, None] + torch.arange(w))[:, None, None, :]
         xb = xp[torch.arange(b)[:, None, None, None], torch.arange(xb.shape[1])[None, :, None, None], rows, cols]
     if flip:
-        m = torch.rand(b, generator=g) < 0.5
+        m = drawn[2] if drawn else torch.rand(b, generator=g) < 0.5
         xb = torch.where(m[:, None, None, None], xb.flip(-1), xb)
     return xb
 
@@ -241,6 +253,9 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     summary line `JSON {...}` (with extra's fields). Returns 0."""
     (xtr, ytr), (xte, yte) = train_set, test_set
     dev = torch.device(a.device)
+    if a.init:   # the parameters (and buffers) by name; the optimizer's state in the file is left
+        saved = mgc_stream.read_safetensors(a.init)
+        model.load_state_dict({k: torch.from_numpy(saved[k].copy()) for k in model.state_dict() if k in saved})
     model.to(dev)
     xtr, ytr, xte, yte = xtr.to(dev), ytr.to(dev), xte.to(dev), yte.to(dev)
     n = xtr.shape[0]
@@ -278,14 +293,19 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
     start = time.perf_counter()
     for epoch in range(1, a.epochs + 1):
         model.train()
-        perm = torch.randperm(n, generator=g).to(dev)
+        if a.stream == "mgc":   # mgc's order, and its crops and flips by example
+            perm = torch.from_numpy(mgc_stream.epoch_order(n, a.seed, epoch)).to(dev)
+            drawn = [torch.from_numpy(v) for v in mgc_stream.crop_flip(n, a.seed, epoch, pad)]
+        else:
+            perm = torch.randperm(n, generator=g).to(dev)
         xs, ys = xtr[perm], ytr[perm]  # shuffle outside the timed loop
         loss_sum, correct, seen = 0.0, 0, 0
         t0 = time.perf_counter()
         for i in range(0, n, a.batch_size):
             xb, yb = xs[i:i + a.batch_size], ys[i:i + a.batch_size]
             if pad or flip:
-                xb = augment_batch(xb, pad, flip, g)
+                here = perm[i:i + a.batch_size].cpu()
+                xb = augment_batch(xb, pad, flip, g, [v[here].to(dev) for v in drawn] if a.stream == "mgc" else None)
             if a.normalize:
                 xb = (xb - mean) / std
             opt.zero_grad(set_to_none=True)

@@ -364,6 +364,23 @@ x = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
 assert min(x) == -2.0 and max(x) == 2.0, (min(x), max(x))
 PY
 then pass=$((pass + 1)); else echo "FAIL cli normalize-given: $(head -3 "$tmp/out")"; fail=$((fail + 1)); fi
+# bench/mgc_stream.py (a PyTorch twin's --stream mgc) draws mgc's batches: its first batch is --dump-batch's,
+# the same examples, crops and flips (and a crop of 2, or another seed, is not)
+if [ -n "${MGC_DATA:-}" ]; then
+    if "$MGC" $L --seed 7 --augment crop:3,flip --normalize --dump-batch "$tmp/sb.safetensors" > "$tmp/out" 2>&1 &&
+       /usr/bin/python3 - "$tmp/sb.safetensors" "$MGC_DATA" << 'PY'
+import gzip, os, sys
+import numpy as np
+sys.path.insert(0, "bench")
+import mgc_stream
+raw = gzip.open(os.path.join(sys.argv[2], "train-images-idx3-ubyte.gz")).read()[16:]
+x = (np.frombuffer(raw, np.uint8).reshape(-1, 1, 28, 28) / np.float32(255)).astype(np.float32)
+err = mgc_stream.check_dump(sys.argv[1], x, 7, 3, True)
+assert 0 <= err < 1e-5, err
+assert mgc_stream.check_dump(sys.argv[1], x, 7, 2, True) > 0.1 and mgc_stream.check_dump(sys.argv[1], x, 8, 3, True) == -1
+PY
+    then pass=$((pass + 1)); else echo "FAIL cli mgc-stream: bench/mgc_stream.py does not make --dump-batch's batch"; fail=$((fail + 1)); fi
+fi
 # --tensorboard: TensorBoard's own reader (from .venv, .ci/setup) reads the events back, CRCs and all, and
 # finds the --log's numbers in them
 TBPY=${MGC_VENV:-.venv}/bin/python
