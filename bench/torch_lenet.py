@@ -304,8 +304,11 @@ def train(model, a, g, train_set, test_set, what="", extra=None):
         for i in range(0, n, a.batch_size):
             xb, yb = xs[i:i + a.batch_size], ys[i:i + a.batch_size]
             if pad or flip:
-                here = perm[i:i + a.batch_size].cpu()
-                xb = augment_batch(xb, pad, flip, g, [v[here].to(dev) for v in drawn] if a.stream == "mgc" else None)
+                drawn_here = None
+                if a.stream == "mgc":   # this batch's examples' draws (a host copy of their indices: not PyTorch's path)
+                    here = perm[i:i + a.batch_size].cpu()
+                    drawn_here = [v[here].to(dev) for v in drawn]
+                xb = augment_batch(xb, pad, flip, g, drawn_here)
             if a.normalize:
                 xb = (xb - mean) / std
             opt.zero_grad(set_to_none=True)
