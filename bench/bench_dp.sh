@@ -15,6 +15,8 @@
 #                            cpu:2 shares them out, torch.set_num_threads(T)
 #   --sync-bn                pass --sync-bn to the cpu:2 runs (BatchNorm over the global batch)
 #   --shard-update           also cpu:2 --shard-update (ZeRO-1), against cpu:1 and cpu:2; peak memory of each
+#   --unshared               with --shard-update, also its replicas each with their own parameter blocks
+#                            (MGC_SHARED_PARAMS=0: the all-gather copies), against the shared blocks
 #   --data DIR               Fashion-MNIST IDX files (default $MGC_DATA, else ../shared/data/fashion-mnist)
 #   --batch-size B, --lr X   (default 256, 0.1; the global batch: 128 per replica on cpu:2)
 #   --repeat R               mgc's cpu:1 and cpu:2 runs R times each, alternating (default 2)
@@ -46,6 +48,7 @@ LR=0.1
 REPEAT=2
 SYNC_BN=
 SHARD=
+UNSHARED=
 DATA=${MGC_DATA:-$(cd .. && pwd)/shared/data/fashion-mnist}
 MGC=${MGC:-./mgc}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -53,7 +56,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 OPENBLAS_CORETYPE=$(python3 -c 'import sys; sys.path.insert(0, "bench"); from bench_cpu import blas_core; print(blas_core())')
 export OPENBLAS_CORETYPE
 
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) LENET_EPOCHS=1; LENET_LIMIT_TRAIN=512; LENET_LIMIT_TEST=512
@@ -67,6 +70,7 @@ while [ $# -gt 0 ]; do
         --threads) THREADS=$2; shift 2 ;;
         --sync-bn) SYNC_BN=--sync-bn; shift ;;
         --shard-update) SHARD=1; shift ;;
+        --unshared) UNSHARED=1; shift ;;
         --data) DATA=$2; shift 2 ;;
         --batch-size) BATCH=$2; shift 2 ;;
         --lr) LR=$2; shift 2 ;;
@@ -78,6 +82,9 @@ done
 case "$REPEAT" in
     ''|*[!0-9]*|0) echo "bench_dp.sh: --repeat takes a count of runs, at least 1 (got '$REPEAT')" >&2; exit 2 ;;
 esac
+if [ -n "$UNSHARED" ] && [ -z "$SHARD" ]; then
+    echo "bench_dp.sh: --unshared compares two ways of --shard-update: give --shard-update too" >&2; exit 2
+fi
 for net in $NETS; do
     case "$net" in
         lenet|resnet18) ;;
@@ -114,13 +121,14 @@ for net in $NETS; do
         "$net" "$file" "$epochs" "${ltrain:-null}" "${ltest:-null}" > "$OUTDIR/$net.meta.json"
 
     for rep in $(seq "$REPEAT"); do
-        for devs in 1 2 ${SHARD:+2s}; do
-            extra=()
+        for devs in 1 2 ${SHARD:+2s} ${UNSHARED:+2u}; do
+            extra=() envs=()
             [ "$devs" != 1 ] && [ -n "$SYNC_BN" ] && extra+=("$SYNC_BN")
-            [ "$devs" = 2s ] && extra+=(--shard-update)
-            echo "== $net: mgc --devices cpu:${devs%s} ${extra[*]:-} (run $rep of $REPEAT)"
+            [ "$devs" = 2s ] || [ "$devs" = 2u ] && extra+=(--shard-update)
+            [ "$devs" = 2u ] && envs=(env MGC_SHARED_PARAMS=0)
+            echo "== $net: ${envs[*]:-}${envs[*]:+ }mgc --devices cpu:${devs%[su]} ${extra[*]:-} (run $rep of $REPEAT)"
             t0=$(now)
-            $MGC "$file" --devices "cpu:${devs%s}" "${common[@]}" ${extra[@]+"${extra[@]}"} \
+            ${envs[@]+"${envs[@]}"} $MGC "$file" --devices "cpu:${devs%[su]}" "${common[@]}" ${extra[@]+"${extra[@]}"} \
                 --log "$OUTDIR/$net.mgc$devs.$rep.jsonl" 2>&1 | tee "$OUTDIR/$net.mgc$devs.$rep.txt"
             echo "$t0 $(now)" > "$OUTDIR/$net.mgc$devs.$rep.wall"
         done
@@ -199,6 +207,8 @@ for net in nets:
     r["mgc_cpu2"], recs2 = run(net, "mgc2")
     r["mgc_cpu2s"], _ = run(net, "mgc2s")
     r["cpu2s_vs_cpu1"] = ratio(r["mgc_cpu2s"], r["mgc_cpu1"])
+    r["mgc_cpu2u"], _ = run(net, "mgc2u")
+    r["cpu2u_vs_cpu1"] = ratio(r["mgc_cpu2u"], r["mgc_cpu1"])
     r["pytorch"], _ = run(net, "torch")
     r["cpu2_vs_cpu1"] = ratio(r["mgc_cpu2"], r["mgc_cpu1"])
     r["mgc_cpu1_vs_pytorch"] = ratio(r["mgc_cpu1"], r["pytorch"])
@@ -224,6 +234,12 @@ for net, r in results.items():
               f"{fmt(r['cpu2s_vs_cpu1'], '.2f')} of cpu:1 (target 0.97 ResNet-18, 1.0 LeNet); peak resident "
               f"{r['mgc_cpu1']['peak_resident_mb']:.0f} MB cpu:1, {r['mgc_cpu2']['peak_resident_mb']:.0f} MB cpu:2, "
               f"{r['mgc_cpu2s']['peak_resident_mb']:.0f} MB cpu:2 sharded")
+    if r["mgc_cpu2u"]:
+        print(f"{net:10s} cpu:2 --shard-update, blocks a replica (MGC_SHARED_PARAMS=0) {r['mgc_cpu2u']['examples_per_s']:,.0f} "
+              f"examples/s, {fmt(r['cpu2u_vs_cpu1'], '.2f')} of cpu:1; shared / own blocks "
+              f"{fmt(ratio(r['mgc_cpu2s'], r['mgc_cpu2u']), '.3f')}; peak resident {r['mgc_cpu2u']['peak_resident_mb']:.0f} MB "
+              f"(runs: " + ", ".join(f"{e:,.0f}" for e in r["mgc_cpu2u"]["runs"]) + "; shared: "
+              + ", ".join(f"{e:,.0f}" for e in r["mgc_cpu2s"]["runs"]) + ")")
 print("== per run")
 for net, r in results.items():
     limit = f"{r['limit_train']:,}" if r["limit_train"] else "all"

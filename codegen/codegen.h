@@ -178,6 +178,9 @@ typedef struct Program {
     IrOptimizer opt;          /* the optimizer the updates were built with (their hyper-parameters) */
     ShardPack *packs;         /* --shard-update: per gradient bucket (npacks of them), else NULL */
     int npacks;
+    bool packs_shareable;     /* --shard-update: every step's reads of a bucket's parameters end before a reduce-scatter
+                                 whose end its update waits for, so replicas with one memory may share each block,
+                                 each updating its chunk in place, the all-gather then a barrier (runtime/store.c) */
     ProgParam *params;        /* trainable parameters with a gradient, in the net's order */
     int nparams;
     long param_scalars;       /* trainable scalars, all parameters */

@@ -24,9 +24,14 @@
 ** bucket updates the replica's chunk of them, with the optimizer state of that
 ** chunk alone (a buffer of the largest chunk: 1/N of the state), and an
 ** all-gather of the block, started at once and waited at the end of the step,
-** brings every replica the others' chunks. The stop votes get a sum of their
-** own. Updates whose gradients are in no bucket (--sync-bn's BatchNorm) stay
-** whole on every replica.
+** brings every replica the others' chunks. Replicas in one memory share the
+** block instead (train.c), each updating its chunk in place, the all-gather
+** then only a barrier: that needs every read of a bucket's parameters in a step
+** to come before a reduce-scatter whose end the bucket's update waits for
+** (reads_covered adds that wait where needed; Program.packs_shareable says
+** whether it held). The stop votes get a sum of their own. Updates whose
+** gradients are in no bucket (--sync-bn's BatchNorm) stay whole on every
+** replica.
 */
 #include "lower_internal.h"
 #include <stdlib.h>
@@ -78,6 +83,7 @@ static void shard_prepare(Lower *L)
         for (int j = 2; j < n->nin; j++) L->shard_state[n->in[j]] = true;
     }
     if (!g->shard_update) return;
+    p->packs_shareable = true;   /* until a bucket's update could overlap a replica's reads (cg_shard_update) */
     p->npacks = g->nbuckets;
     p->packs = arena_alloc(a, sizeof(ShardPack) * (size_t)(g->nbuckets + 1));
     for (int k = 0; k < g->nbuckets; k++) {
@@ -192,6 +198,65 @@ static void zero_padding(Lower *L, int k, int node)
     cg_end_kernel(L);
 }
 
+/* The buffer a step's argument b is memory of: views followed to their base. */
+static int root_buf(const Program *p, int b)
+{
+    while (b >= 0 && p->bufs[b].kind == BUF_VIEW) b = p->bufs[b].alias;
+    return b;
+}
+
+static bool step_reads_pack(const Program *p, const Step *st, int k)
+{
+    if (st->kind == STEP_GEMM) {
+        int ab[3] = { st->a, st->b, st->c };
+        for (int j = 0; j < 3; j++)
+            if (ab[j] >= 0 && p->bufs[root_buf(p, ab[j])].pack == k) return true;
+        return false;
+    }
+    for (int j = 0; st->kind == STEP_KERNEL && j < st->nargs; j++)
+        if (st->args[j] >= 0 && p->bufs[root_buf(p, st->args[j])].pack == k) return true;
+    return false;
+}
+
+/* Whether every step so far that reads bucket k's parameters (its update's kernel, about to be
+   emitted, aside) comes before the start of a reduce-scatter waited for by now, waiting for the
+   first one started after them if none is yet. On a replica, that wait's end means every replica
+   has started the reduce-scatter, so has done those reads this step: replicas with one memory may
+   then share the bucket's parameter block (Program.packs_shareable), each updating its chunk in
+   place while no replica still reads the parameters. */
+static bool reads_covered(Lower *L, int k, int node)
+{
+    const Program *p = L->p;
+    int last_read = -1;
+    for (int s = 0; s < p->nsteps; s++)
+        if (!p->steps[s].sgd && step_reads_pack(p, &p->steps[s], k)) last_read = s;
+    int first = -1;   /* the first bucket whose reduce-scatter starts after the reads */
+    for (int s = last_read + 1; s < p->nsteps && first < 0; s++)
+        for (int j = 0; p->steps[s].kind == STEP_ALLREDUCE && j < L->g->nbuckets; j++)
+            if (L->bucket_coll[j] == p->steps[s].coll) first = j;
+    for (int j = 0; first >= 0 && j < L->g->nbuckets; j++)   /* one started after the reads, waited for already */
+        for (int s = last_read + 1; L->waited[j] && s < p->nsteps; s++)
+            if (p->steps[s].kind == STEP_ALLREDUCE && p->steps[s].coll == L->bucket_coll[j]) return true;
+    if (first < 0) return false;
+    L->waited[first] = true;
+    coll_step(L, STEP_WAIT, node, L->bucket_coll[first]);
+    return true;
+}
+
+/* Whether a step reads a bucket's parameters after its update (a replica would read the shared
+   block while another still writes its chunk; cf. reads_covered). */
+static bool reads_after_updates(const Program *p)
+{
+    for (int k = 0; k < p->npacks; k++) {
+        int update = -1;
+        for (int s = 0; s < p->nsteps; s++)
+            if (p->steps[s].sgd && step_reads_pack(p, &p->steps[s], k)) update = s;
+        for (int s = update + 1; update >= 0 && s < p->nsteps; s++)
+            if (!p->steps[s].sgd && step_reads_pack(p, &p->steps[s], k)) return true;
+    }
+    return false;
+}
+
 /* After a node's steps: start the buckets it completes. */
 void cg_dp_after(Lower *L, int id)
 {
@@ -208,6 +273,7 @@ void cg_dp_after(Lower *L, int id)
 void cg_dp_finish(Lower *L)
 {
     const Graph *g = L->g;
+    if (L->p->packs_shareable && reads_after_updates(L->p)) L->p->packs_shareable = false;
     for (int k = 0; k < g->nbuckets; k++)
         if (!L->waited[k]) coll_step(L, STEP_WAIT, g->n - 1, L->bucket_coll[k]);
     for (int k = 0; g->shard_update && k < g->nbuckets; k++)
@@ -298,6 +364,7 @@ bool cg_shard_update(Lower *L, int id, int scalars)
         diag_at(g->diag, n->loc, "internal: --shard-update: no parameter at the start of bucket %d", k);
         return true;
     }
+    if (!reads_covered(L, k, id)) p->packs_shareable = false;
     shard_kernel(L, k, id, base, scalars);
     L->gather_coll[k] = new_coll(L, base, base, sp->chunk * g->shard_update, arena_printf(p->arena, "bucket %d parameters", k));
     p->colls[L->gather_coll[k]].kind = COLL_ALLGATHER;

@@ -777,11 +777,13 @@ static int finish_args(Cli *c, Parse *ps)
     static const char *const off_on[] = { "0", "1", NULL };
     static const char *const convs[] = { "direct", "vector", "gemm", "dense", "chunked", "winograd", NULL };
     int own = env_choice("MGC_CPU_OWN_MEMORY", off_on, 0), graphs = env_choice("MGC_CUDA_GRAPHS", off_on, 1);
+    int shared = env_choice("MGC_SHARED_PARAMS", off_on, 1);
     int fuse = env_choice("MGC_FUSE", off_on, 1), profile = env_choice("MGC_PROFILE", off_on, 0);
     c->conv = env_choice("MGC_CONV", convs, -1);
-    if (own < -1 || graphs < -1 || fuse < -1 || profile < -1 || c->conv < -1) return 2;
+    if (own < -1 || graphs < -1 || shared < -1 || fuse < -1 || profile < -1 || c->conv < -1) return 2;
     t->profile = profile == 1;
     t->cpu_own_memory = own == 1;
+    t->unshared_params = shared == 0;
     t->no_graphs = graphs == 0;
     c->fuse = fuse == 1;
     if (t->dump && !t->batch_file) return bad("--dump needs --check-batch FILE (check mode)%s%s", "", "");

@@ -162,6 +162,12 @@ static void print_dp(const Cli *c, const Graph *g, const Program *p, const World
             if (sp->nstates > 0) most += (double)sp->nstates * (double)p->bufs[sp->state[0]].size.c;
         }
         printf("  the optimizer's state: %.2f MB a replica, of %.2f MB in all\n", 4 * most / 1e6, 4 * whole / 1e6);
+        printf("%s", p->packs_shareable
+                         ? "  replicas in one memory (a process's CPU devices) share each block, each updating its chunk in place:\n"
+                           "  their all-gathers copy nothing (every read of a bucket's parameters in a step comes before a\n"
+                           "  reduce-scatter its update waits for)\n"
+                         : "  each replica keeps its own blocks: a read of some bucket's parameters in a step comes after every\n"
+                           "  reduce-scatter its update waits for\n");
     }
     printf("collectives in the schedule of %d steps:\n", p->nsteps);
     int ncoll = 0;

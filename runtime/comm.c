@@ -16,6 +16,8 @@
 ** q-th: after the ring's reduce-scatter local replica 0's thread
 ** reduce-scatters each local chunk across the ranks (MPI), and before the
 ** ring's all-gather all-gathers each across the ranks.
+** An all-gather whose replicas all hold one buffer (--shard-update's shared
+** parameter block, train.c) copies nothing: its steps only synchronise.
 ** Before step k of a sum, r waits until p has finished step k-1 of it. That
 ** chain also keeps r's all-gather from overwriting a chunk its successor has
 ** not read yet (the successor is N-2 links behind p). A sum is finished
@@ -107,8 +109,9 @@ static long part_lo(long n, int N, int c, CommKind kind)
     return lo < n ? lo : n;
 }
 
-/* Replica r's part of the ring for sum `seq` over data[0, n): its steps [k0, k1) of the 2(N-1). */
-static void ring(Comm *c, int r, float *data, long n, unsigned long seq, CommKind kind)
+/* Replica r's part of the ring for sum `seq` over data[0, n): its steps [k0, k1) of the 2(N-1).
+   Whether it was an all-gather in place (its predecessor's buffer its own: nothing to send). */
+static bool ring(Comm *c, int r, float *data, long n, unsigned long seq, CommKind kind)
 {
     int N = c->n, shift = kind != COMM_ALLREDUCE;   /* the halves: r ends owning chunk r, not r + 1 */
     Member *me = &c->m[r], *pred = &c->m[(r + N - 1) % N];
@@ -116,18 +119,25 @@ static void ring(Comm *c, int r, float *data, long n, unsigned long seq, CommKin
     int k0 = kind == COMM_ALLGATHER ? N - 1 : 0, k1 = kind == COMM_REDUCE_SCATTER ? N - 1 : 2 * (N - 1);
     atomic_store_explicit(&me->data, data, memory_order_relaxed);
     publish(c, &me->progress, base + (unsigned long)k0);   /* an all-gather: the reduce-scatter's steps count as done */
-    if (N == 1) return;
+    bool in_place = false;
+    if (N == 1) return in_place;
     for (int k = k0; k < k1; k++) {
         await(c, &pred->progress, base + (unsigned long)k);
         const float *src = atomic_load_explicit(&pred->data, memory_order_relaxed);
         bool gather = k >= N - 1;
         int chunk = gather ? (r - shift - (k - (N - 1)) + 2 * N) % N : (r - 1 - shift - k + 2 * N) % N;
         long lo = part_lo(n, N, chunk, kind), hi = part_lo(n, N, chunk + 1, kind);
+        if (gather && src == data) {   /* one buffer for the replicas (a shared parameter block): in place already */
+            in_place = true;
+            publish(c, &me->progress, base + (unsigned long)k + 1);
+            continue;
+        }
         if (gather) memcpy(data + lo, src + lo, sizeof(float) * (size_t)(hi - lo));
         else for (long i = lo; i < hi; i++) data[i] += src[i];
         pred->st.bytes_sent += 4.0 * (double)(hi - lo);   /* only r reads from pred: no race */
         publish(c, &me->progress, base + (unsigned long)k + 1);
     }
+    return in_place;
 }
 
 /* --shard-update across ranks, on local replica 0's thread: each local replica k's chunk of
@@ -178,7 +188,7 @@ static void *comm_main(void *arg)
                 await(c, &c->m[0].gathered, seq);
             }
         }
-        ring(c, r, op.data, op.n, seq, op.kind);
+        bool in_place = ring(c, r, op.data, op.n, seq, op.kind);
         if (op.kind == COMM_REDUCE_SCATTER && ranks) {   /* the ring, then across the ranks */
             if (r == 0) {
                 for (int k = 0; k < N; k++) await(c, &c->m[k].progress, base + (unsigned long)(N - 1));
@@ -201,7 +211,7 @@ static void *comm_main(void *arg)
         }
         for (int k = 0; k < N; k++) await(c, &c->m[k].finished, seq);
         me->st.ops++;
-        me->st.bytes_bound += (op.kind == COMM_ALLREDUCE ? 2.0 : 1.0) * (N - 1) / N * 4.0 * (double)op.n;
+        if (!in_place) me->st.bytes_bound += (op.kind == COMM_ALLREDUCE ? 2.0 : 1.0) * (N - 1) / N * 4.0 * (double)op.n;
         publish(c, &me->done, seq);
     }
     return NULL;

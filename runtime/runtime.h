@@ -44,7 +44,10 @@ typedef struct Store {
     float **packs;           /* --shard-update: per bucket, its parameters' block (host memory), or NULL */
     float **pack_mem;        /* and its device copy (a device with memory of its own), or NULL */
     long *pack_floats;
+    bool *pack_shared;       /* per bucket: its block is share's (not this store's to free) */
     int npacks;
+    const struct Store *share;   /* --shard-update, replicas with one memory: each bucket's block is this
+                                    store's, if it has one (set before the first rt_store_add), or NULL */
 } Store;
 
 typedef enum StoreWhich { STORE_ALL, STORE_RUNNING, STORE_NOT_RUNNING, STORE_SHARDS /* --shard-update's state slices */ } StoreWhich;

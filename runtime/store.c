@@ -42,10 +42,14 @@ int rt_store_add(Store *s, const Buf *n)
             s->packs = realloc(s->packs, sizeof(float *) * (size_t)(e->pack + 1));
             s->pack_mem = realloc(s->pack_mem, sizeof(float *) * (size_t)(e->pack + 1));
             s->pack_floats = realloc(s->pack_floats, sizeof(long) * (size_t)(e->pack + 1));
-            for (int k = s->npacks; k <= e->pack; k++) s->packs[k] = s->pack_mem[k] = NULL, s->pack_floats[k] = 0;
+            s->pack_shared = realloc(s->pack_shared, sizeof(bool) * (size_t)(e->pack + 1));
+            for (int k = s->npacks; k <= e->pack; k++) s->packs[k] = s->pack_mem[k] = NULL, s->pack_floats[k] = 0, s->pack_shared[k] = false;
             s->npacks = e->pack + 1;
         }
         s->pack_floats[e->pack] = n->pack_floats;
+        const Store *o = s->share;   /* replicas with one memory: one block for them all */
+        if (!s->packs[e->pack] && o && e->pack < o->npacks && o->packs[e->pack] && o->pack_floats[e->pack] == n->pack_floats)
+            s->packs[e->pack] = o->packs[e->pack], s->pack_shared[e->pack] = true;
         if (!s->packs[e->pack]) s->packs[e->pack] = calloc((size_t)n->pack_floats, sizeof(float));
         e->data = s->packs[e->pack] ? s->packs[e->pack] + n->pack_at : NULL;
     } else {
@@ -170,12 +174,13 @@ void rt_store_free(Store *s)
     }
     free(s->e);
     for (int k = 0; k < s->npacks; k++) {
-        free(s->packs[k]);
+        if (!s->pack_shared[k]) free(s->packs[k]);
         if (s->pack_mem[k]) s->dev->ops->release(s->dev, s->pack_mem[k]);
     }
     free(s->packs);
     free(s->pack_mem);
     free(s->pack_floats);
+    free(s->pack_shared);
     memset(s, 0, sizeof *s);
 }
 

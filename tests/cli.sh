@@ -121,6 +121,7 @@ fi
 MGC_CONV=fast expect env-conv-bad 2 "MGC_CONV='fast' is not one of direct|vector|gemm|dense|chunked|winograd" -- $L --emit ir
 MGC_FUSE=no expect env-fuse-bad 2 "MGC_FUSE='no' is not one of 0|1" -- $L --emit ir
 MGC_PROFILE=yes expect env-profile-bad 2 "MGC_PROFILE='yes' is not one of 0|1" -- $L --emit ir
+MGC_SHARED_PARAMS=no expect env-shared-bad 2 "MGC_SHARED_PARAMS='no' is not one of 0|1" -- $L --emit ir
 MGC_PROFILE=0 MGC_CONV= expect env-defaults 0 "kernel k0_" -- $L --emit kernels
 # --emit kernels on GPUs: the cost model (no GPU needed). LeNet's fc1 at batch 1000 is a GEMM
 # [1000 x 256] . [256 x 120]: it reads 4 (1000*256 + 256*120) bytes, writes 4*1000*120, does

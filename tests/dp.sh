@@ -227,6 +227,20 @@ for opt in "--momentum 0.9 --nesterov" "--optimizer adamw --lr 0.002"; do
                 "--shard-update = whole updates: LeNet cpu:$d ${opt%% --lr*}"
     done
 done
+# replicas in one memory share each bucket's parameter block (each updates its chunk in place, the
+# all-gather copies nothing): a step sends the reduce-scatter's half of the allreduce's bytes; with
+# MGC_SHARED_PARAMS=0 each keeps its blocks and the all-gather sends the other half; the same numbers
+comm_mb() { sed -n 's/.*communication per step: \([0-9.]*\) MB sent by the busiest replica (the ring.s bound \([0-9.]*\) MB).*/\1 \2/p' "$1" | head -1; }
+if timeout 300 "$MGC" $L $SH --momentum 0.9 --devices cpu:2 --save "$tmp/u.st" > "$tmp/lu" 2>&1 &&
+        timeout 300 "$MGC" $L $SH --momentum 0.9 --devices cpu:2 --shard-update --save "$tmp/s.st" > "$tmp/ls" 2>&1 &&
+        timeout 300 env MGC_SHARED_PARAMS=0 "$MGC" $L $SH --momentum 0.9 --devices cpu:2 --shard-update --save "$tmp/n.st" > "$tmp/ln" 2>&1 &&
+        cmp -s "$tmp/s.st" "$tmp/u.st" && cmp -s "$tmp/n.st" "$tmp/u.st" &&
+        $PY -c "import sys; u, s, n = (list(map(float, a.split())) for a in sys.argv[1:]); sys.exit(not (u[0] > 0.1 and s == [u[0] / 2] * 2 and n == u))" \
+            "$(comm_mb "$tmp/lu")" "$(comm_mb "$tmp/ls")" "$(comm_mb "$tmp/ln")"; then
+    ok "--shard-update on cpu:2 shares the parameter blocks: MB sent / bound a step $(comm_mb "$tmp/ls" | tr ' ' /) against $(comm_mb "$tmp/lu" | tr ' ' /) unsharded (MGC_SHARED_PARAMS=0: $(comm_mb "$tmp/ln" | tr ' ' /)), the same bits"
+else
+    bad "shared parameter blocks: sent/bound $(comm_mb "$tmp/lu") / $(comm_mb "$tmp/ls") / $(comm_mb "$tmp/ln"); $(tail -2 "$tmp/ls")"
+fi
 # devices with memory of their own (as GPUs): the blocks there too, the slices downloaded to save
 train "$tmp/so.st" env MGC_CPU_OWN_MEMORY=1 "$MGC" $L $SH --momentum 0.9 --devices cpu:2 --shard-update &&
 train "$tmp/su.st" "$MGC" $L $SH --momentum 0.9 --devices cpu:2 &&
@@ -240,6 +254,17 @@ for extra in "${RX[@]}"; do
     train "$tmp/ss.st" "$MGC" $R $extra --shard-update &&
         compare "$tmp/ss.st" "$tmp/su.st" $([[ $extra == *cpu:2* ]] && echo 0 || echo 1e-6) 0 "--shard-update = whole updates: ResNet-18 one step, $extra"
 done
+# the MLP-Mixer reads a LayerNorm's weight (its input gradient) after the reduce-scatter of the bucket
+# holding it has started: that bucket's update waits for the next bucket's too, so that the replicas
+# still share its block (--emit dp says so), two steps bit for bit
+M="nets/mixer.net --epochs 1 --limit-train 256 --limit-test 16 --batch-size 128 --seed 5 --optimizer adamw --lr 0.001 --devices cpu:2"
+if "$MGC" $M --shard-update --emit dp 2>&1 | grep -q "replicas in one memory (a process's CPU devices) share each block"; then
+    train "$tmp/su.st" "$MGC" $M &&
+    train "$tmp/ss.st" "$MGC" $M --shard-update &&
+        compare "$tmp/ss.st" "$tmp/su.st" 0 0 "--shard-update, shared blocks = whole updates: MLP-Mixer two steps, AdamW, cpu:2"
+else
+    bad "--shard-update: the MLP-Mixer's replicas do not share their parameter blocks"
+fi
 train "$tmp/sa.st" "$MGC" $L $SH --momentum 0.9 --devices cpu:3 --batch-size 64 --accumulate 4 --shard-update &&
 train "$tmp/sb.st" "$MGC" $L $SH --momentum 0.9 --devices cpu:3 --batch-size 256 &&
     compare "$tmp/sa.st" "$tmp/sb.st" 1e-5 0 "--shard-update --accumulate 4 x 64 = whole updates at batch 256, cpu:3"
@@ -258,8 +283,9 @@ fi
 "$MGC" nets/resnet18.net --devices cpu:2 --shard-update --optimizer adamw --emit dp > "$tmp/k" 2>&1
 if state=$(grep -o "the optimizer's state: [0-9.]* MB a replica, of [0-9.]* MB in all" "$tmp/k") &&
         $PY -c "import sys; w = sys.argv[1].split(); a, b = float(w[3]), float(w[8]); sys.exit(not (b > 80 and abs(a - b / 2) < 0.01 * b))" "$state" &&
-        grep -q "start c[0-9]* *reduce-scatter" "$tmp/k" && grep -q "start c[0-9]* *all-gather" "$tmp/k"; then
-    ok "--emit dp: reduce-scatters, all-gathers, and $state (AdamW on cpu:2: a half)"
+        grep -q "start c[0-9]* *reduce-scatter" "$tmp/k" && grep -q "start c[0-9]* *all-gather" "$tmp/k" &&
+        grep -q "replicas in one memory (a process's CPU devices) share each block" "$tmp/k"; then
+    ok "--emit dp: reduce-scatters, all-gathers, shared blocks, and $state (AdamW on cpu:2: a half)"
 else
     bad "--emit dp --shard-update: '$state'; $(grep -c "reduce-scatter" "$tmp/k") reduce-scatters"
 fi

@@ -187,6 +187,16 @@ int main(void)
                     for (long i = lo; i < hi; i++) ok &= bufs[r][i] == (float)(o * 1000 + i % 1000);
             }
             check(ok, "all-gather: every replica holds every replica's chunk", n, len, "");
+            /* replicas sharing one buffer (--shard-update's shared parameter block): the all-gather
+               copies nothing, sends nothing, and leaves the buffer as it was */
+            float *one[5];
+            for (int r = 0; r < n; r++) one[r] = bufs[0];
+            for (long i = 0; i < len; i++) bufs[0][i] = (float)(i % 977) - 3.0f;
+            rt_ring_threads(one, n, len, COMM_ALLGATHER, st);
+            ok = 1;
+            for (long i = 0; i < len; i++) ok &= bufs[0][i] == (float)(i % 977) - 3.0f;
+            for (int r = 0; r < n; r++) ok &= st[r].bytes_sent == 0 && st[r].bytes_bound == 0 && st[r].ops == 1;
+            check(ok, "all-gather of one shared buffer: in place, nothing sent, bound 0", n, len, "");
             for (int r = 0; r < n; r++) free(bufs[r]);
             free(want);
         }

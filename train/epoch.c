@@ -322,7 +322,7 @@ static void report_epoch(Group *g, int epoch, const EpochResult *e, const CommRe
     printf("epoch %d/%d  loss %.3f  train acc %.3f%s  test acc %s%s  %s examples/s  %.1f s  on %s\n",
            epoch, cfg->epochs, e->loss / seen, e->correct / seen, vals, accs, lrs, rt_commas((long)eps, num), e->secs, devs);
     if (cr->dev) {
-        printf("  communication per step: %.2f MB sent by the busiest replica (ring bound 2(N-1)/N S = %.2f MB)",
+        printf("  communication per step: %.2f MB sent by the busiest replica (the ring's bound %.2f MB)",
                cr->bytes_per_step / 1e6, cr->bound_per_step / 1e6);
         if (cr->mpi_bytes_per_step > 0) printf(", %.2f MB summed with the other ranks by MPI", cr->mpi_bytes_per_step / 1e6);
         printf("; waiting %.1f%% of the step, computing %.1f%%\n", 100 * cr->wait_s / e->t_train, 100 * cr->compute_s / e->t_train);

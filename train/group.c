@@ -98,7 +98,8 @@ void train_from_replica0(Group *g, StoreWhich which, bool at_start)
         if (e->shard_of >= 0) continue;   /* --shard-update: each replica's own slice of the state */
         rt_world_bcast(g->world, e->data, sizeof(float) * (size_t)e->numel);
         for (int r = 1; r < g->n; r++)
-            memcpy(g->r[r].store.e[k].data, e->data, sizeof(float) * (size_t)e->numel);
+            if (g->r[r].store.e[k].data != e->data)   /* --shard-update: replicas may share a parameter block */
+                memcpy(g->r[r].store.e[k].data, e->data, sizeof(float) * (size_t)e->numel);
     }
     for (int r = at_start || g->world->rank ? 0 : 1; r < g->n; r++) rt_store_upload(&g->r[r].store, which);
 }

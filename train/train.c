@@ -246,6 +246,20 @@ static int cpu_threads(const TrainConfig *cfg)
     return threads;
 }
 
+/* --shard-update with replicas whose devices compute in the host's memory: they share each bucket's
+   parameter block (one copy in the process, not one a replica), each updating its own chunk of it in
+   place; the all-gathers then copy nothing and only synchronise (runtime/comm.c). Only where the
+   program's schedule ends every read of a bucket's parameters before any replica may update them
+   (Program.packs_shareable). */
+static bool shares_parameters(const Group *g)
+{
+    const Program *p = g->m->train;
+    if (!p || p->npacks == 0 || !p->packs_shareable || g->n < 2 || g->cfg->unshared_params) return false;
+    for (int k = 0; k < g->n; k++)
+        if (!g->r[k].dev->host_memory) return false;
+    return true;
+}
+
 /* This process's devices, their data-parallel group, and the training and
    evaluation programs loaded on each (after the memory check). 0, or 1 said. */
 static int open_group(Group *g)
@@ -281,8 +295,10 @@ static int open_group(Group *g)
     long shard = (cfg->batch_size + g->total - 1) / g->total;   /* the most examples a replica gets */
     if (check_memory(g, shard)) return 1;
     RtOptions opt = { .verbose = cfg->verbose && g->world->rank == 0, .no_record = cfg->no_graphs };
+    bool share = shares_parameters(g);
     for (int k = 0; k < g->n; k++) {
         Replica *r = &g->r[k];
+        if (share && k > 0) r->store.share = &g->r[0].store;
         /* an Exec that failed half-way still holds memory: freed with the others */
         r->have_tr = m->train != NULL;
         int rc = m->train ? rt_exec_init(&r->tr, m->train, r->dev, &r->store, shard, NULL, &opt, err, sizeof err) : 0;

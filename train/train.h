@@ -46,6 +46,8 @@ typedef struct TrainConfig {
     int replicas;             /* devices (replicas) in this process */
     DeviceSpec devices[TRAIN_MAX_DEVICES];   /* which, [0, replicas) */
     bool cpu_own_memory;      /* CPU devices keep memory apart from the host's, as a GPU does (testing) */
+    bool unshared_params;     /* --shard-update: each replica keeps its own parameter blocks even in one memory
+                                 (MGC_SHARED_PARAMS=0: the all-gather copies them, as across ranks; measuring) */
     bool tf32;                /* CUDA: GEMMs may use TF32 tensor cores */
     bool bf16;                /* --precision bf16: the programs' GEMM-class nodes multiply in bf16 (ir_autocast) */
     bool no_graphs;           /* CUDA: launch every step (no CUDA graph) */
