@@ -194,6 +194,13 @@ typedef struct Program {
     int plan_buffers;         /* buffers placed in slots */
 } Program;
 
+/* The buffer whose memory buffer b is: b, or the base a view aliases (-1 stays -1). */
+static inline int cg_base_buf(const Program *p, int b)
+{
+    while (b >= 0 && p->bufs[b].kind == BUF_VIEW) b = p->bufs[b].alias;
+    return b;
+}
+
 /* How a convolution runs (codegen/conv.c says when each is chosen). */
 typedef enum ConvStrategy { CONV_DIRECT, CONV_VECTOR, CONV_GEMM, CONV_DENSE, CONV_CHUNKED, CONV_WINOGRAD } ConvStrategy;
 

@@ -198,23 +198,16 @@ static void zero_padding(Lower *L, int k, int node)
     cg_end_kernel(L);
 }
 
-/* The buffer a step's argument b is memory of: views followed to their base. */
-static int root_buf(const Program *p, int b)
-{
-    while (b >= 0 && p->bufs[b].kind == BUF_VIEW) b = p->bufs[b].alias;
-    return b;
-}
-
 static bool step_reads_pack(const Program *p, const Step *st, int k)
 {
     if (st->kind == STEP_GEMM) {
         int ab[3] = { st->a, st->b, st->c };
         for (int j = 0; j < 3; j++)
-            if (ab[j] >= 0 && p->bufs[root_buf(p, ab[j])].pack == k) return true;
+            if (ab[j] >= 0 && p->bufs[cg_base_buf(p, ab[j])].pack == k) return true;
         return false;
     }
     for (int j = 0; st->kind == STEP_KERNEL && j < st->nargs; j++)
-        if (st->args[j] >= 0 && p->bufs[root_buf(p, st->args[j])].pack == k) return true;
+        if (st->args[j] >= 0 && p->bufs[cg_base_buf(p, st->args[j])].pack == k) return true;
     return false;
 }
 

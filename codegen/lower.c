@@ -147,7 +147,7 @@ void cg_lower_view(Lower *L, int id)
 
 static void pin(Program *p, int b)
 {
-    while (b >= 0 && p->bufs[b].kind == BUF_VIEW) b = p->bufs[b].alias;
+    b = cg_base_buf(p, b);
     if (b >= 0) p->bufs[b].pinned = true;
 }
 

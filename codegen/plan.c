@@ -30,8 +30,7 @@ void cg_plan_memory(Program *p, long max_batch)
         case STEP_ALLREDUCE: case STEP_WAIT: used[nu++] = p->colls[s->coll].src; used[nu++] = p->colls[s->coll].dst; break;
         }
         for (int j = 0; j < nu; j++) {
-            int b = used[j];
-            while (b >= 0 && p->bufs[b].kind == BUF_VIEW) b = p->bufs[b].alias;
+            int b = cg_base_buf(p, used[j]);
             if (b < 0) continue;
             if (k < first[b]) first[b] = k;
             if (k > last[b]) last[b] = k;
